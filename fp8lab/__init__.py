@@ -1,0 +1,52 @@
+"""fp8lab: learn and compare FP8 scaling strategies.
+
+The map (imports flow down this list): formats -> scaling -> quantize -> recipes -> gemm
+-> nn -> train; metrics, plots and widgets only consume. Start with notebook 00.
+"""
+
+from fp8lab.formats import BF16, E2M1, E4M3, E5M2, E8M0, FORMATS, FP16, FloatFormat, cast, get_format
+from fp8lab.metrics import (
+    overflow_fraction,
+    quantization_report,
+    relative_error,
+    sqnr,
+    subnormal_fraction,
+    underflow_fraction,
+)
+from fp8lab.quantize import QuantizedTensor, quantize, quantize_delayed
+from fp8lab.recipes import RECIPES, Recipe, TensorScaling, get_recipe
+from fp8lab.scaling import SCALE_RULES, AmaxHistory, PerBlock, PerRow, PerTensor, parse_granularity
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BF16",
+    "E2M1",
+    "E4M3",
+    "E5M2",
+    "E8M0",
+    "FORMATS",
+    "FP16",
+    "RECIPES",
+    "SCALE_RULES",
+    "AmaxHistory",
+    "FloatFormat",
+    "PerBlock",
+    "PerRow",
+    "PerTensor",
+    "QuantizedTensor",
+    "Recipe",
+    "TensorScaling",
+    "cast",
+    "get_format",
+    "get_recipe",
+    "overflow_fraction",
+    "parse_granularity",
+    "quantization_report",
+    "quantize",
+    "quantize_delayed",
+    "relative_error",
+    "sqnr",
+    "subnormal_fraction",
+    "underflow_fraction",
+]

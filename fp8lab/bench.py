@@ -1,0 +1,304 @@
+"""The project's own benchmarks: `python -m fp8lab bench quantize|gemm|gpu|train|widgets|all`.
+
+Public: run(name, ...) and one function per benchmark, each returning rows (dicts) and
+printing a table. Candidates are timed in interleaved rounds on the same inputs, so a
+noisy, shared machine slows all of them alike; the tables report medians and ratios from
+one run. Timed unit tests are never used for speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["bench_gemm", "bench_gpu", "bench_quantize", "main", "print_table", "time_interleaved"]
+
+
+def time_interleaved(
+    cands: dict[str, Callable[[], object]], rounds: int = 15, warmup: int = 2
+) -> dict[str, list[float]]:
+    """Seconds per call of each candidate: `rounds` rounds, each calling every candidate once."""
+    for fn in cands.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in cands}
+    for _ in range(rounds):
+        for name, fn in cands.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def machine_line() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    return (f"{datetime.date.today().isoformat()}, {cpu}, {torch.get_num_threads()} threads, {gpu}, "
+            f"torch {torch.__version__}")
+
+
+def print_table(title: str, rows: list[dict], note: str = "") -> None:
+    print(f"\n{title}\n{machine_line()}")
+    if note:
+        print(note)
+    if not rows:
+        return
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in cols}
+    print("| " + " | ".join(c.ljust(widths[c]) for c in cols) + " |")
+    print("|" + "|".join("-" * (widths[c] + 2) for c in cols) + "|")
+    for r in rows:
+        print("| " + " | ".join(_fmt(r[c]).ljust(widths[c]) for c in cols) + " |")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+# ---- quantize -------------------------------------------------------------------------------------------
+
+
+def bench_quantize(size: int = 4096, rounds: int = 20) -> list[dict]:
+    """fp8lab's quantization of a size x size float32 tensor beside torchao's MX and a copy."""
+    from fp8lab import E4M3, E8M0, PerBlock, PerTensor, quantize
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(size, size, generator=g)
+    dst = torch.empty_like(x)
+    cands: dict[str, Callable[[], object]] = {
+        "copy: x.clone() (allocates)": lambda: x.clone(),
+        "copy: dst.copy_(x) (preallocated)": lambda: dst.copy_(x),
+        "fp8lab per-tensor E4M3": lambda: quantize(x, E4M3, PerTensor()),
+        "fp8lab 1x128 E4M3": lambda: quantize(x, E4M3, PerBlock(1, 128)),
+        "fp8lab 128x128 E4M3": lambda: quantize(x, E4M3, PerBlock(128, 128)),
+        "fp8lab 1x32 E4M3 + E8M0 (rceil)": lambda: quantize(x, E4M3, PerBlock(1, 32), "rceil", scale_fmt=E8M0),
+    }
+    try:
+        from torchao.prototype.mx_formats.config import ScaleCalculationMode
+        from torchao.prototype.mx_formats.mx_tensor import MXTensor
+
+        cands["torchao MXTensor.to_mx 1x32 (floor)"] = lambda: MXTensor.to_mx(x, torch.float8_e4m3fn, 32)
+        cands["torchao MXTensor.to_mx 1x32 (rceil)"] = lambda: MXTensor.to_mx(
+            x, torch.float8_e4m3fn, 32, ScaleCalculationMode.RCEIL)
+    except ImportError:
+        print("torchao not installed: its column is missing (pip install torchao==0.18.0)")
+    times = time_interleaved(cands, rounds=rounds)
+    copy = statistics.median(times["copy: x.clone() (allocates)"])
+    # the floor: read 4 bytes and write 1 per element, at the bandwidth x.clone() reaches
+    # (clone reads 4 and writes 4 into fresh memory, as quantize writes into fresh memory)
+    floor = copy * 5 / 8
+    rows = []
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        rows.append({"what": name, "median ms": med * 1e3, "x floor": med / floor,
+                     "GB/s (4 B in)": size * size * 4 / med / 1e9})
+    print_table(f"quantize {size}x{size} float32 (median of {rounds}, interleaved)", rows,
+                f"floor = 5/8 of x.clone() = {floor * 1e3:.1f} ms (read 4 B, write 1 B per element)")
+    return rows
+
+
+# ---- gemm -------------------------------------------------------------------------------------------------
+
+
+def bench_gemm(size: int = 2048, rounds: int = 7, recipes: tuple[str, ...] = ("tensorwise", "rowwise", "blockwise",
+                                                                             "mxfp8", "nvfp4")) -> list[dict]:
+    """fp32 and bf16 torch.mm beside fp8lab's emulated GEMM (reference and fast) at size^3."""
+    from fp8lab.gemm import bf16_fast_path, emulated_mm, quantize_operands
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=g)
+    b = torch.randn(size, size, generator=g)
+    ab, bb = a.bfloat16(), b.bfloat16()
+    cands: dict[str, Callable[[], object]] = {
+        "torch.mm fp32": lambda: a @ b,
+        "torch.mm bf16 (bf16 output)": lambda: ab @ bb,
+    }
+    ops = {r: quantize_operands(a, b, r) for r in recipes}
+    for r in recipes:
+        aq, bq = ops[r]
+        cands[f"fp8lab {r} fast"] = lambda aq=aq, bq=bq: emulated_mm(aq, bq, emulation="fast")
+        if r in ("tensorwise", "blockwise"):
+            cands[f"fp8lab {r} reference"] = lambda aq=aq, bq=bq: emulated_mm(aq, bq, emulation="reference")
+    cands["fp8lab tensorwise fast + quantize"] = lambda: emulated_mm(*quantize_operands(a, b, "tensorwise"))
+    times = time_interleaved(cands, rounds=rounds, warmup=1)
+    base = statistics.median(times["torch.mm fp32"])
+    flops = 2 * size**3
+    rows = [{"what": name, "median ms": statistics.median(ts) * 1e3,
+             "x fp32 mm": statistics.median(ts) / base, "GFLOP/s": flops / statistics.median(ts) / 1e9}
+            for name, ts in times.items()]
+    print_table(f"GEMM {size}^3 on the CPU (median of {rounds}, interleaved; operands quantized beforehand)", rows,
+                f"fast path: {bf16_fast_path()[1]}")
+    return rows
+
+
+# ---- the device check -------------------------------------------------------------------------------------
+
+
+def _cuda_median_ms(fn: Callable[[], object], reps: int, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def bench_gpu(size: int = 8192, reps: int = 20, device: str | None = None, check_size: int = 1024,
+              train_steps: int = 200) -> dict[str, list[dict]]:
+    """The one prepared device check (issue 3): run on a GPU in well under 5 minutes.
+
+    (a) every real kernel the device supports against the emulation, fresh random inputs;
+    (b) the accumulation model against use_fast_accum=True and False;
+    (c) bf16 vs FP8 tensorwise / rowwise / blockwise at size^3 with CUDA events (median of
+        `reps` after warm-up, inputs rotated so that no run reuses the last one's cache);
+    (d) the toy MLP trained real vs emulated: the largest loss difference.
+    Without CUDA (device='cpu') it runs the same code on small sizes with the emulation, so
+    that the script is tested where no GPU is; torchao is not needed.
+    """
+    from fp8lab.gemm import AccumulatorModel, _real_mm, emulated_mm, quantize_operands, resolve_backend
+    from fp8lab.recipes import RECIPES
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    on_gpu = dev.type == "cuda"
+    print(f"fp8lab bench gpu on {torch.cuda.get_device_name(dev) if on_gpu else 'CPU (dry run)'}")
+    out: dict[str, list[dict]] = {}
+
+    # (a) real vs emulated
+    rows = []
+    for name, recipe in RECIPES.items():
+        choice = resolve_backend(recipe, dev)
+        row = {"recipe": name, "backend": choice.backend, "reason": choice.reason, "max rel diff": "-"}
+        if choice.backend == "scaled_mm":
+            worst = 0.0
+            for seed in range(3):
+                g = torch.Generator().manual_seed(100 + seed)
+                a = torch.randn(check_size, check_size, generator=g)
+                b = torch.randn(check_size, check_size // 2, generator=g)
+                aq, bq = quantize_operands(a, b, recipe)
+                real = _real_mm(aq, bq, recipe, dev).float().cpu()
+                emu = emulated_mm(aq, bq, emulation="reference")
+                worst = max(worst, ((real - emu).abs().max() / emu.abs().max()).item())
+            row["max rel diff"] = worst
+        rows.append(row)
+    print_table("(a) real kernels vs emulation (max |real - emulated| / max |emulated|; bf16 outputs round at 2^-9)",
+                rows)
+    out["real_vs_emulated"] = rows
+
+    # (b) the accumulation model vs the hardware's fast and exact accumulation
+    rows = []
+    for k in (1024, 4096, 16384) if on_gpu else (256, 1024):
+        g = torch.Generator().manual_seed(k)
+        a, b = torch.rand(64, k, generator=g), torch.rand(k, 64, generator=g)  # same sign: worst case
+        aq, bq = quantize_operands(a, b, "tensorwise")
+        exact = aq.dequantize().double() @ bq.dequantize().double().t()
+
+        def rel(x: torch.Tensor, exact: torch.Tensor = exact) -> float:
+            return (torch.linalg.norm(x.double().cpu() - exact) / torch.linalg.norm(exact)).item()
+
+        no_promotion = AccumulatorModel(promote_every=None)
+        row = {"K": k,
+               "model 14-bit, no promotion": rel(emulated_mm(aq, bq, accumulation=no_promotion)),
+               "model 14-bit, promote 128": rel(emulated_mm(aq, bq, accumulation=AccumulatorModel())),
+               "emulated fp32": rel(emulated_mm(aq, bq, emulation="reference"))}
+        if on_gpu and resolve_backend("tensorwise", dev).backend == "scaled_mm":
+            row["real use_fast_accum=True"] = rel(_real_mm(aq, bq, RECIPES["tensorwise"], dev, use_fast_accum=True))
+            row["real use_fast_accum=False"] = rel(_real_mm(aq, bq, RECIPES["tensorwise"], dev, use_fast_accum=False))
+        rows.append(row)
+    print_table("(b) accumulation: relative error vs the exact product of the FP8 operands (uniform [0, 1) inputs)",
+                rows)
+    out["accumulation"] = rows
+
+    # (c) speed
+    rows = []
+    if on_gpu:
+        n = size
+        flops = 2 * n**3
+        pool = 3  # rotate inputs
+        xs = [torch.randn(n, n, device=dev, dtype=torch.bfloat16) for _ in range(pool)]
+        ws = [torch.randn(n, n, device=dev, dtype=torch.bfloat16) for _ in range(pool)]
+        it = {"i": 0}
+
+        def nxt():
+            it["i"] = (it["i"] + 1) % pool
+            return it["i"]
+
+        bf16_ms = _cuda_median_ms(lambda: xs[nxt()] @ ws[it["i"]].t(), reps)
+        rows.append({"GEMM": f"bf16 {n}^3", "median ms": bf16_ms, "TFLOP/s": flops / bf16_ms / 1e9, "x bf16": 1.0})
+        for name in ("tensorwise", "rowwise", "blockwise"):
+            recipe = RECIPES[name]
+            choice = resolve_backend(recipe, dev)
+            if choice.backend != "scaled_mm":
+                rows.append({"GEMM": f"fp8 {name}", "median ms": "-", "TFLOP/s": "-", "x bf16": choice.reason})
+                continue
+            qs = [quantize_operands(xs[i].float(), ws[i].float().t(), recipe) for i in range(pool)]
+            ms = _cuda_median_ms(lambda qs=qs, recipe=recipe: _real_mm(*qs[nxt()], recipe, dev), reps)
+            rows.append({"GEMM": f"fp8 {name}", "median ms": ms, "TFLOP/s": flops / ms / 1e9, "x bf16": bf16_ms / ms})
+        print_table(f"(c) GEMM speed at {n}^3, CUDA events, median of {reps} after warm-up, rotating inputs", rows)
+    else:
+        print("\n(c) speed: needs CUDA (skipped in the dry run)")
+    out["speed"] = rows
+
+    # (d) training: real vs emulated losses
+    try:
+        from fp8lab.train import compare_real_emulated
+    except ImportError:
+        print("\n(d) training comparison: fp8lab.train not available in this version")
+    else:
+        rows = compare_real_emulated(steps=train_steps if on_gpu else 5, device=dev)
+        print_table("(d) toy MLP, real vs emulated FP8: largest |loss difference| over the run", rows)
+        out["train"] = rows
+    return out
+
+
+BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "all")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fp8lab bench", description=__doc__.splitlines()[0])
+    p.add_argument("name", choices=BENCHES)
+    p.add_argument("--size", type=int, default=None, help="matrix size (defaults per benchmark)")
+    p.add_argument("--rounds", type=int, default=None, help="timed rounds per candidate")
+    p.add_argument("--device", default=None, help="for 'gpu': cuda (default when present) or cpu (dry run)")
+    args = p.parse_args(argv)
+    names = ("quantize", "gemm", "train", "widgets") if args.name == "all" else (args.name,)
+    for name in names:
+        kw = {k: v for k, v in {"size": args.size, "rounds": args.rounds}.items() if v is not None}
+        if name == "quantize":
+            bench_quantize(**kw)
+        elif name == "gemm":
+            bench_gemm(**kw)
+        elif name == "gpu":
+            gkw = {"device": args.device}
+            if args.size:
+                gkw.update(size=args.size, check_size=min(args.size, 1024))
+            if args.rounds:
+                gkw["reps"] = args.rounds
+            bench_gpu(**gkw)
+        elif name == "train":
+            from fp8lab.train import bench_train
+
+            bench_train(**kw)
+        elif name == "widgets":
+            from fp8lab.widgets import bench_widgets
+
+            bench_widgets(**kw)
+    return 0

@@ -1,0 +1,331 @@
+"""Floating-point formats as data, and the reference cast into them.
+
+Public: FloatFormat, the constants E4M3, E5M2, E8M0, E2M1 (plus BF16 and FP16 for
+comparison), FORMATS, get_format(name), cast(x, fmt).
+A format is described by its bit fields; every derived number (max, smallest normal,
+smallest subnormal, the list of values) is computed from them, never typed in.
+Notebook 01 introduces this file: click bits, see values, compare the number lines.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+import torch
+
+__all__ = [
+    "BF16",
+    "E2M1",
+    "E4M3",
+    "E5M2",
+    "E8M0",
+    "FORMATS",
+    "FP16",
+    "FloatFormat",
+    "cast",
+    "cast_reference",
+    "get_format",
+]
+
+# How a format spends its top codes on non-finite values:
+#   "ieee"  the whole top exponent is inf (mantissa 0) or NaN            (E5M2, BF16, FP16)
+#   "fn"    finite everywhere except the one all-ones code, which is NaN (E4M3fn, E8M0fnu)
+#   "none"  every code is a finite number                                 (E2M1)
+SpecialCodes = Literal["ieee", "fn", "none"]
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format, described by its fields.
+
+    value(code) = (-1)^s * 2^(E - bias) * (1 + F / 2^m)   for E > 0 (normal)
+                = (-1)^s * 2^(1 - bias) * (F / 2^m)       for E = 0 (subnormal)
+    with E the exponent field (exponent_bits wide) and F the mantissa field
+    (mantissa_bits wide). Formats without subnormals (E8M0) read E = 0 as normal;
+    unsigned formats (E8M0) have no sign bit and so no zero.
+    """
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int
+    special_codes: SpecialCodes
+    signed: bool = True
+    has_subnormals: bool = True
+    torch_dtype_name: str | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.exponent_bits < 1 or self.mantissa_bits < 0:
+            raise ValueError(f"{self.name}: exponent_bits must be >= 1 and mantissa_bits >= 0")
+        if self.special_codes not in ("ieee", "fn", "none"):
+            raise ValueError(
+                f"{self.name}: special_codes must be 'ieee', 'fn' or 'none', got {self.special_codes!r}"
+            )
+        if self.bits > 16:
+            raise ValueError(f"{self.name}: formats wider than 16 bits are not enumerable here")
+
+    # ---- the fields -----------------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Total width of one code in bits."""
+        return int(self.signed) + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def has_inf(self) -> bool:
+        return self.special_codes == "ieee"
+
+    @property
+    def has_nan(self) -> bool:
+        return self.special_codes != "none"
+
+    @property
+    def has_zero(self) -> bool:
+        return self.has_subnormals
+
+    @property
+    def torch_dtype(self) -> torch.dtype | None:
+        """torch's dtype for this format (E2M1: the packed float4_e2m1fn_x2), if torch has it."""
+        if self.torch_dtype_name is None:
+            return None
+        return getattr(torch, self.torch_dtype_name, None)
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """The dtype fp8lab keeps one element of this format in, unpacked.
+
+        E2M1 has no unpacked torch dtype (torch packs two per byte), so fp8lab keeps one
+        E2M1 value per byte in float8_e4m3fn: every E2M1 value is exactly an E4M3 value,
+        so `data.float()` still gives the value. `QuantizedTensor.codes()` gives the 4-bit codes.
+        """
+        if self.name == "e2m1":
+            return torch.float8_e4m3fn
+        dtype = self.torch_dtype
+        if dtype is None:
+            raise ValueError(f"{self.name} has no torch dtype to store it in")
+        return dtype
+
+    # ---- decoding ---------------------------------------------------------------------
+    def decode(self, code: int) -> float:
+        """The value of one code (an int in [0, 2**bits)), as a Python float."""
+        if not 0 <= code < 2**self.bits:
+            raise ValueError(f"{self.name} codes are 0..{2**self.bits - 1}, got {code}")
+        m, e = self.mantissa_bits, self.exponent_bits
+        mantissa = code & ((1 << m) - 1)
+        exponent = (code >> m) & ((1 << e) - 1)
+        negative = self.signed and bool(code >> (m + e))
+        top_exponent = exponent == (1 << e) - 1
+        sign = -1.0 if negative else 1.0
+        if self.special_codes == "ieee" and top_exponent:
+            return sign * math.inf if mantissa == 0 else math.nan
+        if self.special_codes == "fn" and top_exponent and mantissa == (1 << m) - 1:
+            return math.nan
+        if exponent == 0 and self.has_subnormals:
+            return sign * math.ldexp(mantissa, 1 - self.bias - m)
+        return sign * math.ldexp((1 << m) + mantissa, exponent - self.bias - m)
+
+    def encode(self, value: float) -> int:
+        """The code of `value` after the reference cast (round to nearest even, saturate)."""
+        rounded = float(cast_reference(torch.tensor([value], dtype=torch.float32), self)[0])
+        if math.isnan(rounded):
+            if not self.has_nan:
+                raise ValueError(f"{self.name} has no NaN code")
+            return self.nan_codes[0]
+        return self._code_of[rounded if rounded != 0 or not self.signed else math.copysign(0.0, rounded)]
+
+    def fields(self, code: int) -> dict[str, int]:
+        """Split a code into its sign, exponent and mantissa fields."""
+        m, e = self.mantissa_bits, self.exponent_bits
+        return {
+            "sign": (code >> (m + e)) & 1 if self.signed else 0,
+            "exponent": (code >> m) & ((1 << e) - 1),
+            "mantissa": code & ((1 << m) - 1),
+        }
+
+    @cached_property
+    def _decoded(self) -> tuple[float, ...]:
+        return tuple(self.decode(c) for c in range(2**self.bits))
+
+    @cached_property
+    def _code_of(self) -> dict[float, int]:
+        table: dict[float, int] = {}
+        for code, v in enumerate(self._decoded):
+            if math.isnan(v):
+                continue
+            key = v if v != 0 else math.copysign(0.0, v)
+            table.setdefault(key, code)
+        # -0.0 and 0.0 compare equal as dict keys: keep +0 as the code of zero
+        if self.has_zero:
+            table[0.0] = 0
+        return table
+
+    @cached_property
+    def nan_codes(self) -> tuple[int, ...]:
+        return tuple(c for c, v in enumerate(self._decoded) if math.isnan(v))
+
+    def values(self) -> torch.Tensor:
+        """Every finite value of the format, sorted ascending, one zero (float64)."""
+        finite = {v for v in self._decoded if math.isfinite(v)}  # +0 and -0 collapse to one
+        return torch.tensor(sorted(finite), dtype=torch.float64)
+
+    # ---- derived numbers ----------------------------------------------------------------
+    @cached_property
+    def max_value(self) -> float:
+        """Largest finite value."""
+        return max(v for v in self._decoded if math.isfinite(v))
+
+    @cached_property
+    def min_normal(self) -> float:
+        """Smallest positive normal value, 2^(1 - bias) (E8M0: 2^-bias, it has no subnormals)."""
+        return math.ldexp(1.0, (1 if self.has_subnormals else 0) - self.bias)
+
+    @cached_property
+    def min_subnormal(self) -> float:
+        """Smallest positive value: 2^(1 - bias - m); for E8M0 (no subnormals) its smallest value."""
+        if not self.has_subnormals:
+            return self.min_normal
+        return math.ldexp(1.0, 1 - self.bias - self.mantissa_bits)
+
+    @property
+    def max_exponent(self) -> int:
+        """floor(log2(max_value)): the exponent of the largest binade (emax in the OCP MX spec)."""
+        return math.floor(math.log2(self.max_value))
+
+    @property
+    def dynamic_range_binades(self) -> float:
+        """log2(max_value / min_subnormal): how many powers of two the format spans."""
+        return math.log2(self.max_value / self.min_subnormal)
+
+    def __repr__(self) -> str:
+        return (
+            f"FloatFormat({self.name}: {self.bits} bits, E{self.exponent_bits}M{self.mantissa_bits}, "
+            f"bias {self.bias}, max {self.max_value:g}, min normal {self.min_normal:g}, "
+            f"min subnormal {self.min_subnormal:g})"
+        )
+
+
+E4M3 = FloatFormat(
+    "e4m3", 4, 3, bias=7, special_codes="fn", torch_dtype_name="float8_e4m3fn",
+    description="FP8 for weights and activations: more precision, 18 binades, no inf",
+)
+E5M2 = FloatFormat(
+    "e5m2", 5, 2, bias=15, special_codes="ieee", torch_dtype_name="float8_e5m2",
+    description="FP8 for gradients: more range (32 binades), less precision, has inf",
+)
+E8M0 = FloatFormat(
+    "e8m0", 8, 0, bias=127, special_codes="fn", signed=False, has_subnormals=False,
+    torch_dtype_name="float8_e8m0fnu",
+    description="scale-only: a power of two 2^-127..2^127 (MX block scales)",
+)
+E2M1 = FloatFormat(
+    "e2m1", 2, 1, bias=1, special_codes="none", torch_dtype_name="float4_e2m1fn_x2",
+    description="FP4: 0, 0.5, 1, 1.5, 2, 3, 4, 6 (NVFP4 / MXFP4 elements)",
+)
+BF16 = FloatFormat(
+    "bf16", 8, 7, bias=127, special_codes="ieee", torch_dtype_name="bfloat16",
+    description="bfloat16: fp32's range with 8 bits of precision",
+)
+FP16 = FloatFormat(
+    "fp16", 5, 10, bias=15, special_codes="ieee", torch_dtype_name="float16",
+    description="IEEE half precision",
+)
+
+FORMATS: dict[str, FloatFormat] = {f.name: f for f in (E4M3, E5M2, E8M0, E2M1, BF16, FP16)}
+_ALIASES = {
+    "e4m3fn": "e4m3", "float8_e4m3fn": "e4m3", "e5m2": "e5m2", "float8_e5m2": "e5m2",
+    "e8m0fnu": "e8m0", "float8_e8m0fnu": "e8m0", "e2m1fn": "e2m1", "fp4": "e2m1",
+    "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+}
+
+
+def get_format(fmt: FloatFormat | str) -> FloatFormat:
+    """A FloatFormat from itself or its name ('e4m3', 'e5m2', 'e8m0', 'e2m1', 'bf16', 'fp16')."""
+    if isinstance(fmt, FloatFormat):
+        return fmt
+    if isinstance(fmt, str):
+        key = fmt.strip().lower()
+        key = _ALIASES.get(key, key)
+        if key in FORMATS:
+            return FORMATS[key]
+    raise ValueError(f"unknown format {fmt!r}; valid formats: {', '.join(FORMATS)}")
+
+
+# ---- casting ------------------------------------------------------------------------------
+
+
+def _check_float(x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point() or x.is_complex():
+        raise TypeError(
+            f"expected a real floating-point tensor (float32, bfloat16, float16, float64), got {x.dtype}"
+        )
+
+
+def cast_reference(x: torch.Tensor, fmt: FloatFormat | str) -> torch.Tensor:
+    """Round every element of x to `fmt`: nearest, ties to even; saturate; NaN stays NaN.
+
+    The teaching version, in plain float32 arithmetic on the bit pattern, for any format:
+      1. clamp |x| to max_value (this is the saturation, and sends +-inf to +-max_value);
+      2. below min_normal, round |x| / min_subnormal to an integer (ties to even), since
+         subnormals are evenly spaced;
+      3. otherwise round the mantissa to `mantissa_bits` bits, ties to even, by adding
+         half an ulp (minus one, plus the kept last bit) to the bit pattern and truncating;
+         a carry into the exponent is the right answer.
+    Unsigned formats (E8M0) have no sign or zero: negative and zero inputs give NaN; values
+    below its smallest value round to it. Returns float32.
+    """
+    fmt = get_format(fmt)
+    _check_float(x)
+    if fmt.mantissa_bits > 23 or fmt.exponent_bits > 8:
+        raise ValueError(f"{fmt.name} is wider than float32; nothing to round")
+    # float64 holds every float32 exactly and has no subnormals in our range, so one bit
+    # trick covers every format (E8M0's 2^-127 is a float32 subnormal, not a float64 one)
+    x = x.to(torch.float32).to(torch.float64)
+    a = x.abs().clamp(max=fmt.max_value)  # NaN passes through clamp
+    if not fmt.has_subnormals:
+        a = a.clamp(min=fmt.min_normal)
+
+    # step 3: normal range, on the int64 bit pattern of the float64
+    drop = 52 - fmt.mantissa_bits  # float64 mantissa bits to drop
+    bits = a.view(torch.int64)
+    # the last kept digit decides ties; with no mantissa bits (E8M0) it is the implicit
+    # leading 1, so a tie 1.5 * 2^k rounds up to 2^(k+1) ("10" is the even neighbour)
+    kept_lsb = (bits >> drop) & 1 if fmt.mantissa_bits > 0 else 1
+    bits = (bits + ((1 << (drop - 1)) - 1) + kept_lsb) & ~((1 << drop) - 1)
+    out = bits.view(torch.float64)
+    # step 2: subnormal range, evenly spaced by min_subnormal
+    if fmt.has_subnormals:
+        q = fmt.min_subnormal
+        sub = torch.round(a / q) * q  # torch.round: half to even; a/q and *q are exact
+        out = torch.where(a < fmt.min_normal, sub, out)
+    if fmt.signed:
+        out = torch.copysign(out, x)  # keeps -0
+    else:
+        out = torch.where(x > 0, out, math.nan)
+    return torch.where(torch.isnan(x), x, out).to(torch.float32)
+
+
+def _torch_native_cast_ok(fmt: FloatFormat) -> bool:
+    # torch's own float32 -> E4M3 / E5M2 / bf16 / fp16 casts round to nearest even; after an
+    # explicit clamp to +-max they agree with cast_reference (tests/test_formats.py proves it).
+    return fmt.name in ("e4m3", "e5m2", "bf16", "fp16")
+
+
+def cast(x: torch.Tensor, fmt: FloatFormat | str) -> torch.Tensor:
+    """Round x to `fmt` (nearest, ties to even; beyond max_value -> +-max_value; NaN stays NaN).
+
+    Returns float32 holding the rounded values. Same answer as `cast_reference`, faster:
+    for E4M3 and E5M2 this clamps and then uses torch's own cast. Saturation is explicit
+    because torch's casts differ: float32 -> float8_e4m3fn saturates, -> float8_e5m2 does
+    not (1e6 -> inf). fp8lab models saturating hardware (satfinite) for every format.
+    """
+    fmt = get_format(fmt)
+    _check_float(x)
+    if not _torch_native_cast_ok(fmt):
+        return cast_reference(x, fmt)
+    x = x.to(torch.float32)
+    return x.clamp(-fmt.max_value, fmt.max_value).to(fmt.torch_dtype).to(torch.float32)

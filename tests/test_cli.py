@@ -1,0 +1,58 @@
+"""The command line: doctor, bench (small sizes), and the lab launcher's command."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fp8lab
+from fp8lab.bench import bench_gemm, bench_gpu, bench_quantize
+from fp8lab.lab import find_free_port, jupyter_command
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "fp8lab", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_doctor_reports_versions_devices_and_the_backend_table():
+    r = _run("doctor")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for needle in ("torch", "torchao", "ISA", "GPU", "float8_e5m2", "tensorwise", "nvfp4", "smoke mode"):
+        assert needle in out
+    if "no CUDA device" in out:
+        assert out.count("emulated: no CUDA device") == 6
+
+
+def test_unknown_command_is_refused():
+    r = _run("frobnicate")
+    assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_bench_quantize_and_gemm_run_small(capsys):
+    rows = bench_quantize(size=256, rounds=2)
+    names = [r["what"] for r in rows]
+    assert "fp8lab 1x128 E4M3" in names and "copy: x.clone() (allocates)" in names
+    assert all(r["median ms"] > 0 for r in rows)
+    rows = bench_gemm(size=128, rounds=1, recipes=("tensorwise", "blockwise"))
+    assert {"torch.mm fp32", "fp8lab blockwise reference", "fp8lab blockwise fast"} <= {r["what"] for r in rows}
+    assert "GEMM 128^3" in capsys.readouterr().out
+
+
+def test_bench_gpu_dry_run_on_the_cpu():
+    out = bench_gpu(device="cpu", size=256, reps=2, check_size=128)
+    assert [r["recipe"] for r in out["real_vs_emulated"]] == list(fp8lab.RECIPES)
+    acc = out["accumulation"]
+    assert acc[-1]["model 14-bit, no promotion"] > acc[-1]["model 14-bit, promote 128"] > acc[-1]["emulated fp32"]
+
+
+def test_lab_command_keeps_the_token_and_loopback():
+    port = find_free_port()
+    cmd = jupyter_command(port, "secret-token")
+    assert "--ip=127.0.0.1" in cmd and f"--port={port}" in cmd
+    assert "--IdentityProvider.token=secret-token" in cmd
+    assert any(c.startswith("--LabApp.default_url=/lab/tree/notebooks/00_setup_check.ipynb") for c in cmd)
+    assert ("--allow-root" in cmd) == (os.geteuid() == 0)
+    with pytest.raises(ValueError, match="token"):
+        jupyter_command(port, "")

@@ -1,0 +1,279 @@
+"""FP8 GEMM: emulation against float64 references, fast against reference, the
+accumulation model, backend resolution without a GPU and with a failing kernel."""
+
+import math
+
+import pytest
+import torch
+
+import fp8lab
+from fp8lab import E4M3, E8M0, RECIPES, PerBlock, PerRow, PerTensor, quantize
+from fp8lab.gemm import (
+    AccumulatorModel,
+    BackendChoice,
+    backend_table,
+    emulated_mm,
+    matmul,
+    quantize_operands,
+    resolve_backend,
+    swizzle_scales,
+)
+from tests.conftest import gpu
+
+U = 2.0**-24
+SHAPES = [(64, 256, 96), (50, 300, 70), (130, 129, 17), (1, 32, 1)]  # divide / don't divide the blocks
+
+
+def _higham_bound(a_q, b_q):
+    """|fl(sum) - sum| <= gamma_n * sum |terms|, gamma_n = n u / (1 - n u), n = K + 3 roundings
+    (K - 1 additions, the product's rounding, two scale multiplications, one fold)."""
+    a, b = a_q.dequantize().double().abs(), b_q.dequantize().double().abs()
+    n = a_q.shape[1] + 4
+    gamma = n * U / (1 - n * U)
+    return gamma * (a @ b.t())
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("emulation", ["reference", "fast"])
+def test_emulated_equals_dequantized_product_to_fp32_rounding(recipe, shape, emulation):
+    m, k, n = shape
+    g = torch.Generator().manual_seed(m * k + n)
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g) * 3
+    a_q, b_q = quantize_operands(a, b, recipe)
+    exact = a_q.dequantize().double() @ b_q.dequantize().double().t()
+    out = emulated_mm(a_q, b_q, emulation=emulation)
+    assert out.dtype == torch.float32 and out.shape == (m, n)
+    assert ((out.double() - exact).abs() <= _higham_bound(a_q, b_q)).all()
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "mxfp8", "nvfp4"])
+def test_fast_equals_reference_bit_exactly_when_the_order_cannot_matter(recipe):
+    # small integers times power-of-two scales: every partial sum is exact in fp32, so any
+    # order of additions gives the same bits
+    g = torch.Generator().manual_seed(1)
+    a = torch.randint(-6, 7, (48, 256), generator=g).float()
+    b = torch.randint(-6, 7, (256, 40), generator=g).float()
+    a_q, b_q = quantize_operands(a, b, recipe)
+    ref = emulated_mm(a_q, b_q, emulation="reference")
+    fast = emulated_mm(a_q, b_q, emulation="fast")
+    assert torch.equal(ref, fast)
+
+
+def test_fast_and_reference_differ_only_within_the_bound_on_hard_data():
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(256, 1024, generator=g) * torch.logspace(-3, 3, 1024)
+    b = torch.randn(1024, 128, generator=g)
+    for recipe in ("blockwise", "mxfp8"):
+        a_q, b_q = quantize_operands(a, b, recipe)
+        ref = emulated_mm(a_q, b_q, emulation="reference")
+        fast = emulated_mm(a_q, b_q, emulation="fast")
+        assert ((ref.double() - fast.double()).abs() <= 2 * _higham_bound(a_q, b_q)).all()
+
+
+def test_matmul_accepts_quantized_tensors_and_checks_layouts():
+    a, b = torch.randn(16, 64), torch.randn(64, 8)
+    a_q, b_q = quantize_operands(a, b, "blockwise")
+    out = matmul(a_q, b_q, "blockwise", verbose=False)
+    torch.testing.assert_close(out, matmul(a, b, "blockwise", verbose=False), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="share K"):
+        matmul(a_q, quantize(b, E4M3), verbose=False)  # b quantized in [K, N], not [N, K]
+    with pytest.raises(ValueError, match=r"a\.shape\[1\] == b\.shape\[0\]"):
+        matmul(a, torch.randn(63, 8), verbose=False)
+    with pytest.raises(TypeError, match="both"):
+        matmul(a_q, b, verbose=False)
+    with pytest.raises(ValueError, match="valid: auto, emulated, scaled_mm"):
+        matmul(a, b, backend="cuda")
+    with pytest.raises(ValueError, match="valid recipes"):
+        matmul(a, b, recipe="fp8")
+
+
+def test_accuracy_against_fp32_and_outlier_channels():
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(256, 1024, generator=g), torch.randn(1024, 256, generator=g)
+    true = a.double() @ b.double()
+
+    def err(x, recipe):
+        out = matmul(x, b, recipe, verbose=False).double()
+        t = x.double() @ b.double()
+        return (torch.linalg.norm(out - t) / torch.linalg.norm(t)).item()
+
+    # E4M3 keeps ~3.6% rms relative error per element; a dot product of two such operands ~5%
+    for recipe in ("tensorwise", "rowwise", "blockwise", "mxfp8"):
+        assert 0.02 < err(a, recipe) < 0.06, recipe
+    assert 0.08 < err(a, "nvfp4") < 0.25  # E2M1: one mantissa bit
+    assert true.abs().max() > 0
+
+
+def _ordinary_channel_error(factor, recipe):
+    """Relative error that outlier channels inflict on the *other* channels' contribution:
+    a few activation channels scaled by `factor` set the scales; measure x_ord @ b_ord."""
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(256, 1024, generator=g), torch.randn(1024, 256, generator=g)
+    outliers = [5, 300, 700]
+    a[:, outliers] *= factor
+    ordinary = torch.ones(1024, dtype=torch.bool)
+    ordinary[outliers] = False
+    a_q, _ = quantize_operands(a, b, recipe)
+    got = a_q.dequantize().double()[:, ordinary] @ b.double()[ordinary]
+    want = a.double()[:, ordinary] @ b.double()[ordinary]
+    return (torch.linalg.norm(got - want) / torch.linalg.norm(want)).item()
+
+
+def test_outlier_channels_per_block_beats_per_tensor():
+    # 100x outliers: E4M3's 18 binades absorb them; every E4M3 recipe loses the same ~2.6%
+    at_100 = {r: _ordinary_channel_error(100, r) for r in ("tensorwise", "rowwise", "blockwise", "mxfp8")}
+    assert max(at_100.values()) < 1.1 * min(at_100.values())
+    # 1e5x outliers (massive activations): the per-tensor scale pushes the other channels into
+    # subnormals and zero; blocks along K confine the damage to the outliers' own blocks
+    tensorwise = _ordinary_channel_error(1e5, "tensorwise")
+    assert tensorwise > 0.2
+    assert _ordinary_channel_error(1e5, "blockwise") < tensorwise / 3
+    assert _ordinary_channel_error(1e5, "mxfp8") < tensorwise / 3
+    # FP4's 3.6 binades feel even 100x, although its blocks are only 16 wide
+    assert _ordinary_channel_error(100, "nvfp4") > 0.15
+
+
+# ---- the accumulation model ---------------------------------------------------------------------
+
+
+def _acc_errors(dist, ks, model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for k in ks:
+        if dist == "uniform":
+            a, b = torch.rand(24, k, generator=g), torch.rand(k, 24, generator=g)
+        else:
+            a, b = torch.randn(24, k, generator=g), torch.randn(k, 24, generator=g)
+        a_q, b_q = quantize_operands(a, b, "tensorwise")
+        exact = a_q.dequantize().double() @ b_q.dequantize().double().t()
+        got = emulated_mm(a_q, b_q, accumulation=model).double()
+        out.append((torch.linalg.norm(got - exact) / torch.linalg.norm(exact)).item())
+    return out
+
+
+def test_limited_accumulator_error_grows_with_k_and_promotion_fixes_it():
+    ks = [256, 1024, 4096]
+    no_promo = _acc_errors("uniform", ks, AccumulatorModel(promote_every=None))
+    promo = _acc_errors("uniform", ks, AccumulatorModel(promote_every=128))
+    fp32 = _acc_errors("uniform", ks, None)
+    assert no_promo[0] < no_promo[1] < no_promo[2]  # grows with K
+    assert 0.01 < no_promo[2] < 0.10  # DeepSeek-V3: ~2% at K = 4096 on H800 (same-sign data: worse)
+    assert promo[2] < no_promo[2] / 10  # promotion every 128 (N_C)
+    assert promo[2] < 2 * promo[0]  # ... and stops the growth
+    assert max(fp32) < 1e-6
+    # mixed-sign data grows the sum like sqrt(K): smaller, but still growing
+    mixed = _acc_errors("normal", ks, AccumulatorModel(promote_every=None))
+    assert mixed[0] < mixed[2] and 5e-4 < mixed[2] < 0.01
+
+
+def test_more_accumulator_bits_less_error():
+    errs = [_acc_errors("uniform", [1024], AccumulatorModel(mantissa_bits=b, promote_every=None))[0]
+            for b in (10, 13, 16, 22)]
+    assert errs[0] > errs[1] > errs[2] > errs[3]
+
+
+def test_accumulator_model_validates():
+    with pytest.raises(ValueError, match="multiple of group"):
+        AccumulatorModel(group=32, promote_every=100)
+    with pytest.raises(ValueError, match="mantissa_bits"):
+        AccumulatorModel(mantissa_bits=0)
+
+
+# ---- backends ---------------------------------------------------------------------------------------
+
+
+def test_without_a_gpu_everything_is_emulated_with_the_reason(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    choice = resolve_backend("blockwise", "cpu")
+    assert choice.backend == "emulated" and "no CUDA device" in choice.reason
+    table = backend_table("cpu")
+    assert [r["recipe"] for r in table] == list(RECIPES)
+    assert all(r["backend"] == "emulated" for r in table)
+    with pytest.raises(RuntimeError, match="cannot run recipe 'tensorwise'"):
+        resolve_backend("tensorwise", "cpu", backend="scaled_mm")
+
+
+def _fake_gpu(monkeypatch, cc):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cc)
+    fp8lab.gemm._PROBED.clear()
+
+
+def test_capability_rules(monkeypatch):
+    _fake_gpu(monkeypatch, (9, 0))
+    why = {name: resolve_backend(name, "cuda", probe=False).reason for name in RECIPES}
+    assert why["tensorwise"] == "real: scaled_mm TensorWise on sm_90"
+    assert why["blockwise"] == "real: scaled_mm BlockWise1x128 x BlockWise128x128 on sm_90"
+    assert why["mxfp8"] == "emulated: BlockWise1x32 needs sm_100, this is sm_90"
+    assert why["nvfp4"] == "emulated: BlockWise1x16 needs sm_100, this is sm_90"
+    _fake_gpu(monkeypatch, (10, 0))
+    assert "needs sm_90 (Hopper)" in resolve_backend("blockwise", "cuda", probe=False).reason
+    _fake_gpu(monkeypatch, (8, 0))
+    assert "FP8 needs sm_89" in resolve_backend("tensorwise", "cuda", probe=False).reason
+
+
+def test_a_failing_kernel_falls_back_to_emulation(monkeypatch, capsys):
+    _fake_gpu(monkeypatch, (9, 0))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED")
+
+    monkeypatch.setattr(fp8lab.gemm, "_real_mm", broken)
+    choice = resolve_backend("tensorwise", "cuda")  # the probe runs the kernel once
+    assert choice.backend == "emulated" and "CUBLAS_STATUS_NOT_SUPPORTED" in choice.reason
+    # and at run time: the probe passed, the kernel then fails -> emulate, say why, carry on
+    fp8lab.gemm._PROBED[("cuda", "TensorWise")] = (True, "probe ok")
+    a, b = torch.randn(8, 32), torch.randn(32, 4)
+    out = matmul(a, b, "tensorwise")
+    assert "scaled_mm failed (RuntimeError: CUBLAS_STATUS_NOT_SUPPORTED); emulating instead" in capsys.readouterr().out
+    torch.testing.assert_close(out, matmul(a, b, "tensorwise", backend="emulated", verbose=False))
+    fp8lab.gemm._PROBED.clear()
+
+
+def test_the_choice_is_printed_once(capsys):
+    a, b = torch.randn(8, 64), torch.randn(64, 5)
+    matmul(a, b, "mxfp8")
+    matmul(a, b, "mxfp8")
+    printed = capsys.readouterr().out
+    assert printed.count("fp8lab.matmul mxfp8 [8x64] @ [64x5]") == 1
+    assert isinstance(resolve_backend("mxfp8"), BackendChoice)
+
+
+def test_swizzle_matches_the_cublas_layout_as_torchao_builds_it():
+    to_blocked = pytest.importorskip("torchao.prototype.mx_formats.utils").to_blocked
+    for shape in [(128, 4), (256, 8), (130, 9), (1, 1), (300, 17)]:
+        s = torch.randint(0, 255, shape, dtype=torch.uint8)
+        assert torch.equal(swizzle_scales(s), to_blocked(s))
+
+
+def test_swizzle_is_a_permutation():
+    s = torch.arange(256 * 8).reshape(256, 8)
+    assert torch.equal(swizzle_scales(s).sort().values, torch.arange(256 * 8))
+
+
+# ---- on a GPU (skipped without one) ---------------------------------------------------------------
+
+
+@gpu
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_real_kernel_matches_emulation(recipe):
+    choice = resolve_backend(recipe, "cuda")
+    if choice.backend != "scaled_mm":
+        pytest.skip(choice.reason)
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 512, generator=g), torch.randn(512, 384, generator=g)
+    a_q, b_q = quantize_operands(a, b, recipe)
+    real = fp8lab.gemm._real_mm(a_q, b_q, RECIPES[recipe], torch.device("cuda")).float().cpu()
+    emu = emulated_mm(a_q, b_q, emulation="reference")
+    tol = 2**-8 if real.dtype != torch.float32 else 1e-5  # bf16 output rounding
+    assert ((real - emu).abs() <= tol * emu.abs() + 1e-3 * emu.abs().max()).all()
+
+
+def test_mx_operand_scales_are_e8m0_on_the_k_axis():
+    a_q, b_q = quantize_operands(torch.randn(4, 64), torch.randn(64, 3), "mxfp8")
+    assert a_q.scale.shape == (4, 2) and b_q.scale.shape == (3, 2) and a_q.scale_fmt is E8M0
+    assert isinstance(RECIPES["rowwise"].input.granularity, PerRow)
+    assert isinstance(RECIPES["tensorwise"].input.granularity, PerTensor)
+    assert RECIPES["blockwise"].weight.granularity == PerBlock(128, 128)
+    assert math.isfinite(float(a_q.scale.max()))
