@@ -315,17 +315,34 @@ def _torch_native_cast_ok(fmt: FloatFormat) -> bool:
     return fmt.name in ("e4m3", "e5m2", "bf16", "fp16")
 
 
+def _cast_by_step(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    # |x| rounded on the grid of its binade: step = 2^(max(floor(log2|x|), emin) - m); |x| / step
+    # and * step are exact (powers of two), torch.round is half-to-even on the step count,
+    # which is the code's parity (with no mantissa bits, the even neighbour is the upper one)
+    a = x.abs().clamp(max=fmt.max_value)
+    if not fmt.has_subnormals:
+        a = a.clamp(min=fmt.min_normal)
+    _, e = torch.frexp(a)  # a = mant * 2^e, mant in [0.5, 1): floor(log2 a) = e - 1
+    emin = 1 - fmt.bias if fmt.has_subnormals else -fmt.bias
+    step = torch.ldexp(torch.ones_like(a), (e - 1).clamp(min=emin) - fmt.mantissa_bits)
+    out = torch.round(a / step) * step
+    if fmt.signed:
+        return torch.copysign(out, x)
+    return torch.where(x > 0, out, math.nan)  # unsigned: no sign, no zero (NaN stays NaN too)
+
+
 def cast(x: torch.Tensor, fmt: FloatFormat | str) -> torch.Tensor:
     """Round x to `fmt` (nearest, ties to even; beyond max_value -> +-max_value; NaN stays NaN).
 
     Returns float32 holding the rounded values. Same answer as `cast_reference`, faster:
-    for E4M3 and E5M2 this clamps and then uses torch's own cast. Saturation is explicit
-    because torch's casts differ: float32 -> float8_e4m3fn saturates, -> float8_e5m2 does
-    not (1e6 -> inf). fp8lab models saturating hardware (satfinite) for every format.
+    for E4M3 and E5M2 this clamps and then uses torch's own cast; for E2M1 and E8M0 it
+    rounds on each binade's grid in float32. Saturation is explicit because torch's casts
+    differ: float32 -> float8_e4m3fn saturates, -> float8_e5m2 does not (1e6 -> inf).
+    fp8lab models saturating hardware (satfinite) for every format.
     """
     fmt = get_format(fmt)
     _check_float(x)
-    if not _torch_native_cast_ok(fmt):
-        return cast_reference(x, fmt)
     x = x.to(torch.float32)
+    if not _torch_native_cast_ok(fmt):
+        return _cast_by_step(x, fmt)
     return x.clamp(-fmt.max_value, fmt.max_value).to(fmt.torch_dtype).to(torch.float32)

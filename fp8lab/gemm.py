@@ -165,8 +165,8 @@ def _emulated_reference(
 
     out[m, n] = sum_s  (sum_{k in s} a[m, k] * b[n, k]) * sa[m, s] * sb[n, s]
     """
-    a = a_q.data.to(torch.float32)  # (M, K) exact FP8 values
-    b = b_q.data.to(torch.float32)  # (N, K)
+    a = a_q.values()  # (M, K) exact FP8 values, float32
+    b = b_q.values()  # (N, K)
     m, k = a.shape
     n = b.shape[0]
     sa, wa = _k_blocks(a_q)  # (M, KBa), block width along K
@@ -194,31 +194,28 @@ def _significant_bits(fmt) -> int:
     return fmt.mantissa_bits + 1
 
 
-def _fold(q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+def _fold(q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor | None, bool, float, float]:
     """An operand as float32 values ready for one GEMM over all of K.
 
-    Returns (values[R, K], post_scale[R] or None, exact_in_bf16). Scales that vary along K
-    are folded into the values: exactly when the product of an element and its scale fits
-    in bfloat16's 8 significant bits (power-of-two scales; E4M3 block scales times E4M3 or
-    E2M1 elements); otherwise in float32 with one rounding per element. Scales constant
-    along K are returned as post_scale and applied to the GEMM's output.
+    Returns (values[R, K], post_scale[R] or None, exact_in_bf16, lo, hi). Scales that vary
+    along K are folded into the values: exactly when the product of an element and its
+    scale fits in bfloat16's 8 significant bits (power-of-two scales; E4M3 block scales
+    times E4M3 or E2M1 elements); otherwise in float32 with one rounding per element.
+    Scales constant along K are returned as post_scale and applied to the GEMM's output.
+    lo and hi bound the magnitudes of the nonzero values (from the format and the scales).
     """
-    values = q.data.to(torch.float32)
+    values = q.values()
     s, width = _k_blocks(q)
     k = q.shape[1]
     if width >= k:  # one scale per row (or tensor): apply after the GEMM
-        return values, s[:, 0], True
+        return values, s[:, 0], True, q.fmt.min_subnormal, q.fmt.max_value
     pow2 = q.scale_rule in ("rceil", "floor") or q.scale_fmt is E8M0
     e4m3_scales = q.scale_fmt is E4M3 and _significant_bits(q.fmt) + _significant_bits(E4M3) <= 8
     expanded = s.repeat_interleave(width, 1)[:, :k]  # (R, K)
     values = values * expanded
-    return values, None, pow2 or e4m3_scales
-
-
-def _in_bf16_range(values: torch.Tensor) -> bool:
-    # bfloat16 matrix units flush subnormals; keep every nonzero value a normal number
-    nz = values[values != 0].abs()
-    return nz.numel() == 0 or (float(nz.min()) >= 2.0**-126 and float(nz.max()) < 2.0**120)
+    lo = q.fmt.min_subnormal * float(q.scale.min())
+    hi = q.fmt.max_value * float(q.scale.max())
+    return values, None, pow2 or e4m3_scales, lo, hi
 
 
 @contextlib.contextmanager
@@ -276,25 +273,25 @@ def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
     """The fast version: one GEMM over all of K on scale-folded values.
 
     Equal to the reference up to the order of fp32 additions (and one rounding per element
-    where float32 scales are folded): see emulated_mm for the bound.
+    where float32 scales are folded): see emulated_mm for the bound. Falls back to the
+    reference where folding could underflow or overflow float32 products.
     """
-    a, post_a, exact_a = _fold(a_q)
-    b, post_b, exact_b = _fold(b_q)
-    use_bf16 = (
-        a.device.type == "cpu" and exact_a and exact_b and bf16_fast_path()[0]
-        and _in_bf16_range(a) and _in_bf16_range(b)
-    )
-    if use_bf16:
-        with _bf16_fpmath():
+    a, post_a, exact_a, lo_a, hi_a = _fold(a_q)
+    b, post_b, exact_b, lo_b, hi_b = _fold(b_q)
+    if not (lo_a * lo_b >= 2.0**-126 and hi_a * hi_b * a.shape[1] < 2.0**126):
+        return _emulated_reference(a_q, b_q, None)  # folded products would leave float32's normal range
+    if a.device.type == "cpu" and exact_a and exact_b and bf16_fast_path()[0]:
+        with _bf16_fpmath():  # inputs exact in bf16, products and sums in fp32
             out = a @ b.t()
     else:
         out = a @ b.t()
-    if post_a is not None or post_b is not None:
-        one = torch.ones((), device=out.device)
+    if post_a is not None and post_b is not None:
         # one scale factor per output, as the reference (and the hardware epilogue) forms it
-        sa = post_a if post_a is not None else one
-        sb = post_b if post_b is not None else one
-        out = out * (sa[:, None] * sb[None, :])
+        out = out * (post_a[:, None] * post_b[None, :])
+    elif post_a is not None:
+        out = out * post_a[:, None]
+    elif post_b is not None:
+        out = out * post_b[None, :]
     factor = _tensor_factor(a_q, b_q)
     return out if factor is None else out * factor
 

@@ -19,6 +19,7 @@ from fp8lab.scaling import (
     SCALE_RULES,
     AmaxHistory,
     Granularity,
+    PerBlock,
     PerTensor,
     amax_per_block,
     as_2d,
@@ -56,7 +57,35 @@ class QuantizedTensor:
     tensor_scale: torch.Tensor | None = None
     amax: torch.Tensor | None = None
     margin: int = 0
-    meta: dict = field(default_factory=dict)
+    _values: torch.Tensor | None = field(default=None, repr=False)
+
+    def values(self) -> torch.Tensor:
+        """data as float32 (the element values before scaling), computed once and cached."""
+        if self._values is None:
+            object.__setattr__(self, "_values", self.data.to(torch.float32))
+        return self._values
+
+    def t(self) -> QuantizedTensor:
+        """The transpose, sharing data and scales: q[M, K] -> q.t()[K, M].
+
+        Exact for per-tensor and per-block scaling (a block's transpose is a block of the
+        transposed tensor, padding included). Per-row scales would become per-column, which
+        no granularity here describes: re-quantize instead.
+        """
+        if self.data.dim() != 2:
+            raise ValueError("t() needs a 2-D QuantizedTensor")
+        g = self.granularity
+        if isinstance(g, PerTensor):
+            scale, amax, gran = self.scale, self.amax, g
+        elif isinstance(g, PerBlock):
+            amax = self.amax.t() if self.amax is not None else None
+            scale, gran = self.scale.t(), PerBlock(g.cols, g.rows)
+        else:
+            raise ValueError(f"{g.label} scales are not transposable; quantize the transposed tensor instead")
+        return QuantizedTensor(
+            self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt, self.tensor_scale, amax,
+            self.margin, self._values.t() if self._values is not None else None,
+        )
 
     @property
     def shape(self) -> torch.Size:

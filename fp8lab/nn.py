@@ -1,0 +1,338 @@
+"""FP8 training layers: FP8Linear (autograd), convert(model, recipe), a bridge to torchao.
+
+Public: FP8Linear, convert, Monitor, IDENTITY (no quantization, for tests).
+FP8Linear runs the three GEMMs of a linear layer through fp8lab's GEMM, each operand
+quantized along its own contraction dim, from the high-precision tensor:
+    fprop  y[M, N]  = x[M, K] @ w[N, K]^T     x: input scaling along K,  w: weight along K
+    dgrad  dx[M, K] = dy[M, N] @ w[N, K]      dy: grad along N,         w^T[K, N] along N
+    wgrad  dw[N, K] = dy^T[N, M] @ x[M, K]    dy^T[N, M] along M,       x^T[K, M] along M
+(TransformerEngine likewise quantizes row-wise and column-wise copies from the
+high-precision tensor; per-tensor scaling gives the same codes either way.)
+Notebook 06 trains with these layers; 07 swaps in torchao's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fp8lab.gemm import emulated_mm, matmul
+from fp8lab.metrics import overflow_fraction, underflow_fraction
+from fp8lab.quantize import QuantizedTensor
+from fp8lab.recipes import Recipe, TensorScaling, get_recipe
+from fp8lab.scaling import AmaxHistory, PerBlock, PerTensor
+
+__all__ = ["IDENTITY", "FP8Linear", "Monitor", "convert", "fp8_layers", "unwrap"]
+
+# A recipe that quantizes nothing: FP8Linear(recipe=IDENTITY) must equal nn.Linear exactly.
+IDENTITY = "identity"
+ENGINES = ("fp8lab", "torchao")
+TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+
+
+# ---- monitoring ----------------------------------------------------------------------------------------------
+
+
+class Monitor:
+    """Per layer and tensor role, each step: amax, scale, overflow and underflow fractions.
+
+    Rows are recorded as the GEMMs run; `frame()` returns a tidy pandas DataFrame with
+    columns step, layer, gemm, role, amax, scale_max, scale_min, overflow, underflow.
+    `every` records one step in `every` (1: all) to keep the cost down.
+    """
+
+    def __init__(self, every: int = 1) -> None:
+        if every < 1:
+            raise ValueError("every must be >= 1")
+        self.every = every
+        self.step = 0
+        self.rows: list[dict] = []
+
+    def active(self) -> bool:
+        return self.step % self.every == 0
+
+    def record(self, layer: str, gemm: str, role: str, x: torch.Tensor, q: QuantizedTensor) -> None:
+        scale = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
+        self.rows.append({
+            "step": self.step, "layer": layer, "gemm": gemm, "role": role,
+            "amax": float(q.amax.max()) if q.amax is not None else float(x.abs().max()),
+            "scale_max": float(scale.max()), "scale_min": float(scale.min()),
+            "overflow": overflow_fraction(x, q), "underflow": underflow_fraction(x, q),
+        })
+
+    def frame(self):
+        import pandas as pd
+
+        cols = ["step", "layer", "gemm", "role", "amax", "scale_max", "scale_min", "overflow", "underflow"]
+        return pd.DataFrame(self.rows, columns=cols)
+
+    def clear(self) -> None:
+        self.rows.clear()
+
+
+# ---- the autograd function -------------------------------------------------------------------------------
+
+
+@dataclass
+class _LayerState:
+    """What the autograd function needs to know about its layer."""
+
+    name: str
+    recipe: Recipe | None  # None: no quantization (IDENTITY)
+    histories: dict[str, AmaxHistory] | None
+    monitor: Monitor | None
+    backend: str
+    recorded: set[str] = field(default_factory=set)  # roles whose amax this step has recorded
+
+
+def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling) -> QuantizedTensor:
+    """Quantize an operand [rows, contraction]; delayed scaling reads and updates the role's history."""
+    amax = None
+    if state.histories is not None:
+        amax = state.histories[role].amax_for_step(t)
+    q = scaling.quantize(t, amax=amax)
+    if state.histories is not None and role not in state.recorded:
+        state.recorded.add(role)  # once per step, at the role's first GEMM
+        state.histories[role].record(t)
+    if state.monitor is not None and state.monitor.active():
+        state.monitor.record(state.name, gemm, role, t, q)
+    return q
+
+
+def _operand(state: _LayerState, make: Callable[[], torch.Tensor], role: str, gemm: str,
+             reuse: QuantizedTensor | None = None) -> QuantizedTensor | None:
+    """Quantize the operand make() -> t[rows, contraction] for `gemm`, or reuse an earlier one.
+
+    `reuse` is the same tensor quantized for another GEMM, transposed: it is used when its
+    transpose is exactly what this GEMM asks for (same format and rule, and the transposed
+    blocks are this GEMM's blocks: per-tensor, or square blocks like 128x128). Then the
+    codes are identical, and TransformerEngine likewise reuses the FP8 copy. Returns None
+    where the recipe runs this GEMM in high precision.
+    """
+    scaling = state.recipe.scaling(role, gemm)
+    if scaling is None:
+        return None
+    if (reuse is not None and isinstance(reuse.granularity, PerTensor | PerBlock)
+            and reuse.granularity == _transposed(scaling.granularity) and _same_numerics(reuse, scaling)):
+        return reuse.t()
+    return _quantize(state, make(), role, gemm, scaling)
+
+
+def _transposed(g):
+    return PerBlock(g.cols, g.rows) if isinstance(g, PerBlock) else g
+
+
+def _same_numerics(q: QuantizedTensor, s: TensorScaling) -> bool:
+    return (q.fmt is s.fmt and q.scale_rule == s.scale_rule and q.scale_fmt is s.scale_fmt
+            and (q.tensor_scale is not None) == s.two_level and q.margin == s.margin)
+
+
+def _mm(state: _LayerState, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+    if state.backend == "emulated" or a_q.data.device.type != "cuda":
+        return emulated_mm(a_q, b_q)
+    return matmul(a_q, b_q, state.recipe, backend=state.backend, verbose=False)
+
+
+class _FP8LinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, state: _LayerState):
+        x2 = x.reshape(-1, x.shape[-1])  # (M, K)
+        ctx.state = state
+        ctx.has_bias = bias is not None
+        ctx.q_x = ctx.q_w = None
+        if state.recipe is None:
+            out = F.linear(x2, weight, bias)
+        else:
+            # fprop: x[M, K] @ w[N, K]^T, both quantized along K
+            ctx.q_x = _operand(state, x2.float, "input", "fprop")
+            ctx.q_w = _operand(state, weight.float, "weight", "fprop")
+            out = _mm(state, ctx.q_x, ctx.q_w).to(x.dtype)
+            if bias is not None:
+                out = out + bias
+        ctx.save_for_backward(x2, weight)
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        x2, weight = ctx.saved_tensors
+        state: _LayerState = ctx.state
+        g = grad_out.reshape(-1, grad_out.shape[-1])  # (M, N)
+        grad_x = grad_w = grad_b = None
+        if state.recipe is None:  # the ops nn.Linear's backward runs, in its order
+            if ctx.needs_input_grad[0]:
+                grad_x = g.mm(weight)
+            if ctx.needs_input_grad[1]:
+                grad_w = g.t().mm(x2)
+        else:
+            gf = g.float()
+            q_g = None
+            if ctx.needs_input_grad[0]:
+                # dgrad: dy[M, N] @ w[N, K]: contraction N; w^T[K, N] is quantized along N
+                q_g = _operand(state, lambda: gf, "grad_output", "dgrad")
+                q_wt = _operand(state, lambda: weight.float().t().contiguous(), "weight", "dgrad", reuse=ctx.q_w)
+                grad_x = _mm(state, q_g, q_wt).to(x2.dtype)
+            if ctx.needs_input_grad[1]:
+                # wgrad: dy^T[N, M] @ x[M, K]: contraction M; dy^T[N, M] and x^T[K, M] along M
+                q_gt = _operand(state, lambda: gf.t().contiguous(), "grad_output", "wgrad", reuse=q_g)
+                q_xt = _operand(state, lambda: x2.float().t().contiguous(), "input", "wgrad", reuse=ctx.q_x)
+                if q_gt is None or q_xt is None:  # high-precision weight gradient
+                    grad_w = gf.t().mm(x2.float())
+                else:
+                    grad_w = _mm(state, q_gt, q_xt)
+                grad_w = grad_w.to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g.sum(0)
+        if grad_x is not None:
+            grad_x = grad_x.reshape(*grad_out.shape[:-1], x2.shape[-1])
+        ctx.q_x = ctx.q_w = None
+        return grad_x, grad_w, grad_b, None
+
+
+# ---- the module ------------------------------------------------------------------------------------------------
+
+
+class FP8Linear(nn.Linear):
+    """nn.Linear whose three GEMMs run in FP8 as `recipe` says (emulated, or real on a GPU).
+
+    recipe: a Recipe or its name; IDENTITY ("identity") quantizes nothing (equals nn.Linear).
+    backend: "auto" (real scaled_mm on a capable GPU, else emulated) or "emulated".
+    Delayed recipes keep one AmaxHistory per role (input, weight, grad_output), updated
+    every step. A Monitor, if given, records per-role statistics of every quantization.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: Recipe | str = "tensorwise",
+                 backend: str = "auto", monitor: Monitor | None = None, name: str = "", device=None, dtype=None):
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self.recipe = None if recipe == IDENTITY else get_recipe(recipe)
+        if backend not in ("auto", "emulated"):
+            raise ValueError(f"FP8Linear backend must be 'auto' or 'emulated', got {backend!r}")
+        self.backend = backend
+        self.monitor = monitor
+        self.layer_name = name
+        self.histories = (
+            {role: self.recipe.delayed.new_history() for role in ("input", "weight", "grad_output")}
+            if self.recipe is not None and self.recipe.delayed is not None else None
+        )
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, recipe: Recipe | str, **kw) -> FP8Linear:
+        """An FP8Linear sharing `linear`'s parameters (so an existing optimizer keeps working)."""
+        new = cls(linear.in_features, linear.out_features, linear.bias is not None, recipe,
+                  device="meta", **kw)
+        new.weight = linear.weight
+        new.bias = linear.bias
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        state = _LayerState(self.layer_name, self.recipe, self.histories, self.monitor, self.backend)
+        return _FP8LinearFunction.apply(x, self.weight, self.bias, state)
+
+    def extra_repr(self) -> str:
+        name = self.recipe.name if self.recipe is not None else IDENTITY
+        return f"{super().extra_repr()}, recipe={name}, backend={self.backend}"
+
+
+# ---- convert ------------------------------------------------------------------------------------------------------
+
+
+def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    return [(n, m) for n, m in model.named_modules() if type(m) is nn.Linear]
+
+
+def convert(
+    model: nn.Module,
+    recipe: Recipe | str,
+    skip: Iterable[str] | Callable[[str, nn.Linear], bool] | None = None,
+    keep_first_last: bool = False,
+    engine: str = "fp8lab",
+    backend: str = "auto",
+    monitor: Monitor | None = None,
+    inplace: bool = False,
+) -> nn.Module:
+    """Swap the nn.Linear layers of `model` for FP8 ones; returns the converted model.
+
+    skip: names of linears to keep (or a predicate (name, module) -> keep in high precision).
+    keep_first_last: keep the first and last nn.Linear in high precision, as practitioners do.
+    engine: "fp8lab" (FP8Linear, every recipe, emulated or real) or "torchao"
+            (torchao.float8.convert_to_float8_training: tensorwise, rowwise,
+            rowwise_with_gw_hp; emulate=True on the CPU, real kernels on a GPU).
+    The model is deep-copied unless inplace=True. Parameters are shared with the copy's
+    Linear layers, so build the optimizer after converting.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if not inplace:
+        model = copy.deepcopy(model)
+    linears = _linears(model)
+    if not linears:
+        raise ValueError("the model has no nn.Linear layers to convert")
+    keep = set()
+    if keep_first_last:
+        keep |= {linears[0][0], linears[-1][0]}
+    if callable(skip):
+        keep |= {n for n, m in linears if skip(n, m)}
+    elif skip is not None:
+        skip = set(skip)
+        unknown = skip - {n for n, _ in linears}
+        if unknown:
+            raise ValueError(f"skip names no nn.Linear: {sorted(unknown)}; linears are {[n for n, _ in linears]}")
+        keep |= skip
+
+    if engine == "torchao":
+        return _convert_torchao(model, recipe, keep)
+
+    for name, lin in linears:
+        if name in keep:
+            continue
+        new = FP8Linear.from_linear(lin, recipe, backend=backend, monitor=monitor, name=name)
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, new)
+    return model
+
+
+def _convert_torchao(model: nn.Module, recipe: Recipe | str, keep: set[str]) -> nn.Module:
+    name = recipe if isinstance(recipe, str) else recipe.name
+    if name not in TORCHAO_RECIPES:
+        raise ValueError(
+            f"torchao's float8 training has recipes {', '.join(TORCHAO_RECIPES)}, not {name!r}; "
+            "use engine='fp8lab' for it (torchao removed delayed scaling in 2025; its MX and "
+            "blockwise training paths need a GPU)"
+        )
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError as err:
+        raise ImportError("engine='torchao' needs torchao: pip install torchao==0.18.0") from err
+    config = Float8LinearConfig.from_recipe_name(name)
+    if not torch.cuda.is_available():
+        import dataclasses
+
+        config = dataclasses.replace(config, emulate=True)  # no FP8 kernels: torchao's emulation
+
+    def module_filter(mod: nn.Module, fqn: str) -> bool:
+        # torchao's float8 kernels need both dims divisible by 16
+        return fqn not in keep and mod.in_features % 16 == 0 and mod.out_features % 16 == 0
+
+    return convert_to_float8_training(model, config=config, module_filter_fn=module_filter)
+
+
+def fp8_layers(model: nn.Module) -> list[tuple[str, FP8Linear]]:
+    """The FP8Linear layers of a model, with their names."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, FP8Linear)]
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """A copy of the model with every FP8Linear back to a plain nn.Linear (same weights)."""
+    model = copy.deepcopy(model)
+    for name, lin in fp8_layers(model):
+        plain = nn.Linear(lin.in_features, lin.out_features, lin.bias is not None, device="meta")
+        plain.weight, plain.bias = lin.weight, lin.bias
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, plain)
+    return model

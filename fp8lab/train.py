@@ -1,0 +1,506 @@
+"""Toy models, synthetic data with an outlier knob, and recipes trained side by side.
+
+Public: ToyMLP, TinyTransformer, make_model, TeacherTask, MarkovTask, train, TrainResult,
+BASELINES, LESSON (the documented settings of notebook 06), compare_real_emulated,
+bench_train.
+Everything is generated in code from a seed: no downloads. Every recipe in one call
+starts from the same initial weights and sees the same batches in the same order.
+The outlier knob ("sink channels"): a few hidden channels after the first layer are set
+to a constant F and the next layer's weights for them are held at zero, so fp32 never
+sees them, while every per-tensor scale of that layer's input does - as LLMs' massive
+activations and attention sinks do. Notebook 06 is built on this file.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fp8lab.nn import Monitor, convert
+from fp8lab.recipes import Recipe, get_recipe
+
+__all__ = [
+    "BASELINES",
+    "LESSON",
+    "MarkovTask",
+    "TeacherTask",
+    "TinyTransformer",
+    "ToyMLP",
+    "TrainResult",
+    "bench_train",
+    "block_size_recipes",
+    "compare_real_emulated",
+    "delayed_recipes",
+    "make_model",
+    "train",
+]
+
+BASELINES = ("fp32", "bf16")  # high-precision references trained beside the FP8 recipes
+MODELS = ("mlp", "transformer")
+
+
+# ---- models --------------------------------------------------------------------------------------
+
+
+PLACEMENTS = ("adjacent", "spread")
+
+
+class SinkChannels(nn.Module):
+    """Overwrite `count` channels of h[..., C] with `magnitude` (0 disables): massive activations.
+
+    placement "adjacent": channels 0..count-1 (they share one 16/32/128-wide block);
+    "spread": `count` channels drawn at random (they land in different blocks).
+    """
+
+    def __init__(self, channels: int, count: int = 4, magnitude: float = 0.0, seed: int = 1234,
+                 placement: str = "adjacent") -> None:
+        super().__init__()
+        if placement not in PLACEMENTS:
+            raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
+        if placement == "adjacent":
+            index = torch.arange(count)
+        else:
+            index = torch.randperm(channels, generator=torch.Generator().manual_seed(seed))[:count].sort().values
+        self.register_buffer("index", index)
+        self.magnitude = float(magnitude)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.magnitude == 0:
+            return h
+        h = h.clone()
+        h[..., self.index] = self.magnitude
+        return h
+
+
+class ToyMLP(nn.Module):
+    """in -> hidden -> hidden -> out with GELU, sink channels after the first layer, and a gain.
+
+    gain: the input is multiplied by it and fc1's output divided by it (fc1 has no bias;
+    b1 is added after): exact arithmetic does not notice, an FP8 cast of fc1's input does.
+    fc2's weight columns for the sink channels are zero and stay zero (see `project`).
+    """
+
+    def __init__(self, in_dim: int = 256, hidden: int = 1024, out_dim: int = 8, sinks: int = 4,
+                 sink_magnitude: float = 0.0, placement: str = "adjacent") -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(in_dim, hidden, bias=False)
+        self.b1 = nn.Parameter(torch.zeros(hidden))
+        self.sink = SinkChannels(hidden, sinks, sink_magnitude, placement=placement)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, out_dim)
+        self.gain = 1.0
+        self.project()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc1(x * self.gain) / self.gain + self.b1)
+        h = self.sink(h)
+        h = F.gelu(self.fc2(h))
+        return self.fc3(h)
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Hold fc2's weights for the sink channels at zero (call after each optimizer step)."""
+        self.fc2.weight[:, self.sink.index] = 0
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int, sinks: int, sink_magnitude: float, seed: int,
+                 placement: str = "adjacent") -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.norm2 = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 4 * d)
+        self.sink = SinkChannels(4 * d, sinks, sink_magnitude, seed, placement)
+        self.down = nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)  # (B, T, D) each
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D/H)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # attention stays in high precision
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        h = self.sink(F.gelu(self.up(self.norm2(x))))  # (B, T, 4D)
+        return x + self.down(h)
+
+
+class TinyTransformer(nn.Module):
+    """A 2-layer decoder (width 64, 4 heads) for next-token prediction; sinks in each MLP."""
+
+    def __init__(self, vocab: int = 64, d: int = 64, layers: int = 2, heads: int = 4, seq: int = 32,
+                 sinks: int = 4, sink_magnitude: float = 0.0, placement: str = "adjacent") -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
+        self.blocks = nn.ModuleList(Block(d, heads, sinks, sink_magnitude, 1234 + i, placement) for i in range(layers))
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+        self.project()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+    @torch.no_grad()
+    def project(self) -> None:
+        for block in self.blocks:
+            block.down.weight[:, block.sink.index] = 0
+
+
+def make_model(kind: str = "mlp", seed: int = 0, sink_magnitude: float = 0.0, **kw) -> nn.Module:
+    """A toy model with deterministic initial weights."""
+    if kind not in MODELS:
+        raise ValueError(f"unknown model {kind!r}; valid: {', '.join(MODELS)}")
+    torch.manual_seed(seed)
+    if kind == "mlp":
+        return ToyMLP(sink_magnitude=sink_magnitude, **kw)
+    return TinyTransformer(sink_magnitude=sink_magnitude, **kw)
+
+
+# ---- tasks ---------------------------------------------------------------------------------------
+
+
+class TeacherTask:
+    """Regression on a fixed random teacher: y = W2 tanh(W1 x), x ~ N(0, 1). MSE loss."""
+
+    def __init__(self, in_dim: int = 256, out_dim: int = 8, hidden: int = 64, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(10_000 + seed)
+        self.w1 = torch.randn(hidden, in_dim, generator=g) / math.sqrt(in_dim)
+        self.w2 = torch.randn(out_dim, hidden, generator=g) / math.sqrt(hidden)
+        self.in_dim = in_dim
+
+    def batch(self, g: torch.Generator, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(size, self.in_dim, generator=g)
+        return x, torch.tanh(x @ self.w1.t()) @ self.w2.t()
+
+    @staticmethod
+    def loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(pred, target)
+
+
+class MarkovTask:
+    """Next-token prediction on sequences from a fixed random sparse Markov chain. Cross-entropy."""
+
+    def __init__(self, vocab: int = 64, seq: int = 32, branching: int = 4, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(20_000 + seed)
+        self.next_tokens = torch.stack([torch.randperm(vocab, generator=g)[:branching] for _ in range(vocab)])
+        self.probs = torch.softmax(torch.randn(vocab, branching, generator=g) * 2, dim=-1)
+        self.vocab, self.seq = vocab, seq
+
+    def batch(self, g: torch.Generator, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.empty(size, self.seq + 1, dtype=torch.long)
+        tokens[:, 0] = torch.randint(self.vocab, (size,), generator=g)
+        for t in range(self.seq):
+            choice = torch.multinomial(self.probs[tokens[:, t]], 1, generator=g).squeeze(1)
+            tokens[:, t + 1] = self.next_tokens[tokens[:, t], choice]
+        return tokens[:, :-1], tokens[:, 1:]
+
+    @staticmethod
+    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+# ---- the documented settings ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """The settings of notebook 06 and tests/test_lessons.py (measured numbers: README).
+
+    MLP 256 -> 1024 -> 1024 -> 8, Adam 2e-3, batch 128, 150 steps, teacher task.
+    sink_magnitude: 4 adjacent hidden channels set to 1e6 after fc1 (fc2 ignores them).
+    gain_drop: fc1's input shrinks 1e5-fold at step 75 (fp32 does not notice).
+    """
+
+    steps: int = 150
+    batch: int = 128
+    lr: float = 2e-3
+    sink_magnitude: float = 1e6
+    gain_drop: float = 1e-5
+    gain_drop_step: int = 75
+    short_history: int = 4
+    long_history: int = 256
+
+    def gain_schedule(self, step: int) -> float:
+        """Input gain: 1 before gain_drop_step, gain_drop after."""
+        return 1.0 if step < self.gain_drop_step else self.gain_drop
+
+
+LESSON = Lesson()
+
+
+def block_size_recipes(cols: Sequence[int] = (32, 128, 512)) -> list[Recipe]:
+    """DeepSeek-style blockwise recipes whose activation and gradient tiles are 1 x cols."""
+    from fp8lab.recipes import RECIPES, TensorScaling
+    from fp8lab.scaling import PerBlock
+
+    base = RECIPES["blockwise"]
+    return [base.replace(name=f"blockwise 1x{c}", input=TensorScaling(base.input.fmt, PerBlock(1, c)),
+                         grad_output=TensorScaling(base.grad_output.fmt, PerBlock(1, c))) for c in cols]
+
+
+def delayed_recipes(lengths: Sequence[int] = (LESSON.short_history, LESSON.long_history),
+                    algo: str = "max") -> list[Recipe]:
+    """The delayed recipe with amax histories of these lengths."""
+    from fp8lab.recipes import RECIPES, DelayedSpec
+
+    return [RECIPES["delayed"].replace(name=f"delayed h{n}", delayed=DelayedSpec(n, algo)) for n in lengths]
+
+
+# ---- training ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    label: str
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    recipe: Recipe | None
+    monitor: Monitor | None
+    autocast: bool = False
+    stopped: str = ""
+
+
+@dataclass
+class TrainResult:
+    """history: tidy DataFrame (step, run, loss); monitor: per-layer statistics; messages."""
+
+    history: object
+    monitor: object
+    messages: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def final_loss(self, last: int = 10):
+        """Mean loss of each run over its last `last` recorded steps (NaN-stopped runs: inf)."""
+        import pandas as pd
+
+        out = {}
+        for run, df in self.history.groupby("run", sort=False):
+            vals = df["loss"].tail(last)
+            out[run] = float(vals.mean()) if vals.notna().all() and len(vals) else math.inf
+        return pd.Series(out, name="final loss")
+
+
+def _make_runs(recipes: Sequence[str | Recipe], base: nn.Module, lr: float, engine: str, backend: str,
+               monitor_every: int | None, keep_first_last: bool, skip: Sequence[str] | None) -> list[Run]:
+    runs = []
+    for r in recipes:
+        if r in BASELINES:
+            model = copy.deepcopy(base)
+            runs.append(Run(r, model, torch.optim.Adam(model.parameters(), lr=lr), None, None, autocast=r == "bf16"))
+            continue
+        recipe = get_recipe(r)
+        monitor = Monitor(monitor_every) if monitor_every else None
+        model = convert(base, recipe, engine=engine, backend=backend, monitor=monitor if engine == "fp8lab" else None,
+                        keep_first_last=keep_first_last, skip=skip)
+        label = recipe.name if engine == "fp8lab" else f"{recipe.name} (torchao)"
+        runs.append(Run(label, model, torch.optim.Adam(model.parameters(), lr=lr), recipe, monitor))
+    labels = [run.label for run in runs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"each recipe once, please: got {labels}")
+    return runs
+
+
+def train(
+    recipes: Sequence[str | Recipe] = ("fp32", "tensorwise", "blockwise", "mxfp8"),
+    model: str = "mlp",
+    steps: int = LESSON.steps,
+    seed: int = 0,
+    sink_magnitude: float = 0.0,
+    batch: int = LESSON.batch,
+    lr: float = LESSON.lr,
+    gain_schedule: Callable[[int], float] | None = None,
+    callback: Callable[[TrainResult, int], bool | None] | None = None,
+    every: int = 10,
+    monitor_every: int | None = 10,
+    engine: str = "fp8lab",
+    backend: str = "auto",
+    keep_first_last: bool = False,
+    skip: Sequence[str] | None = None,
+    progress: bool = True,
+    should_stop: Callable[[], bool] | None = None,
+) -> TrainResult:
+    """Train one model per recipe, side by side, from the same weights on the same batches.
+
+    recipes: FP8 recipe names (RECIPES, VARIANTS) and/or baselines "fp32", "bf16".
+    gain_schedule: step -> input gain (ToyMLP only): a mid-run change of activation size.
+    keep_first_last / skip: linears kept in high precision (see fp8lab.nn.convert).
+    callback(result_so_far, step) runs every `every` steps (live plots); returning False,
+    or should_stop() returning True, ends training early. A run whose loss turns NaN/inf
+    stops with a message; the others continue. Returns a TrainResult.
+    """
+    import pandas as pd
+
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
+    if steps < 1 or batch < 1:
+        raise ValueError("steps and batch must be positive")
+    if gain_schedule is not None and model != "mlp":
+        raise ValueError("gain_schedule needs the mlp (its fc1 carries the gain)")
+    base = make_model(model, seed, sink_magnitude)
+    task = TeacherTask(seed=seed) if model == "mlp" else MarkovTask(seed=seed)
+    runs = _make_runs(recipes, base, lr, engine, backend, monitor_every, keep_first_last, skip)
+    rows: list[dict] = []
+    messages: list[str] = []
+    result = TrainResult(pd.DataFrame(columns=["step", "run", "loss"]), None, messages)
+    data = torch.Generator().manual_seed(1_000 + seed)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=steps, desc=f"{model}: {', '.join(r.label for r in runs)}", leave=False)
+    t0 = time.perf_counter()
+    step = 0
+    for step in range(steps):
+        x, y = task.batch(data, batch)  # one batch, shared by every run
+        gain = gain_schedule(step) if gain_schedule is not None else 1.0
+        for run in runs:
+            if run.stopped:
+                continue
+            if run.monitor is not None:
+                run.monitor.step = step
+            if gain_schedule is not None:
+                run.model.gain = gain
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=run.autocast):
+                loss = task.loss(run.model(x).float(), y)
+            value = loss.item()
+            if not math.isfinite(value):
+                run.stopped = f"{run.label} stopped at step {step}: loss is {value} (the other runs go on)"
+                messages.append(run.stopped)
+                rows.append({"step": step, "run": run.label, "loss": math.nan})
+                continue
+            run.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            run.optimizer.step()
+            if hasattr(run.model, "project"):
+                run.model.project()
+            rows.append({"step": step, "run": run.label, "loss": value})
+        if bar is not None:
+            bar.update(1)
+        if (callback is not None and (step + 1) % every == 0) or step == steps - 1:
+            result.history = pd.DataFrame(rows)
+            result.monitor = _monitor_frame(runs)
+            result.seconds = time.perf_counter() - t0
+            if callback is not None and callback(result, step) is False:
+                messages.append(f"stopped by the callback at step {step}")
+                break
+        if should_stop is not None and should_stop():
+            messages.append(f"stopped at step {step}")
+            break
+        if all(run.stopped for run in runs):
+            break
+    if bar is not None:
+        bar.close()
+    result.history = pd.DataFrame(rows, columns=["step", "run", "loss"])
+    result.monitor = _monitor_frame(runs)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _monitor_frame(runs: list[Run]):
+    import pandas as pd
+
+    frames = []
+    for run in runs:
+        if run.monitor is not None and run.monitor.rows:
+            df = run.monitor.frame()
+            df.insert(0, "run", run.label)
+            frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=["run", "step", "layer", "gemm", "role", "amax", "scale_max", "scale_min",
+                                     "overflow", "underflow"])
+    return pd.concat(frames, ignore_index=True)
+
+
+# ---- on a GPU: real vs emulated -------------------------------------------------------------------------------------
+
+
+def compare_real_emulated(steps: int = 200, device: torch.device | str = "cuda",
+                          recipes: Sequence[str] = ("tensorwise", "rowwise", "blockwise")) -> list[dict]:
+    """Train the toy MLP with real and with emulated FP8 GEMMs; the largest loss difference."""
+    device = torch.device(device)
+    rows = []
+    for name in recipes:
+        losses = {}
+        for backend in ("auto", "emulated"):
+            base = make_model("mlp", 0).to(device)
+            model = convert(base, name, backend=backend)
+            opt = torch.optim.Adam(model.parameters(), lr=LESSON.lr)
+            task = TeacherTask()
+            g = torch.Generator().manual_seed(1_000)
+            curve = []
+            for _ in range(steps):
+                x, y = task.batch(g, LESSON.batch)
+                loss = task.loss(model(x.to(device)), y.to(device))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                model.project()
+                curve.append(loss.item())
+            losses[backend] = curve
+        diff = max(abs(a - b) for a, b in zip(losses["auto"], losses["emulated"], strict=True))
+        rows.append({"recipe": name, "steps": steps, "final loss real": losses["auto"][-1],
+                     "final loss emulated": losses["emulated"][-1], "max |loss diff|": diff})
+    return rows
+
+
+# ---- benchmark -----------------------------------------------------------------------------------
+
+
+def bench_train(size: int | None = None, rounds: int | None = None) -> list[dict]:
+    """Step time of the toy MLP and transformer: fp32, bf16, fp8lab emulated, torchao emulate."""
+    import statistics
+
+    from fp8lab.bench import print_table, time_interleaved
+
+    rounds = rounds or 20
+    rows = []
+    for kind in MODELS:
+        task = TeacherTask() if kind == "mlp" else MarkovTask()
+        g = torch.Generator().manual_seed(0)
+        x, y = task.batch(g, LESSON.batch if kind == "mlp" else 32)
+        cands = {}
+        for label in ("fp32", "bf16", "tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4",
+                      "tensorwise + monitor every step", "tensorwise (torchao)"):
+            base = make_model(kind, 0)
+            autocast = label == "bf16"
+            if label in BASELINES:
+                model = base
+            elif label.endswith("(torchao)"):
+                try:
+                    model = convert(base, "tensorwise", engine="torchao")
+                except ImportError:
+                    continue
+            elif label.endswith("monitor every step"):
+                model = convert(base, "tensorwise", monitor=Monitor(1))
+            else:
+                model = convert(base, label)
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+            def step(model=model, opt=opt, autocast=autocast, task=task, x=x, y=y):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    loss = task.loss(model(x).float(), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+            cands[label] = step
+        times = time_interleaved(cands, rounds=rounds, warmup=3)
+        base_t = statistics.median(times["fp32"])
+        for label, ts in times.items():
+            rows.append({"model": kind, "what": label, "median ms/step": statistics.median(ts) * 1e3,
+                         "x fp32": statistics.median(ts) / base_t})
+    print_table(f"training step time, Adam, MLP batch {LESSON.batch} / transformer batch 32 (median of {rounds}, "
+                "interleaved)", rows)
+    return rows
