@@ -5,6 +5,7 @@ The map (imports flow down this list): formats -> scaling -> quantize -> recipes
 """
 
 from fp8lab.formats import BF16, E2M1, E4M3, E5M2, E8M0, FORMATS, FP16, FloatFormat, cast, get_format
+from fp8lab.gemm import AccumulatorModel, matmul
 from fp8lab.metrics import (
     overflow_fraction,
     quantization_report,
@@ -19,6 +20,27 @@ from fp8lab.scaling import SCALE_RULES, AmaxHistory, PerBlock, PerRow, PerTensor
 
 __version__ = "0.1.0"
 
+
+def setup(seed: int = 0, quiet: bool = False) -> str:
+    """The first cell of every notebook: the lab's plot theme, a fixed seed, one status line."""
+    import torch
+
+    from fp8lab.plots import use_theme
+    from fp8lab.settings import SMOKE
+
+    use_theme()
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        cc = torch.cuda.get_device_capability()
+        where = f"GPU {torch.cuda.get_device_name()} (sm_{cc[0]}{cc[1]}): real FP8 GEMMs where the kernel exists"
+    else:
+        where = "no GPU: FP8 GEMMs are emulated exactly on the CPU"
+    line = f"fp8lab {__version__} | torch {torch.__version__} | {where}" + (" | smoke mode" if SMOKE else "")
+    if not quiet:
+        print(line)
+    return line
+
+
 __all__ = [
     "BF16",
     "E2M1",
@@ -29,6 +51,7 @@ __all__ = [
     "FP16",
     "RECIPES",
     "SCALE_RULES",
+    "AccumulatorModel",
     "AmaxHistory",
     "FloatFormat",
     "PerBlock",
@@ -40,12 +63,14 @@ __all__ = [
     "cast",
     "get_format",
     "get_recipe",
+    "matmul",
     "overflow_fraction",
     "parse_granularity",
     "quantization_report",
     "quantize",
     "quantize_delayed",
     "relative_error",
+    "setup",
     "sqnr",
     "subnormal_fraction",
     "underflow_fraction",

@@ -167,7 +167,11 @@ class FloatFormat:
         return tuple(c for c, v in enumerate(self._decoded) if math.isnan(v))
 
     def values(self) -> torch.Tensor:
-        """Every finite value of the format, sorted ascending, one zero (float64)."""
+        """Every finite value of the format, sorted ascending, one zero (float64; a fresh copy)."""
+        return self._values.clone()
+
+    @cached_property
+    def _values(self) -> torch.Tensor:
         finite = {v for v in self._decoded if math.isfinite(v)}  # +0 and -0 collapse to one
         return torch.tensor(sorted(finite), dtype=torch.float64)
 

@@ -1,0 +1,77 @@
+"""Synthetic tensors for the notebooks: distributions, outlier channels, spikes over steps.
+
+Public: DISTRIBUTIONS, sample(distribution, shape, outliers, seed, ...), activation_stream.
+All generated in code from a seed; nothing is downloaded. Notebooks 02-05 draw from here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["DISTRIBUTIONS", "activation_stream", "sample"]
+
+DISTRIBUTIONS: tuple[str, ...] = ("normal", "laplace", "lognormal", "uniform", "channel scales")
+
+
+def sample(
+    distribution: str = "normal",
+    shape: tuple[int, int] = (256, 1024),
+    outliers: float = 0.0,
+    outlier_channels: int = 4,
+    seed: int = 0,
+    normalize: bool = False,
+) -> torch.Tensor:
+    """A float32 tensor x[M, K] drawn from `distribution`, with optional outlier channels.
+
+    normal / laplace (heavy tails) / lognormal (positive, skewed) / uniform [-1, 1] /
+    "channel scales" (each of the K channels has its own scale, 10^-3..10^3, as
+    un-normalized features do). outliers > 0 multiplies `outlier_channels` channels by it
+    (LLM activation outliers). normalize=True standardizes each channel (column) to mean 0,
+    std 1 first - the "normalize your data" practice.
+    """
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"unknown distribution {distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    if outliers < 0:
+        raise ValueError(f"outliers is a magnitude multiplier >= 0, got {outliers}")
+    g = torch.Generator().manual_seed(seed)
+    m, k = shape
+    if distribution == "normal":
+        x = torch.randn(m, k, generator=g)
+    elif distribution == "laplace":
+        u = torch.rand(m, k, generator=g) - 0.5
+        x = -torch.sign(u) * torch.log1p(-2 * u.abs())
+    elif distribution == "lognormal":
+        x = torch.exp(torch.randn(m, k, generator=g) * 1.5)
+    elif distribution == "uniform":
+        x = torch.rand(m, k, generator=g) * 2 - 1
+    else:  # channel scales
+        x = torch.randn(m, k, generator=g) * torch.logspace(-3, 3, k)[torch.randperm(k, generator=g)]
+    if normalize:
+        x = (x - x.mean(0)) / x.std(0).clamp(min=1e-12)
+    if outliers > 0 and outlier_channels > 0:
+        idx = torch.randperm(k, generator=g)[:outlier_channels]
+        x[:, idx] *= outliers
+    return x
+
+
+def activation_stream(
+    steps: int = 60,
+    shape: tuple[int, int] = (64, 256),
+    spike_step: int | None = 30,
+    spike: float = 20.0,
+    drift: float = 0.0,
+    seed: int = 0,
+) -> list[torch.Tensor]:
+    """Activations over training steps: N(0, 1) with a one-step spike and an optional drift.
+
+    spike multiplies the tensor at spike_step (an outlier batch); drift > 0 grows the
+    scale by (1 + drift) per step. Notebook 03 feeds these to delayed scaling.
+    """
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for step in range(steps):
+        x = torch.randn(*shape, generator=g) * (1 + drift) ** step
+        if spike_step is not None and step == spike_step:
+            x = x * spike
+        out.append(x)
+    return out

@@ -1,0 +1,398 @@
+"""Workshop exercises: check_* gives specific feedback, hint_* a nudge, solution_* the answer.
+
+Public: one check/hint/solution trio per exercise, for notebooks 01-06:
+  01 decode an E4M3 code           check_decode, hint_decode, solution_decode
+  02 the per-tensor E4M3 scale     check_scale, hint_scale, solution_scale
+  03 the amax of delayed scaling   check_delayed_amax, hint_delayed_amax, solution_delayed_amax
+  04 per-block amax; FP4 blocks    check_block_amax, ...; check_block_choice, ...
+  05 the scaled FP8 GEMM           check_scaled_gemm, hint_scaled_gemm, solution_scaled_gemm
+  06 which recipes survive sinks   check_survivors, hint_survivors, solution_survivors
+A check returns a Feedback (printed in the notebook): ok, and a message naming the case
+that failed and why. Solutions are printed only when a learner asks for them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from fp8lab.formats import E4M3
+from fp8lab.quantize import QuantizedTensor, quantize
+from fp8lab.scaling import PerBlock, PerTensor, parse_granularity
+
+__all__ = [
+    "Feedback",
+    "block_choice_tensor",
+    "check_block_amax",
+    "check_block_choice",
+    "check_decode",
+    "check_delayed_amax",
+    "check_scale",
+    "check_scaled_gemm",
+    "check_survivors",
+    "hint_block_amax",
+    "hint_block_choice",
+    "hint_decode",
+    "hint_delayed_amax",
+    "hint_scale",
+    "hint_scaled_gemm",
+    "hint_survivors",
+    "solution_block_amax",
+    "solution_block_choice",
+    "solution_decode",
+    "solution_delayed_amax",
+    "solution_scale",
+    "solution_scaled_gemm",
+    "solution_survivors",
+]
+
+
+@dataclass(frozen=True)
+class Feedback:
+    ok: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def _repr_html_(self) -> str:
+        color = "#009e73" if self.ok else "#d55e00"
+        mark = "correct" if self.ok else "not yet"
+        return f"<div style='color:{color}'><b>{mark}:</b> {self.message}</div>"
+
+    def __repr__(self) -> str:
+        return f"{'correct' if self.ok else 'not yet'}: {self.message}"
+
+
+def _call(fn: Callable, *args) -> tuple[object, str | None]:
+    try:
+        return fn(*args), None
+    except Exception as err:  # the learner's code: report, don't raise
+        return None, f"your function raised {type(err).__name__}: {err}"
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _tensor(v) -> torch.Tensor:
+    return v if isinstance(v, torch.Tensor) else torch.as_tensor(v, dtype=torch.float32)
+
+
+# ---- 01: decode an E4M3 code -----------------------------------------------------------------
+
+
+def check_decode(decode: Callable[[int], float]) -> Feedback:
+    """decode(code) -> value of an E4M3 (fn) code, 0..255. Checked on all 256 codes."""
+    for code in range(256):
+        got, err = _call(decode, code)
+        if err:
+            return Feedback(False, f"code {code} (0b{code:08b}): {err}")
+        want = E4M3.decode(code)
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            return Feedback(False, f"code {code}: return a number, got {got!r}")
+        if not _same(got, want):
+            f = E4M3.fields(code)
+            why = ""
+            if abs(got) == abs(want):
+                why = " The sign bit is the top bit (128)."
+            elif f["exponent"] == 0:
+                why = " Exponent field 0 means subnormal (or zero): value = 2^(1-7) * mantissa/8, no implicit 1."
+            elif f["exponent"] == 15 and f["mantissa"] == 7:
+                why = " S.1111.111 is E4M3's only NaN pattern."
+            elif f["exponent"] == 15:
+                why = " E4M3 (fn) has no infinity: exponent 1111 is a normal binade up to 448."
+            return Feedback(False, f"code {code} (0b{code:08b} = sign {f['sign']}, exponent {f['exponent']}, "
+                                   f"mantissa {f['mantissa']}): expected {want:g}, got {got:g}.{why}")
+    return Feedback(True, "all 256 codes decode correctly, subnormals and NaN included.")
+
+
+def hint_decode() -> str:
+    return ("Split the byte: sign = code >> 7, exponent = (code >> 3) & 0b1111, mantissa = code & 0b111. "
+            "Normal: (-1)^s * 2^(e - 7) * (1 + m/8). What happens when e == 0? And which single pattern is NaN?")
+
+
+def solution_decode() -> str:
+    return '''def decode(code):
+    s, e, m = code >> 7, (code >> 3) & 0xF, code & 0x7
+    sign = -1.0 if s else 1.0
+    if e == 15 and m == 7:
+        return float("nan")                    # S.1111.111: the only NaN, no inf in E4M3fn
+    if e == 0:
+        return sign * 2.0 ** (1 - 7) * m / 8   # subnormal: no implicit leading 1
+    return sign * 2.0 ** (e - 7) * (1 + m / 8)'''
+
+
+# ---- 02: the per-tensor scale -------------------------------------------------------------------------
+
+
+def _scale_cases() -> list[tuple[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(2)
+    return [
+        ("a standard normal tensor", torch.randn(64, 64, generator=g)),
+        ("a tensor whose largest magnitude is negative", -torch.rand(8, 8, generator=g) * 1000),
+        ("a tiny tensor (|x| < 1e-3)", torch.randn(16, 16, generator=g) * 1e-4),
+        ("an all-zero tensor", torch.zeros(4, 4)),
+    ]
+
+
+def check_scale(scale_fn: Callable[[torch.Tensor], float]) -> Feedback:
+    """scale_fn(x) -> fp8lab's per-tensor E4M3 scale: the dequantization multiplier."""
+    for name, x in _scale_cases():
+        got, err = _call(scale_fn, x)
+        if err:
+            return Feedback(False, f"{name}: {err}")
+        want = float(quantize(x, E4M3, PerTensor()).scale)
+        got = float(got)
+        if math.isclose(got, want, rel_tol=1e-5):
+            continue
+        amax = float(x.abs().max())
+        msg = f"{name}: expected {want:.6g}, got {got:.6g}."
+        if amax > 0 and math.isclose(got * want, 1.0, rel_tol=1e-4):
+            msg += " That is the reciprocal: fp8lab's scale is the DEQUANTIZATION multiplier, x ~ q * scale."
+        elif amax > 0 and math.isclose(got, float(x.max()) / 448, rel_tol=1e-4):
+            msg += " Use the largest MAGNITUDE, max(|x|), not max(x)."
+        elif amax > 0 and math.isclose(got, amax / 57344, rel_tol=1e-4):
+            msg += " 57344 is E5M2's maximum; E4M3's is 448."
+        elif amax == 0:
+            msg += " An all-zero tensor has amax 0: fp8lab gives it scale 1 (any scale stores zeros)."
+        return Feedback(False, msg)
+    return Feedback(True, "scale = amax / 448, with the all-zero case handled.")
+
+
+def hint_scale() -> str:
+    return "Map the largest magnitude onto E4M3's largest value, 448. x ~ q * scale, so scale = ... / ... ."
+
+
+def solution_scale() -> str:
+    return '''def scale_fn(x):
+    amax = x.abs().max().item()
+    return amax / 448 if amax > 0 else 1.0     # x ~ q * scale; zeros need any scale: 1'''
+
+
+# ---- 03: delayed scaling's amax --------------------------------------------------------------------------
+
+
+def _delayed_cases():
+    return [
+        ("history [1, 5, 2], algo 'max'", [1.0, 5.0, 2.0], 9.0, "max", 5.0),
+        ("history [1, 5, 2], algo 'most_recent'", [1.0, 5.0, 2.0], 9.0, "most_recent", 2.0),
+        ("an empty history (the first step)", [], 3.0, "max", 3.0),
+        ("history [4, 4], current amax 100 (a spike)", [4.0, 4.0], 100.0, "max", 4.0),
+    ]
+
+
+def check_delayed_amax(fn: Callable[[list[float], float, str], float]) -> Feedback:
+    """fn(history, current_amax, algo) -> the amax this step's scale uses (before recording)."""
+    for name, hist, current, algo, want in _delayed_cases():
+        got, err = _call(fn, list(hist), current, algo)
+        if err:
+            return Feedback(False, f"{name}: {err}")
+        if got is None or not math.isclose(float(got), want):
+            msg = f"{name}: expected {want:g}, got {got}."
+            if got is not None and math.isclose(float(got), max([*hist, current])) and hist:
+                msg += " Delayed scaling uses only PAST amaxes: the current one is recorded after quantizing."
+            elif hist and got is not None and math.isclose(float(got), sum(hist) / len(hist)):
+                msg += " 'max' takes the maximum of the history, not its mean."
+            elif not hist:
+                msg += " With nothing recorded yet, fp8lab calibrates on the current amax."
+            return Feedback(False, msg)
+    return Feedback(True, "past amaxes only, 'max' or 'most_recent', first step calibrated - as AmaxHistory.")
+
+
+def hint_delayed_amax() -> str:
+    return ("The point of delayed scaling: the scale is known BEFORE seeing this step's tensor. Which values "
+            "can it use, then? What if the history is still empty?")
+
+
+def solution_delayed_amax() -> str:
+    return '''def fn(history, current_amax, algo):
+    if not history:
+        return current_amax                      # first step: nothing to delay from
+    return max(history) if algo == "max" else history[-1]'''
+
+
+# ---- 04: per-block amax; the block choice -------------------------------------------------------------------
+
+
+def check_block_amax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Feedback:
+    """fn(x[M, K], block) -> amax[M, K // block]: max |x| over each 1 x block tile along K."""
+    g = torch.Generator().manual_seed(4)
+    cases = [("x[4, 64], block 32", torch.randn(4, 64, generator=g), 32),
+             ("x[3, 256], block 128, negative extremes", -torch.rand(3, 256, generator=g) * 7, 128),
+             ("x[8, 16], block 16 (per row)", torch.randn(8, 16, generator=g), 16)]
+    for name, x, block in cases:
+        got, err = _call(fn, x.clone(), block)
+        if err:
+            return Feedback(False, f"{name}: {err}")
+        want = quantize(x, E4M3, PerBlock(1, block)).amax
+        got = _tensor(got)
+        if tuple(got.shape) != tuple(want.shape):
+            msg = f"{name}: expected shape {tuple(want.shape)} (M, K / block), got {tuple(got.shape)}."
+            if tuple(got.shape) == (x.shape[0] // block, x.shape[1]) or got.numel() == want.numel():
+                msg += " The tiles run along K (the last dim): reshape to (M, K // block, block)."
+            return Feedback(False, msg)
+        if not torch.allclose(got.float(), want):
+            msg = f"{name}: the shapes match but the values don't."
+            if torch.allclose(got.float(), x.reshape(x.shape[0], -1, block).amax(-1)):
+                msg += " Take the max of |x|: a block's largest magnitude can be negative."
+            return Feedback(False, msg)
+    return Feedback(True, "per-tile amax along K, magnitudes included.")
+
+
+def hint_block_amax() -> str:
+    return "x.reshape(M, K // block, block) puts each tile on the last dim; what reduction gives max |x| there?"
+
+
+def solution_block_amax() -> str:
+    return '''def fn(x, block):
+    m, k = x.shape
+    return x.abs().reshape(m, k // block, block).amax(dim=-1)   # (M, K/block)'''
+
+
+CHOICE_BLOCKS = ("1x16", "1x32", "1x64", "1x128", "32x32", "128x128", "per-row", "per-tensor")
+CHOICE_FORMAT = "e2m1"
+CHOICE_THRESHOLD = 18.0
+
+
+def block_choice_tensor() -> torch.Tensor:
+    """The tensor of exercise 04b: heavy-tailed (Laplace) activations, 128 x 1024."""
+    from fp8lab.data import sample
+
+    return sample("laplace", (128, 1024), seed=42)
+
+
+def _block_table() -> list[tuple[str, float, float]]:
+    from fp8lab.metrics import sqnr
+
+    x = block_choice_tensor()
+    rows = []
+    for label in CHOICE_BLOCKS:
+        q = quantize(x, CHOICE_FORMAT, parse_granularity(label))
+        rows.append((label, sqnr(x, q), q.scale_bits_per_element))
+    return rows
+
+
+def check_block_choice(label: str) -> Feedback:
+    """With FP4 (E2M1) elements and float32 scales, which block keeps the SQNR of
+    block_choice_tensor() at or above 18 dB with the least scale overhead (bits/element)?"""
+    rows = {r[0]: r for r in _block_table()}
+    if label not in rows:
+        return Feedback(False, f"{label!r} is not one of {', '.join(CHOICE_BLOCKS)}.")
+    ok = [r for r in rows.values() if r[1] >= CHOICE_THRESHOLD]
+    best = min(ok, key=lambda r: r[2])
+    _, db, bits = rows[label]
+    if label == best[0]:
+        return Feedback(True, f"{label}: {db:.1f} dB for {bits:.3g} bits of scale per element - the cheapest that "
+                              f"reaches {CHOICE_THRESHOLD:g} dB.")
+    if db < CHOICE_THRESHOLD:
+        return Feedback(False, f"{label} reaches only {db:.1f} dB (< {CHOICE_THRESHOLD:g}): its blocks are too "
+                               "big for FP4's 3.6 binades on heavy-tailed data.")
+    return Feedback(False, f"{label} reaches {db:.1f} dB but costs {bits:.3g} bits per element; a bigger block "
+                           "also passes and costs less.")
+
+
+def hint_block_choice() -> str:
+    return ("Loop over the labels: q = fp8lab.quantize(x, 'e2m1', label); keep those with fp8lab.sqnr(x, q) >= 18, "
+            "then compare q.scale_bits_per_element. (In E4M3 every block clears 30 dB here: why?)")
+
+
+def solution_block_choice() -> str:
+    rows = _block_table()
+    lines = [f"{label:>10}  {db:5.1f} dB  {bits:.3g} bits/element" for label, db, bits in rows]
+    best = min((r for r in rows if r[1] >= CHOICE_THRESHOLD), key=lambda r: r[2])
+    return "\n".join([*lines, f"answer: {best[0]}"])
+
+
+# ---- 05: the scaled GEMM -----------------------------------------------------------------------------------------
+
+
+def check_scaled_gemm(fn: Callable[[QuantizedTensor, QuantizedTensor], torch.Tensor]) -> Feedback:
+    """fn(a_q[M, K], b_q[N, K]) -> out[M, N] for per-tensor scales: what torch._scaled_mm computes."""
+    g = torch.Generator().manual_seed(5)
+    cases = [("a[8, 32] @ b[32, 4], amax 3 and 200", torch.randn(8, 32, generator=g) * 3,
+              torch.randn(4, 32, generator=g) * 200),
+             ("a[2, 64] @ b[64, 5], tiny values", torch.randn(2, 64, generator=g) * 1e-3,
+              torch.randn(5, 64, generator=g))]
+    for name, a, b in cases:
+        a_q, b_q = quantize(a, E4M3), quantize(b, E4M3)
+        got, err = _call(fn, a_q, b_q)
+        if err:
+            return Feedback(False, f"{name}: {err}")
+        want = (a_q.data.double() @ b_q.data.double().t()) * a_q.scale.double() * b_q.scale.double()
+        got = _tensor(got).double()
+        if got.shape != want.shape:
+            return Feedback(False, f"{name}: expected shape {tuple(want.shape)}, got {tuple(got.shape)}. "
+                                   "b_q is in [N, K] layout: contract with its transpose.")
+        if torch.allclose(got, want, rtol=1e-4, atol=1e-6 * want.abs().max().item()):
+            continue
+        data = a_q.data.double() @ b_q.data.double().t()
+        msg = f"{name}: the values are off."
+        if torch.allclose(got, data, rtol=1e-4):
+            msg += " The FP8 codes' product must still be scaled back: multiply by both scales."
+        elif torch.allclose(got, data / (a_q.scale.double() * b_q.scale.double()), rtol=1e-4):
+            msg += " scale is the DEQUANTIZATION multiplier: multiply by it, don't divide."
+        elif torch.allclose(got, data * a_q.scale.double(), rtol=1e-4) or torch.allclose(
+                got, data * b_q.scale.double(), rtol=1e-4):
+            msg += " You applied one operand's scale; each operand has its own."
+        return Feedback(False, msg)
+    return Feedback(True, "(q_a @ q_b^T) * scale_a * scale_b: the products of FP8 codes, summed, then scaled.")
+
+
+def hint_scaled_gemm() -> str:
+    return "a ~ a_q.data * a_q.scale and b ~ b_q.data * b_q.scale. Expand (a @ b^T): where do the scales go?"
+
+
+def solution_scaled_gemm() -> str:
+    return '''def fn(a_q, b_q):
+    acc = a_q.data.float() @ b_q.data.float().t()   # exact products, fp32 sums (the tensor core)
+    return acc * a_q.scale * b_q.scale              # per-tensor scales: once, after the sum'''
+
+
+# ---- 06: which recipes survive the sinks -----------------------------------------------------------------------------
+
+_SURVIVORS = {"blockwise", "mxfp8"}
+_WHY = {
+    "tensorwise": "one scale for the whole tensor is set by the 10^6 sinks: every other activation flushes to zero",
+    "delayed": "per-tensor too, and its scale comes from past steps as well",
+    "rowwise": "every row holds the sink channels, so every row's scale is set by them - worst of all",
+    "nvfp4": "E2M1 has 3.6 binades: even its 16-element blocks lose the rest of a sink's block, and it starts "
+             "worse than the FP8 recipes anyway",
+}
+
+
+def check_survivors(answer) -> Feedback:
+    """Which recipes end within 5% of their own no-outlier loss with 4 sink channels at 1e6
+    (LESSON settings)? Answer with a set of recipe names."""
+    from fp8lab.recipes import RECIPES
+
+    try:
+        chosen = {str(a).strip().lower() for a in answer}
+    except TypeError:
+        return Feedback(False, "answer with a set of recipe names, e.g. {'tensorwise', 'mxfp8'}")
+    unknown = chosen - set(RECIPES)
+    if unknown:
+        return Feedback(False, f"unknown recipes {sorted(unknown)}; choose from {', '.join(RECIPES)}")
+    wrong = chosen - _SURVIVORS
+    if wrong:
+        name = sorted(wrong)[0]
+        return Feedback(False, f"{name} does not survive: {_WHY[name]}.")
+    missing = _SURVIVORS - chosen
+    if missing:
+        return Feedback(False, f"{sorted(missing)[0]} survives too: its blocks along K confine the sinks to the one "
+                               "block that holds them, and the wgrad layout (along M) never sees them.")
+    return Feedback(True, "blockwise and mxfp8: blocks along K keep the damage in the sinks' own block.")
+
+
+def hint_survivors() -> str:
+    return ("Run the TrainingPanel with the sink knob at 1e6 and again at 'none'; compare each recipe's final loss "
+            "with its own. Then ask: how many values share a scale with a sink channel?")
+
+
+def solution_survivors() -> str:
+    return "{'blockwise', 'mxfp8'} - see tests/test_lessons.py for the measured losses"
