@@ -1,4 +1,4 @@
-"""The project's own benchmarks: `python -m fp8lab bench quantize|gemm|gpu|train|widgets|all`.
+"""The project's own benchmarks: `python -m fp8lab bench quantize|gemm|gpu|train|widgets|lessons|all`.
 
 Public: run(name, ...) and one function per benchmark, each returning rows (dicts) and
 printing a table. Candidates are timed in interleaved rounds on the same inputs, so a
@@ -269,7 +269,7 @@ def bench_gpu(size: int = 8192, reps: int = 20, device: str | None = None, check
     return out
 
 
-BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "all")
+BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "lessons", "all")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,4 +301,9 @@ def main(argv: list[str] | None = None) -> int:
             from fp8lab.widgets import bench_widgets
 
             bench_widgets(**kw)
+        elif name == "lessons":
+            from fp8lab.train import lesson_table
+
+            print(f"\nnotebook 06's lessons: final loss (mean of the last 10 steps, 3 seeds)\n{machine_line()}")
+            lesson_table()
     return 0

@@ -20,14 +20,16 @@ def sample(
     outlier_channels: int = 4,
     seed: int = 0,
     normalize: bool = False,
-) -> torch.Tensor:
+    return_outliers: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """A float32 tensor x[M, K] drawn from `distribution`, with optional outlier channels.
 
     normal / laplace (heavy tails) / lognormal (positive, skewed) / uniform [-1, 1] /
     "channel scales" (each of the K channels has its own scale, 10^-3..10^3, as
     un-normalized features do). outliers > 0 multiplies `outlier_channels` channels by it
     (LLM activation outliers). normalize=True standardizes each channel (column) to mean 0,
-    std 1 first - the "normalize your data" practice.
+    std 1 first - the "normalize your data" practice. return_outliers=True also returns the
+    outlier channels' indices (empty without outliers), to measure the other channels alone.
     """
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
@@ -48,10 +50,12 @@ def sample(
         x = torch.randn(m, k, generator=g) * torch.logspace(-3, 3, k)[torch.randperm(k, generator=g)]
     if normalize:
         x = (x - x.mean(0)) / x.std(0).clamp(min=1e-12)
+    idx = torch.randperm(k, generator=g)[:outlier_channels].sort().values
     if outliers > 0 and outlier_channels > 0:
-        idx = torch.randperm(k, generator=g)[:outlier_channels]
         x[:, idx] *= outliers
-    return x
+    else:
+        idx = idx[:0]
+    return (x, idx) if return_outliers else x
 
 
 def activation_stream(

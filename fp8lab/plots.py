@@ -188,22 +188,22 @@ def scale_heatmap(q: QuantizedTensor, ax=None):
 
 
 def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None):
-    """SQNR (dB) of each block: where the precision went."""
+    """The median relative error of each block's elements: where precision went. (A block's
+    SQNR would hide it: the energy of a block with an outlier is the outlier's.)"""
     ax = _ax(ax)
     r, c = q.block_shape
     x2 = x.detach().reshape(q.shape).double()
-    err = (x2 - q.dequantize().double()).square()
+    rel = ((x2 - q.dequantize().double()).abs() / x2.abs()).nan_to_num(0.0, posinf=1.0).clamp(max=1.0)
     m, k = x2.shape
     mb, kb = math.ceil(m / r), math.ceil(k / c)
-    pad = (0, kb * c - k, 0, mb * r - m)
-    sig = torch.nn.functional.pad(x2.square(), pad).reshape(mb, r, kb, c).sum((1, 3))
-    noise = torch.nn.functional.pad(err, pad).reshape(mb, r, kb, c).sum((1, 3))
-    db = 10 * torch.log10(sig.clamp(min=1e-300) / noise.clamp(min=1e-300)).clamp(-10, 60)
-    sns.heatmap(_block_grid(db), ax=ax, cmap="magma", vmin=-10, vmax=60, cbar_kws={"label": "SQNR per block (dB)"},
-                xticklabels=False, yticklabels=False)
+    pad = torch.nn.functional.pad(rel, (0, kb * c - k, 0, mb * r - m))
+    blocks = pad.reshape(mb, r, kb, c).permute(0, 2, 1, 3).reshape(mb, kb, r * c)  # (MB, KB, r*c)
+    med = blocks.median(dim=-1).values.clamp(min=1e-4)
+    sns.heatmap(_block_grid(torch.log10(med)), ax=ax, cmap="magma_r", vmin=-4, vmax=0,
+                cbar_kws={"label": "log10 median relative error"}, xticklabels=False, yticklabels=False)
     ax.set_xlabel("block column (along K)")
     ax.set_ylabel("block row (along M)")
-    ax.set_title("error per block")
+    ax.set_title("error per block (dark: values lost)")
     return ax
 
 
@@ -225,7 +225,7 @@ def metric_vs_block(df, metric: str = "sqnr_db", ax=None, overhead: bool = True,
         ax2 = ax.twinx()
         first = df.drop_duplicates("block").set_index("block").reindex(labels)
         ax2.bar(range(len(labels)), first["scale_bits_per_element"], color="grey", alpha=0.2, width=0.5)
-        ax2.set_ylabel("scale overhead (bits / element)", color="grey")
+        ax2.set_ylabel("scale bits / element", color="grey")
         ax2.grid(False)
     ax.set_title("quality and cost of each block size")
     return ax
