@@ -12,28 +12,13 @@ import argparse
 import datetime
 import platform
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 
-__all__ = ["bench_gemm", "bench_gpu", "bench_quantize", "main", "print_table", "time_interleaved"]
+from fp8lab.timing import time_interleaved
 
-
-def time_interleaved(
-    cands: dict[str, Callable[[], object]], rounds: int = 15, warmup: int = 2
-) -> dict[str, list[float]]:
-    """Seconds per call of each candidate: `rounds` rounds, each calling every candidate once."""
-    for fn in cands.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {k: [] for k in cands}
-    for _ in range(rounds):
-        for name, fn in cands.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return times
+__all__ = ["bench_gemm", "bench_gpu", "bench_quantize", "main", "print_table"]
 
 
 def machine_line() -> str:
@@ -174,7 +159,14 @@ def bench_gpu(size: int = 8192, reps: int = 20, device: str | None = None, check
     Without CUDA (device='cpu') it runs the same code on small sizes with the emulation, so
     that the script is tested where no GPU is; torchao is not needed.
     """
-    from fp8lab.gemm import AccumulatorModel, _real_mm, emulated_mm, quantize_operands, resolve_backend
+    from fp8lab.gemm import (
+        AccumulatorModel,
+        _real_mm,
+        accumulation_error,
+        emulated_mm,
+        quantize_operands,
+        resolve_backend,
+    )
     from fp8lab.recipes import RECIPES
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -206,22 +198,14 @@ def bench_gpu(size: int = 8192, reps: int = 20, device: str | None = None, check
     # (b) the accumulation model vs the hardware's fast and exact accumulation
     rows = []
     for k in (1024, 4096, 16384) if on_gpu else (256, 1024):
-        g = torch.Generator().manual_seed(k)
-        a, b = torch.rand(64, k, generator=g), torch.rand(k, 64, generator=g)  # same sign: worst case
-        aq, bq = quantize_operands(a, b, "tensorwise")
-        exact = aq.dequantize().double() @ bq.dequantize().double().t()
-
-        def rel(x: torch.Tensor, exact: torch.Tensor = exact) -> float:
-            return (torch.linalg.norm(x.double().cpu() - exact) / torch.linalg.norm(exact)).item()
-
-        no_promotion = AccumulatorModel(promote_every=None)
         row = {"K": k,
-               "model 14-bit, no promotion": rel(emulated_mm(aq, bq, accumulation=no_promotion)),
-               "model 14-bit, promote 128": rel(emulated_mm(aq, bq, accumulation=AccumulatorModel())),
-               "emulated fp32": rel(emulated_mm(aq, bq, emulation="reference"))}
+               "model 14-bit, no promotion": accumulation_error(k, AccumulatorModel(promote_every=None), size=64),
+               "model 14-bit, promote 128": accumulation_error(k, AccumulatorModel(), size=64),
+               "emulated fp32": accumulation_error(k, None, size=64)}
         if on_gpu and resolve_backend("tensorwise", dev).backend == "scaled_mm":
-            row["real use_fast_accum=True"] = rel(_real_mm(aq, bq, RECIPES["tensorwise"], dev, use_fast_accum=True))
-            row["real use_fast_accum=False"] = rel(_real_mm(aq, bq, RECIPES["tensorwise"], dev, use_fast_accum=False))
+            for fast in (True, False):
+                row[f"real use_fast_accum={fast}"] = accumulation_error(
+                    k, size=64, gemm=lambda aq, bq, fast=fast: _real_mm(aq, bq, RECIPES["tensorwise"], dev, fast))
         rows.append(row)
     print_table("(b) accumulation: relative error vs the exact product of the FP8 operands (uniform [0, 1) inputs)",
                 rows)

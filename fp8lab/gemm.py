@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -24,11 +24,13 @@ from fp8lab.formats import E2M1, E4M3, E8M0
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import RECIPES, Recipe, get_recipe
 from fp8lab.scaling import PerBlock, PerRow, PerTensor
+from fp8lab.timing import timed
 
 __all__ = [
     "BACKENDS",
     "AccumulatorModel",
     "BackendChoice",
+    "accumulation_error",
     "backend_table",
     "emulated_mm",
     "matmul",
@@ -250,18 +252,9 @@ def bf16_fast_path() -> tuple[bool, str]:
         x = torch.randn(1024, 1024, generator=g).to(torch.float8_e4m3fn).float()
         y = torch.randn(1024, 1024, generator=g).to(torch.float8_e4m3fn).float()
 
-        def best(fn) -> float:
-            fn()
-            times = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return min(times)
-
-        t32 = best(lambda: x @ y.t())
+        t32 = min(timed(lambda: x @ y.t()))
         with _bf16_fpmath():
-            t16 = best(lambda: x @ y.t())
+            t16 = min(timed(lambda: x @ y.t()))
         if t16 < 0.9 * t32:
             return True, f"bf16 matrix units: {t32 / t16:.1f}x the fp32 GEMM at 1024^3"
         return False, f"bf16 inputs are not faster here ({t32 / t16:.2f}x)"
@@ -326,6 +319,33 @@ def emulated_mm(
     if accumulation is not None or emulation == "reference":
         return _emulated_reference(a_q, b_q, accumulation)
     return _emulated_fast(a_q, b_q)
+
+
+def accumulation_error(
+    k: int,
+    accumulation: AccumulatorModel | None = None,
+    distribution: str = "uniform",
+    size: int = 8,
+    gemm: Callable[[QuantizedTensor, QuantizedTensor], torch.Tensor] | None = None,
+) -> float:
+    """Relative error (Frobenius) of a GEMM of FP8 operands against their exact product.
+
+    a[size, K] @ b[K, size], drawn uniform in [0, 1) (same sign: the sum grows like K, the
+    worst case for a short accumulator) or normal (mixed signs), quantized tensorwise. The
+    GEMM is the emulation with `accumulation` unless `gemm(a_q, b_q)` is given (the GPU's).
+    """
+    if distribution not in ("uniform", "normal"):
+        raise ValueError(f"unknown distribution {distribution!r}; valid: uniform, normal")
+    g = torch.Generator().manual_seed(k)
+    draw = torch.rand if distribution == "uniform" else torch.randn
+    a_q, b_q = quantize_operands(draw(size, k, generator=g), draw(k, size, generator=g), "tensorwise")
+    exact = a_q.dequantize().double() @ b_q.dequantize().double().t()
+    if gemm is None:
+        got = emulated_mm(a_q, b_q, emulation="reference", accumulation=accumulation)
+    else:
+        got = gemm(a_q, b_q)
+    got = got.double().cpu()
+    return (torch.linalg.norm(got - exact) / torch.linalg.norm(exact)).item()
 
 
 # ---- the real backend ------------------------------------------------------------------------------------

@@ -488,7 +488,8 @@ def bench_train(size: int | None = None, rounds: int | None = None) -> list[dict
     """Step time of the toy MLP and transformer: fp32, bf16, fp8lab emulated, torchao emulate."""
     import statistics
 
-    from fp8lab.bench import print_table, time_interleaved
+    from fp8lab.bench import print_table
+    from fp8lab.timing import time_interleaved
 
     rounds = rounds or 20
     rows = []

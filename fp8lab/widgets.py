@@ -24,12 +24,13 @@ import torch
 from fp8lab import plots
 from fp8lab.data import DISTRIBUTIONS, activation_stream, sample
 from fp8lab.formats import FORMATS, get_format
-from fp8lab.gemm import AccumulatorModel, emulated_mm, matmul, quantize_operands, resolve_backend
+from fp8lab.gemm import AccumulatorModel, accumulation_error, matmul, quantize_operands, resolve_backend
 from fp8lab.metrics import overflow_fraction, quantization_report, sqnr
 from fp8lab.quantize import quantize, quantize_delayed
 from fp8lab.recipes import RECIPES, get_recipe
 from fp8lab.scaling import AmaxHistory, PerTensor, parse_granularity
 from fp8lab.settings import SMOKE, size
+from fp8lab.timing import timed
 
 __all__ = [
     "PANELS",
@@ -175,15 +176,7 @@ class TimingPanel(Panel):
             "bf16 matmul": lambda: ab @ bb,
             f"FP8 {recipe} ({choice.backend})": lambda: matmul(a_q, b_q, recipe, verbose=False),
         }
-        times = {}
-        for name, fn in candidates.items():
-            fn()
-            ts = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                fn()
-                ts.append(time.perf_counter() - t0)
-            times[name] = sorted(ts)[1] * 1e3
+        times = {name: sorted(timed(fn, 3))[1] * 1e3 for name, fn in candidates.items()}
         return {"times_ms": times, "reason": choice.reason, "n": n}
 
     def draw(self, data, ax) -> None:
@@ -542,23 +535,12 @@ class AccumulationPanel(Panel):
         self.ks = [128, 256, 512, 1024] if SMOKE else [128, 256, 512, 1024, 2048, 4096]
 
     def compute(self, bits, promote, distribution) -> dict:
-        rows = []
-        for k in self.ks:
-            g = torch.Generator().manual_seed(k)
-            if distribution == "uniform":
-                a, b = torch.rand(8, k, generator=g), torch.rand(k, 8, generator=g)
-            else:
-                a, b = torch.randn(8, k, generator=g), torch.randn(k, 8, generator=g)
-            a_q, b_q = quantize_operands(a, b, "tensorwise")
-            exact = a_q.dequantize().double() @ b_q.dequantize().double().t()
-            settings = {"fp32 accumulation": None,
-                        f"{bits}-bit, no promotion": AccumulatorModel(bits - 1, 32, None)}
-            if promote:
-                settings[f"{bits}-bit, promoted every {promote}"] = AccumulatorModel(bits - 1, 32, promote)
-            for label, model in settings.items():
-                out = emulated_mm(a_q, b_q, emulation="reference", accumulation=model).double()
-                err = (torch.linalg.norm(out - exact) / torch.linalg.norm(exact)).item()
-                rows.append({"accumulation": label, "K": k, "relative error": max(err, 1e-9)})
+        settings = {"fp32 accumulation": None, f"{bits}-bit, no promotion": AccumulatorModel(bits - 1, 32, None)}
+        if promote:
+            settings[f"{bits}-bit, promoted every {promote}"] = AccumulatorModel(bits - 1, 32, promote)
+        rows = [{"accumulation": label, "K": k,
+                 "relative error": max(accumulation_error(k, model, distribution), 1e-9)}
+                for label, model in settings.items() for k in self.ks]
         return {"df": pd.DataFrame(rows)}
 
     def draw(self, data, ax) -> None:

@@ -11,6 +11,7 @@ from fp8lab import E4M3, E8M0, RECIPES, PerBlock, PerRow, PerTensor, quantize
 from fp8lab.gemm import (
     AccumulatorModel,
     BackendChoice,
+    accumulation_error,
     backend_table,
     emulated_mm,
     matmul,
@@ -137,19 +138,8 @@ def test_outlier_channels_per_block_beats_per_tensor():
 # ---- the accumulation model ---------------------------------------------------------------------
 
 
-def _acc_errors(dist, ks, model, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for k in ks:
-        if dist == "uniform":
-            a, b = torch.rand(24, k, generator=g), torch.rand(k, 24, generator=g)
-        else:
-            a, b = torch.randn(24, k, generator=g), torch.randn(k, 24, generator=g)
-        a_q, b_q = quantize_operands(a, b, "tensorwise")
-        exact = a_q.dequantize().double() @ b_q.dequantize().double().t()
-        got = emulated_mm(a_q, b_q, accumulation=model).double()
-        out.append((torch.linalg.norm(got - exact) / torch.linalg.norm(exact)).item())
-    return out
+def _acc_errors(dist, ks, model):
+    return [accumulation_error(k, model, dist, size=24) for k in ks]
 
 
 def test_limited_accumulator_error_grows_with_k_and_promotion_fixes_it():
