@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from fp8lab.nn import ENGINES, TORCHAO_RECIPES, convert
-from fp8lab.recipes import RECIPES, VARIANTS, get_recipe
+from fp8lab.recipes import GEMMS, RECIPES, VARIANTS, get_recipe
+from fp8lab.scaling import PerBlock
 from fp8lab.train import LESSON, MarkovTask, make_model
 
 __all__ = ["DistConfig", "DistributedRunError", "compare", "main", "run_distributed", "run_single"]
@@ -148,6 +149,21 @@ def _project(model: torch.nn.Module) -> None:
         w = block.down.weight
         local = w.to_local() if hasattr(w, "to_local") else w
         local[:, block.sink.index] = 0
+
+
+def _token_block(recipe: str) -> int:
+    """How many tokens one scale block spans along M, the dim data parallelism splits (1: none)."""
+    if recipe == "fp32":
+        return 1
+    r = get_recipe(recipe)
+    extents = [1]
+    for gemm in ("fprop", "dgrad", "wgrad"):
+        for role in ("input", "grad_output"):
+            s = r.scaling(role, gemm) if role in GEMMS[gemm] else None
+            if s is not None and isinstance(s.granularity, PerBlock):
+                # M is the rows of x / dy in fprop and dgrad, their contraction (cols) in wgrad
+                extents.append(s.granularity.cols if gemm == "wgrad" else s.granularity.rows)
+    return max(extents)
 
 
 def _all_reduce_max(group) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -430,7 +446,7 @@ def _parser() -> argparse.ArgumentParser:
                     "CPU, nccl on GPUs) and print the loss of each step.")
     d = DistConfig()
     p.add_argument("--nproc", type=int, default=d.nproc, help="processes (ranks)")
-    p.add_argument("--recipe", default=d.recipe, help=f"one of {', '.join([*RECIPES, *VARIANTS])}")
+    p.add_argument("--recipe", default=d.recipe, help=f"one of {', '.join([*RECIPES, *VARIANTS])}, or fp32")
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--batch", type=int, default=d.batch, help="global batch (sequences), split over ranks")
@@ -473,12 +489,16 @@ def _worker(ns: argparse.Namespace) -> int:
         torch.cuda.set_device(device)
     dist.init_process_group(backend, timeout=timedelta(seconds=ns.timeout))
     try:
-        log = print if rank == 0 else None
+        log = (lambda line: print(line, flush=True)) if rank == 0 else None
         if rank == 0:
-            tokens = cfg.batch // world * MarkovTask().seq
+            tokens = cfg.batch // world * MarkovTask(seed=cfg.seed).seq
             print(f"{world} ranks, {backend} on {device.type}; recipe {cfg.recipe} ({cfg.engine}); global batch "
                   f"{cfg.batch} = {world} x {cfg.batch // world} sequences ({tokens} tokens per rank); "
                   f"amax_all_reduce={cfg.amax_all_reduce}", flush=True)
+            block = _token_block(cfg.recipe)
+            if tokens % block:
+                print(f"note: {tokens} tokens per rank is not a multiple of the recipe's {block}-token blocks: "
+                      "blocks at the edges differ from the single-process run's", flush=True)
         result = _train(cfg, rank, world, device, log)
         if rank == 0:
             result.update(config=asdict(cfg), backend=backend, device=device.type, world_size=world)
@@ -509,8 +529,11 @@ def main(argv: list[str] | None = None) -> int:
         kw = {f.name: getattr(cfg, f.name) for f in fields(DistConfig)}
         kw.pop("nproc")
         df = run_distributed(nproc=cfg.nproc, timeout_s=ns.timeout, out=ns.out, **kw)
-    except (ValueError, DistributedRunError) as err:
+    except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    except DistributedRunError as err:  # its output was printed as it came: the first line is news
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
     print(f"{cfg.nproc} processes: {df.attrs['wall_seconds']:.1f} s from launch to exit "
           f"({df.attrs['train_seconds']:.1f} s training)")

@@ -141,6 +141,14 @@ def test_config_errors_name_the_valid_choices(kw, words):
         DistConfig(**kw)
 
 
+def test_tokens_one_block_spans():
+    from fp8lab.distributed import _token_block
+
+    # a rank must hold a multiple of these for its blocks to be the single-process run's blocks
+    assert {r: _token_block(r) for r in ("tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4")} == {
+        "tensorwise": 1, "rowwise": 1, "blockwise": 128, "mxfp8": 32, "nvfp4": 16}
+
+
 def test_run_single_equals_train():
     single = run_single("blockwise", steps=3, seed=1, device="cpu")
     ref = train(["blockwise"], model="transformer", steps=3, seed=1, batch=32, progress=False, monitor_every=None)
