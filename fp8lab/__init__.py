@@ -4,6 +4,7 @@ The map (imports flow down this list): formats -> scaling -> quantize -> recipes
 -> nn -> train; metrics, plots and widgets only consume. Start with notebook 00.
 """
 
+from fp8lab.export import export
 from fp8lab.formats import BF16, E2M1, E4M3, E5M2, E8M0, FORMATS, FP16, FloatFormat, cast, get_format
 from fp8lab.gemm import AccumulatorModel, matmul
 from fp8lab.metrics import (
@@ -61,6 +62,7 @@ __all__ = [
     "Recipe",
     "TensorScaling",
     "cast",
+    "export",
     "get_format",
     "get_recipe",
     "matmul",

@@ -8,7 +8,9 @@ quantized along its own contraction dim, from the high-precision tensor:
     wgrad  dw[N, K] = dy^T[N, M] @ x[M, K]    dy^T[N, M] along M,       x^T[K, M] along M
 (TransformerEngine likewise quantizes row-wise and column-wise copies from the
 high-precision tensor; per-tensor scaling gives the same codes either way.)
-Notebook 06 trains with these layers; 07 swaps in torchao's.
+An optional amax reducer (convert(..., amax_reducer=...)) makes the scales whose region
+covers the token dim M use an amax reduced across data-parallel ranks (fp8lab.distributed).
+Notebook 06 trains with these layers; 07 swaps in torchao's and trains on several processes.
 """
 
 from __future__ import annotations
@@ -25,14 +27,17 @@ from fp8lab.gemm import emulated_mm, matmul
 from fp8lab.metrics import overflow_fraction, underflow_fraction
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import Recipe, TensorScaling, get_recipe
-from fp8lab.scaling import AmaxHistory, PerBlock, PerTensor
+from fp8lab.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
 
-__all__ = ["IDENTITY", "FP8Linear", "Monitor", "convert", "fp8_layers", "unwrap"]
+__all__ = ["IDENTITY", "AmaxReducer", "FP8Linear", "Monitor", "convert", "fp8_layers", "scale_spans_tokens", "unwrap"]
 
 # A recipe that quantizes nothing: FP8Linear(recipe=IDENTITY) must equal nn.Linear exactly.
 IDENTITY = "identity"
 ENGINES = ("fp8lab", "torchao")
 TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+
+# amax[...] -> the same amax reduced (max) over data-parallel ranks; see scale_spans_tokens
+AmaxReducer = Callable[[torch.Tensor], torch.Tensor]
 
 
 # ---- monitoring ----------------------------------------------------------------------------------------------
@@ -87,18 +92,44 @@ class _LayerState:
     histories: dict[str, AmaxHistory] | None
     monitor: Monitor | None
     backend: str
+    amax_reducer: AmaxReducer | None = None
     recorded: set[str] = field(default_factory=set)  # roles whose amax this step has recorded
 
 
+def scale_spans_tokens(role: str, gemm: str, granularity: Granularity) -> bool:
+    """Whether one scale of `role` in `gemm` covers the whole token dim M (which data parallelism splits).
+
+    M is the rows of input x[M, K] and grad_output dy[M, N] in fprop and dgrad, and their
+    contraction in wgrad (x^T[K, M], dy^T[N, M]). Per-tensor scales always cover it; per-row
+    scales only in wgrad; a block (1x128, 1x32, ...) covers one block of tokens, which never
+    straddles two ranks while each rank holds a multiple of the block size. Weights are
+    whole on every rank once FSDP has gathered them.
+    """
+    if role == "weight":
+        return False
+    if isinstance(granularity, PerTensor):
+        return True
+    return gemm == "wgrad" and isinstance(granularity, PerRow)
+
+
 def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling) -> QuantizedTensor:
-    """Quantize an operand [rows, contraction]; delayed scaling reads and updates the role's history."""
-    amax = None
-    if state.histories is not None:
-        amax = state.histories[role].amax_for_step(t)
+    """Quantize an operand [rows, contraction]; delayed scaling reads and updates the role's history.
+
+    With an amax reducer, a scale whose region covers the token dim (scale_spans_tokens) uses
+    the amax reduced across ranks, and delayed scaling records that reduced amax (as
+    TransformerEngine's DelayedScaling(reduce_amax=True) does).
+    """
+    current = None  # this tensor's amax, reduced across ranks
+    if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
+        current = state.amax_reducer(amax_per_block(t, scaling.granularity))
+    amax = current
+    history = state.histories[role] if state.histories is not None else None
+    if history is not None:
+        amax = history.amax_for_step(t) if current is None or len(history) else current.reshape(())
     q = scaling.quantize(t, amax=amax)
-    if state.histories is not None and role not in state.recorded:
+    if history is not None and role not in state.recorded:
         state.recorded.add(role)  # once per step, at the role's first GEMM
-        state.histories[role].record(t)
+        history.record(t if current is None else current.max())
     if state.monitor is not None and state.monitor.active():
         state.monitor.record(state.name, gemm, role, t, q)
     return q
@@ -203,11 +234,15 @@ class FP8Linear(nn.Linear):
     backend: "auto" (real scaled_mm on a capable GPU, else emulated) or "emulated".
     Delayed recipes keep one AmaxHistory per role (input, weight, grad_output), updated
     every step. A Monitor, if given, records per-role statistics of every quantization.
+    amax_reducer: amax -> amax reduced over data-parallel ranks, applied where one scale
+    covers the token dim (see scale_spans_tokens); None keeps every rank's own amax.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: Recipe | str = "tensorwise",
-                 backend: str = "auto", monitor: Monitor | None = None, name: str = "", device=None, dtype=None):
+                 backend: str = "auto", monitor: Monitor | None = None, name: str = "", device=None, dtype=None,
+                 amax_reducer: AmaxReducer | None = None):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self.amax_reducer = amax_reducer
         self.recipe = None if recipe == IDENTITY else get_recipe(recipe)
         if backend not in ("auto", "emulated"):
             raise ValueError(f"FP8Linear backend must be 'auto' or 'emulated', got {backend!r}")
@@ -229,7 +264,8 @@ class FP8Linear(nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        state = _LayerState(self.layer_name, self.recipe, self.histories, self.monitor, self.backend)
+        state = _LayerState(self.layer_name, self.recipe, self.histories, self.monitor, self.backend,
+                            self.amax_reducer)
         return _FP8LinearFunction.apply(x, self.weight, self.bias, state)
 
     def extra_repr(self) -> str:
@@ -253,6 +289,7 @@ def convert(
     backend: str = "auto",
     monitor: Monitor | None = None,
     inplace: bool = False,
+    amax_reducer: AmaxReducer | None = None,
 ) -> nn.Module:
     """Swap the nn.Linear layers of `model` for FP8 ones; returns the converted model.
 
@@ -261,11 +298,15 @@ def convert(
     engine: "fp8lab" (FP8Linear, every recipe, emulated or real) or "torchao"
             (torchao.float8.convert_to_float8_training: tensorwise, rowwise,
             rowwise_with_gw_hp; emulate=True on the CPU, real kernels on a GPU).
+    amax_reducer: engine "fp8lab" only; see FP8Linear (fp8lab.distributed passes an
+            all-reduce MAX over ranks).
     The model is deep-copied unless inplace=True. Parameters are shared with the copy's
     Linear layers, so build the optimizer after converting.
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if amax_reducer is not None and engine != "fp8lab":
+        raise ValueError("amax_reducer needs engine='fp8lab': torchao computes its activation scales per rank")
     if not inplace:
         model = copy.deepcopy(model)
     linears = _linears(model)
@@ -289,7 +330,8 @@ def convert(
     for name, lin in linears:
         if name in keep:
             continue
-        new = FP8Linear.from_linear(lin, recipe, backend=backend, monitor=monitor, name=name)
+        new = FP8Linear.from_linear(lin, recipe, backend=backend, monitor=monitor, name=name,
+                                    amax_reducer=amax_reducer)
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, attr, new)

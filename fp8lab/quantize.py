@@ -236,8 +236,10 @@ def quantize(
     scale_fmt  None: float32 scales. E8M0: power-of-two scales (MX). E4M3: scales rounded
                to E4M3 (NVFP4), with two_level=True adding a per-tensor float32 scale
                amax / (448 * fmt.max_value) so the E4M3 block scales use their whole range.
-    amax       use this amax instead of x's own (delayed scaling): then values beyond it
-               clip, and metrics.overflow_fraction shows how many.
+    amax       use this amax instead of x's own: a scalar for per-tensor scaling (delayed
+               scaling), or one per block, shaped like the scale (amaxes reduced across
+               data-parallel ranks, fp8lab.distributed). Values beyond it clip, and
+               metrics.overflow_fraction shows how many.
     NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError.
     Per-row and per-block need a 2-D x (reshape batches to (-1, K)).
     """
@@ -264,10 +266,16 @@ def quantize(
         block_amax = amax_per_block(x2d, granularity)
         _check_no_inf(block_amax, x2d)
     else:
-        if not isinstance(granularity, PerTensor):
-            raise ValueError("an explicit amax (delayed scaling) is supported for per-tensor scaling only")
-        _check_no_inf(amax_per_block(x2d, granularity), x2d)
-        block_amax = torch.as_tensor(amax, dtype=torch.float32, device=x.device).reshape(1, 1)
+        own = amax_per_block(x2d, granularity)  # (MB, KB)
+        _check_no_inf(own, x2d)
+        block_amax = torch.as_tensor(amax, dtype=torch.float32, device=x.device)
+        if block_amax.numel() != own.numel():
+            raise ValueError(
+                f"amax has {block_amax.numel()} value(s) but {granularity.label} scaling of shape "
+                f"{tuple(x2d.shape)} has {own.numel()} block(s): pass one amax per block, shaped {tuple(own.shape)} "
+                "(a single amax is for per-tensor scaling, as in delayed scaling)"
+            )
+        block_amax = block_amax.reshape(own.shape)
 
     tensor_scale = None
     if scale_fmt is E4M3:  # NVFP4-style: E4M3 block scales, optionally under a tensor scale

@@ -226,3 +226,16 @@ def test_large_tensor_chunks_agree_with_small():
     big = quantize(x, E4M3, PerBlock(1, 128))
     rows = torch.cat([quantize(x[i : i + 1], E4M3, PerBlock(1, 128)).codes() for i in range(0, 1000, 97)])
     assert torch.equal(big.codes()[::97], rows)
+
+
+def test_an_explicit_amax_per_block_sets_each_scale():
+    """One amax per block, shaped like the scale (fp8lab.distributed passes amaxes reduced over ranks)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(40, 96, generator=g)
+    for gran in (PerRow(), PerBlock(1, 32)):
+        own = quantize(x, E4M3, gran)
+        doubled = quantize(x, E4M3, gran, amax=own.amax * 2)
+        torch.testing.assert_close(doubled.scale, own.scale * 2, rtol=0, atol=0)
+        assert doubled.amax.shape == own.amax.shape
+    with pytest.raises(ValueError, match=r"one amax per block, shaped \(40, 1\)"):
+        quantize(x, E4M3, PerRow(), amax=torch.ones(3))

@@ -1,0 +1,552 @@
+"""The toy transformer trained on several processes: FSDP2 under torchrun, FP8 linears from either engine.
+
+Public: DistConfig, run_single, run_distributed, compare, DistributedRunError; the command
+`python -m fp8lab.distributed --nproc 2 --recipe blockwise --steps 20 [--engine torchao] [--out f.json]`.
+Every rank builds the same global batch from the seed and keeps its slice; gradients and the
+printed loss are averaged over ranks, so both are the single-process run's on that batch.
+amax_all_reduce=True: scales that span the token dim use the max amax over ranks. Notebook 07.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+
+from fp8lab.nn import ENGINES, TORCHAO_RECIPES, convert
+from fp8lab.recipes import GEMMS, RECIPES, VARIANTS, get_recipe
+from fp8lab.scaling import PerBlock
+from fp8lab.train import LESSON, MarkovTask, make_model
+
+__all__ = ["DistConfig", "DistributedRunError", "compare", "main", "run_distributed", "run_single"]
+
+DEVICES = ("auto", "cpu", "cuda")
+FAIL_MODES = ("raise", "kill", "hang")
+TAIL_LINES = 40  # lines of output quoted in a DistributedRunError
+
+
+class DistributedRunError(RuntimeError):
+    """A distributed run failed or ran out of time.
+
+    tail: its last lines of output; returncode: torchrun's exit code (None if it was killed
+    before answering); run_dir: the run's scratch folder (removed by then), which appears
+    in every worker's command line.
+    """
+
+    def __init__(self, message: str, tail: str = "", returncode: int | None = None, run_dir: str = "") -> None:
+        super().__init__(f"{message}\n--- last lines of output ---\n{tail}" if tail else message)
+        self.tail = tail
+        self.returncode = returncode
+        self.run_dir = run_dir
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    """One training run of fp8lab.train.TinyTransformer on MarkovTask.
+
+    batch is the GLOBAL batch (sequences of 32 tokens): each of nproc ranks trains on
+    batch // nproc of them. amax_all_reduce: scales covering the token dim (per-tensor
+    activations and gradients, per-row scales of the wgrad GEMM) use the max amax over
+    ranks (engine "fp8lab" only). fail_rank / fail_step / fail_mode inject a failure for tests:
+    at that step, that rank raises ("raise"), dies from SIGKILL as if the kernel's OOM killer
+    struck ("kill"), or stops answering ("hang").
+    """
+
+    recipe: str = "blockwise"  # a name in RECIPES or VARIANTS, or "fp32" (no FP8: the reduction-order floor)
+    steps: int = 20
+    seed: int = 0
+    batch: int = 32
+    lr: float = LESSON.lr
+    engine: str = "fp8lab"
+    amax_all_reduce: bool = False
+    sink_magnitude: float = 0.0
+    nproc: int = 2
+    device: str = "auto"
+    fail_rank: int | None = None
+    fail_step: int = 0
+    fail_mode: str = "raise"
+
+    def __post_init__(self) -> None:
+        names = (*RECIPES, *VARIANTS, "fp32")
+        if not isinstance(self.recipe, str) or self.recipe not in names:
+            raise ValueError(f"recipe must be a recipe name (processes are given names): one of {', '.join(names)}; "
+                             f"got {self.recipe!r}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; valid: {', '.join(ENGINES)}")
+        if self.engine == "torchao" and self.recipe not in (*TORCHAO_RECIPES, "fp32"):
+            raise ValueError(f"engine 'torchao' trains {', '.join(TORCHAO_RECIPES)}, not {self.recipe!r}; "
+                             "use engine 'fp8lab' for it")
+        if self.amax_all_reduce and self.engine != "fp8lab":
+            raise ValueError("amax_all_reduce needs engine 'fp8lab': torchao computes activation scales per rank")
+        if self.steps < 1 or self.nproc < 1:
+            raise ValueError("steps and nproc must be positive")
+        if self.batch < self.nproc or self.batch % self.nproc:
+            raise ValueError(f"the global batch ({self.batch}) must split evenly over nproc={self.nproc} ranks")
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown device {self.device!r}; valid: {', '.join(DEVICES)}")
+        if self.fail_mode not in FAIL_MODES:
+            raise ValueError(f"unknown fail_mode {self.fail_mode!r}; valid: {', '.join(FAIL_MODES)}")
+        if self.fail_rank is not None and not 0 <= self.fail_rank < self.nproc:
+            raise ValueError(f"fail_rank must be in 0..{self.nproc - 1}, got {self.fail_rank}")
+
+    def args(self) -> list[str]:
+        """This config as flags of a worker of `python -m fp8lab.distributed` (torchrun sets nproc).
+
+        nproc is left out: torchrun's parser would read `--nproc` as an ambiguous
+        abbreviation of its own --nproc-per-node, even after the module name.
+        """
+        out = []
+        for f in fields(self):
+            if f.name == "nproc":
+                continue
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                out += [flag] if value else []
+            elif value is not None:
+                out += [flag, str(value)]
+        return out
+
+
+# ---- the training loop (one process, or one rank) ---------------------------------------------------------
+
+
+def _pick_device(device: str, nproc: int) -> torch.device:
+    """cuda:LOCAL_RANK where every rank gets a GPU of its own ("auto", "cuda"), else the CPU."""
+    gpus = torch.cuda.device_count()
+    if device == "cpu" or (device == "auto" and gpus < nproc):
+        return torch.device("cpu")
+    if gpus < nproc:
+        raise RuntimeError(f"device 'cuda' needs a GPU per rank: {nproc} rank(s), {gpus} GPU(s) visible")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+
+
+@torch.no_grad()
+def _project(model: torch.nn.Module) -> None:
+    """TinyTransformer.project on sharded weights: zero `down`'s columns for the sink channels.
+
+    FSDP2 shards dim 0 (rows), so every rank holds whole columns of its rows.
+    """
+    for block in model.blocks:
+        w = block.down.weight
+        local = w.to_local() if hasattr(w, "to_local") else w
+        local[:, block.sink.index] = 0
+
+
+def _token_block(recipe: str) -> int:
+    """How many tokens one scale block spans along M, the dim data parallelism splits (1: none)."""
+    if recipe == "fp32":
+        return 1
+    r = get_recipe(recipe)
+    extents = [1]
+    for gemm in ("fprop", "dgrad", "wgrad"):
+        for role in ("input", "grad_output"):
+            s = r.scaling(role, gemm) if role in GEMMS[gemm] else None
+            if s is not None and isinstance(s.granularity, PerBlock):
+                # M is the rows of x / dy in fprop and dgrad, their contraction (cols) in wgrad
+                extents.append(s.granularity.cols if gemm == "wgrad" else s.granularity.rows)
+    return max(extents)
+
+
+def _all_reduce_max(group) -> Callable[[torch.Tensor], torch.Tensor]:
+    import torch.distributed as dist
+
+    def reduce(amax: torch.Tensor) -> torch.Tensor:
+        out = amax.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.MAX, group=group)
+        return out
+
+    return reduce
+
+
+def _train(cfg: DistConfig, rank: int = 0, world: int = 1, device: torch.device | None = None,
+           log: Callable[[str], object] | None = None) -> dict:
+    """Train cfg's model on this rank's slice of each global batch; returns {"step": [...], "loss": [...]}.
+
+    world > 1 needs an initialised process group: the model is sharded with FSDP2
+    (fully_shard on each block, then the root), and the loss is averaged over ranks.
+    """
+    device = device or torch.device("cpu")
+    reducer = None
+    if world > 1:
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+
+        if cfg.amax_all_reduce:  # a group of its own, so amax reductions never interleave with FSDP's
+            reducer = _all_reduce_max(dist.new_group(list(range(world))))
+    task = MarkovTask(seed=cfg.seed)
+    model = make_model("transformer", cfg.seed, cfg.sink_magnitude)
+    if cfg.recipe != "fp32":
+        model = convert(model, get_recipe(cfg.recipe), engine=cfg.engine, amax_reducer=reducer)
+    model = model.to(device)
+    if world > 1:
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    data = torch.Generator().manual_seed(1_000 + cfg.seed)  # as fp8lab.train.train
+    per_rank = cfg.batch // world
+    steps, losses, messages = [], [], []
+    t0 = time.perf_counter()
+    for step in range(cfg.steps):
+        x, y = task.batch(data, cfg.batch)  # the global batch, the same on every rank
+        x, y = x[rank * per_rank:(rank + 1) * per_rank].to(device), y[rank * per_rank:(rank + 1) * per_rank].to(device)
+        if cfg.fail_rank == rank and step == cfg.fail_step:
+            if cfg.fail_mode == "raise":
+                raise RuntimeError(f"injected failure: rank {rank} at step {step} (fail_rank/fail_step)")
+            print(f"rank {rank}: injected failure at step {step} (fail_mode {cfg.fail_mode!r})", flush=True)
+            if cfg.fail_mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(10**6)
+        loss = task.loss(model(x).float(), y)  # this rank's mean over its tokens
+        value = loss.detach().clone()
+        if world > 1:  # the mean of equal-sized slices' means: the global-batch loss
+            dist.all_reduce(value, op=dist.ReduceOp.SUM)
+            value /= world
+        value = value.item()
+        steps.append(step)
+        losses.append(value)
+        if not math.isfinite(value):  # every rank sees the same reduced value, so all stop together
+            messages.append(f"stopped at step {step}: loss is {value}")
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # FSDP2 reduce-scatters the gradients, averaged over ranks
+        optimizer.step()
+        _project(model)
+        if log is not None:
+            log(f"step {step + 1:>3}/{cfg.steps}  loss {value:.5f}")
+    return {"step": steps, "loss": losses, "train_seconds": time.perf_counter() - t0, "messages": messages}
+
+
+def _frame(result: dict, **attrs):
+    import pandas as pd
+
+    df = pd.DataFrame({"step": result["step"], "loss": result["loss"]})
+    df.attrs.update({k: v for k, v in result.items() if k not in ("step", "loss")}, **attrs)
+    return df
+
+
+def run_single(recipe: str = "blockwise", steps: int = 20, seed: int = 0, *, engine: str = "fp8lab",
+               batch: int = 32, lr: float = LESSON.lr, sink_magnitude: float = 0.0, device: str = "auto"):
+    """The same training in this process, on the whole global batch: DataFrame (step, loss).
+
+    Equals fp8lab.train.train(recipes=[recipe], model="transformer", ...) on the CPU.
+    df.attrs["train_seconds"] holds the loop's time.
+    """
+    cfg = DistConfig(recipe, steps, seed, batch, lr, engine, sink_magnitude=sink_magnitude, nproc=1, device=device)
+    device_ = _pick_device(cfg.device, 1)
+    return _frame(_train(cfg, device=device_), nproc=1, device=str(device_))
+
+
+# ---- launching torchrun -------------------------------------------------------------------------------------
+
+
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parent.parent)  # the fp8lab this process imported
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env["OMP_NUM_THREADS"] = "1"  # one thread per rank: 2 ranks on 2 cores, and no torchrun warning
+    env["PYTHONUNBUFFERED"] = "1"
+    for key in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        env.pop(key, None)  # a launcher inside a torchrun job must not pass on its own rank
+    return env
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill(proc: subprocess.Popen, run_dir: Path, grace_s: float = 5.0) -> None:
+    """End torchrun and every worker: SIGTERM (torchrun then stops its workers), SIGKILL after grace_s.
+
+    torchrun starts each worker in a session of its own, so workers are also signalled
+    through the pids they wrote to run_dir: none outlives the run, even if torchrun hangs.
+    """
+    def signal_all(sig: signal.Signals) -> None:
+        pgids = [proc.pid]
+        for path in run_dir.glob("pid.*"):
+            try:
+                pgids.append(int(path.read_text()))
+            except (OSError, ValueError):  # a worker still writing it: torchrun's SIGTERM reaches that one
+                pass
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    signal_all(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    signal_all(signal.SIGKILL)
+    proc.wait()
+
+
+def _root_cause(lines: list[str]) -> str:
+    """The failing rank and its error, from torchrun's failure summary ("Root Cause ...")."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Root Cause")]
+    if not starts:
+        return ""
+    summary = lines[starts[-1]:]
+    fields_ = {}
+    for line in summary:
+        key, sep, value = line.strip().partition(":")
+        if sep and key.strip() in ("rank", "exitcode") and key.strip() not in fields_:
+            fields_[key.strip()] = value.strip()
+    errors = [line.strip() for line in summary if re.match(r"\s*[\w.]*(Error|Exception|Interrupt)\b", line)]
+    signals = [line[line.index("Signal"):].strip() for line in summary if "Signal" in line and "received" in line]
+    cause = errors[-1] if errors else (signals[-1] if signals else f"exit code {fields_.get('exitcode', '?')}")
+    return f"rank {fields_.get('rank', '?')}: {cause}"
+
+
+def run_distributed(recipe: str = "blockwise", nproc: int = 2, steps: int = 20, seed: int = 0,
+                    engine: str = "fp8lab", timeout_s: float = 120.0,
+                    stream: Callable[[str], object] | None = print, *, amax_all_reduce: bool = False,
+                    batch: int = 32, lr: float = LESSON.lr, sink_magnitude: float = 0.0, device: str = "auto",
+                    out: str | os.PathLike | None = None, fail_rank: int | None = None, fail_step: int = 0,
+                    fail_mode: str = "raise"):
+    """Train on `nproc` processes under torchrun; returns DataFrame (step, loss) of the global batch.
+
+    Each line the processes print is passed to `stream` as it comes (None: silent). Rank 0
+    writes the losses as JSON (to `out` if given). Raises DistributedRunError, quoting the
+    last lines of output, if any rank fails (torchrun then stops the others) or the run
+    takes longer than timeout_s (then torchrun and every rank are killed). df.attrs holds
+    wall_seconds (launch to exit), train_seconds (rank 0's loop), backend and device.
+    """
+    cfg = DistConfig(recipe, steps, seed, batch, lr, engine, amax_all_reduce, sink_magnitude, nproc, device,
+                     fail_rank, fail_step, fail_mode)
+    run_dir = Path(tempfile.mkdtemp(prefix="fp8lab-dist-"))
+    out_path = Path(out) if out is not None else run_dir / "losses.json"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", "1", "--nproc-per-node", str(nproc),
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        "--max-restarts", "0",
+        "-m", "fp8lab.distributed", "--worker", "--run-dir", str(run_dir), "--out", str(out_path),
+        # collectives time out after the wall clock: the launcher's kill comes first
+        "--timeout", str(timeout_s + 30), *cfg.args(),
+    ]
+    tail: deque[str] = deque(maxlen=10 * TAIL_LINES)
+
+    def error(message: str, returncode: int | None) -> DistributedRunError:
+        return DistributedRunError(message, "\n".join(list(tail)[-TAIL_LINES:]), returncode, str(run_dir))
+
+    out_path.unlink(missing_ok=True)  # no stale losses from an earlier run
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8",
+                            errors="replace", bufsize=1, env=_worker_env(), start_new_session=True)
+    try:
+        try:
+            returncode = _follow(proc, t0 + timeout_s, tail, stream)
+        except TimeoutError:
+            _kill(proc, run_dir)
+            raise error(f"the {nproc}-process run did not finish within timeout_s={timeout_s:g} s; "
+                        "torchrun and every rank were killed", None) from None
+        except BaseException:  # e.g. KeyboardInterrupt in a notebook: leave nothing running
+            _kill(proc, run_dir)
+            raise
+        wall = time.perf_counter() - t0
+        if returncode != 0:
+            _kill(proc, run_dir, grace_s=0)  # torchrun has stopped its workers; make sure
+            cause = _root_cause(list(tail))
+            raise error(f"the {nproc}-process run failed (torchrun exit code {returncode})"
+                        + (f"; root cause: {cause}" if cause else "")
+                        + "; torchrun stopped the other ranks", returncode)
+        if not out_path.exists():
+            raise error(f"rank 0 wrote no losses to {out_path}", returncode)
+        result = json.loads(out_path.read_text())
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return _frame(result, wall_seconds=wall, nproc=nproc)
+
+
+def _follow(proc: subprocess.Popen, deadline: float, tail: deque[str],
+            stream: Callable[[str], object] | None) -> int:
+    """Pass proc's output lines to `stream` as they come, until it exits; TimeoutError at `deadline`.
+
+    A thread reads the pipe; the lines reach `stream` on this thread, so a notebook cell
+    shows them as they come.
+    """
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            raise TimeoutError
+        try:
+            line = lines.get(timeout=min(remaining, 0.5))
+        except queue.Empty:
+            continue
+        if line is None:  # end of output: every process holding the pipe has exited
+            break
+        tail.append(line)
+        if stream is not None:
+            stream(line)
+    try:
+        return proc.wait(timeout=max(deadline - time.perf_counter(), 0.1))
+    except subprocess.TimeoutExpired:
+        raise TimeoutError from None
+
+
+def compare(recipe: str = "blockwise", nproc: int = 2, steps: int = 20, seed: int = 0, engine: str = "fp8lab",
+            amax_all_reduce: bool = False, stream: Callable[[str], object] | None = print, *, batch: int = 32,
+            lr: float = LESSON.lr, sink_magnitude: float = 0.0, device: str = "auto", timeout_s: float = 120.0):
+    """run_single and run_distributed side by side: DataFrame (step, single, distributed, abs_diff).
+
+    Both run on the device the distributed run gets (a GPU per rank, else the CPU).
+    """
+    device = _pick_device(device, nproc).type
+    kw = {"batch": batch, "lr": lr, "sink_magnitude": sink_magnitude, "device": device}
+    single = run_single(recipe, steps, seed, engine=engine, **kw)
+    dist_ = run_distributed(recipe, nproc, steps, seed, engine, timeout_s, stream, amax_all_reduce=amax_all_reduce,
+                            **kw)
+    df = single.rename(columns={"loss": "single"}).merge(dist_.rename(columns={"loss": "distributed"}), on="step")
+    df["abs_diff"] = (df["single"] - df["distributed"]).abs()
+    df.attrs.update(single=single.attrs, distributed=dist_.attrs)
+    return df
+
+
+# ---- the command line: launcher, and the worker torchrun starts ---------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m fp8lab.distributed",
+        description="Train fp8lab's toy transformer with FSDP2 on several processes (torchrun; gloo on the "
+                    "CPU, nccl on GPUs) and print the loss of each step.")
+    d = DistConfig()
+    p.add_argument("--nproc", type=int, default=d.nproc, help="processes (ranks)")
+    p.add_argument("--recipe", default=d.recipe, help=f"one of {', '.join([*RECIPES, *VARIANTS])}, or fp32")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--batch", type=int, default=d.batch, help="global batch (sequences), split over ranks")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--engine", choices=ENGINES, default=d.engine)
+    p.add_argument("--amax-all-reduce", action="store_true",
+                   help="scales that span the token dim use the max amax over ranks (engine fp8lab)")
+    p.add_argument("--sink-magnitude", type=float, default=d.sink_magnitude)
+    p.add_argument("--device", choices=DEVICES, default=d.device)
+    p.add_argument("--out", help="write the losses (JSON) here")
+    p.add_argument("--timeout", type=float, default=120.0, help="wall-clock limit in seconds")
+    p.add_argument("--compare", action="store_true", help="also train in this process and print both curves")
+    p.add_argument("--fail-rank", type=int, help="testing: this rank fails ...")
+    p.add_argument("--fail-step", type=int, default=0, help="testing: ... at this step")
+    p.add_argument("--fail-mode", choices=FAIL_MODES, default=d.fail_mode)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # set by the launcher for torchrun
+    p.add_argument("--run-dir", help=argparse.SUPPRESS)
+    return p
+
+
+def _config(ns: argparse.Namespace) -> DistConfig:
+    return DistConfig(**{f.name: getattr(ns, f.name) for f in fields(DistConfig)})
+
+
+def _worker(ns: argparse.Namespace) -> int:
+    """One rank, started by torchrun: join the group, train, and (rank 0) write the losses."""
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if ns.run_dir:  # so the launcher can kill this process even if torchrun cannot
+        Path(ns.run_dir, f"pid.{rank}").write_text(str(os.getpid()))
+    torch.set_num_threads(1)
+    # TinyTransformer returns head(...)'s output, a reshaped view; nothing modifies it in place
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    ns.nproc = world
+    cfg = _config(ns)
+    device = _pick_device(cfg.device, world)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, timeout=timedelta(seconds=ns.timeout))
+    try:
+        log = (lambda line: print(line, flush=True)) if rank == 0 else None
+        if rank == 0:
+            tokens = cfg.batch // world * MarkovTask(seed=cfg.seed).seq
+            print(f"{world} ranks, {backend} on {device.type}; recipe {cfg.recipe} ({cfg.engine}); global batch "
+                  f"{cfg.batch} = {world} x {cfg.batch // world} sequences ({tokens} tokens per rank); "
+                  f"amax_all_reduce={cfg.amax_all_reduce}", flush=True)
+            block = _token_block(cfg.recipe)
+            if tokens % block:
+                print(f"note: {tokens} tokens per rank is not a multiple of the recipe's {block}-token blocks: "
+                      "blocks at the edges differ from the single-process run's", flush=True)
+        result = _train(cfg, rank, world, device, log)
+        if rank == 0:
+            result.update(config=asdict(cfg), backend=backend, device=device.type, world_size=world)
+            out = Path(ns.out) if ns.out else None
+            if out is not None:
+                tmp = out.with_suffix(out.suffix + ".tmp")
+                tmp.write_text(json.dumps(result))
+                tmp.replace(out)  # whole or absent, never half-written
+            print(f"done: {len(result['loss'])} steps in {result['train_seconds']:.2f} s, "
+                  f"final loss {result['loss'][-1]:.5f}", flush=True)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _parser().parse_args(argv)
+    try:
+        if ns.worker:
+            from torch.distributed.elastic.multiprocessing.errors import record
+
+            record(_worker)(ns)  # on an exception, torchrun's failure summary names it
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)  # all written and flushed: skip the interpreter's teardown, ~1 s with torch loaded
+        cfg = _config(ns)
+        kw = {f.name: getattr(cfg, f.name) for f in fields(DistConfig)}
+        kw.pop("nproc")
+        df = run_distributed(nproc=cfg.nproc, timeout_s=ns.timeout, out=ns.out, **kw)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except DistributedRunError as err:  # its output was printed as it came: the first line is news
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(f"{cfg.nproc} processes: {df.attrs['wall_seconds']:.1f} s from launch to exit "
+          f"({df.attrs['train_seconds']:.1f} s training)")
+    if ns.compare:
+        single = run_single(cfg.recipe, cfg.steps, cfg.seed, engine=cfg.engine, batch=cfg.batch, lr=cfg.lr,
+                            sink_magnitude=cfg.sink_magnitude, device=df.attrs["device"])
+        print(" step      single   distributed    |diff|")
+        for step, a, b in zip(single["step"], single["loss"], df["loss"], strict=False):
+            print(f"{step:>5}  {a:10.5f}  {b:12.5f}  {abs(a - b):8.2e}")
+    if ns.out:
+        print(f"losses written to {ns.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
