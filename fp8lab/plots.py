@@ -63,8 +63,9 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3
         # fixed margins: the constrained-layout solver would double the time of a redraw
         fig = Figure(figsize=size)
         axes = fig.subplots(nrows, ncols, squeeze=False)
-        fig.subplots_adjust(left=0.7 / size[0], right=1 - 0.6 / size[0], bottom=0.55 / size[1],
-                            top=1 - 0.35 / size[1], wspace=0.45, hspace=0.5)
+        bottom = min(0.55 / size[1], 0.3)
+        fig.subplots_adjust(left=0.7 / size[0], right=1 - 0.6 / size[0], bottom=bottom,
+                            top=max(1 - 0.35 / size[1], bottom + 0.2), wspace=0.45, hspace=0.5)
     flat = list(axes.flat)
     return fig, (flat[0] if len(flat) == 1 else flat)
 

@@ -2,7 +2,7 @@
 
 Public: one Panel per notebook figure (TimingPanel, BitsPanel, NumberLinePanel,
 PerTensorPanel, DelayedPanel, BlockPanel, BlockSweepPanel, GemmPanel, AccumulationPanel,
-TrainingPanel, ExportPanel), PANELS, bench_widgets.
+TrainingPanel, DistributedPanel, ExportPanel), PANELS, bench_widgets.
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute,
 redraw; returns the data it plotted, so tests can drive it without a browser) and
 `widget` (what the notebook shows). Plots are PNGs in an ipywidgets.Image, rendered
@@ -27,7 +27,7 @@ from fp8lab.formats import FORMATS, get_format
 from fp8lab.gemm import AccumulatorModel, accumulation_error, matmul, quantize_operands, resolve_backend
 from fp8lab.metrics import overflow_fraction, quantization_report, sqnr
 from fp8lab.quantize import quantize, quantize_delayed
-from fp8lab.recipes import RECIPES, get_recipe
+from fp8lab.recipes import RECIPES
 from fp8lab.scaling import AmaxHistory, PerTensor, parse_granularity
 from fp8lab.settings import SMOKE, size
 from fp8lab.timing import timed
@@ -39,6 +39,7 @@ __all__ = [
     "BlockPanel",
     "BlockSweepPanel",
     "DelayedPanel",
+    "DistributedPanel",
     "ExportPanel",
     "GemmPanel",
     "NumberLinePanel",
@@ -662,33 +663,106 @@ class ExportPanel(Panel):
     """The recipe picked in the lab, written for torchao, TransformerEngine or torchtitan."""
 
     title = "take your recipe to a real training job"
-    height = 0.1
+    height = 0.6
 
     def __init__(self) -> None:
+        from fp8lab.export import TARGETS
+
         super().__init__(recipe=_select([*RECIPES, "rowwise_with_gw_hp"], "mxfp8", "recipe"),
-                         target=_select(("torchao", "transformer_engine", "torchtitan"), "torchao", "target"))
+                         target=_select(TARGETS, "torchao", "target"))
 
     def compute(self, recipe, target) -> dict:
-        from fp8lab import export
+        from fp8lab.export import export
 
-        try:
-            out = export(recipe, target)
-        except ValueError as err:
-            return {"text": f"# not available: {err}", "recipe": get_recipe(recipe).name}
-        return {"text": out if isinstance(out, str) else getattr(out, "snippet", repr(out)),
-                "recipe": get_recipe(recipe).name}
+        e = export(recipe, target)
+        return {"recipe": e.recipe, "target": e.target, "available": e.available, "text": e.text,
+                "differences": e.differences, "source": e.source}
 
     def draw(self, data, ax) -> None:
         ax.set_axis_off()
+        ax.text(0.0, 0.5, f"{data['recipe']} -> {data['target']}: "
+                          f"{'available' if data['available'] else 'not available'}", fontsize=11,
+                color=plots.PALETTE[2] if data["available"] else plots.CLIP, va="center")
 
     def describe(self, data) -> str:
-        return f"<pre style='font-size:12px'>{html.escape(data['text'])}</pre>"
+        diff = f"<p><b>Differs from fp8lab:</b> {html.escape(data['differences'])}</p>" if data["differences"] else ""
+        return (f"<pre style='font-size:12px'>{html.escape(data['text'])}</pre>{diff}"
+                f"<p style='font-size:11px'>source: {html.escape(data['source'])}</p>")
+
+
+class DistributedPanel(Panel):
+    """One recipe trained in this process and on 2 processes (FSDP2 under torchrun), side by side."""
+
+    title = "one process vs two (FSDP2): the same loss curve?"
+    ncols, width = 2, 4.6
+
+    def __init__(self) -> None:
+        self.run_button = W.Button(description="Run", button_style="success", icon="play")
+        self.log = W.Textarea(value="", layout=W.Layout(width="100%", height="120px"), disabled=True)
+        super().__init__(
+            recipe=_select([*RECIPES, "fp32"], "tensorwise", "recipe"),
+            engine=_select(("fp8lab", "torchao"), "fp8lab", "engine"),
+            amax_all_reduce=W.Checkbox(value=False, description="all-reduce amax over ranks"),
+            steps=W.IntSlider(value=size(12, 4), min=2, max=40, description="steps", continuous_update=False),
+        )
+        self.run_button.on_click(lambda _: self.run(blocking=False))
+        self.widget.children = (*self.widget.children[:-2], W.HBox([self.run_button]), self.log,
+                                *self.widget.children[-2:])
+        self.result = None
+        self._thread: threading.Thread | None = None
+
+    def compute(self, recipe, engine, amax_all_reduce, steps) -> dict:
+        df = self.result if self.result is not None else pd.DataFrame(columns=["step", "single", "distributed",
+                                                                                  "abs_diff"])
+        return {"df": df, "selection": (recipe, engine, amax_all_reduce, steps)}
+
+    def draw(self, data, axes) -> None:
+        df = data["df"]
+        long = df.melt(id_vars="step", value_vars=["single", "distributed"], var_name="run", value_name="loss")
+        plots.loss_curves(long, axes[0], smooth=1, title="loss: 1 process vs 2")
+        if len(df):
+            axes[1].semilogy(df["step"], df["abs_diff"].clip(lower=1e-9), marker="o", color=plots.PALETTE[3])
+        axes[1].set_xlabel("step")
+        axes[1].set_ylabel("|difference| (log)")
+        axes[1].set_title("where the two runs part")
+
+    def run(self, blocking: bool = True):
+        """Train in this process and on 2 ranks; the workers' output streams into the log."""
+        if self._thread is not None and self._thread.is_alive():
+            return None
+        from fp8lab.distributed import DistributedRunError, compare
+
+        v = self.values()
+        lines: list[str] = []
+
+        def stream(line: str) -> None:
+            lines.append(line.rstrip())
+            self.log.value = "\n".join(lines[-200:])
+
+        def work():
+            self.run_button.disabled = True
+            try:
+                self.result = compare(v["recipe"], nproc=2, steps=v["steps"], engine=v["engine"],
+                                      amax_all_reduce=v["amax_all_reduce"], stream=stream)
+            except (DistributedRunError, ValueError) as err:
+                stream(f"FAILED: {err}")
+            finally:
+                self.run_button.disabled = False
+                self.refresh()
+
+        if blocking:
+            work()
+            return self.result
+        self._thread = threading.Thread(target=work, daemon=True)
+        self._thread.start()
+        return self._thread
 
 
 PANELS: dict[str, Callable[[], Panel]] = {
     "timing": TimingPanel, "bits": BitsPanel, "number_line": NumberLinePanel, "per_tensor": PerTensorPanel,
     "delayed": DelayedPanel, "block": BlockPanel, "block_sweep": BlockSweepPanel, "gemm": GemmPanel,
-    "accumulation": AccumulationPanel, "training": TrainingPanel,
+    "accumulation": AccumulationPanel, "training": TrainingPanel, "distributed": DistributedPanel,
+    "export": ExportPanel,
 }
 
 
