@@ -67,7 +67,8 @@ class Expect:
 
 
 # Per-notebook expectations, keyed by file stem; a notebook not listed gets Expect().
-# 06's sliders set up the next run (only Start trains); 07's export panel draws no plot.
+# 06's and 07's controls set up the next run (only Start / Run train; 07's export panel is
+# text): moving them need not change a plot.
 EXPECT = {
     "06_training_live": Expect(control_redraws=False, live_training=True),
     "07_beyond_one_machine": Expect(control_redraws=False),
