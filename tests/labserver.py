@@ -1,9 +1,10 @@
 """JupyterLab for the tests, started by fp8lab.lab.launch (what `make lab` runs), isolated.
 
 Public: Lab, isolated_jupyter(home), running_lab(home, env, extra).
-Config, data, runtime, workspaces and user settings live in `home` (a temporary directory), so
-nothing leaks into the venv or ~; the user settings turn off the news toast and autosave. The
-token stays on. Used by test_lab.py (the launcher over HTTP) and test_browser.py (chromium).
+Config, data, runtime, workspaces, checkpoints and user settings live in `home` (a temporary
+directory), so nothing leaks into the venv, ~ or the checkout; the user settings turn off the
+news toast and autosave. The token stays on. Used by test_lab.py (the launcher over HTTP) and
+test_browser.py (chromium).
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def isolated_jupyter(home: Path) -> tuple[dict[str, str], list[str]]:
         f"--LabApp.user_settings_dir={settings}",
         f"--LabApp.workspaces_dir={home / 'workspaces'}",
         "--LabApp.news_url=",
+        # opening a notebook writes a checkpoint; an absolute directory keeps it out of the checkout
+        f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}",
     ]
     return env, options
 
