@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fp8lab-installed
 
-.PHONY: setup lab test lint bench doctor clean
+.PHONY: setup browser-deps lab test lint bench doctor clean
 
 setup: $(STAMP)
 
@@ -16,12 +16,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[lab,test]"
 	@touch $(STAMP)
 
+# The browser test (tests/test_browser.py) drives Debian's chromium with Playwright (pinned in
+# the `test` extra; Playwright's own browser download is not used). apt-get only when missing.
+# `make test BROWSER=0` skips both the browser test and this install (a laptop without apt).
+BROWSER ?= 1
+
+browser-deps:
+	@[ "$(BROWSER)" = 0 ] || command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	  else echo "make: the browser test needs chromium: install it (Debian: apt-get install chromium)" >&2; exit 1; fi; \
+	  command -v apt-get >/dev/null 2>&1 || { echo "make: no apt-get here: install chromium yourself" >&2; exit 1; }; \
+	  echo "installing Debian's chromium for the browser test (apt-get, ~15 s)"; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  command -v chromium >/dev/null 2>&1; }
+
 lab: setup
 	$(BIN)/python -m fp8lab lab
 
-test: setup
+test: setup browser-deps
 	$(BIN)/ruff check fp8lab tests
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 0,$(BROWSER)),-m "not browser") $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check fp8lab tests
