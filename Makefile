@@ -40,7 +40,6 @@ test: setup browser-deps
 
 lint: setup
 	$(BIN)/ruff check fp8lab tests
-	$(BIN)/ruff format --check fp8lab tests
 
 doctor: setup
 	$(BIN)/python -m fp8lab doctor
