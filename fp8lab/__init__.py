@@ -24,6 +24,8 @@ __version__ = "0.1.0"
 
 def setup(seed: int = 0, quiet: bool = False) -> str:
     """The first cell of every notebook: the lab's plot theme, a fixed seed, one status line."""
+    import gc
+
     import torch
 
     from fp8lab.plots import use_theme
@@ -31,6 +33,10 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
 
     use_theme()
     torch.manual_seed(seed)
+    # everything imported so far lives for the whole session: move it out of the garbage
+    # collector's sight, so that its full collections don't stall a widget's redraw
+    gc.collect()
+    gc.freeze()
     if torch.cuda.is_available():
         cc = torch.cuda.get_device_capability()
         where = f"GPU {torch.cuda.get_device_name()} (sm_{cc[0]}{cc[1]}): real FP8 GEMMs where the kernel exists"

@@ -92,12 +92,14 @@ class AccumulatorModel:
         total = torch.zeros(p.shape[:-1], dtype=torch.float32, device=p.device)
         acc = torch.zeros(p.shape[:-1], dtype=torch.float64, device=p.device)
         interval = self.promote_every or k
-        for start in range(0, k, self.group):
+        starts = range(0, k, self.group)
+        group_max = [p[..., s : s + self.group].abs().amax(-1) for s in starts]  # independent of acc
+        for start, gmax in zip(starts, group_max, strict=True):
             grp = p[..., start : start + self.group]  # (..., group)
-            top = torch.maximum(grp.abs().amax(-1), acc.abs())
-            e = torch.floor(torch.log2(torch.where(top > 0, top, 1.0)))
-            ulp = torch.exp2(e - self.mantissa_bits)[..., None]
-            acc = torch.trunc(acc / ulp[..., 0]) * ulp[..., 0] + (torch.trunc(grp / ulp) * ulp).sum(-1)
+            top = torch.maximum(gmax, acc.abs())
+            e = torch.frexp(top).exponent - 1  # floor(log2(top)), exact; 0 -> -1 (then all is 0)
+            ulp = torch.ldexp(torch.ones_like(top), e - self.mantissa_bits)
+            acc = torch.trunc(acc / ulp) * ulp + (torch.trunc(grp / ulp[..., None]) * ulp[..., None]).sum(-1)
             end = start + self.group
             if end % interval == 0 or end >= k:
                 total = total + acc.to(torch.float32)  # promotion: one fp32 add
@@ -321,6 +323,15 @@ def emulated_mm(
     return _emulated_fast(a_q, b_q)
 
 
+@lru_cache(maxsize=64)
+def _accumulation_operands(k: int, distribution: str, size: int):
+    # seeded by k: the same operands every time (cached, as a panel asks for them again and again)
+    g = torch.Generator().manual_seed(k)
+    draw = torch.rand if distribution == "uniform" else torch.randn
+    a_q, b_q = quantize_operands(draw(size, k, generator=g), draw(k, size, generator=g), "tensorwise")
+    return a_q, b_q, a_q.dequantize().double() @ b_q.dequantize().double().t()
+
+
 def accumulation_error(
     k: int,
     accumulation: AccumulatorModel | None = None,
@@ -336,10 +347,7 @@ def accumulation_error(
     """
     if distribution not in ("uniform", "normal"):
         raise ValueError(f"unknown distribution {distribution!r}; valid: uniform, normal")
-    g = torch.Generator().manual_seed(k)
-    draw = torch.rand if distribution == "uniform" else torch.randn
-    a_q, b_q = quantize_operands(draw(size, k, generator=g), draw(k, size, generator=g), "tensorwise")
-    exact = a_q.dequantize().double() @ b_q.dequantize().double().t()
+    a_q, b_q, exact = _accumulation_operands(k, distribution, size)
     if gemm is None:
         got = emulated_mm(a_q, b_q, emulation="reference", accumulation=accumulation)
     else:

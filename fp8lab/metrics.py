@@ -18,6 +18,8 @@ __all__ = [
     "overflow_fraction",
     "quantization_report",
     "relative_error",
+    "row_overflow",
+    "row_sqnr",
     "sqnr",
     "subnormal_fraction",
     "underflow_fraction",
@@ -97,3 +99,17 @@ def quantization_report(x: torch.Tensor, q: QuantizedTensor) -> dict[str, float 
         "scale_bits_per_element": q.scale_bits_per_element,
         "amax": float(x.detach().abs().max()),
     }
+
+
+def row_sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> torch.Tensor:
+    """sqnr of each row of x[R, N] (float64 tensor of R values, dB; inf where exact)."""
+    x64, y64 = x.detach().double(), _as_tensor(y).detach().double()
+    noise = (x64 - y64).square().sum(-1)
+    return 10 * torch.log10(x64.square().sum(-1) / noise)
+
+
+def row_overflow(x: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
+    """overflow_fraction of each row of x[R, N] (float64 tensor of R values)."""
+    fmt = q.fmt
+    limit = fmt.max_value + 0.5 * 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)
+    return (_scaled_magnitude(x, q) > limit).double().mean(-1)

@@ -344,5 +344,16 @@ class AmaxHistory:
     def reset(self) -> None:
         self._history.clear()
 
+    def replay(self, amaxes: list[float]) -> list[float]:
+        """The amax each step of a sequence would be scaled with (a fresh history of this
+        length and algo; the first step calibrates on its own amax). Leaves self unchanged."""
+        hist = AmaxHistory(self.length, self.algo)
+        used = []
+        for a in amaxes:
+            past = hist.amax()
+            used.append(a if past is None else past)
+            hist.record(a)
+        return used
+
     def __repr__(self) -> str:
         return f"AmaxHistory(length={self.length}, algo={self.algo!r}, recorded={len(self)})"

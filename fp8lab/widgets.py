@@ -25,10 +25,10 @@ from fp8lab import plots
 from fp8lab.data import DISTRIBUTIONS, activation_stream, sample
 from fp8lab.formats import FORMATS, get_format
 from fp8lab.gemm import AccumulatorModel, accumulation_error, matmul, quantize_operands, resolve_backend
-from fp8lab.metrics import overflow_fraction, quantization_report, sqnr
-from fp8lab.quantize import quantize, quantize_delayed
+from fp8lab.metrics import quantization_report, row_overflow, row_sqnr, sqnr
+from fp8lab.quantize import quantize
 from fp8lab.recipes import RECIPES
-from fp8lab.scaling import AmaxHistory, PerTensor, parse_granularity
+from fp8lab.scaling import AmaxHistory, PerRow, PerTensor, parse_granularity
 from fp8lab.settings import SMOKE, size
 from fp8lab.timing import timed
 
@@ -160,7 +160,7 @@ class TimingPanel(Panel):
     title = "GEMM timing on this machine"
 
     def __init__(self) -> None:
-        sizes = [64, 128, 256] if SMOKE else [128, 256, 512, 1024]
+        sizes = [64, 128, 256] if SMOKE else [128, 256, 512]
         super().__init__(
             n=_slider(sizes, sizes[1], "matrix size n (n x n x n)"),
             recipe=_select(RECIPES, "tensorwise", "recipe"),
@@ -336,7 +336,7 @@ class PerTensorPanel(Panel):
             margin=W.IntSlider(value=0, min=0, max=6, description="margin (powers of 2)", continuous_update=False),
             normalize=W.Checkbox(value=False, description="normalize each channel first"),
         )
-        self.shape = (size(256, 64), size(1024, 256))
+        self.shape = (size(128, 64), size(1024, 256))
 
     def compute(self, distribution, outliers, fmt, rule, margin, normalize) -> dict:
         x = sample(distribution, self.shape, outliers, normalize=normalize)
@@ -360,7 +360,7 @@ class DelayedPanel(Panel):
     """Delayed scaling over a stream of activations with a spike: the history's lag."""
 
     title = "delayed vs current scaling over training steps"
-    ncols, width = 2, 4.2
+    ncols, width = 2, 4.0
 
     def __init__(self) -> None:
         super().__init__(
@@ -374,27 +374,26 @@ class DelayedPanel(Panel):
         self.steps = 80  # longer than the longest history after the spike, so every length shows
 
     def compute(self, history, algo, spike, drift, fmt, margin) -> dict:
-        stream = activation_stream(self.steps, (32, 256), spike_step=self.steps // 4, spike=spike, drift=drift)
-        hist = AmaxHistory(history, algo)
-        rows = []
-        for step, x in enumerate(stream):
-            used = hist.amax_for_step(x)
-            qd = quantize_delayed(x, hist, fmt, margin)
-            qc = quantize(x, fmt, PerTensor(), "exact", margin)
-            rows.append({"step": step, "amax": float(qc.amax), "scale amax (delayed)": float(used),
-                         "overflow (delayed)": overflow_fraction(x, qd), "sqnr delayed": sqnr(x, qd),
-                         "sqnr current": sqnr(x, qc)})
+        # every step as one row: per-row scaling of the stack is per-tensor scaling of each step
+        steps = torch.stack(activation_stream(self.steps, (32, 128), spike_step=self.steps // 4, spike=spike,
+                                              drift=drift)).reshape(self.steps, -1)  # (steps, 32 * 128)
+        current = quantize(steps, fmt, PerRow(), "exact", margin)  # each step's own amax
+        amax = current.amax.flatten()
+        used = torch.tensor(AmaxHistory(history, algo).replay(amax.tolist()))
+        delayed = quantize(steps, fmt, PerRow(), "exact", margin, amax=used[:, None])
+        rows = {"step": range(self.steps), "amax": amax.tolist(), "scale amax (delayed)": used.tolist(),
+                "overflow (delayed)": row_overflow(steps, delayed).tolist(),
+                "sqnr delayed": row_sqnr(steps, delayed).tolist(), "sqnr current": row_sqnr(steps, current).tolist()}
         return {"df": pd.DataFrame(rows)}
 
     def draw(self, data, axes) -> None:
         df = data["df"]
         plots.amax_over_steps(df[["step", "amax", "scale amax (delayed)", "overflow (delayed)"]], axes[0])
-        axes[1].plot(df["step"], df["sqnr current"], label="current scaling", color=plots.PALETTE[0])
-        axes[1].plot(df["step"], df["sqnr delayed"], label="delayed scaling", color=plots.PALETTE[1])
+        axes[1].plot(df["step"], df["sqnr current"], color=plots.PALETTE[0])
+        axes[1].plot(df["step"], df["sqnr delayed"], color=plots.PALETTE[1])
         axes[1].set_xlabel("step")
         axes[1].set_ylabel("SQNR (dB)")
-        axes[1].set_title("quality per step")
-        axes[1].legend(fontsize=8)
+        axes[1].set_title("SQNR: current (blue), delayed (orange)")
 
     def describe(self, data) -> str:
         df = data["df"]
@@ -423,7 +422,7 @@ class BlockPanel(Panel):
             distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
             outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
         )
-        self.shape = (size(256, 128), size(1024, 256))
+        self.shape = (size(128, 64), size(1024, 256))
 
     def compute(self, block, fmt, scale_fmt, rule, distribution, outliers) -> dict:
         x = sample(distribution, self.shape, outliers)
@@ -445,7 +444,7 @@ class BlockPanel(Panel):
 class BlockSweepPanel(Panel):
     """SQNR against block size for each scale strategy, with the scales' memory cost."""
 
-    title = "SQNR vs block size (higher is better) and the scales' memory (grey bars)"
+    title = "SQNR vs block size (higher is better), with the scales' memory under each block"
     width, height = 7.0, 3.4
 
     def __init__(self) -> None:
@@ -456,7 +455,7 @@ class BlockSweepPanel(Panel):
             measure=_select(("ordinary channels", "all values"), "ordinary channels", "SQNR of"),
             threshold=W.IntSlider(value=20, min=5, max=45, description="target SQNR (dB)", continuous_update=False),
         )
-        self.shape = (size(64, 32), size(1024, 256))
+        self.shape = (size(16, 16), size(1024, 256))
 
     def compute(self, fmt, distribution, outliers, measure, threshold) -> dict:
         # "ordinary channels": the SQNR of every channel but the outliers. Over all values the
@@ -534,14 +533,19 @@ class AccumulationPanel(Panel):
             distribution=_select(("uniform", "normal"), "uniform", "inputs"),
         )
         self.ks = [128, 256, 512, 1024] if SMOKE else [128, 256, 512, 1024, 2048, 4096]
+        self._fp32: dict[str, list[float]] = {}
 
     def compute(self, bits, promote, distribution) -> dict:
-        settings = {"fp32 accumulation": None, f"{bits}-bit, no promotion": AccumulatorModel(bits - 1, 32, None)}
+        settings = {f"{bits}-bit, no promotion": AccumulatorModel(bits - 1, 32, None)}
         if promote:
             settings[f"{bits}-bit, promoted every {promote}"] = AccumulatorModel(bits - 1, 32, promote)
-        rows = [{"accumulation": label, "K": k,
-                 "relative error": max(accumulation_error(k, model, distribution), 1e-9)}
-                for label, model in settings.items() for k in self.ks]
+        if distribution not in self._fp32:  # the fp32 curve depends on nothing else: compute it once
+            self._fp32[distribution] = [max(accumulation_error(k, None, distribution), 1e-9) for k in self.ks]
+        rows = [{"accumulation": "fp32 accumulation", "K": k, "relative error": e}
+                for k, e in zip(self.ks, self._fp32[distribution], strict=True)]
+        rows += [{"accumulation": label, "K": k,
+                  "relative error": max(accumulation_error(k, model, distribution), 1e-9)}
+                 for label, model in settings.items() for k in self.ks]
         return {"df": pd.DataFrame(rows)}
 
     def draw(self, data, ax) -> None:
@@ -792,16 +796,20 @@ def bench_widgets(size: int | None = None, rounds: int | None = None) -> list[di
     """Time from a control's new value to a finished redraw, per panel (Agg, PNG rendered)."""
     import statistics
 
+    import fp8lab
     from fp8lab.bench import print_table
 
+    fp8lab.setup(quiet=True)  # as the first cell of every notebook does
     rows = []
     for name, make in PANELS.items():
         panel = make()
         panel.refresh()
         times = []
         sweeps = sweep_values(panel)
+        defaults = panel.values()
         for _ in range(rounds or 2):
             for control, values in sweeps.items():
+                panel.update(**defaults)  # each control from the default state, as the tests sweep
                 for value in values:
                     t0 = time.perf_counter()
                     panel.update(**{control: value})
