@@ -70,12 +70,14 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3
     return fig, (flat[0] if len(flat) == 1 else flat)
 
 
-def to_png(fig) -> bytes:
-    """Render a figure to PNG bytes (and close it if pyplot owns it)."""
+def to_png(fig, keep: bool = False) -> bytes:
+    """Render a figure to PNG bytes. Unless keep=True (a panel that redraws into the same
+    figure), close it and clear it: its reference cycles go now, not in a slow GC pass."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", pil_kwargs={"compress_level": 1})
-    plt.close(fig)
-    fig.clear()  # break the figure's reference cycles now rather than in a slow GC pass
+    if not keep:
+        plt.close(fig)
+        fig.clear()
     return buf.getvalue()
 
 
@@ -313,7 +315,7 @@ def monitor_lines(monitor, metric: str = "underflow", ax=None, gemm: str = "fpro
 def amax_over_steps(df, ax=None):
     """Delayed scaling over steps: each step's amax, the amax its scale used, and the clips."""
     ax = _ax(ax)
-    ax.plot(df["step"], df["amax"], color=PALETTE[0], marker=".", label="this step's amax")
+    ax.plot(df["step"], df["amax"], color=PALETTE[0], label="this step's amax")
     for i, col in enumerate(c for c in df.columns if c.startswith("scale amax")):
         ax.step(df["step"], df[col], where="mid", color=PALETTE[i + 1], label=col.replace("scale amax", "used"))
     for i, col in enumerate(c for c in df.columns if c.startswith("overflow")):
@@ -323,6 +325,6 @@ def amax_over_steps(df, ax=None):
     _log(ax, "y")
     ax.set_xlabel("step")
     ax.set_ylabel("amax (log)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     ax.set_title("current amax vs the amax each scale used")
     return ax

@@ -79,6 +79,8 @@ class Panel:
         self.text = W.HTML()
         self.data: dict = {}
         self._busy = False
+        self._figure = None  # (figure, axes), reused: creating axes costs more than clearing them
+        self._lock = threading.RLock()  # a background thread (live training) may redraw too
         for ctl in controls.values():
             if hasattr(ctl, "value"):
                 ctl.observe(self._on_change, names="value")
@@ -105,12 +107,31 @@ class Panel:
             self._busy = False
         return self.refresh()
 
+    def _axes(self):
+        if self._figure is None:
+            fig, axes = plots.figure(self.ncols, 1, self.width, self.height, pyplot=False)
+            own = axes if isinstance(axes, list) else [axes]
+            self._figure = (fig, axes, [ax.get_position() for ax in own])
+        fig, axes, boxes = self._figure
+        own = axes if isinstance(axes, list) else [axes]
+        for ax in list(fig.axes):
+            if not any(ax is a for a in own):
+                fig.delaxes(ax)  # colorbars and twin axes of the last drawing
+        for ax, box in zip(own, boxes, strict=True):
+            ax.clear()
+            ax.set_position(box)  # a colorbar had taken part of it
+        return fig, axes
+
     def refresh(self) -> dict:
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> dict:
         try:
             self.data = self.compute(**self.values())
-            fig, axes = plots.figure(self.ncols, 1, self.width, self.height, pyplot=False)
+            fig, axes = self._axes()
             self.draw(self.data, axes)
-            self.image.value = plots.to_png(fig)
+            self.image.value = plots.to_png(fig, keep=True)
             self.text.value = self.describe(self.data)
         except ValueError as err:  # bad combinations are explained, never raised into the notebook
             self.data = {"error": str(err)}
@@ -375,7 +396,7 @@ class DelayedPanel(Panel):
 
     def compute(self, history, algo, spike, drift, fmt, margin) -> dict:
         # every step as one row: per-row scaling of the stack is per-tensor scaling of each step
-        steps = torch.stack(activation_stream(self.steps, (32, 128), spike_step=self.steps // 4, spike=spike,
+        steps = torch.stack(activation_stream(self.steps, (16, 128), spike_step=self.steps // 4, spike=spike,
                                               drift=drift)).reshape(self.steps, -1)  # (steps, 32 * 128)
         current = quantize(steps, fmt, PerRow(), "exact", margin)  # each step's own amax
         amax = current.amax.flatten()
