@@ -318,7 +318,7 @@ def train(
     steps: int = LESSON.steps,
     seed: int = 0,
     sink_magnitude: float = 0.0,
-    batch: int = LESSON.batch,
+    batch: int | None = None,
     lr: float = LESSON.lr,
     gain_schedule: Callable[[int], float] | None = None,
     callback: Callable[[TrainResult, int], bool | None] | None = None,
@@ -334,6 +334,7 @@ def train(
     """Train one model per recipe, side by side, from the same weights on the same batches.
 
     recipes: FP8 recipe names (RECIPES, VARIANTS) and/or baselines "fp32", "bf16".
+    batch: default 128 samples for the mlp, 32 sequences (1024 tokens) for the transformer.
     gain_schedule: step -> input gain (ToyMLP only): a mid-run change of activation size.
     keep_first_last / skip: linears kept in high precision (see fp8lab.nn.convert).
     callback(result_so_far, step) runs every `every` steps (live plots); returning False,
@@ -344,6 +345,8 @@ def train(
 
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
+    if batch is None:  # the transformer's batch holds 32 tokens per sequence
+        batch = LESSON.batch if model == "mlp" else LESSON.batch // 4
     if steps < 1 or batch < 1:
         raise ValueError("steps and batch must be positive")
     if gain_schedule is not None and model != "mlp":
