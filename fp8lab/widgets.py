@@ -81,6 +81,7 @@ class Panel:
         self._busy = False
         self._figure = None  # (figure, axes), reused: creating axes costs more than clearing them
         self._lock = threading.RLock()  # a background thread (live training) may redraw too
+        self._thread: threading.Thread | None = None
         for ctl in controls.values():
             if hasattr(ctl, "value"):
                 ctl.observe(self._on_change, names="value")
@@ -137,6 +138,18 @@ class Panel:
             self.data = {"error": str(err)}
             self.text.value = f"<span style='color:#d55e00'><b>Not possible:</b> {html.escape(str(err))}</span>"
         return self.data
+
+    def _launch(self, work: Callable[[], None], blocking: bool):
+        """Run `work` now (blocking), or in a background thread so that the kernel keeps
+        answering widget messages (Stop, redraws) meanwhile; one run at a time."""
+        if self._thread is not None and self._thread.is_alive():
+            return None
+        if blocking:
+            work()
+            return None
+        self._thread = threading.Thread(target=work, daemon=True)
+        self._thread.start()
+        return self._thread
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -609,7 +622,6 @@ class TrainingPanel(Panel):
         self.widget.children = (self.widget.children[0], *self.widget.children[1:3],
                                 W.HBox([self.start, self.stop, self.progress]), *self.widget.children[3:])
         self._stop_event = threading.Event()
-        self._thread: threading.Thread | None = None
         self.result = None
         self.messages: list[str] = []
 
@@ -669,16 +681,8 @@ class TrainingPanel(Panel):
                     self.result.history["step"].max() + 1 if len(self.result.history) else 0)
                 self.refresh()
 
-        if blocking:
-            work()
-            return self.result
-        self._thread = threading.Thread(target=work, daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def _on_change(self, change) -> None:
-        if not self._busy:
-            self.refresh()
+        thread = self._launch(work, blocking)
+        return self.result if blocking else thread
 
 
 # ---- 07 export ------------------------------------------------------------------------------------------------
@@ -734,7 +738,6 @@ class DistributedPanel(Panel):
         self.widget.children = (*self.widget.children[:-2], W.HBox([self.run_button]), self.log,
                                 *self.widget.children[-2:])
         self.result = None
-        self._thread: threading.Thread | None = None
 
     def compute(self, recipe, engine, amax_all_reduce, steps) -> dict:
         df = self.result if self.result is not None else pd.DataFrame(columns=["step", "single", "distributed",
@@ -775,12 +778,8 @@ class DistributedPanel(Panel):
                 self.run_button.disabled = False
                 self.refresh()
 
-        if blocking:
-            work()
-            return self.result
-        self._thread = threading.Thread(target=work, daemon=True)
-        self._thread.start()
-        return self._thread
+        thread = self._launch(work, blocking)
+        return self.result if blocking else thread
 
 
 PANELS: dict[str, Callable[[], Panel]] = {
