@@ -63,13 +63,18 @@ def _scaled_magnitude(x: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
     return x.detach().double().abs() / q.expanded_scale().double()
 
 
+def _clipped(x: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
+    # without saturation these would have rounded beyond max_value: |x| / scale above max_value
+    # plus half an ulp of the top binade
+    fmt = q.fmt
+    limit = fmt.max_value + 0.5 * 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)
+    return _scaled_magnitude(x, q) > limit
+
+
 def overflow_fraction(x: torch.Tensor, q: QuantizedTensor) -> float:
     """Fraction of elements that clipped: without saturation they would have rounded
     beyond max_value (|x| / scale > max_value + half an ulp of the top binade)."""
-    fmt = q.fmt
-    limit = fmt.max_value + 0.5 * 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)
-    mag = _scaled_magnitude(x, q)
-    return (mag > limit).double().mean().item()
+    return _clipped(x, q).double().mean().item()
 
 
 def underflow_fraction(x: torch.Tensor, q: QuantizedTensor) -> float:
@@ -110,6 +115,4 @@ def row_sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> torch.Tensor
 
 def row_overflow(x: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
     """overflow_fraction of each row of x[R, N] (float64 tensor of R values)."""
-    fmt = q.fmt
-    limit = fmt.max_value + 0.5 * 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)
-    return (_scaled_magnitude(x, q) > limit).double().mean(-1)
+    return _clipped(x, q).double().mean(-1)

@@ -119,17 +119,20 @@ def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling
     the amax reduced across ranks, and delayed scaling records that reduced amax (as
     TransformerEngine's DelayedScaling(reduce_amax=True) does).
     """
-    current = None  # this tensor's amax, reduced across ranks
+    current = None  # this tensor's amax (per block), reduced across ranks where they share a scale
     if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
         current = state.amax_reducer(amax_per_block(t, scaling.granularity))
     amax = current
     history = state.histories[role] if state.histories is not None else None
-    if history is not None:
-        amax = history.amax_for_step(t) if current is None or len(history) else current.reshape(())
+    if history is not None:  # delayed scaling is per tensor (Recipe checks): one amax pass per use
+        if current is None:
+            current = amax_per_block(t, scaling.granularity)
+        past = history.amax()
+        amax = current.reshape(()) if past is None else torch.tensor(past, dtype=torch.float32, device=t.device)
     q = scaling.quantize(t, amax=amax)
     if history is not None and role not in state.recorded:
         state.recorded.add(role)  # once per step, at the role's first GEMM
-        history.record(t if current is None else current.max())
+        history.record(float(current.max()))
     if state.monitor is not None and state.monitor.active():
         state.monitor.record(state.name, gemm, role, t, q)
     return q

@@ -19,6 +19,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from fp8lab.formats import FloatFormat, get_format
 from fp8lab.quantize import QuantizedTensor
+from fp8lab.scaling import padded_blocks
 
 __all__ = [
     "PALETTE",
@@ -210,11 +211,8 @@ def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None):
     r, c = q.block_shape
     x2 = x.detach().reshape(q.shape).float()
     lost = ((x2 - q.dequantize()).abs() > x2.abs() * 2.0 ** -(q.fmt.mantissa_bits + 1)).float()
-    m, k = x2.shape
-    mb, kb = math.ceil(m / r), math.ceil(k / c)
-    pad = torch.nn.functional.pad(lost, (0, kb * c - k, 0, mb * r - m))
-    frac = pad.reshape(mb, r, kb, c).sum((1, 3)) / torch.nn.functional.pad(
-        torch.ones_like(lost), (0, kb * c - k, 0, mb * r - m)).reshape(mb, r, kb, c).sum((1, 3))
+    # padding counts as neither lost nor present: divide by the real elements of each block
+    frac = padded_blocks(lost, (r, c)).sum((1, 3)) / padded_blocks(torch.ones_like(lost), (r, c)).sum((1, 3))
     _heatmap(ax, _block_grid(frac), "magma_r", "fraction of values lost", vmin=0, vmax=1)
     ax.set_xlabel("block column (along K)")
     ax.set_ylabel("block row (along M)")
