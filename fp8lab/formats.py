@@ -349,4 +349,28 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str) -> torch.Tensor:
     x = x.to(torch.float32)
     if not _torch_native_cast_ok(fmt):
         return _cast_by_step(x, fmt)
-    return x.clamp(-fmt.max_value, fmt.max_value).to(fmt.torch_dtype).to(torch.float32)
+    return widen(x.clamp(-fmt.max_value, fmt.max_value).to(fmt.torch_dtype))
+
+
+def widen(data: torch.Tensor) -> torch.Tensor:
+    """float8 storage (float8_e4m3fn / float8_e5m2) -> float32, exactly; data.float() otherwise.
+
+    Same values as data.float(), several times faster on the CPU, where torch converts FP8
+    one element at a time (~1.6 ns per element on 2 cores; this takes ~0.3). Each FP8 value
+    is a float16 value scaled by a power of two, so the bits are moved into a float16 and
+    the vectorised float16 -> float32 conversion does the rest:
+    E5M2 is the top byte of float16 (same exponent bias, inf and NaN included);
+    E4M3's 7 magnitude bits shifted left by 7 are the float16 2^-8 * |value| (the 4
+    exponent bits land in float16's exponent field, whose bias is 8 larger), subnormals too.
+    E4M3 NaN codes (0x7F, 0xFF) have no such image; where they occur the slow cast runs.
+    """
+    if data.device.type != "cpu" or data.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return data.to(torch.float32)
+    if data.dtype == torch.float8_e5m2:
+        return (data.view(torch.uint8).to(torch.int16) << 8).view(torch.float16).to(torch.float32)
+    s = data.view(torch.int8).to(torch.int16)  # sign-extended: bit 15 is the sign
+    magnitude = s & 0x7F
+    if bool((magnitude == 0x7F).any()):  # NaN: rare (a NaN input), so take the exact slow path
+        return data.to(torch.float32)
+    half = (magnitude << 7) | (s & -0x8000)
+    return half.view(torch.float16).to(torch.float32).mul_(256.0)

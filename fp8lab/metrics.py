@@ -79,13 +79,13 @@ def overflow_fraction(x: torch.Tensor, q: QuantizedTensor) -> float:
 
 def underflow_fraction(x: torch.Tensor, q: QuantizedTensor) -> float:
     """Fraction of all elements that were nonzero in x and became zero (flushed)."""
-    flushed = (x.detach() != 0) & (q.data.to(torch.float32) == 0)
+    flushed = (x.detach() != 0) & (q.values() == 0)
     return flushed.double().mean().item()
 
 
 def subnormal_fraction(q: QuantizedTensor) -> float:
     """Fraction of elements stored as subnormals (nonzero, below min_normal): fewer bits of precision."""
-    a = q.data.to(torch.float32).abs()
+    a = q.values().abs()
     return ((a > 0) & (a < q.fmt.min_normal)).double().mean().item()
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fp8lab.formats import E2M1, E4M3, E8M0, FloatFormat, _check_float, cast, get_format
+from fp8lab.formats import E2M1, E4M3, E8M0, FloatFormat, _check_float, cast, get_format, widen
 from fp8lab.scaling import (
     SCALE_RULES,
     AmaxHistory,
@@ -62,7 +62,7 @@ class QuantizedTensor:
     def values(self) -> torch.Tensor:
         """data as float32 (the element values before scaling), computed once and cached."""
         if self._values is None:
-            object.__setattr__(self, "_values", self.data.to(torch.float32))
+            object.__setattr__(self, "_values", widen(self.data))
         return self._values
 
     def t(self) -> QuantizedTensor:
@@ -110,7 +110,7 @@ class QuantizedTensor:
 
     def dequantize(self) -> torch.Tensor:
         """data * scale (* tensor_scale), float32, the original shape."""
-        data = self.data.to(torch.float32)
+        data = self.values()
         if self.scale.dim() == 0:
             out = data * self.scale
         else:

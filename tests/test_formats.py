@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fp8lab
-from fp8lab.formats import BF16, E2M1, E4M3, E5M2, E8M0, FP16, cast, cast_reference, get_format
+from fp8lab.formats import BF16, E2M1, E4M3, E5M2, E8M0, FP16, cast, cast_reference, get_format, widen
 
 ORACLE = {
     "e4m3": ml_dtypes.float8_e4m3fn,
@@ -193,3 +193,23 @@ def test_format_names_and_aliases():
 def test_cast_refuses_non_float_tensors(dtype):
     with pytest.raises(TypeError, match="floating-point"):
         cast(torch.zeros(3, dtype=dtype), E4M3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_widen_equals_torch_cast_on_every_code(dtype):
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    finite = codes[~torch.isnan(codes.view(dtype).float())]
+    for data in (finite.view(dtype), codes.view(dtype), codes.view(dtype).reshape(16, 16).t()):
+        got, want = widen(data), data.float()
+        assert got.dtype == torch.float32
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(got), nan)
+        assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))  # bits: -0 too
+    # signed zeros keep their sign bit
+    zeros = torch.tensor([0x00, 0x80], dtype=torch.uint8).view(dtype)
+    assert torch.equal(widen(zeros).view(torch.int32), torch.tensor([0.0, -0.0]).view(torch.int32))
+
+
+def test_widen_passes_other_dtypes_through():
+    x = torch.randn(5).bfloat16()
+    assert torch.equal(widen(x), x.float())
