@@ -28,6 +28,7 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
 
     import torch
 
+    from fp8lab.kernels import keep_freed_memory
     from fp8lab.plots import use_theme
     from fp8lab.settings import SMOKE
 
@@ -37,6 +38,7 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
     # collector's sight, so that its full collections don't stall a widget's redraw
     gc.collect()
     gc.freeze()
+    keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
     if torch.cuda.is_available():
         cc = torch.cuda.get_device_capability()
         where = f"GPU {torch.cuda.get_device_name()} (sm_{cc[0]}{cc[1]}): real FP8 GEMMs where the kernel exists"

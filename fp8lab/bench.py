@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 
+from fp8lab import kernels
 from fp8lab.timing import time_interleaved
 
 __all__ = ["bench_gemm", "bench_gpu", "bench_quantize", "main", "print_table"]
@@ -29,8 +30,9 @@ def machine_line() -> str:
     except OSError:
         pass
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    fused = "fused CPU kernels on" if kernels.status()[0] else "fused CPU kernels off"
     return (f"{datetime.date.today().isoformat()}, {cpu}, {torch.get_num_threads()} threads, {gpu}, "
-            f"torch {torch.__version__}")
+            f"torch {torch.__version__}, {fused}")
 
 
 def print_table(title: str, rows: list[dict], note: str = "") -> None:
@@ -263,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per candidate")
     p.add_argument("--device", default=None, help="for 'gpu': cuda (default when present) or cpu (dry run)")
     args = p.parse_args(argv)
+    kernels.keep_freed_memory()  # as fp8lab.setup() does in the notebooks
     names = ("quantize", "gemm", "train", "widgets") if args.name == "all" else (args.name,)
     for name in names:
         kw = {k: v for k, v in {"size": args.size, "rounds": args.rounds}.items() if v is not None}

@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import torch
 
+from fp8lab import kernels
 from fp8lab.formats import E2M1, E4M3, E8M0
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import RECIPES, Recipe, get_recipe
@@ -201,7 +202,7 @@ def _significant_bits(fmt) -> int:
 def _fold(q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor | None, bool, float, float]:
     """An operand as float32 values ready for one GEMM over all of K.
 
-    Returns (values[R, K], post_scale[R] or None, exact_in_bf16, lo, hi). Scales that vary
+    Returns (values[R, K], post_scale (0-d per tensor, [R] per row) or None, exact_in_bf16, lo, hi). Scales that vary
     along K are folded into the values: exactly when the product of an element and its
     scale fits in bfloat16's 8 significant bits (power-of-two scales; E4M3 block scales
     times E4M3 or E2M1 elements); otherwise in float32 with one rounding per element.
@@ -212,11 +213,16 @@ def _fold(q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor | None, bool, 
     s, width = _k_blocks(q)
     k = q.shape[1]
     if width >= k:  # one scale per row (or tensor): apply after the GEMM
-        return values, s[:, 0], True, q.fmt.min_subnormal, q.fmt.max_value
+        post = q.scale.reshape(()) if isinstance(q.granularity, PerTensor) else s[:, 0]
+        return values, post, True, q.fmt.min_subnormal, q.fmt.max_value
     pow2 = q.scale_rule in ("rceil", "floor") or q.scale_fmt is E8M0
     e4m3_scales = q.scale_fmt is E4M3 and _significant_bits(q.fmt) + _significant_bits(E4M3) <= 8
-    expanded = s.repeat_interleave(width, 1)[:, :k]  # (R, K)
-    values = values * expanded
+    if kernels.enabled(values):
+        values = kernels.block_mul(values, (1, width), s)  # the same products, one pass
+    elif kernels.enabled(values.t()):  # a transposed QuantizedTensor: fold in its own layout
+        values = kernels.block_mul(values.t(), (width, 1), s.t()).t()
+    else:
+        values = values * s.repeat_interleave(width, 1)[:, :k]  # (R, K)
     lo = q.fmt.min_subnormal * float(q.scale.min())
     hi = q.fmt.max_value * float(q.scale.max())
     return values, None, pow2 or e4m3_scales, lo, hi
@@ -280,15 +286,20 @@ def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
             out = a @ b.t()
     else:
         out = a @ b.t()
+    # one scale factor per output, sa[m] * sb[n], as the reference (and the hardware
+    # epilogue) forms it; a per-tensor scale is a 0-d tensor, so no [M, N] factor is built
+    # unless both operands have a scale per row
     if post_a is not None and post_b is not None:
-        # one scale factor per output, as the reference (and the hardware epilogue) forms it
-        out = out * (post_a[:, None] * post_b[None, :])
+        if post_a.dim() and post_b.dim():
+            out.mul_(torch.outer(post_a, post_b))
+        else:
+            out.mul_((post_a[:, None] if post_a.dim() else post_a) * (post_b[None, :] if post_b.dim() else post_b))
     elif post_a is not None:
-        out = out * post_a[:, None]
+        out.mul_(post_a[:, None] if post_a.dim() else post_a)
     elif post_b is not None:
-        out = out * post_b[None, :]
+        out.mul_(post_b[None, :] if post_b.dim() else post_b)
     factor = _tensor_factor(a_q, b_q)
-    return out if factor is None else out * factor
+    return out if factor is None else out.mul_(factor)
 
 
 def emulated_mm(

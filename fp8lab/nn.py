@@ -16,6 +16,7 @@ Notebook 06 trains with these layers; 07 swaps in torchao's and trains on severa
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -138,15 +139,19 @@ def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling
     return q
 
 
-def _operand(state: _LayerState, make: Callable[[], torch.Tensor], role: str, gemm: str,
-             reuse: QuantizedTensor | None = None) -> QuantizedTensor | None:
-    """Quantize the operand make() -> t[rows, contraction] for `gemm`, or reuse an earlier one.
+def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
+             reuse: QuantizedTensor | None = None, transpose: bool = False) -> QuantizedTensor | None:
+    """Quantize source (or source^T with transpose=True) as `gemm`'s operand [rows, contraction].
 
     `reuse` is the same tensor quantized for another GEMM, transposed: it is used when its
     transpose is exactly what this GEMM asks for (same format and rule, and the transposed
     blocks are this GEMM's blocks: per-tensor, or square blocks like 128x128). Then the
-    codes are identical, and TransformerEngine likewise reuses the FP8 copy. Returns None
-    where the recipe runs this GEMM in high precision.
+    codes are identical, and TransformerEngine likewise reuses the FP8 copy.
+    A transposed operand is quantized without copying source^T: blocks along source^T's
+    rows are blocks down source's columns (1x32 of x^T is 32x1 of x; per row of x^T is
+    one block per column of x), so the result is the QuantizedTensor of source^T, code for
+    code, as a transposed view (emulated GEMMs take strided operands as they are).
+    Returns None where the recipe runs this GEMM in high precision.
     """
     scaling = state.recipe.scaling(role, gemm)
     if scaling is None:
@@ -154,7 +159,17 @@ def _operand(state: _LayerState, make: Callable[[], torch.Tensor], role: str, ge
     if (reuse is not None and isinstance(reuse.granularity, PerTensor | PerBlock)
             and reuse.granularity == _transposed(scaling.granularity) and _same_numerics(reuse, scaling)):
         return reuse.t()
-    return _quantize(state, make(), role, gemm, scaling)
+    source = source.float()
+    if not transpose:
+        return _quantize(state, source, role, gemm, scaling)
+    g = scaling.granularity
+    # amaxes reduced across ranks are shaped for the GEMM's own layout: with a reducer (and
+    # per tensor, where nothing is re-quantized unless the numerics differ) copy source^T
+    if state.amax_reducer is None and isinstance(g, PerRow | PerBlock):
+        columns = PerBlock(source.shape[0], 1) if isinstance(g, PerRow) else _transposed(g)
+        q = _quantize(state, source, role, gemm, dataclasses.replace(scaling, granularity=columns)).t()
+        return dataclasses.replace(q, granularity=g)
+    return _quantize(state, source.t().contiguous(), role, gemm, scaling)
 
 
 def _transposed(g):
@@ -183,8 +198,8 @@ class _FP8LinearFunction(torch.autograd.Function):
             out = F.linear(x2, weight, bias)
         else:
             # fprop: x[M, K] @ w[N, K]^T, both quantized along K
-            ctx.q_x = _operand(state, x2.float, "input", "fprop")
-            ctx.q_w = _operand(state, weight.float, "weight", "fprop")
+            ctx.q_x = _operand(state, x2, "input", "fprop")
+            ctx.q_w = _operand(state, weight, "weight", "fprop")
             out = _mm(state, ctx.q_x, ctx.q_w).to(x.dtype)
             if bias is not None:
                 out = out + bias
@@ -207,13 +222,13 @@ class _FP8LinearFunction(torch.autograd.Function):
             q_g = None
             if ctx.needs_input_grad[0]:
                 # dgrad: dy[M, N] @ w[N, K]: contraction N; w^T[K, N] is quantized along N
-                q_g = _operand(state, lambda: gf, "grad_output", "dgrad")
-                q_wt = _operand(state, lambda: weight.float().t().contiguous(), "weight", "dgrad", reuse=ctx.q_w)
+                q_g = _operand(state, gf, "grad_output", "dgrad")
+                q_wt = _operand(state, weight, "weight", "dgrad", reuse=ctx.q_w, transpose=True)
                 grad_x = _mm(state, q_g, q_wt).to(x2.dtype)
             if ctx.needs_input_grad[1]:
                 # wgrad: dy^T[N, M] @ x[M, K]: contraction M; dy^T[N, M] and x^T[K, M] along M
-                q_gt = _operand(state, lambda: gf.t().contiguous(), "grad_output", "wgrad", reuse=q_g)
-                q_xt = _operand(state, lambda: x2.float().t().contiguous(), "input", "wgrad", reuse=ctx.q_x)
+                q_gt = _operand(state, gf, "grad_output", "wgrad", reuse=q_g, transpose=True)
+                q_xt = _operand(state, x2, "input", "wgrad", reuse=ctx.q_x, transpose=True)
                 if q_gt is None or q_xt is None:  # high-precision weight gradient
                     grad_w = gf.t().mm(x2.float())
                 else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fp8lab import kernels
 from fp8lab.formats import E2M1, E4M3, E8M0, FloatFormat, _check_float, cast, get_format, widen
 from fp8lab.scaling import (
     SCALE_RULES,
@@ -258,6 +259,8 @@ def quantize(
         raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
     x32 = x.detach().to(torch.float32)
     x2d = as_2d(x32, granularity)
+    if kernels.enabled():
+        x2d = x2d.contiguous()  # the kernels read rows in place (a no-op for most callers)
     if x2d.numel() == 0:
         raise ValueError("cannot quantize an empty tensor")
     block = granularity.block_shape(tuple(x2d.shape))
@@ -294,6 +297,11 @@ def quantize(
         scale, inverse = scale_from_amax(block_amax, fmt, scale_rule, margin, scale_fmt)
 
     m, k = x2d.shape
+    if kernels.enabled(x2d) and fmt.storage_dtype in kernels.STORAGE:
+        # the same codes, and their float32 values, in one pass (fp8lab.kernels)
+        data, values = kernels.scale_cast(x2d, block, inverse, fmt, fmt.storage_dtype)
+        return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale,
+                          block_amax, margin, values.reshape(x.shape))
     if isinstance(granularity, PerTensor):
         # one scale: any layout will do, so cut x into rows that chunk well
         width = 1024 if x2d.numel() % 1024 == 0 else k
@@ -307,8 +315,12 @@ def quantize(
     data = out.reshape(blocks.shape[0] * blocks.shape[1], -1)
     if data.shape != (m, k) and not isinstance(granularity, PerTensor):
         data = data[:m, :k].contiguous()
-    data = data.reshape(x.shape)
+    return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale,
+                      block_amax, margin)
 
+
+def _quantized(data, scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale, block_amax, margin,
+               values=None) -> QuantizedTensor:
     if isinstance(granularity, PerTensor):
         scale, block_amax = scale.reshape(()), block_amax.reshape(())
     return QuantizedTensor(
@@ -321,6 +333,7 @@ def quantize(
         tensor_scale=tensor_scale,
         amax=block_amax,
         margin=margin,
+        _values=values,
     )
 
 

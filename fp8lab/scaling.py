@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from fp8lab import kernels
 from fp8lab.formats import E4M3, E8M0, FloatFormat, cast, get_format
 
 __all__ = [
@@ -187,6 +188,8 @@ def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     if x2d.numel() == 0:
         raise ValueError("cannot scale an empty tensor")
     r, c = granularity.block_shape(tuple(x2d.shape))
+    if kernels.enabled(x2d):  # the same max in one vectorized pass (fp8lab.kernels)
+        return kernels.block_amax(x2d, (r, c))
     blocks = padded_blocks(x2d, (r, c))  # (MB, r, KB, c)
     # max(-min, max) reads x twice but never materialises |x|; reduce the contiguous
     # cols first, then the rows of each block, which is much faster than one strided pass
@@ -248,8 +251,10 @@ def scale_from_amax(
         if scale_rule == "exact":
             raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor', not 'exact'")
     amax = amax.to(torch.float32)
-    zero = amax == 0
     max_eff = fmt.max_value / 2**margin
+    if kernels.enabled(amax):  # the arithmetic below, in one pass (fp8lab.kernels)
+        return kernels.scales(amax, scale_rule, max_eff, _pow2_exponent_range(scale_fmt))
+    zero = amax == 0
 
     if scale_rule == "exact":
         # inverse = max / amax in float64, as torchao; an amax so small that this overflows

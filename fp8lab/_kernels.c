@@ -1,0 +1,216 @@
+/* fp8lab's CPU kernels: quantization fused into single passes over memory.
+
+   The torch code in quantize.py / gemm.py is the definition; these loops compute the same
+   numbers (tests/test_kernels.py proves it bit for bit) in one pass where torch needs five
+   (multiply, clamp, cast, widen, fold), each allocating a temporary. Built on first use by
+   fp8lab/kernels.py with the system C compiler and called through ctypes; without a
+   compiler fp8lab runs the torch code, and `python -m fp8lab doctor` says why.
+
+   Layout: x is a contiguous float32 [M, K] cut into blocks of r rows x c columns (the last
+   blocks may be partial: that is the zero padding of scaling.padded_blocks, which never
+   changes an amax or a code). Block (i, j) covers rows i*r.. and columns j*c..; its scale
+   sits at s[i * KB + j], KB = ceil(K / c).
+
+   Compiled with -ffp-contract=off: every multiply is rounded on its own, as torch does. */
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* blocks narrower than this are walked a whole row at a time, with per-column state */
+#define NARROW 16
+
+static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* max |x| over each block -> amax[MB * KB]; a NaN in a block makes its amax NaN.
+   Nonnegative floats order as their bit patterns, and every NaN's |bits| exceed inf's,
+   so an integer max over |x|'s bits is the amax with NaN propagating (and vectorizes). */
+static uint32_t run_amax_bits(const float *x, int64_t n, uint32_t hi) {
+    const uint32_t *u = (const uint32_t *)x;
+    for (int64_t k = 0; k < n; k++) {
+        uint32_t a = u[k] & 0x7FFFFFFFu;
+        hi = a > hi ? a : hi;
+    }
+    return hi;
+}
+
+void fp8lab_block_amax(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, float *amax) {
+    int64_t KB = (K + c - 1) / c, MB = (M + r - 1) / r;
+    uint32_t *out = (uint32_t *)amax;
+    for (int64_t i = 0; i < MB * KB; i++) out[i] = 0u;
+    if (c < NARROW) { /* narrow blocks (e.g. 32 x 1, a column block): a running max per column */
+        uint32_t *acc = (uint32_t *)malloc((size_t)K * sizeof(uint32_t));
+        if (acc) {
+            for (int64_t i = 0; i < MB; i++) {
+                for (int64_t k = 0; k < K; k++) acc[k] = 0u;
+                int64_t m1 = (i + 1) * r < M ? (i + 1) * r : M;
+                for (int64_t m = i * r; m < m1; m++) {
+                    const uint32_t *u = (const uint32_t *)(x + m * K);
+                    for (int64_t k = 0; k < K; k++) {
+                        uint32_t a = u[k] & 0x7FFFFFFFu;
+                        acc[k] = a > acc[k] ? a : acc[k];
+                    }
+                }
+                for (int64_t k = 0; k < K; k++) {
+                    uint32_t *o = out + i * KB + k / c;
+                    *o = acc[k] > *o ? acc[k] : *o;
+                }
+            }
+            free(acc);
+            return;
+        }
+    }
+    for (int64_t m = 0; m < M; m++) {
+        const float *row = x + m * K;
+        uint32_t *orow = out + (m / r) * KB;
+        for (int64_t j = 0; j < KB; j++) {
+            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
+            orow[j] = run_amax_bits(row + k0, k1 - k0, orow[j]);
+        }
+    }
+}
+
+/* The element format (m mantissa bits, smallest normal 2^emin, largest value maxval; all
+   three formats here have subnormals) and the byte format its codes are stored in
+   (float8_e4m3fn or float8_e5m2; E2M1 values are stored as E4M3 bytes). */
+typedef struct {
+    uint32_t max_bits, min_normal_bits, drop, half_minus_1, keep_mask;
+    float magic;
+    uint32_t s_mbits, s_mmask, s_bias, s_min_normal_bits;
+    float s_sub_inv;
+} fmt_t;
+
+/* cast(x[k] * s) for one run of a block row: integer selects only, so it vectorizes.
+   Rounding is nearest, ties to even. Subnormal range: adding magic = 2^(emin - m + 23)
+   leaves the subnormal spacing as float32's ulp, so the add rounds onto the grid and the
+   subtraction is exact. Normal range: the float32 mantissa is rounded to m bits by
+   integer arithmetic (a carry into the exponent is the right answer). */
+static inline void cast_one(float t, fmt_t f, uint8_t *code_out, float *value_out) {
+    {
+        uint32_t tb = bits_of(t);
+        uint32_t sign = tb & 0x80000000u;
+        uint32_t ab = tb & 0x7FFFFFFFu;
+        uint32_t nan = ab > 0x7F800000u;
+        uint32_t cb = ab > f.max_bits ? f.max_bits : ab; /* saturate (NaN handled by `nan`) */
+        float a = float_of(cb);
+        float sub = (a + f.magic) - f.magic;
+        uint32_t rounded = (cb + f.half_minus_1 + ((cb >> f.drop) & 1u)) & f.keep_mask;
+        uint32_t vb = cb < f.min_normal_bits ? bits_of(sub) : rounded;
+        /* the storage byte of the value vb */
+        uint32_t normal = (((vb >> 23) - 127u + f.s_bias) << f.s_mbits) | ((vb >> (23 - f.s_mbits)) & f.s_mmask);
+        uint32_t subcode = (uint32_t)(int32_t)(float_of(vb) * f.s_sub_inv);
+        uint32_t code = vb < f.s_min_normal_bits ? subcode : normal;
+        code = nan ? 0x7Fu : code;
+        *code_out = (uint8_t)(code | (sign >> 24));
+        *value_out = float_of(nan ? tb : (vb | sign));
+    }
+}
+
+static void run_cast(const float *x, int64_t n, float s, fmt_t f, uint8_t *codes, float *values) {
+    for (int64_t k = 0; k < n; k++) cast_one(x[k] * s, f, codes + k, values + k);
+}
+
+static void run_cast_per_element(const float *x, int64_t n, const float *s, fmt_t f, uint8_t *codes,
+                                 float *values) {
+    for (int64_t k = 0; k < n; k++) cast_one(x[k] * s[k], f, codes + k, values + k);
+}
+
+/* codes[M, K] = storage bytes of cast(x * inv[block], fmt), saturating at +-maxval, NaN
+   staying NaN (code 0x7F with x's sign, as torch writes it); values[M, K] = the same
+   numbers as float32. inv_count 1: one inverse scale for the whole tensor. */
+void fp8lab_scale_cast(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *inv,
+                       int64_t inv_count, int m_bits, int emin, float maxval, int storage,
+                       uint8_t *codes, float *values) {
+    fmt_t f;
+    f.max_bits = bits_of(maxval);
+    f.min_normal_bits = bits_of(ldexpf(1.0f, emin));
+    f.drop = 23u - (uint32_t)m_bits;
+    f.half_minus_1 = (1u << (f.drop - 1)) - 1u;
+    f.keep_mask = ~((1u << f.drop) - 1u);
+    f.magic = ldexpf(1.0f, emin - m_bits + 23);
+    f.s_mbits = storage == 0 ? 3u : 2u;
+    f.s_mmask = (1u << f.s_mbits) - 1u;
+    f.s_bias = storage == 0 ? 7u : 15u;
+    f.s_min_normal_bits = bits_of(ldexpf(1.0f, 1 - (int)f.s_bias));
+    f.s_sub_inv = ldexpf(1.0f, (int)f.s_mbits - (1 - (int)f.s_bias));
+    int64_t KB = (K + c - 1) / c;
+    if (c < NARROW && inv_count > 1) { /* narrow blocks: each column's inverse, once per block row */
+        float *sk = (float *)malloc((size_t)K * sizeof(float));
+        if (sk) {
+            for (int64_t m = 0; m < M; m++) {
+                if (m % r == 0)
+                    for (int64_t k = 0; k < K; k++) sk[k] = inv[(m / r) * KB + k / c];
+                run_cast_per_element(x + m * K, K, sk, f, codes + m * K, values + m * K);
+            }
+            free(sk);
+            return;
+        }
+    }
+    for (int64_t m = 0; m < M; m++) {
+        const float *srow = inv_count == 1 ? inv : inv + (m / r) * KB;
+        for (int64_t j = 0; j < KB; j++) {
+            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
+            run_cast(x + m * K + k0, k1 - k0, inv_count == 1 ? inv[0] : srow[j], f, codes + m * K + k0,
+                     values + m * K + k0);
+        }
+    }
+}
+
+/* out[M, K] = v[M, K] * s[block]: per-block scales folded into the values. */
+void fp8lab_block_mul(const float *v, int64_t M, int64_t K, int64_t r, int64_t c, const float *s, float *out) {
+    int64_t KB = (K + c - 1) / c;
+    if (c < NARROW) { /* narrow blocks: each column's scale, once per block row */
+        float *sk = (float *)malloc((size_t)K * sizeof(float));
+        if (sk) {
+            for (int64_t m = 0; m < M; m++) {
+                if (m % r == 0)
+                    for (int64_t k = 0; k < K; k++) sk[k] = s[(m / r) * KB + k / c];
+                for (int64_t k = 0; k < K; k++) out[m * K + k] = v[m * K + k] * sk[k];
+            }
+            free(sk);
+            return;
+        }
+    }
+    for (int64_t m = 0; m < M; m++) {
+        const float *row = v + m * K;
+        const float *srow = s + (m / r) * KB;
+        float *orow = out + m * K;
+        for (int64_t j = 0; j < KB; j++) {
+            float sj = srow[j];
+            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
+            for (int64_t k = k0; k < k1; k++) orow[k] = row[k] * sj;
+        }
+    }
+}
+
+/* scale and inverse per block from its amax (scaling.scale_from_amax, same arithmetic):
+   rule 0 "exact": inverse = float32(min(max_eff / double(amax), FLT_MAX)), scale = 1 / inverse;
+   rule 1 "rceil", 2 "floor": powers of two 2^e, e clamped to [lo, hi], from frexp's exact
+   exponent. amax 0 gives 1 and 1; NaN gives NaN. */
+void fp8lab_scales(const float *amax, int64_t n, int rule, double max_eff, int lo, int hi,
+                   float *scale, float *inverse) {
+    int max_exp;
+    double max_mant = frexp(max_eff, &max_exp);
+    int floor_log2_max = (int)floor(log2(max_eff));
+    for (int64_t i = 0; i < n; i++) {
+        float a = amax[i];
+        if (a != a) { scale[i] = NAN; inverse[i] = NAN; continue; }
+        if (a == 0.0f) { scale[i] = 1.0f; inverse[i] = 1.0f; continue; }
+        if (rule == 0) {
+            double q = max_eff / (double)a;
+            float inv = (float)(q > FLT_MAX ? (double)FLT_MAX : q);
+            inverse[i] = inv;
+            scale[i] = 1.0f / inv;
+            continue;
+        }
+        int exp = 0;
+        float mant = isinf(a) ? a : frexpf(a, &exp); /* torch.frexp(inf) = (inf, 0) */
+        int e = rule == 2 ? (exp - 1) - floor_log2_max : exp - max_exp + ((double)mant > max_mant);
+        e = e < lo ? lo : (e > hi ? hi : e);
+        scale[i] = ldexpf(1.0f, e);
+        inverse[i] = ldexpf(1.0f, -e);
+    }
+}

@@ -1,0 +1,211 @@
+"""Fused CPU kernels for quantization, built from _kernels.c on first use.
+
+Public: status() -> (bool, reason), enabled(), disabled() (a context manager),
+block_amax(x2d, block), scales(amax, rule, max_eff, exponent_range),
+scale_cast(x2d, block, inverse, fmt), block_mul(v, block, s),
+keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
+
+quantize.py and gemm.py define the numbers in torch; on the CPU they call these kernels,
+which compute the same bits in one pass over memory instead of five passes with a fresh
+temporary each (tests/test_kernels.py checks every result against the torch code). The
+library is compiled once per source version with the system C compiler (`cc`, ~1 s) into
+~/.cache/fp8lab (or $XDG_CACHE_HOME/fp8lab) and loaded with ctypes. Without a compiler,
+or with FP8LAB_KERNELS=0, everything runs in torch and status() says why.
+Single-threaded: the loops are memory-bound, and a second OpenMP runtime next to torch's
+would fight it for the cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from fp8lab import settings
+
+__all__ = ["block_amax", "block_mul", "disabled", "enabled", "keep_freed_memory", "scale_cast", "scales", "status"]
+
+_SOURCE = Path(__file__).with_name("_kernels.c")
+# no fast-math: IEEE rounding of every operation is the point (no FMA contraction either);
+# -fno-trapping-math lets the loops vectorize (nothing here reads floating-point flags)
+_FLAGS = ("-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math")
+_NATIVE = ("-march=native",)
+STORAGE = {torch.float8_e4m3fn: 0, torch.float8_e5m2: 1}  # the code dtypes scale_cast writes
+_local = threading.local()
+
+_i64, _f32p, _u8p = ctypes.c_int64, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_uint8)
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fp8lab"
+
+
+def _cpu_flags() -> str:
+    # -march=native code runs only on this kind of CPU: the cache key carries its features
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return platform.processor()
+
+
+def _build(compiler: str, flags: tuple[str, ...]) -> Path:
+    source = _SOURCE.read_bytes()
+    key = " ".join((compiler, *flags, platform.machine(), _cpu_flags()))
+    key = hashlib.sha256(source + key.encode()).hexdigest()[:16]
+    target = _cache_dir() / f"kernels-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # build beside the target, then rename: processes starting together (torchrun ranks,
+    # pytest workers) each build their own and the last rename wins, atomically
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        subprocess.run([compiler, *flags, str(_SOURCE), "-o", tmp, "-lm"], check=True, capture_output=True,
+                       text=True, timeout=120)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+@lru_cache(maxsize=1)
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    if not settings.KERNELS:
+        return None, "off (FP8LAB_KERNELS=0): quantization runs in torch"
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None, "no C compiler (cc) found: quantization runs in torch (slower on the CPU, same numbers)"
+    try:
+        try:
+            path = _build(compiler, _FLAGS + _NATIVE)
+        except subprocess.CalledProcessError:  # a compiler without -march=native
+            path = _build(compiler, _FLAGS)
+        lib = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError) as err:
+        detail = getattr(err, "stderr", "") or str(err)
+        return None, f"building the CPU kernels failed ({detail.strip()[:200]}): quantization runs in torch"
+    lib.fp8lab_block_amax.argtypes = [_f32p, _i64, _i64, _i64, _i64, _f32p]
+    lib.fp8lab_scale_cast.argtypes = [_f32p, _i64, _i64, _i64, _i64, _f32p, _i64, ctypes.c_int, ctypes.c_int,
+                                      ctypes.c_float, ctypes.c_int, _u8p, _f32p]
+    lib.fp8lab_block_mul.argtypes = [_f32p, _i64, _i64, _i64, _i64, _f32p, _f32p]
+    lib.fp8lab_scales.argtypes = [_f32p, _i64, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_int, _f32p, _f32p]
+    for fn in (lib.fp8lab_block_amax, lib.fp8lab_scale_cast, lib.fp8lab_block_mul, lib.fp8lab_scales):
+        fn.restype = None
+    return lib, f"fused CPU kernels ({path.name}, built with {Path(compiler).name})"
+
+
+def status() -> tuple[bool, str]:
+    """(are the fused CPU kernels in use, a one-line reason)."""
+    lib, reason = _load()
+    return lib is not None, reason
+
+
+@contextlib.contextmanager
+def disabled():
+    """Run the torch code in this thread (tests compare the two; a learner can time both)."""
+    old = getattr(_local, "off", False)
+    _local.off = True
+    try:
+        yield
+    finally:
+        _local.off = old
+
+
+def enabled(*tensors: torch.Tensor) -> bool:
+    """Whether the kernels apply: built, not disabled here, CPU float32 contiguous inputs."""
+    if getattr(_local, "off", False) or _load()[0] is None:
+        return False
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+
+
+def _f32(t: torch.Tensor):
+    return ctypes.cast(t.data_ptr(), _f32p)
+
+
+def block_amax(x2d: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """max|x| per (r, c) block of x[M, K] -> [ceil(M/r), ceil(K/c)] float32 (NaN propagates)."""
+    m, k = x2d.shape
+    r, c = block
+    out = torch.empty(-(-m // r), -(-k // c), dtype=torch.float32)
+    _load()[0].fp8lab_block_amax(_f32(x2d), m, k, r, c, _f32(out))
+    return out
+
+
+def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt, storage: torch.dtype,
+               values: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(codes, values) of cast(x * inverse[block], fmt): codes in `storage`, values float32.
+
+    inverse: one float32 per block ([ceil(M/r), ceil(K/c)]) or a single one (any shape).
+    fmt: the element FloatFormat (E4M3, E5M2, or E2M1 stored as E4M3 bytes).
+    """
+    m, k = x2d.shape
+    r, c = block
+    inv = inverse.to(torch.float32).contiguous()
+    codes = torch.empty(m, k, dtype=storage)
+    vals = torch.empty(m, k, dtype=torch.float32) if values else None
+    emin = 1 - fmt.bias
+    _load()[0].fp8lab_scale_cast(
+        _f32(x2d), m, k, r, c, _f32(inv), inv.numel(), fmt.mantissa_bits, emin, fmt.max_value, STORAGE[storage],
+        ctypes.cast(codes.data_ptr(), _u8p), _f32(vals) if vals is not None else None,
+    )
+    return codes, vals
+
+
+SCALE_RULES = {"exact": 0, "rceil": 1, "floor": 2}
+
+
+def scales(amax: torch.Tensor, rule: str, max_eff: float, exponent_range: tuple[int, int]):
+    """(scale, inverse) like amax from scaling.scale_from_amax's arithmetic, in one pass."""
+    a = amax.to(torch.float32).contiguous()
+    scale, inverse = torch.empty_like(a), torch.empty_like(a)
+    _load()[0].fp8lab_scales(_f32(a), a.numel(), SCALE_RULES[rule], max_eff, *exponent_range, _f32(scale),
+                             _f32(inverse))
+    return scale, inverse
+
+
+def block_mul(v: torch.Tensor, block: tuple[int, int], s: torch.Tensor) -> torch.Tensor:
+    """v[M, K] * s[block] (s: [ceil(M/r), ceil(K/c)] float32) -> float32 [M, K]."""
+    m, k = v.shape
+    r, c = block
+    s = s.to(torch.float32).contiguous()
+    out = torch.empty(m, k, dtype=torch.float32)
+    _load()[0].fp8lab_block_mul(_f32(v), m, k, r, c, _f32(s), _f32(out))
+    return out
+
+
+@lru_cache(maxsize=1)
+def keep_freed_memory() -> str:
+    """Let glibc reuse freed blocks of up to 32 MiB instead of returning them to the OS.
+
+    Emulated FP8 makes many short-lived tensors of a few MiB (codes, values, scaled
+    products). By default glibc serves each from fresh mmap'd pages and unmaps it when
+    freed, so every step pays the page faults of touching new memory again: ~40% of an
+    emulated training step on 2 cores, against ~0 for the fp32 step. Raising the mmap
+    threshold to its maximum (32 MiB) and the trim threshold keeps those pages in the
+    heap for the next step, as jemalloc or tcmalloc would. Process-wide and harmless
+    (the memory stays with the process for reuse). Returns what was done, once.
+    """
+    if platform.system() != "Linux":
+        return "allocator unchanged (not Linux/glibc)"
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return "allocator unchanged (no glibc mallopt)"
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    ok = mallopt(m_mmap_threshold, 32 << 20) == 1 and mallopt(m_trim_threshold, 256 << 20) == 1
+    return "glibc keeps freed blocks up to 32 MiB for reuse" if ok else "allocator unchanged (mallopt refused)"
