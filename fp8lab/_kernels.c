@@ -20,7 +20,15 @@
 #include <string.h>
 
 /* blocks narrower than this are walked a whole row at a time, with per-column state */
-#define NARROW 16
+#define NARROW 32
+
+/* one row of block values, repeated over each block's c columns: sk[k] = s[k / c] */
+static void expand_row(const float *s, int64_t K, int64_t c, float *sk) {
+    for (int64_t k0 = 0, j = 0; k0 < K; k0 += c, j++) {
+        int64_t k1 = k0 + c < K ? k0 + c : K;
+        for (int64_t k = k0; k < k1; k++) sk[k] = s[j];
+    }
+}
 
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -54,9 +62,11 @@ void fp8lab_block_amax(const float *x, int64_t M, int64_t K, int64_t r, int64_t 
                         acc[k] = a > acc[k] ? a : acc[k];
                     }
                 }
-                for (int64_t k = 0; k < K; k++) {
-                    uint32_t *o = out + i * KB + k / c;
-                    *o = acc[k] > *o ? acc[k] : *o;
+                for (int64_t j = 0; j < KB; j++) {
+                    int64_t k1 = (j + 1) * c < K ? (j + 1) * c : K;
+                    uint32_t hi = 0u;
+                    for (int64_t k = j * c; k < k1; k++) hi = acc[k] > hi ? acc[k] : hi;
+                    out[i * KB + j] = hi;
                 }
             }
             free(acc);
@@ -141,8 +151,7 @@ void fp8lab_scale_cast(const float *x, int64_t M, int64_t K, int64_t r, int64_t 
         float *sk = (float *)malloc((size_t)K * sizeof(float));
         if (sk) {
             for (int64_t m = 0; m < M; m++) {
-                if (m % r == 0)
-                    for (int64_t k = 0; k < K; k++) sk[k] = inv[(m / r) * KB + k / c];
+                if (m % r == 0) expand_row(inv + (m / r) * KB, K, c, sk);
                 run_cast_per_element(x + m * K, K, sk, f, codes + m * K, values + m * K);
             }
             free(sk);
@@ -166,8 +175,7 @@ void fp8lab_block_mul(const float *v, int64_t M, int64_t K, int64_t r, int64_t c
         float *sk = (float *)malloc((size_t)K * sizeof(float));
         if (sk) {
             for (int64_t m = 0; m < M; m++) {
-                if (m % r == 0)
-                    for (int64_t k = 0; k < K; k++) sk[k] = s[(m / r) * KB + k / c];
+                if (m % r == 0) expand_row(s + (m / r) * KB, K, c, sk);
                 for (int64_t k = 0; k < K; k++) out[m * K + k] = v[m * K + k] * sk[k];
             }
             free(sk);
@@ -186,31 +194,62 @@ void fp8lab_block_mul(const float *v, int64_t M, int64_t K, int64_t r, int64_t c
     }
 }
 
+/* 2^e for e in [-149, 127], exactly */
+static inline float pow2(int e) {
+    return e >= -126 ? float_of((uint32_t)(e + 127) << 23) : float_of(1u << (e + 149));
+}
+
 /* scale and inverse per block from its amax (scaling.scale_from_amax, same arithmetic):
    rule 0 "exact": inverse = float32(min(max_eff / double(amax), FLT_MAX)), scale = 1 / inverse;
    rule 1 "rceil", 2 "floor": powers of two 2^e, e clamped to [lo, hi], from frexp's exact
    exponent. amax 0 gives 1 and 1; NaN gives NaN. */
+static void pow2_scale(float a, int rule, int max_exp, float max_mant, int floor_log2_max, int lo, int hi,
+                       float *scale, float *inverse) {
+    /* scalar version for the rare amaxes that are not normal floats (subnormal, inf) */
+    int exp = 0;
+    float mant = isinf(a) ? a : frexpf(a, &exp); /* torch.frexp(inf) = (inf, 0) */
+    int e = rule == 2 ? (exp - 1) - floor_log2_max : exp - max_exp + (mant > max_mant);
+    e = e < lo ? lo : (e > hi ? hi : e);
+    *scale = pow2(e);
+    *inverse = pow2(-e);
+}
+
 void fp8lab_scales(const float *amax, int64_t n, int rule, double max_eff, int lo, int hi,
                    float *scale, float *inverse) {
     int max_exp;
-    double max_mant = frexp(max_eff, &max_exp);
+    float max_mant = (float)frexp(max_eff, &max_exp);
     int floor_log2_max = (int)floor(log2(max_eff));
-    for (int64_t i = 0; i < n; i++) {
-        float a = amax[i];
-        if (a != a) { scale[i] = NAN; inverse[i] = NAN; continue; }
-        if (a == 0.0f) { scale[i] = 1.0f; inverse[i] = 1.0f; continue; }
-        if (rule == 0) {
+    if (rule == 0) {
+        for (int64_t i = 0; i < n; i++) {
+            float a = amax[i];
             double q = max_eff / (double)a;
-            float inv = (float)(q > FLT_MAX ? (double)FLT_MAX : q);
+            float inv = (float)(q > FLT_MAX ? (double)FLT_MAX : q); /* NaN stays NaN */
+            inv = a == 0.0f ? 1.0f : inv;
             inverse[i] = inv;
             scale[i] = 1.0f / inv;
-            continue;
         }
-        int exp = 0;
-        float mant = isinf(a) ? a : frexpf(a, &exp); /* torch.frexp(inf) = (inf, 0) */
-        int e = rule == 2 ? (exp - 1) - floor_log2_max : exp - max_exp + ((double)mant > max_mant);
+        return;
+    }
+    /* powers of two, branch-free for normal amaxes (frexp read from the bits) */
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = bits_of(amax[i]);
+        int32_t biased = (int32_t)((u >> 23) & 0xFFu);
+        int32_t exp = biased - 126;
+        float mant = float_of((u & 0x807FFFFFu) | (126u << 23));
+        int32_t e = rule == 2 ? (exp - 1) - floor_log2_max : exp - max_exp + (mant > max_mant);
         e = e < lo ? lo : (e > hi ? hi : e);
-        scale[i] = ldexpf(1.0f, e);
-        inverse[i] = ldexpf(1.0f, -e);
+        /* e and -e lie in [-127, 127]; 2^-127 is float32's subnormal 0x00400000 */
+        uint32_t sb = e >= -126 ? (uint32_t)(e + 127) << 23 : 0x00400000u;
+        uint32_t ib = e <= 126 ? (uint32_t)(127 - e) << 23 : 0x00400000u;
+        int special = biased == 0 || biased == 0xFF;                         /* 0, subnormal, inf, NaN */
+        scale[i] = float_of(special ? 0x3F800000u : sb);
+        inverse[i] = float_of(special ? 0x3F800000u : ib);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float a = amax[i];
+        uint32_t biased = (bits_of(a) >> 23) & 0xFFu;
+        if (biased != 0u && biased != 0xFFu) continue;
+        if (a != a) { scale[i] = NAN; inverse[i] = NAN; }
+        else if (a != 0.0f) pow2_scale(a, rule, max_exp, max_mant, floor_log2_max, lo, hi, scale + i, inverse + i);
     }
 }

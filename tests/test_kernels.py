@@ -1,0 +1,176 @@
+"""fp8lab.kernels: the fused C loops give the torch code's numbers bit for bit, and fall back cleanly."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, kernels, quantize
+from fp8lab.gemm import emulated_mm
+from fp8lab.nn import _LayerState, _operand
+from fp8lab.recipes import RECIPES, get_recipe
+from fp8lab.scaling import amax_per_block, scale_from_amax
+
+pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
+
+GRANULARITIES = [PerTensor(), PerRow(), PerBlock(1, 16), PerBlock(1, 32), PerBlock(1, 128), PerBlock(128, 128),
+                 PerBlock(3, 5), PerBlock(16, 1), PerBlock(32, 1), PerBlock(100, 1)]
+SHAPES = [(256, 256), (100, 300), (1, 7), (257, 129)]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """Bit patterns, so that -0 vs 0 and NaN payloads count."""
+    t = t.contiguous()
+    return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int32)
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Same dtype, shape and bits, except that any NaN equals any NaN (payloads are not numbers)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        nan = torch.isnan(a.float())
+        if not torch.equal(nan, torch.isnan(b.float())):
+            return False
+        a, b = a[~nan], b[~nan]
+    return torch.equal(_bits(a), _bits(b))
+
+
+def _nasty(shape, seed):
+    """Normal data over many binades, with zeros, -0, tiny, huge (clipping) and NaN values."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * torch.exp2(torch.randint(-30, 30, shape, generator=g).float())
+    flat = x.view(-1)
+    n = flat.numel()
+    idx = torch.randperm(n, generator=g)
+    specials = [0.0, -0.0, 1e-30, -1e-38, 3e38, -3e38, 2.0**-140]
+    for i, v in zip(idx[: len(specials)].tolist(), specials, strict=False):
+        flat[i] = v
+    return x
+
+
+def _compare(x, **kw):
+    got = quantize(x, **kw)
+    with kernels.disabled():
+        want = quantize(x, **kw)
+        want_values = want.values()
+    assert _same(got.data, want.data), f"codes differ for {kw}"
+    assert _same(got.scale, want.scale), f"scales differ for {kw}"
+    assert torch.equal(got.amax.nan_to_num(-1.0), want.amax.nan_to_num(-1.0))  # by value: torch's max gives -0 too
+    assert _same(got.tensor_scale, want.tensor_scale)
+    assert _same(got.values(), want_values), f"values differ for {kw}"
+    return got
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2, E2M1])
+@pytest.mark.parametrize("granularity", GRANULARITIES, ids=lambda g: g.label)
+def test_quantize_matches_the_torch_code_bit_for_bit(fmt, granularity):
+    for seed, shape in enumerate(SHAPES):
+        if not isinstance(granularity, PerTensor) and len(shape) != 2:
+            continue
+        x = _nasty(shape, seed)
+        for rule in ("exact", "rceil", "floor"):
+            _compare(x, fmt=fmt, granularity=granularity, scale_rule=rule)
+        _compare(x, fmt=fmt, granularity=granularity, scale_rule="floor", scale_fmt=E8M0)
+        _compare(x, fmt=fmt, granularity=granularity, margin=2)
+        _compare(x, fmt=fmt, granularity=granularity, scale_fmt=E4M3, two_level=True)
+
+
+def test_nan_blocks_and_amax_overrides_match():
+    x = _nasty((64, 256), 7)
+    x[3, 5] = float("nan")
+    x[40, 200] = -float("nan")
+    q = _compare(x, fmt=E4M3, granularity=PerBlock(1, 32), scale_rule="rceil", scale_fmt=E8M0)
+    assert torch.isnan(q.values()[3, 5]) and torch.isnan(q.scale[3, 0])
+    _compare(x, fmt=E5M2, granularity=PerBlock(32, 1))
+    y = torch.randn(64, 256)
+    _compare(y, fmt=E4M3, amax=torch.tensor(0.5))  # delayed: a stale amax that clips
+    _compare(y, fmt=E4M3, granularity=PerRow(), amax=torch.full((64, 1), 2.0))
+
+
+def test_scales_match_on_every_kind_of_amax():
+    amax = torch.cat([
+        torch.tensor([0.0, float("nan"), float("inf"), 1e-40, 1e-45, 2.0**-126, 3e38, 448.0, 448.0 * 1.0001]),
+        torch.randn(2000).exp() * torch.exp2(torch.randint(-140, 127, (2000,)).float()),
+    ])
+    for fmt in (E4M3, E5M2, E2M1):
+        for margin in (0, 3):
+            for rule, scale_fmt in (("exact", None), ("rceil", None), ("floor", None), ("rceil", E8M0),
+                                    ("floor", E8M0)):
+                got = scale_from_amax(amax, fmt, rule, margin, scale_fmt)
+                with kernels.disabled():
+                    want = scale_from_amax(amax, fmt, rule, margin, scale_fmt)
+                assert all(_same(a, b) for a, b in zip(got, want, strict=True)), (fmt.name, margin, rule, scale_fmt)
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES, ids=lambda g: g.label)
+def test_block_amax_matches(granularity):
+    for seed, shape in enumerate(SHAPES):
+        x = _nasty(shape, seed)
+        x.view(-1)[seed] = float("nan")
+        got = amax_per_block(x, granularity)
+        with kernels.disabled():
+            want = amax_per_block(x, granularity)
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_emulated_gemm_matches_with_and_without_kernels(recipe):
+    r = get_recipe(recipe)
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(96, 320, generator=g), torch.randn(80, 320, generator=g)
+    sa, sb = r.scaling("input", "fprop"), r.scaling("weight", "fprop")
+    got = emulated_mm(sa.quantize(a), sb.quantize(b))
+    with kernels.disabled():
+        want = emulated_mm(sa.quantize(a), sb.quantize(b))
+    assert _same(got, want)
+
+
+@pytest.mark.parametrize("recipe", [*RECIPES, "rowwise_with_gw_hp"])
+def test_transposed_operands_equal_quantizing_the_transposed_copy(recipe):
+    """wgrad and dgrad operands are quantized down source's columns, not from a copy of source^T."""
+    r = get_recipe(recipe)
+    state = _LayerState("fc", r, None, None, "emulated")
+    x = _nasty((160, 96), 3)
+    for role, gemm in (("input", "wgrad"), ("grad_output", "wgrad"), ("weight", "dgrad")):
+        scaling = r.scaling(role, gemm)
+        got = _operand(state, x, role, gemm, transpose=True)
+        if scaling is None:
+            assert got is None
+            continue
+        want = scaling.quantize(x.t().contiguous())
+        assert got.granularity == want.granularity and got.shape == want.shape
+        assert _same(got.data, want.data) and _same(got.scale, want.scale), (role, gemm)
+        assert _same(got.values(), want.values()) and _same(got.dequantize(), want.dequantize())
+
+
+def test_fold_of_a_transposed_operand_matches():
+    x = _nasty((128, 96), 4)
+    q = quantize(x, fmt=E4M3, granularity=PerBlock(32, 1), scale_rule="rceil", scale_fmt=E8M0).t()
+    w = quantize(torch.randn(40, 128), fmt=E4M3, granularity=PerBlock(1, 32), scale_rule="rceil", scale_fmt=E8M0)
+    got = emulated_mm(q, w)
+    with kernels.disabled():
+        want = emulated_mm(q, w)
+    assert _same(got, want)
+
+
+def _python(code: str, **env) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env}, check=True)
+    return out.stdout.strip()
+
+
+def test_switched_off_or_unbuildable_kernels_fall_back_to_torch_with_a_reason(tmp_path):
+    code = ("import torch; from fp8lab import kernels, quantize; ok, why = kernels.status(); "
+            "q = quantize(torch.randn(64, 64)); print(ok, '|', why, '|', q.values().abs().max().item())")
+    off = _python(code, FP8LAB_KERNELS="0")
+    assert off.startswith("False | off (FP8LAB_KERNELS=0)") and off.endswith("448.0")
+    broken = _python(code, CC=str(tmp_path / "no-such-cc"), XDG_CACHE_HOME=str(tmp_path))
+    assert broken.startswith("False | building the CPU kernels failed") and broken.endswith("448.0")
+    fresh = _python(code, XDG_CACHE_HOME=str(tmp_path))  # an empty cache: builds, then uses them
+    assert fresh.startswith("True | fused CPU kernels") and list((tmp_path / "fp8lab").glob("kernels-*.so"))
