@@ -253,3 +253,18 @@ void fp8lab_scales(const float *amax, int64_t n, int rule, double max_eff, int l
         else if (a != 0.0f) pow2_scale(a, rule, max_exp, max_mant, floor_log2_max, lo, hi, scale + i, inverse + i);
     }
 }
+
+/* quantize() in one call where the scales come from x's own amaxes (float32 or E8M0
+   scales): block amaxes, scales by the rule, then the scale-and-cast. Returns 1, having
+   written only the amaxes, if one of them is infinite (the caller raises), else 0. */
+int fp8lab_quantize(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, int rule, double max_eff,
+                    int lo, int hi, int m_bits, int emin, float maxval, int storage,
+                    float *amax, float *scale, float *inverse, uint8_t *codes, float *values) {
+    int64_t n = ((M + r - 1) / r) * ((K + c - 1) / c);
+    fp8lab_block_amax(x, M, K, r, c, amax);
+    for (int64_t i = 0; i < n; i++)
+        if (isinf(amax[i])) return 1;
+    fp8lab_scales(amax, n, rule, max_eff, lo, hi, scale, inverse);
+    fp8lab_scale_cast(x, M, K, r, c, inverse, n, m_bits, emin, maxval, storage, codes, values);
+    return 0;
+}

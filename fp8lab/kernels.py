@@ -2,7 +2,7 @@
 
 Public: status() -> (bool, reason), enabled(), disabled() (a context manager),
 block_amax(x2d, block), scales(amax, rule, max_eff, exponent_range),
-scale_cast(x2d, block, inverse, fmt), block_mul(v, block, s),
+scale_cast(x2d, block, inverse, fmt), block_mul(v, block, s), quantize(...) (the three at once),
 keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
 
 quantize.py and gemm.py define the numbers in torch; on the CPU they call these kernels,
@@ -33,7 +33,8 @@ import torch
 
 from fp8lab import settings
 
-__all__ = ["block_amax", "block_mul", "disabled", "enabled", "keep_freed_memory", "scale_cast", "scales", "status"]
+__all__ = ["block_amax", "block_mul", "disabled", "enabled", "keep_freed_memory", "quantize", "scale_cast", "scales",
+           "status"]
 
 _SOURCE = Path(__file__).with_name("_kernels.c")
 # no fast-math: IEEE rounding of every operation is the point (no FMA contraction either);
@@ -43,7 +44,6 @@ _NATIVE = ("-march=native",)
 STORAGE = {torch.float8_e4m3fn: 0, torch.float8_e5m2: 1}  # the code dtypes scale_cast writes
 _local = threading.local()
 
-_i64, _f32p, _u8p = ctypes.c_int64, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_uint8)
 
 
 def _cache_dir() -> Path:
@@ -98,13 +98,18 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     except (OSError, subprocess.SubprocessError) as err:
         detail = getattr(err, "stderr", "") or str(err)
         return None, f"building the CPU kernels failed ({detail.strip()[:200]}): quantization runs in torch"
-    lib.fp8lab_block_amax.argtypes = [_f32p, _i64, _i64, _i64, _i64, _f32p]
-    lib.fp8lab_scale_cast.argtypes = [_f32p, _i64, _i64, _i64, _i64, _f32p, _i64, ctypes.c_int, ctypes.c_int,
-                                      ctypes.c_float, ctypes.c_int, _u8p, _f32p]
-    lib.fp8lab_block_mul.argtypes = [_f32p, _i64, _i64, _i64, _i64, _f32p, _f32p]
-    lib.fp8lab_scales.argtypes = [_f32p, _i64, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_int, _f32p, _f32p]
-    for fn in (lib.fp8lab_block_amax, lib.fp8lab_scale_cast, lib.fp8lab_block_mul, lib.fp8lab_scales):
-        fn.restype = None
+    # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
+    p, i64, i32, f32, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_double
+    signatures = {
+        "fp8lab_block_amax": ([p, i64, i64, i64, i64, p], None),
+        "fp8lab_scales": ([p, i64, i32, f64, i32, i32, p, p], None),
+        "fp8lab_scale_cast": ([p, i64, i64, i64, i64, p, i64, i32, i32, f32, i32, p, p], None),
+        "fp8lab_block_mul": ([p, i64, i64, i64, i64, p, p], None),
+        "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p], i32),
+    }
+    for name, (args, res) in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, res
     return lib, f"fused CPU kernels ({path.name}, built with {Path(compiler).name})"
 
 
@@ -132,21 +137,17 @@ def enabled(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
 
 
-def _f32(t: torch.Tensor):
-    return ctypes.cast(t.data_ptr(), _f32p)
-
-
 def block_amax(x2d: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     """max|x| per (r, c) block of x[M, K] -> [ceil(M/r), ceil(K/c)] float32 (NaN propagates)."""
     m, k = x2d.shape
     r, c = block
     out = torch.empty(-(-m // r), -(-k // c), dtype=torch.float32)
-    _load()[0].fp8lab_block_amax(_f32(x2d), m, k, r, c, _f32(out))
+    _load()[0].fp8lab_block_amax(x2d.data_ptr(), m, k, r, c, out.data_ptr())
     return out
 
 
-def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt, storage: torch.dtype,
-               values: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt,
+               storage: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes, values) of cast(x * inverse[block], fmt): codes in `storage`, values float32.
 
     inverse: one float32 per block ([ceil(M/r), ceil(K/c)]) or a single one (any shape).
@@ -156,11 +157,11 @@ def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor,
     r, c = block
     inv = inverse.to(torch.float32).contiguous()
     codes = torch.empty(m, k, dtype=storage)
-    vals = torch.empty(m, k, dtype=torch.float32) if values else None
+    vals = torch.empty(m, k, dtype=torch.float32)
     emin = 1 - fmt.bias
     _load()[0].fp8lab_scale_cast(
-        _f32(x2d), m, k, r, c, _f32(inv), inv.numel(), fmt.mantissa_bits, emin, fmt.max_value, STORAGE[storage],
-        ctypes.cast(codes.data_ptr(), _u8p), _f32(vals) if vals is not None else None,
+        x2d.data_ptr(), m, k, r, c, inv.data_ptr(), inv.numel(), fmt.mantissa_bits, emin, fmt.max_value,
+        STORAGE[storage], codes.data_ptr(), vals.data_ptr(),
     )
     return codes, vals
 
@@ -172,8 +173,8 @@ def scales(amax: torch.Tensor, rule: str, max_eff: float, exponent_range: tuple[
     """(scale, inverse) like amax from scaling.scale_from_amax's arithmetic, in one pass."""
     a = amax.to(torch.float32).contiguous()
     scale, inverse = torch.empty_like(a), torch.empty_like(a)
-    _load()[0].fp8lab_scales(_f32(a), a.numel(), SCALE_RULES[rule], max_eff, *exponent_range, _f32(scale),
-                             _f32(inverse))
+    _load()[0].fp8lab_scales(a.data_ptr(), a.numel(), SCALE_RULES[rule], max_eff, *exponent_range,
+                             scale.data_ptr(), inverse.data_ptr())
     return scale, inverse
 
 
@@ -183,8 +184,26 @@ def block_mul(v: torch.Tensor, block: tuple[int, int], s: torch.Tensor) -> torch
     r, c = block
     s = s.to(torch.float32).contiguous()
     out = torch.empty(m, k, dtype=torch.float32)
-    _load()[0].fp8lab_block_mul(_f32(v), m, k, r, c, _f32(s), _f32(out))
+    _load()[0].fp8lab_block_mul(v.data_ptr(), m, k, r, c, s.data_ptr(), out.data_ptr())
     return out
+
+
+def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff: float,
+             exponent_range: tuple[int, int]):
+    """quantize() from x's own amaxes in one call: (codes, values, scale, inverse, amax), or None
+    if an amax is infinite (the caller explains). Scales as scales(), codes as scale_cast()."""
+    m, k = x2d.shape
+    r, c = block
+    blocks = (-(-m // r), -(-k // c))
+    amax, scale, inverse = (torch.empty(blocks, dtype=torch.float32) for _ in range(3))
+    codes = torch.empty(m, k, dtype=fmt.storage_dtype)
+    vals = torch.empty(m, k, dtype=torch.float32)
+    bad = _load()[0].fp8lab_quantize(
+        x2d.data_ptr(), m, k, r, c, SCALE_RULES[rule], max_eff, *exponent_range, fmt.mantissa_bits, 1 - fmt.bias,
+        fmt.max_value, STORAGE[fmt.storage_dtype], amax.data_ptr(), scale.data_ptr(), inverse.data_ptr(),
+        codes.data_ptr(), vals.data_ptr(),
+    )
+    return None if bad else (codes, vals, scale, inverse, amax)
 
 
 @lru_cache(maxsize=1)

@@ -25,6 +25,7 @@ from fp8lab.scaling import (
     amax_per_block,
     as_2d,
     cast_scale_e4m3,
+    check_scale_args,
     padded_blocks,
     parse_granularity,
     scale_from_amax,
@@ -264,6 +265,15 @@ def quantize(
     if x2d.numel() == 0:
         raise ValueError("cannot quantize an empty tensor")
     block = granularity.block_shape(tuple(x2d.shape))
+
+    if (amax is None and scale_fmt is not E4M3 and fmt.storage_dtype in kernels.STORAGE
+            and kernels.enabled(x2d)):  # everything below in one call (fp8lab.kernels)
+        fused = kernels.quantize(x2d, block, fmt, scale_rule, *check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:])
+        if fused is None:
+            _check_no_inf(torch.tensor(math.inf), x2d)  # raises, counting the infinite values
+        data, values, scale, _, block_amax = fused
+        return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, None, block_amax,
+                          margin, values.reshape(x.shape))
 
     if amax is None:
         block_amax = amax_per_block(x2d, granularity)

@@ -215,6 +215,27 @@ def _pow2_exponent_range(scale_fmt: FloatFormat | None) -> tuple[int, int]:
     return (-126, 127)
 
 
+def check_scale_args(
+    fmt: FloatFormat | str, scale_rule: str, margin: int, scale_fmt: FloatFormat | str | None
+) -> tuple[FloatFormat, float, tuple[int, int]]:
+    """scale_from_amax's arguments checked: (fmt, max_eff, exponent range of power-of-two scales)."""
+    fmt = get_format(fmt)
+    if scale_rule not in SCALE_RULES:
+        raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
+    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+        raise ValueError(f"margin must be a non-negative integer (a power of two of headroom), got {margin!r}")
+    if scale_fmt is not None:
+        scale_fmt = get_format(scale_fmt)
+        if scale_fmt is not E8M0:
+            raise ValueError(
+                f"scale_from_amax makes float32 or E8M0 scales, not {scale_fmt.name}; "
+                "E4M3 block scales are NVFP4's: use quantize(..., scale_fmt=E4M3)"
+            )
+        if scale_rule == "exact":
+            raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor', not 'exact'")
+    return fmt, fmt.max_value / 2**margin, _pow2_exponent_range(scale_fmt)
+
+
 def scale_from_amax(
     amax: torch.Tensor,
     fmt: FloatFormat | str = E4M3,
@@ -236,24 +257,10 @@ def scale_from_amax(
     dequantizes to NaN). scale_fmt: None (float32 scales) or E8M0 (powers of two in
     2^-127..2^127, "rceil" or "floor" only). E4M3 block scales (NVFP4) are made in quantize.
     """
-    fmt = get_format(fmt)
-    if scale_rule not in SCALE_RULES:
-        raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
-    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-        raise ValueError(f"margin must be a non-negative integer (a power of two of headroom), got {margin!r}")
-    if scale_fmt is not None:
-        scale_fmt = get_format(scale_fmt)
-        if scale_fmt is not E8M0:
-            raise ValueError(
-                f"scale_from_amax makes float32 or E8M0 scales, not {scale_fmt.name}; "
-                "E4M3 block scales are NVFP4's: use quantize(..., scale_fmt=E4M3)"
-            )
-        if scale_rule == "exact":
-            raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor', not 'exact'")
+    fmt, max_eff, exponent_range = check_scale_args(fmt, scale_rule, margin, scale_fmt)
     amax = amax.to(torch.float32)
-    max_eff = fmt.max_value / 2**margin
     if kernels.enabled(amax):  # the arithmetic below, in one pass (fp8lab.kernels)
-        return kernels.scales(amax, scale_rule, max_eff, _pow2_exponent_range(scale_fmt))
+        return kernels.scales(amax, scale_rule, max_eff, exponent_range)
     zero = amax == 0
 
     if scale_rule == "exact":
