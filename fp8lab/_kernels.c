@@ -15,6 +15,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,7 @@ static uint32_t run_amax_bits(const float *x, int64_t n, uint32_t hi) {
     return hi;
 }
 
-void fp8lab_block_amax(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, float *amax) {
+static void block_amax_serial(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, float *amax) {
     int64_t KB = (K + c - 1) / c, MB = (M + r - 1) / r;
     uint32_t *out = (uint32_t *)amax;
     for (int64_t i = 0; i < MB * KB; i++) out[i] = 0u;
@@ -120,20 +121,30 @@ static inline void cast_one(float t, fmt_t f, uint8_t *code_out, float *value_ou
 }
 
 static void run_cast(const float *x, int64_t n, float s, fmt_t f, uint8_t *codes, float *values) {
-    for (int64_t k = 0; k < n; k++) cast_one(x[k] * s, f, codes + k, values + k);
+    if (values) {
+        for (int64_t k = 0; k < n; k++) cast_one(x[k] * s, f, codes + k, values + k);
+    } else {
+        float v;
+        for (int64_t k = 0; k < n; k++) cast_one(x[k] * s, f, codes + k, &v);
+    }
 }
 
 static void run_cast_per_element(const float *x, int64_t n, const float *s, fmt_t f, uint8_t *codes,
                                  float *values) {
-    for (int64_t k = 0; k < n; k++) cast_one(x[k] * s[k], f, codes + k, values + k);
+    if (values) {
+        for (int64_t k = 0; k < n; k++) cast_one(x[k] * s[k], f, codes + k, values + k);
+    } else {
+        float v;
+        for (int64_t k = 0; k < n; k++) cast_one(x[k] * s[k], f, codes + k, &v);
+    }
 }
 
 /* codes[M, K] = storage bytes of cast(x * inv[block], fmt), saturating at +-maxval, NaN
    staying NaN (code 0x7F with x's sign, as torch writes it); values[M, K] = the same
    numbers as float32. inv_count 1: one inverse scale for the whole tensor. */
-void fp8lab_scale_cast(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *inv,
-                       int64_t inv_count, int m_bits, int emin, float maxval, int storage,
-                       uint8_t *codes, float *values) {
+static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *inv,
+                              int64_t inv_count, int m_bits, int emin, float maxval, int storage,
+                              uint8_t *codes, float *values) {
     fmt_t f;
     f.max_bits = bits_of(maxval);
     f.min_normal_bits = bits_of(ldexpf(1.0f, emin));
@@ -152,7 +163,7 @@ void fp8lab_scale_cast(const float *x, int64_t M, int64_t K, int64_t r, int64_t 
         if (sk) {
             for (int64_t m = 0; m < M; m++) {
                 if (m % r == 0) expand_row(inv + (m / r) * KB, K, c, sk);
-                run_cast_per_element(x + m * K, K, sk, f, codes + m * K, values + m * K);
+                run_cast_per_element(x + m * K, K, sk, f, codes + m * K, values ? values + m * K : NULL);
             }
             free(sk);
             return;
@@ -163,13 +174,14 @@ void fp8lab_scale_cast(const float *x, int64_t M, int64_t K, int64_t r, int64_t 
         for (int64_t j = 0; j < KB; j++) {
             int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
             run_cast(x + m * K + k0, k1 - k0, inv_count == 1 ? inv[0] : srow[j], f, codes + m * K + k0,
-                     values + m * K + k0);
+                     values ? values + m * K + k0 : NULL);
         }
     }
 }
 
 /* out[M, K] = v[M, K] * s[block]: per-block scales folded into the values. */
-void fp8lab_block_mul(const float *v, int64_t M, int64_t K, int64_t r, int64_t c, const float *s, float *out) {
+static void block_mul_serial(const float *v, int64_t M, int64_t K, int64_t r, int64_t c, const float *s,
+                             float *out) {
     int64_t KB = (K + c - 1) / c;
     if (c < NARROW) { /* narrow blocks: each column's scale, once per block row */
         float *sk = (float *)malloc((size_t)K * sizeof(float));
@@ -192,6 +204,96 @@ void fp8lab_block_mul(const float *v, int64_t M, int64_t K, int64_t r, int64_t c
             for (int64_t k = k0; k < k1; k++) orow[k] = row[k] * sj;
         }
     }
+}
+
+/* ---- the loops above on large tensors: split over fp8lab_set_threads(n) threads ---------------
+   Split at block-row boundaries (or anywhere, where one scale or one amax covers all rows),
+   so every thread writes its own rows: the same bits for any number of threads. Only
+   for tensors of millions of elements: below that, starting a thread (and waking the
+   core torch's idle OpenMP worker is spinning on) costs more than it saves. */
+
+static int g_threads = 1;
+#define PARALLEL_MIN (1 << 21)
+
+void fp8lab_set_threads(int n) { g_threads = n < 1 ? 1 : (n > 64 ? 64 : n); }
+
+typedef struct {
+    int kind; /* 0 amax, 1 scale_cast, 2 block_mul */
+    const float *x; int64_t M, K, r, c;
+    const float *inv; int64_t inv_count; int m_bits, emin; float maxval; int storage;
+    uint8_t *codes; float *values; float *amax; float *out;
+} task_t;
+
+static void *run_task(void *p) {
+    task_t *t = (task_t *)p;
+    if (t->kind == 0) block_amax_serial(t->x, t->M, t->K, t->r, t->c, t->amax);
+    else if (t->kind == 1)
+        scale_cast_serial(t->x, t->M, t->K, t->r, t->c, t->inv, t->inv_count, t->m_bits, t->emin, t->maxval,
+                          t->storage, t->codes, t->values);
+    else block_mul_serial(t->x, t->M, t->K, t->r, t->c, t->inv, t->out);
+    return NULL;
+}
+
+static void run_split(task_t base) {
+    int64_t MB = (base.M + base.r - 1) / base.r, KB = (base.K + base.c - 1) / base.c;
+    int whole = MB * KB == 1;                              /* one block: per tensor */
+    int uniform = base.kind == 1 && base.inv_count == 1;   /* one scale for all rows */
+    int64_t units = (whole || uniform) ? base.M : MB;      /* split by rows, or by block rows */
+    int64_t unit = (whole || uniform) ? 1 : base.r;
+    int64_t n = base.M * base.K < PARALLEL_MIN ? 1 : (g_threads < units ? g_threads : units);
+    if (n <= 1) { run_task(&base); return; }
+    task_t tasks[64];
+    pthread_t threads[64];
+    int started[64] = {0};
+    float partial[64];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b0 = units * i / n, b1 = units * (i + 1) / n;
+        int64_t m0 = b0 * unit, m1 = b1 * unit < base.M ? b1 * unit : base.M;
+        task_t t = base;
+        t.M = m1 - m0;
+        if (whole || uniform) t.r = t.M; /* each part is one block of its rows */
+        t.x = base.x + m0 * base.K;
+        if (base.kind == 0) t.amax = whole ? &partial[i] : base.amax + b0 * KB;
+        if (base.kind >= 1 && base.inv_count > 1) t.inv = base.inv + b0 * KB;
+        if (base.kind == 1) { t.codes = base.codes + m0 * base.K; t.values = base.values ? base.values + m0 * base.K : NULL; }
+        if (base.kind == 2) t.out = base.out + m0 * base.K;
+        tasks[i] = t;
+    }
+    for (int64_t i = 1; i < n; i++) started[i] = pthread_create(&threads[i], NULL, run_task, &tasks[i]) == 0;
+    run_task(&tasks[0]);
+    for (int64_t i = 1; i < n; i++) {
+        if (started[i]) pthread_join(threads[i], NULL);
+        else run_task(&tasks[i]); /* no thread to be had: do it here */
+    }
+    if (base.kind == 0 && whole) { /* the per-tensor amax: the largest part (NaN's bits are largest) */
+        uint32_t hi = 0u;
+        for (int64_t i = 0; i < n; i++) hi = bits_of(partial[i]) > hi ? bits_of(partial[i]) : hi;
+        base.amax[0] = float_of(hi);
+    }
+}
+
+/* max |x| over each block -> amax[MB * KB]; a NaN in a block makes its amax NaN */
+void fp8lab_block_amax(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, float *amax) {
+    task_t t = {0};
+    t.kind = 0; t.x = x; t.M = M; t.K = K; t.r = r; t.c = c; t.amax = amax;
+    run_split(t);
+}
+
+/* codes (and values, unless NULL) of cast(x * inv[block], fmt): see scale_cast_serial */
+void fp8lab_scale_cast(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *inv,
+                       int64_t inv_count, int m_bits, int emin, float maxval, int storage,
+                       uint8_t *codes, float *values) {
+    task_t t = {0};
+    t.kind = 1; t.x = x; t.M = M; t.K = K; t.r = r; t.c = c; t.inv = inv; t.inv_count = inv_count;
+    t.m_bits = m_bits; t.emin = emin; t.maxval = maxval; t.storage = storage; t.codes = codes; t.values = values;
+    run_split(t);
+}
+
+/* out[M, K] = v[M, K] * s[block] */
+void fp8lab_block_mul(const float *v, int64_t M, int64_t K, int64_t r, int64_t c, const float *s, float *out) {
+    task_t t = {0};
+    t.kind = 2; t.x = v; t.M = M; t.K = K; t.r = r; t.c = c; t.inv = s; t.inv_count = 2; t.out = out;
+    run_split(t);
 }
 
 /* 2^e for e in [-149, 127], exactly */

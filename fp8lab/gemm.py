@@ -210,21 +210,22 @@ def _fold(q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor | None, bool, 
     lo and hi bound the magnitudes of the nonzero values (from the format and the scales).
     """
     values = q.values()
-    s, width = _k_blocks(q)
-    k = q.shape[1]
-    if width >= k:  # one scale per row (or tensor): apply after the GEMM
-        post = q.scale.reshape(()) if isinstance(q.granularity, PerTensor) else s[:, 0]
+    g, k = q.granularity, q.shape[1]
+    if not isinstance(g, PerBlock) or g.cols >= k:  # one scale per row (or tensor): apply after the GEMM
+        post = q.scale.reshape(()) if isinstance(g, PerTensor) else _k_blocks(q)[0][:, 0]
         return values, post, True, q.fmt.min_subnormal, q.fmt.max_value
     pow2 = q.scale_rule in ("rceil", "floor") or q.scale_fmt is E8M0
     e4m3_scales = q.scale_fmt is E4M3 and _significant_bits(q.fmt) + _significant_bits(E4M3) <= 8
-    if kernels.enabled(values):
-        values = kernels.block_mul(values, (1, width), s)  # the same products, one pass
+    if kernels.enabled(values):  # the same products in one pass, from the block scales as they are
+        values = kernels.block_mul(values, (g.rows, g.cols), q.scale)
     elif kernels.enabled(values.t()):  # a transposed QuantizedTensor: fold in its own layout
-        values = kernels.block_mul(values.t(), (width, 1), s.t()).t()
+        values = kernels.block_mul(values.t(), (g.cols, g.rows), q.scale.t()).t()
     else:
+        s, width = _k_blocks(q)
         values = values * s.repeat_interleave(width, 1)[:, :k]  # (R, K)
-    lo = q.fmt.min_subnormal * float(q.scale.min())
-    hi = q.fmt.max_value * float(q.scale.max())
+    smallest, largest = (float(v) for v in torch.aminmax(q.scale))
+    lo = q.fmt.min_subnormal * smallest
+    hi = q.fmt.max_value * largest
     return values, None, pow2 or e4m3_scales, lo, hi
 
 

@@ -11,8 +11,9 @@ temporary each (tests/test_kernels.py checks every result against the torch code
 library is compiled once per source version with the system C compiler (`cc`, ~1 s) into
 ~/.cache/fp8lab (or $XDG_CACHE_HOME/fp8lab) and loaded with ctypes. Without a compiler,
 or with FP8LAB_KERNELS=0, everything runs in torch and status() says why.
-Single-threaded: the loops are memory-bound, and a second OpenMP runtime next to torch's
-would fight it for the cores.
+Tensors of millions of elements are split by block rows over torch.get_num_threads() POSIX
+threads (the same bits for any split); smaller ones run on the calling thread. No OpenMP:
+a second runtime would fight torch's for the cores.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _build(compiler: str, flags: tuple[str, ...]) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        subprocess.run([compiler, *flags, str(_SOURCE), "-o", tmp, "-lm"], check=True, capture_output=True,
+        subprocess.run([compiler, *flags, str(_SOURCE), "-o", tmp, "-lm", "-lpthread"], check=True, capture_output=True,
                        text=True, timeout=120)
         os.replace(tmp, target)
     finally:
@@ -106,10 +107,12 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "fp8lab_scale_cast": ([p, i64, i64, i64, i64, p, i64, i32, i32, f32, i32, p, p], None),
         "fp8lab_block_mul": ([p, i64, i64, i64, i64, p, p], None),
         "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p], i32),
+        "fp8lab_set_threads": ([i32], None),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, res
+    lib.fp8lab_set_threads(torch.get_num_threads())  # for tensors of millions of elements
     return lib, f"fused CPU kernels ({path.name}, built with {Path(compiler).name})"
 
 
@@ -146,9 +149,20 @@ def block_amax(x2d: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     return out
 
 
+# values (float32) are written alongside the codes up to this size, where a GEMM will soon
+# want them and writing them costs little; beyond it (16M elements are 64 MB of fresh
+# pages) QuantizedTensor.values() widens the codes when asked
+EAGER_VALUES = 1 << 22
+
+
+def _values_buffer(m: int, k: int) -> torch.Tensor | None:
+    return torch.empty(m, k, dtype=torch.float32) if m * k <= EAGER_VALUES else None
+
+
 def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt,
-               storage: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(codes, values) of cast(x * inverse[block], fmt): codes in `storage`, values float32.
+               storage: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(codes, values) of cast(x * inverse[block], fmt): codes in `storage`, values float32
+    (None beyond EAGER_VALUES elements).
 
     inverse: one float32 per block ([ceil(M/r), ceil(K/c)]) or a single one (any shape).
     fmt: the element FloatFormat (E4M3, E5M2, or E2M1 stored as E4M3 bytes).
@@ -157,11 +171,11 @@ def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor,
     r, c = block
     inv = inverse.to(torch.float32).contiguous()
     codes = torch.empty(m, k, dtype=storage)
-    vals = torch.empty(m, k, dtype=torch.float32)
+    vals = _values_buffer(m, k)
     emin = 1 - fmt.bias
     _load()[0].fp8lab_scale_cast(
         x2d.data_ptr(), m, k, r, c, inv.data_ptr(), inv.numel(), fmt.mantissa_bits, emin, fmt.max_value,
-        STORAGE[storage], codes.data_ptr(), vals.data_ptr(),
+        STORAGE[storage], codes.data_ptr(), vals.data_ptr() if vals is not None else None,
     )
     return codes, vals
 
@@ -197,11 +211,11 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff:
     blocks = (-(-m // r), -(-k // c))
     amax, scale, inverse = (torch.empty(blocks, dtype=torch.float32) for _ in range(3))
     codes = torch.empty(m, k, dtype=fmt.storage_dtype)
-    vals = torch.empty(m, k, dtype=torch.float32)
+    vals = _values_buffer(m, k)
     bad = _load()[0].fp8lab_quantize(
         x2d.data_ptr(), m, k, r, c, SCALE_RULES[rule], max_eff, *exponent_range, fmt.mantissa_bits, 1 - fmt.bias,
         fmt.max_value, STORAGE[fmt.storage_dtype], amax.data_ptr(), scale.data_ptr(), inverse.data_ptr(),
-        codes.data_ptr(), vals.data_ptr(),
+        codes.data_ptr(), vals.data_ptr() if vals is not None else None,
     )
     return None if bad else (codes, vals, scale, inverse, amax)
 

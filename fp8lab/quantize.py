@@ -273,7 +273,7 @@ def quantize(
             _check_no_inf(torch.tensor(math.inf), x2d)  # raises, counting the infinite values
         data, values, scale, _, block_amax = fused
         return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, None, block_amax,
-                          margin, values.reshape(x.shape))
+                          margin, values.reshape(x.shape) if values is not None else None)
 
     if amax is None:
         block_amax = amax_per_block(x2d, granularity)
@@ -311,7 +311,7 @@ def quantize(
         # the same codes, and their float32 values, in one pass (fp8lab.kernels)
         data, values = kernels.scale_cast(x2d, block, inverse, fmt, fmt.storage_dtype)
         return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale,
-                          block_amax, margin, values.reshape(x.shape))
+                          block_amax, margin, values.reshape(x.shape) if values is not None else None)
     if isinstance(granularity, PerTensor):
         # one scale: any layout will do, so cut x into rows that chunk well
         width = 1024 if x2d.numel() % 1024 == 0 else k

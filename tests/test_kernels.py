@@ -174,3 +174,16 @@ def test_switched_off_or_unbuildable_kernels_fall_back_to_torch_with_a_reason(tm
     assert broken.startswith("False | building the CPU kernels failed") and broken.endswith("448.0")
     fresh = _python(code, XDG_CACHE_HOME=str(tmp_path))  # an empty cache: builds, then uses them
     assert fresh.startswith("True | fused CPU kernels") and list((tmp_path / "fp8lab").glob("kernels-*.so"))
+
+
+@pytest.mark.parametrize("granularity", [PerTensor(), PerRow(), PerBlock(1, 32), PerBlock(128, 128), PerBlock(32, 1)],
+                         ids=lambda g: g.label)
+def test_large_tensors_split_over_threads_give_the_same_bits(granularity):
+    """Millions of elements run on several threads, and beyond EAGER_VALUES values come lazily."""
+    for shape in ((1500, 1500), (2304, 2048)):  # threaded with eager values; threaded, lazy values
+        x = _nasty(shape, 11)
+        x[777, 5] = float("nan")
+        lazy = quantize(x, fmt=E4M3, granularity=granularity)._values is None
+        assert lazy == (x.numel() > kernels.EAGER_VALUES)
+        _compare(x, fmt=E4M3, granularity=granularity, scale_rule="rceil")
+        _compare(x, fmt=E5M2, granularity=granularity)
