@@ -120,31 +120,41 @@ static inline void cast_one(float t, fmt_t f, uint8_t *code_out, float *value_ou
     }
 }
 
-static void run_cast(const float *x, int64_t n, float s, fmt_t f, uint8_t *codes, float *values) {
+/* one run of a block row with inverse scale s; values (if not NULL) = the value times fs:
+   1 for the values themselves, the block's scale for the values folded for a GEMM
+   (multiplying by 1 changes no bits, -0 and NaN included) */
+static void run_cast(const float *x, int64_t n, float s, float fs, fmt_t f, uint8_t *codes, float *values) {
+    float v;
     if (values) {
-        for (int64_t k = 0; k < n; k++) cast_one(x[k] * s, f, codes + k, values + k);
+        for (int64_t k = 0; k < n; k++) {
+            cast_one(x[k] * s, f, codes + k, &v);
+            values[k] = v * fs;
+        }
     } else {
-        float v;
         for (int64_t k = 0; k < n; k++) cast_one(x[k] * s, f, codes + k, &v);
     }
 }
 
-static void run_cast_per_element(const float *x, int64_t n, const float *s, fmt_t f, uint8_t *codes,
-                                 float *values) {
+static void run_cast_per_element(const float *x, int64_t n, const float *s, const float *fs, fmt_t f,
+                                 uint8_t *codes, float *values) {
+    float v;
     if (values) {
-        for (int64_t k = 0; k < n; k++) cast_one(x[k] * s[k], f, codes + k, values + k);
+        for (int64_t k = 0; k < n; k++) {
+            cast_one(x[k] * s[k], f, codes + k, &v);
+            values[k] = v * fs[k];
+        }
     } else {
-        float v;
         for (int64_t k = 0; k < n; k++) cast_one(x[k] * s[k], f, codes + k, &v);
     }
 }
 
 /* codes[M, K] = storage bytes of cast(x * inv[block], fmt), saturating at +-maxval, NaN
-   staying NaN (code 0x7F with x's sign, as torch writes it); values[M, K] = the same
-   numbers as float32. inv_count 1: one inverse scale for the whole tensor. */
+   staying NaN (code 0x7F with x's sign, as torch writes it); values[M, K] (unless NULL) =
+   the same numbers as float32, times fold[block] where fold is not NULL (the block
+   scales, for a GEMM that folds them). inv_count 1: one inverse scale (and fold) for all. */
 static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *inv,
-                              int64_t inv_count, int m_bits, int emin, float maxval, int storage,
-                              uint8_t *codes, float *values) {
+                              int64_t inv_count, const float *fold, int m_bits, int emin, float maxval,
+                              int storage, uint8_t *codes, float *values) {
     fmt_t f;
     f.max_bits = bits_of(maxval);
     f.min_normal_bits = bits_of(ldexpf(1.0f, emin));
@@ -159,21 +169,26 @@ static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, i
     f.s_sub_inv = ldexpf(1.0f, (int)f.s_mbits - (1 - (int)f.s_bias));
     int64_t KB = (K + c - 1) / c;
     if (c < NARROW && inv_count > 1) { /* narrow blocks: each column's inverse, once per block row */
-        float *sk = (float *)malloc((size_t)K * sizeof(float));
+        float *sk = (float *)malloc(2 * (size_t)K * sizeof(float));
         if (sk) {
+            float *fk = sk + K;
+            for (int64_t k = 0; k < K; k++) fk[k] = 1.0f;
             for (int64_t m = 0; m < M; m++) {
-                if (m % r == 0) expand_row(inv + (m / r) * KB, K, c, sk);
-                run_cast_per_element(x + m * K, K, sk, f, codes + m * K, values ? values + m * K : NULL);
+                if (m % r == 0) {
+                    expand_row(inv + (m / r) * KB, K, c, sk);
+                    if (fold) expand_row(fold + (m / r) * KB, K, c, fk);
+                }
+                run_cast_per_element(x + m * K, K, sk, fk, f, codes + m * K, values ? values + m * K : NULL);
             }
             free(sk);
             return;
         }
     }
     for (int64_t m = 0; m < M; m++) {
-        const float *srow = inv_count == 1 ? inv : inv + (m / r) * KB;
+        int64_t row0 = inv_count == 1 ? 0 : (m / r) * KB;
         for (int64_t j = 0; j < KB; j++) {
-            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
-            run_cast(x + m * K + k0, k1 - k0, inv_count == 1 ? inv[0] : srow[j], f, codes + m * K + k0,
+            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, b = inv_count == 1 ? 0 : row0 + j;
+            run_cast(x + m * K + k0, k1 - k0, inv[b], fold ? fold[b] : 1.0f, f, codes + m * K + k0,
                      values ? values + m * K + k0 : NULL);
         }
     }
@@ -220,7 +235,7 @@ void fp8lab_set_threads(int n) { g_threads = n < 1 ? 1 : (n > 64 ? 64 : n); }
 typedef struct {
     int kind; /* 0 amax, 1 scale_cast, 2 block_mul */
     const float *x; int64_t M, K, r, c;
-    const float *inv; int64_t inv_count; int m_bits, emin; float maxval; int storage;
+    const float *inv; int64_t inv_count; const float *fold; int m_bits, emin; float maxval; int storage;
     uint8_t *codes; float *values; float *amax; float *out;
 } task_t;
 
@@ -228,8 +243,8 @@ static void *run_task(void *p) {
     task_t *t = (task_t *)p;
     if (t->kind == 0) block_amax_serial(t->x, t->M, t->K, t->r, t->c, t->amax);
     else if (t->kind == 1)
-        scale_cast_serial(t->x, t->M, t->K, t->r, t->c, t->inv, t->inv_count, t->m_bits, t->emin, t->maxval,
-                          t->storage, t->codes, t->values);
+        scale_cast_serial(t->x, t->M, t->K, t->r, t->c, t->inv, t->inv_count, t->fold, t->m_bits, t->emin,
+                          t->maxval, t->storage, t->codes, t->values);
     else block_mul_serial(t->x, t->M, t->K, t->r, t->c, t->inv, t->out);
     return NULL;
 }
@@ -255,6 +270,7 @@ static void run_split(task_t base) {
         t.x = base.x + m0 * base.K;
         if (base.kind == 0) t.amax = whole ? &partial[i] : base.amax + b0 * KB;
         if (base.kind >= 1 && base.inv_count > 1) t.inv = base.inv + b0 * KB;
+        if (base.kind == 1 && base.fold && base.inv_count > 1) t.fold = base.fold + b0 * KB;
         if (base.kind == 1) { t.codes = base.codes + m0 * base.K; t.values = base.values ? base.values + m0 * base.K : NULL; }
         if (base.kind == 2) t.out = base.out + m0 * base.K;
         tasks[i] = t;
@@ -281,10 +297,10 @@ void fp8lab_block_amax(const float *x, int64_t M, int64_t K, int64_t r, int64_t 
 
 /* codes (and values, unless NULL) of cast(x * inv[block], fmt): see scale_cast_serial */
 void fp8lab_scale_cast(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *inv,
-                       int64_t inv_count, int m_bits, int emin, float maxval, int storage,
+                       int64_t inv_count, const float *fold, int m_bits, int emin, float maxval, int storage,
                        uint8_t *codes, float *values) {
     task_t t = {0};
-    t.kind = 1; t.x = x; t.M = M; t.K = K; t.r = r; t.c = c; t.inv = inv; t.inv_count = inv_count;
+    t.kind = 1; t.x = x; t.M = M; t.K = K; t.r = r; t.c = c; t.inv = inv; t.inv_count = inv_count; t.fold = fold;
     t.m_bits = m_bits; t.emin = emin; t.maxval = maxval; t.storage = storage; t.codes = codes; t.values = values;
     run_split(t);
 }
@@ -357,16 +373,17 @@ void fp8lab_scales(const float *amax, int64_t n, int rule, double max_eff, int l
 }
 
 /* quantize() in one call where the scales come from x's own amaxes (float32 or E8M0
-   scales): block amaxes, scales by the rule, then the scale-and-cast. Returns 1, having
+   scales): block amaxes, scales by the rule, then the scale-and-cast (values folded with
+   the scales if fold is set). Returns 1, having
    written only the amaxes, if one of them is infinite (the caller raises), else 0. */
 int fp8lab_quantize(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, int rule, double max_eff,
                     int lo, int hi, int m_bits, int emin, float maxval, int storage,
-                    float *amax, float *scale, float *inverse, uint8_t *codes, float *values) {
+                    float *amax, float *scale, float *inverse, uint8_t *codes, float *values, int fold) {
     int64_t n = ((M + r - 1) / r) * ((K + c - 1) / c);
     fp8lab_block_amax(x, M, K, r, c, amax);
     for (int64_t i = 0; i < n; i++)
         if (isinf(amax[i])) return 1;
     fp8lab_scales(amax, n, rule, max_eff, lo, hi, scale, inverse);
-    fp8lab_scale_cast(x, M, K, r, c, inverse, n, m_bits, emin, maxval, storage, codes, values);
+    fp8lab_scale_cast(x, M, K, r, c, inverse, n, fold ? scale : NULL, m_bits, emin, maxval, storage, codes, values);
     return 0;
 }

@@ -209,24 +209,28 @@ def _fold(q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor | None, bool, 
     Scales constant along K are returned as post_scale and applied to the GEMM's output.
     lo and hi bound the magnitudes of the nonzero values (from the format and the scales).
     """
-    values = q.values()
     g, k = q.granularity, q.shape[1]
     if not isinstance(g, PerBlock) or g.cols >= k:  # one scale per row (or tensor): apply after the GEMM
         post = q.scale.reshape(()) if isinstance(g, PerTensor) else _k_blocks(q)[0][:, 0]
-        return values, post, True, q.fmt.min_subnormal, q.fmt.max_value
+        return q.values(), post, True, q.fmt.min_subnormal, q.fmt.max_value
     pow2 = q.scale_rule in ("rceil", "floor") or q.scale_fmt is E8M0
     e4m3_scales = q.scale_fmt is E4M3 and _significant_bits(q.fmt) + _significant_bits(E4M3) <= 8
-    if kernels.enabled(values):  # the same products in one pass, from the block scales as they are
-        values = kernels.block_mul(values, (g.rows, g.cols), q.scale)
-    elif kernels.enabled(values.t()):  # a transposed QuantizedTensor: fold in its own layout
-        values = kernels.block_mul(values.t(), (g.cols, g.rows), q.scale.t()).t()
-    else:
-        s, width = _k_blocks(q)
-        values = values * s.repeat_interleave(width, 1)[:, :k]  # (R, K)
+    values = q._scaled if q._scaled is not None else _scaled_values(q)  # the kernel may have folded them
     smallest, largest = (float(v) for v in torch.aminmax(q.scale))
     lo = q.fmt.min_subnormal * smallest
     hi = q.fmt.max_value * largest
     return values, None, pow2 or e4m3_scales, lo, hi
+
+
+def _scaled_values(q: QuantizedTensor) -> torch.Tensor:
+    """values * block scale of a per-block q, float32 [R, K]."""
+    values, g = q.values(), q.granularity
+    if kernels.enabled(values):  # one pass, from the block scales as they are
+        return kernels.block_mul(values, (g.rows, g.cols), q.scale)
+    if kernels.enabled(values.t()):  # a transposed QuantizedTensor: in its own layout
+        return kernels.block_mul(values.t(), (g.cols, g.rows), q.scale.t()).t()
+    s, width = _k_blocks(q)
+    return values * s.repeat_interleave(width, 1)[:, : q.shape[1]]
 
 
 @contextlib.contextmanager

@@ -104,9 +104,10 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     signatures = {
         "fp8lab_block_amax": ([p, i64, i64, i64, i64, p], None),
         "fp8lab_scales": ([p, i64, i32, f64, i32, i32, p, p], None),
-        "fp8lab_scale_cast": ([p, i64, i64, i64, i64, p, i64, i32, i32, f32, i32, p, p], None),
+        "fp8lab_scale_cast": ([p, i64, i64, i64, i64, p, i64, p, i32, i32, f32, i32, p, p], None),
         "fp8lab_block_mul": ([p, i64, i64, i64, i64, p, p], None),
-        "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p], i32),
+        "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p, i32],
+                            i32),
         "fp8lab_set_threads": ([i32], None),
     }
     for name, (args, res) in signatures.items():
@@ -160,9 +161,9 @@ def _values_buffer(m: int, k: int) -> torch.Tensor | None:
 
 
 def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt,
-               storage: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+               storage: torch.dtype, fold: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(codes, values) of cast(x * inverse[block], fmt): codes in `storage`, values float32
-    (None beyond EAGER_VALUES elements).
+    (times fold[block] if given: the scales folded in; None beyond EAGER_VALUES elements).
 
     inverse: one float32 per block ([ceil(M/r), ceil(K/c)]) or a single one (any shape).
     fmt: the element FloatFormat (E4M3, E5M2, or E2M1 stored as E4M3 bytes).
@@ -173,9 +174,11 @@ def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor,
     codes = torch.empty(m, k, dtype=storage)
     vals = _values_buffer(m, k)
     emin = 1 - fmt.bias
+    fold = fold.to(torch.float32).contiguous() if fold is not None else None
     _load()[0].fp8lab_scale_cast(
-        x2d.data_ptr(), m, k, r, c, inv.data_ptr(), inv.numel(), fmt.mantissa_bits, emin, fmt.max_value,
-        STORAGE[storage], codes.data_ptr(), vals.data_ptr() if vals is not None else None,
+        x2d.data_ptr(), m, k, r, c, inv.data_ptr(), inv.numel(), fold.data_ptr() if fold is not None else None,
+        fmt.mantissa_bits, emin, fmt.max_value, STORAGE[storage], codes.data_ptr(),
+        vals.data_ptr() if vals is not None else None,
     )
     return codes, vals
 
@@ -203,9 +206,10 @@ def block_mul(v: torch.Tensor, block: tuple[int, int], s: torch.Tensor) -> torch
 
 
 def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff: float,
-             exponent_range: tuple[int, int]):
+             exponent_range: tuple[int, int], fold: bool = False):
     """quantize() from x's own amaxes in one call: (codes, values, scale, inverse, amax), or None
-    if an amax is infinite (the caller explains). Scales as scales(), codes as scale_cast()."""
+    if an amax is infinite (the caller explains). Scales as scales(), codes and values as
+    scale_cast() (with fold: values times their block's scale)."""
     m, k = x2d.shape
     r, c = block
     blocks = (-(-m // r), -(-k // c))
@@ -215,7 +219,7 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff:
     bad = _load()[0].fp8lab_quantize(
         x2d.data_ptr(), m, k, r, c, SCALE_RULES[rule], max_eff, *exponent_range, fmt.mantissa_bits, 1 - fmt.bias,
         fmt.max_value, STORAGE[fmt.storage_dtype], amax.data_ptr(), scale.data_ptr(), inverse.data_ptr(),
-        codes.data_ptr(), vals.data_ptr() if vals is not None else None,
+        codes.data_ptr(), vals.data_ptr() if vals is not None else None, int(fold),
     )
     return None if bad else (codes, vals, scale, inverse, amax)
 

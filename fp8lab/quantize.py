@@ -60,6 +60,9 @@ class QuantizedTensor:
     amax: torch.Tensor | None = None
     margin: int = 0
     _values: torch.Tensor | None = field(default=None, repr=False)
+    # values * block scale (without tensor_scale): what an emulated GEMM multiplies where the
+    # scales vary along its contraction; written by the quantize kernel where it is cheap
+    _scaled: torch.Tensor | None = field(default=None, repr=False)
 
     def values(self) -> torch.Tensor:
         """data as float32 (the element values before scaling), computed once and cached."""
@@ -87,6 +90,7 @@ class QuantizedTensor:
         return QuantizedTensor(
             self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt, self.tensor_scale, amax,
             self.margin, self._values.t() if self._values is not None else None,
+            self._scaled.t() if self._scaled is not None else None,
         )
 
     @property
@@ -112,6 +116,9 @@ class QuantizedTensor:
 
     def dequantize(self) -> torch.Tensor:
         """data * scale (* tensor_scale), float32, the original shape."""
+        if self._scaled is not None:  # the same products, made by the quantize kernel
+            out = self._scaled
+            return (out * self.tensor_scale if self.tensor_scale is not None else out.clone()).reshape(self.shape)
         data = self.values()
         if self.scale.dim() == 0:
             out = data * self.scale
@@ -268,12 +275,14 @@ def quantize(
 
     if (amax is None and scale_fmt is not E4M3 and fmt.storage_dtype in kernels.STORAGE
             and kernels.enabled(x2d)):  # everything below in one call (fp8lab.kernels)
-        fused = kernels.quantize(x2d, block, fmt, scale_rule, *check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:])
+        fold = _folds(granularity, block, x2d.shape)
+        fused = kernels.quantize(x2d, block, fmt, scale_rule, *check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:],
+                                 fold=fold)
         if fused is None:
             _check_no_inf(torch.tensor(math.inf), x2d)  # raises, counting the infinite values
         data, values, scale, _, block_amax = fused
         return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, None, block_amax,
-                          margin, values.reshape(x.shape) if values is not None else None)
+                          margin, values, fold)
 
     if amax is None:
         block_amax = amax_per_block(x2d, granularity)
@@ -309,9 +318,10 @@ def quantize(
     m, k = x2d.shape
     if kernels.enabled(x2d) and fmt.storage_dtype in kernels.STORAGE:
         # the same codes, and their float32 values, in one pass (fp8lab.kernels)
-        data, values = kernels.scale_cast(x2d, block, inverse, fmt, fmt.storage_dtype)
+        fold = _folds(granularity, block, x2d.shape)
+        data, values = kernels.scale_cast(x2d, block, inverse, fmt, fmt.storage_dtype, fold=scale if fold else None)
         return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale,
-                          block_amax, margin, values.reshape(x.shape) if values is not None else None)
+                          block_amax, margin, values, fold)
     if isinstance(granularity, PerTensor):
         # one scale: any layout will do, so cut x into rows that chunk well
         width = 1024 if x2d.numel() % 1024 == 0 else k
@@ -329,10 +339,20 @@ def quantize(
                       block_amax, margin)
 
 
+def _folds(granularity: Granularity, block: tuple[int, int], shape: tuple[int, int]) -> bool:
+    """Whether the kernel writes values * block scale instead of the values: for blocks
+    smaller than the tensor both ways, whose scales vary along either dim a GEMM may
+    contract (1x32 along K, or 32x1 read transposed). A block spanning all rows or all
+    columns has one scale per row or column, which a GEMM applies to its output instead."""
+    return isinstance(granularity, PerBlock) and block[0] < shape[0] and block[1] < shape[1]
+
+
 def _quantized(data, scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale, block_amax, margin,
-               values=None) -> QuantizedTensor:
+               values=None, folded=False) -> QuantizedTensor:
     if isinstance(granularity, PerTensor):
         scale, block_amax = scale.reshape(()), block_amax.reshape(())
+    if values is not None:
+        values = values.reshape(data.shape)
     return QuantizedTensor(
         data=data,
         scale=scale,
@@ -343,7 +363,8 @@ def _quantized(data, scale, fmt, granularity, scale_rule, scale_fmt, tensor_scal
         tensor_scale=tensor_scale,
         amax=block_amax,
         margin=margin,
-        _values=values,
+        _values=None if folded else values,
+        _scaled=values if folded else None,
     )
 
 

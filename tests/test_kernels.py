@@ -58,11 +58,13 @@ def _compare(x, **kw):
     with kernels.disabled():
         want = quantize(x, **kw)
         want_values = want.values()
+        want_dequantized = want.dequantize()
     assert _same(got.data, want.data), f"codes differ for {kw}"
     assert _same(got.scale, want.scale), f"scales differ for {kw}"
     assert torch.equal(got.amax.nan_to_num(-1.0), want.amax.nan_to_num(-1.0))  # by value: torch's max gives -0 too
     assert _same(got.tensor_scale, want.tensor_scale)
     assert _same(got.values(), want_values), f"values differ for {kw}"
+    assert _same(got.dequantize(), want_dequantized), f"dequantized values differ for {kw}"
     return got
 
 
@@ -183,7 +185,7 @@ def test_large_tensors_split_over_threads_give_the_same_bits(granularity):
     for shape in ((1500, 1500), (2304, 2048)):  # threaded with eager values; threaded, lazy values
         x = _nasty(shape, 11)
         x[777, 5] = float("nan")
-        lazy = quantize(x, fmt=E4M3, granularity=granularity)._values is None
-        assert lazy == (x.numel() > kernels.EAGER_VALUES)
+        q = quantize(x, fmt=E4M3, granularity=granularity)
+        assert (q._values is None and q._scaled is None) == (x.numel() > kernels.EAGER_VALUES)
         _compare(x, fmt=E4M3, granularity=granularity, scale_rule="rceil")
         _compare(x, fmt=E5M2, granularity=granularity)
