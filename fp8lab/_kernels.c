@@ -50,6 +50,10 @@ static void block_amax_serial(const float *x, int64_t M, int64_t K, int64_t r, i
     int64_t KB = (K + c - 1) / c, MB = (M + r - 1) / r;
     uint32_t *out = (uint32_t *)amax;
     for (int64_t i = 0; i < MB * KB; i++) out[i] = 0u;
+    if (MB * KB == 1) { /* one block: the whole tensor is one run */
+        out[0] = run_amax_bits(x, M * K, 0u);
+        return;
+    }
     if (c < NARROW) { /* narrow blocks (e.g. 32 x 1, a column block): a running max per column */
         uint32_t *acc = (uint32_t *)malloc((size_t)K * sizeof(uint32_t));
         if (acc) {
@@ -168,7 +172,11 @@ static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, i
     f.s_min_normal_bits = bits_of(ldexpf(1.0f, 1 - (int)f.s_bias));
     f.s_sub_inv = ldexpf(1.0f, (int)f.s_mbits - (1 - (int)f.s_bias));
     int64_t KB = (K + c - 1) / c;
-    if (c < NARROW && inv_count > 1) { /* narrow blocks: each column's inverse, once per block row */
+    if (inv_count == 1) { /* one scale: the whole tensor is one run */
+        run_cast(x, M * K, inv[0], fold ? fold[0] : 1.0f, f, codes, values);
+        return;
+    }
+    if (c < NARROW) { /* narrow blocks: each column's inverse, once per block row */
         float *sk = (float *)malloc(2 * (size_t)K * sizeof(float));
         if (sk) {
             float *fk = sk + K;
@@ -185,9 +193,8 @@ static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, i
         }
     }
     for (int64_t m = 0; m < M; m++) {
-        int64_t row0 = inv_count == 1 ? 0 : (m / r) * KB;
         for (int64_t j = 0; j < KB; j++) {
-            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, b = inv_count == 1 ? 0 : row0 + j;
+            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, b = (m / r) * KB + j;
             run_cast(x + m * K + k0, k1 - k0, inv[b], fold ? fold[b] : 1.0f, f, codes + m * K + k0,
                      values ? values + m * K + k0 : NULL);
         }
