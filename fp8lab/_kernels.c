@@ -379,18 +379,55 @@ void fp8lab_scales(const float *amax, int64_t n, int rule, double max_eff, int l
     }
 }
 
-/* quantize() in one call where the scales come from x's own amaxes (float32 or E8M0
-   scales): block amaxes, scales by the rule, then the scale-and-cast (values folded with
+/* NVFP4's E4M3 block scales (quantize.py, scale_fmt=E4M3, same arithmetic): ideal =
+   amax / max_eff, divided by the tensor scale amax_all / (448 * elem_max) when two_level
+   (tensor scale 1 if that amax is 0 or NaN), clamped to [2^-6, 448] and rounded to E4M3;
+   a NaN amax gives a NaN scale. inverse = (1 / tensor scale) / scale. */
+static void e4m3_scales(const float *amax, int64_t n, float max_eff, float elem_max, int two_level,
+                        float *tensor_scale, float *scale, float *inverse) {
+    float ts = 1.0f;
+    if (two_level) {
+        uint32_t hi = 0u; /* the largest amax; NaN's bits are the largest */
+        for (int64_t i = 0; i < n; i++) hi = bits_of(amax[i]) > hi ? bits_of(amax[i]) : hi;
+        float all = float_of(hi);
+        ts = all > 0.0f ? all / (448.0f * elem_max) : 1.0f;
+        *tensor_scale = ts;
+    }
+    fmt_t e4m3;
+    e4m3.min_normal_bits = bits_of(0.015625f);
+    e4m3.drop = 20u;
+    e4m3.half_minus_1 = (1u << 19) - 1u;
+    e4m3.keep_mask = ~((1u << 20) - 1u);
+    float inv_ts = 1.0f / ts;
+    for (int64_t i = 0; i < n; i++) {
+        float a = amax[i];
+        float ideal = a / max_eff;
+        if (two_level) ideal = ideal / ts;
+        ideal = ideal < 0.015625f ? 0.015625f : (ideal > 448.0f ? 448.0f : ideal); /* NaN stays */
+        uint32_t u = bits_of(ideal); /* a normal E4M3 value after the clamp: round the mantissa */
+        u = (u + e4m3.half_minus_1 + ((u >> e4m3.drop) & 1u)) & e4m3.keep_mask;
+        float sc = a != a ? NAN : float_of(u);
+        scale[i] = sc;
+        inverse[i] = inv_ts / sc;
+    }
+}
+
+/* quantize() in one call where the scales come from x's own amaxes (float32, E8M0, or
+   E4M3 with rule 3 and 4): block amaxes, scales by the rule, then the scale-and-cast (values folded with
    the scales if fold is set). Returns 1, having
    written only the amaxes, if one of them is infinite (the caller raises), else 0. */
 int fp8lab_quantize(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, int rule, double max_eff,
                     int lo, int hi, int m_bits, int emin, float maxval, int storage,
-                    float *amax, float *scale, float *inverse, uint8_t *codes, float *values, int fold) {
+                    float *amax, float *scale, float *inverse, uint8_t *codes, float *values, int fold,
+                    float *tensor_scale) {
     int64_t n = ((M + r - 1) / r) * ((K + c - 1) / c);
     fp8lab_block_amax(x, M, K, r, c, amax);
     for (int64_t i = 0; i < n; i++)
         if (isinf(amax[i])) return 1;
-    fp8lab_scales(amax, n, rule, max_eff, lo, hi, scale, inverse);
+    if (rule >= 3) /* 3: E4M3 block scales, 4: the same under a tensor scale (NVFP4) */
+        e4m3_scales(amax, n, (float)max_eff, maxval, rule == 4, tensor_scale, scale, inverse);
+    else
+        fp8lab_scales(amax, n, rule, max_eff, lo, hi, scale, inverse);
     fp8lab_scale_cast(x, M, K, r, c, inverse, n, fold ? scale : NULL, m_bits, emin, maxval, storage, codes, values);
     return 0;
 }

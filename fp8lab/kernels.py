@@ -106,8 +106,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "fp8lab_scales": ([p, i64, i32, f64, i32, i32, p, p], None),
         "fp8lab_scale_cast": ([p, i64, i64, i64, i64, p, i64, p, i32, i32, f32, i32, p, p], None),
         "fp8lab_block_mul": ([p, i64, i64, i64, i64, p, p], None),
-        "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p, i32],
-                            i32),
+        "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p, i32,
+                             p], i32),
         "fp8lab_set_threads": ([i32], None),
     }
     for name, (args, res) in signatures.items():
@@ -183,7 +183,7 @@ def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor,
     return codes, vals
 
 
-SCALE_RULES = {"exact": 0, "rceil": 1, "floor": 2}
+SCALE_RULES = {"exact": 0, "rceil": 1, "floor": 2, "e4m3": 3, "e4m3 two-level": 4}
 
 
 def scales(amax: torch.Tensor, rule: str, max_eff: float, exponent_range: tuple[int, int]):
@@ -206,22 +206,26 @@ def block_mul(v: torch.Tensor, block: tuple[int, int], s: torch.Tensor) -> torch
 
 
 def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff: float,
-             exponent_range: tuple[int, int], fold: bool = False):
-    """quantize() from x's own amaxes in one call: (codes, values, scale, inverse, amax), or None
-    if an amax is infinite (the caller explains). Scales as scales(), codes and values as
+             exponent_range: tuple[int, int] = (-126, 127), fold: bool = False):
+    """quantize() from x's own amaxes in one call: (codes, values, scale, inverse, amax,
+    tensor_scale), or None if an amax is infinite (the caller explains). rule: a scale rule
+    (scales as scales()), or "e4m3" / "e4m3 two-level" for NVFP4's E4M3 block scales (the
+    latter under a per-tensor scale, else tensor_scale is None). Codes and values as
     scale_cast() (with fold: values times their block's scale)."""
     m, k = x2d.shape
     r, c = block
     blocks = (-(-m // r), -(-k // c))
     amax, scale, inverse = (torch.empty(blocks, dtype=torch.float32) for _ in range(3))
+    tensor_scale = torch.empty((), dtype=torch.float32) if rule == "e4m3 two-level" else None
     codes = torch.empty(m, k, dtype=fmt.storage_dtype)
     vals = _values_buffer(m, k)
     bad = _load()[0].fp8lab_quantize(
         x2d.data_ptr(), m, k, r, c, SCALE_RULES[rule], max_eff, *exponent_range, fmt.mantissa_bits, 1 - fmt.bias,
         fmt.max_value, STORAGE[fmt.storage_dtype], amax.data_ptr(), scale.data_ptr(), inverse.data_ptr(),
         codes.data_ptr(), vals.data_ptr() if vals is not None else None, int(fold),
+        tensor_scale.data_ptr() if tensor_scale is not None else None,
     )
-    return None if bad else (codes, vals, scale, inverse, amax)
+    return None if bad else (codes, vals, scale, inverse, amax, tensor_scale)
 
 
 @lru_cache(maxsize=1)

@@ -273,16 +273,21 @@ def quantize(
         raise ValueError("cannot quantize an empty tensor")
     block = granularity.block_shape(tuple(x2d.shape))
 
-    if (amax is None and scale_fmt is not E4M3 and fmt.storage_dtype in kernels.STORAGE
-            and kernels.enabled(x2d)):  # everything below in one call (fp8lab.kernels)
+    if amax is None and fmt.storage_dtype in kernels.STORAGE and kernels.enabled(x2d):
+        # everything below in one call (fp8lab.kernels)
         fold = _folds(granularity, block, x2d.shape)
-        fused = kernels.quantize(x2d, block, fmt, scale_rule, *check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:],
-                                 fold=fold)
+        if scale_fmt is E4M3:
+            if scale_rule != "exact":
+                raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
+            rule, args = ("e4m3 two-level" if two_level else "e4m3"), (fmt.max_value / 2**margin,)
+        else:
+            rule, args = scale_rule, check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:]
+        fused = kernels.quantize(x2d, block, fmt, rule, *args, fold=fold)
         if fused is None:
             _check_no_inf(torch.tensor(math.inf), x2d)  # raises, counting the infinite values
-        data, values, scale, _, block_amax = fused
-        return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, None, block_amax,
-                          margin, values, fold)
+        data, values, scale, _, block_amax, tensor_scale = fused
+        return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale,
+                          block_amax, margin, values, fold)
 
     if amax is None:
         block_amax = amax_per_block(x2d, granularity)

@@ -80,6 +80,7 @@ def test_quantize_matches_the_torch_code_bit_for_bit(fmt, granularity):
         _compare(x, fmt=fmt, granularity=granularity, scale_rule="floor", scale_fmt=E8M0)
         _compare(x, fmt=fmt, granularity=granularity, margin=2)
         _compare(x, fmt=fmt, granularity=granularity, scale_fmt=E4M3, two_level=True)
+        _compare(x, fmt=fmt, granularity=granularity, scale_fmt=E4M3, margin=1)
 
 
 def test_nan_blocks_and_amax_overrides_match():
