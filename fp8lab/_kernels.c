@@ -431,3 +431,28 @@ int fp8lab_quantize(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, 
     fp8lab_scale_cast(x, M, K, r, c, inverse, n, fold ? scale : NULL, m_bits, emin, maxval, storage, codes, values);
     return 0;
 }
+
+/* For the monitor (metrics.overflow_fraction / underflow_fraction, same arithmetic):
+   counts[0] = elements with double(|x|) / double(scale[block]) > limit (they clipped),
+   counts[1] = nonzero elements whose code is a zero (they flushed). */
+void fp8lab_clip_flush_counts(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *s,
+                              int64_t s_count, const uint8_t *codes, double limit, int64_t *counts) {
+    int64_t KB = (K + c - 1) / c, clipped = 0, flushed = 0;
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t j = 0; j < KB; j++) {
+            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
+            double sd = (double)(s_count == 1 ? s[0] : s[(m / r) * KB + j]);
+            const float *xr = x + m * K;
+            const uint8_t *cr = codes + m * K;
+            int64_t cl = 0, fl = 0;
+            for (int64_t k = k0; k < k1; k++) {
+                cl += fabs((double)xr[k]) / sd > limit;
+                fl += (xr[k] != 0.0f) & ((cr[k] & 0x7F) == 0);
+            }
+            clipped += cl;
+            flushed += fl;
+        }
+    }
+    counts[0] = clipped;
+    counts[1] = flushed;
+}

@@ -3,6 +3,7 @@
 Public: status() -> (bool, reason), enabled(), disabled() (a context manager),
 block_amax(x2d, block), scales(amax, rule, max_eff, exponent_range),
 scale_cast(x2d, block, inverse, fmt), block_mul(v, block, s), quantize(...) (the three at once),
+clip_flush_counts(x2d, block, scale, codes, limit) (the monitor's overflow and underflow),
 keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
 
 quantize.py and gemm.py define the numbers in torch; on the CPU they call these kernels,
@@ -34,8 +35,18 @@ import torch
 
 from fp8lab import settings
 
-__all__ = ["block_amax", "block_mul", "disabled", "enabled", "keep_freed_memory", "quantize", "scale_cast", "scales",
-           "status"]
+__all__ = [
+    "block_amax",
+    "block_mul",
+    "clip_flush_counts",
+    "disabled",
+    "enabled",
+    "keep_freed_memory",
+    "quantize",
+    "scale_cast",
+    "scales",
+    "status",
+]
 
 _SOURCE = Path(__file__).with_name("_kernels.c")
 # no fast-math: IEEE rounding of every operation is the point (no FMA contraction either);
@@ -109,6 +120,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p, i32,
                              p], i32),
         "fp8lab_set_threads": ([i32], None),
+        "fp8lab_clip_flush_counts": ([p, i64, i64, i64, i64, p, i64, p, f64, p], None),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
@@ -226,6 +238,20 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff:
         tensor_scale.data_ptr() if tensor_scale is not None else None,
     )
     return None if bad else (codes, vals, scale, inverse, amax, tensor_scale)
+
+
+def clip_flush_counts(x2d: torch.Tensor, block: tuple[int, int], scale: torch.Tensor, codes: torch.Tensor,
+                      limit: float) -> tuple[int, int]:
+    """(elements that clipped, nonzero elements that flushed to zero): metrics' overflow and
+    underflow counts in one pass. scale: float32 per block (tensor scale folded in)."""
+    m, k = x2d.shape
+    r, c = block
+    s = scale.to(torch.float32).contiguous()
+    counts = torch.zeros(2, dtype=torch.int64)
+    _load()[0].fp8lab_clip_flush_counts(x2d.data_ptr(), m, k, r, c, s.data_ptr(), s.numel(),
+                                        codes.contiguous().data_ptr(), limit, counts.data_ptr())
+    clipped, flushed = counts.tolist()
+    return clipped, flushed
 
 
 @lru_cache(maxsize=1)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8lab.gemm import emulated_mm, matmul
-from fp8lab.metrics import overflow_fraction, underflow_fraction
+from fp8lab.metrics import overflow_underflow
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import Recipe, TensorScaling, get_recipe
 from fp8lab.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
@@ -64,11 +64,12 @@ class Monitor:
 
     def record(self, layer: str, gemm: str, role: str, x: torch.Tensor, q: QuantizedTensor) -> None:
         scale = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
+        overflow, underflow = overflow_underflow(x, q)
+        scale_min, scale_max = (float(v) for v in torch.aminmax(scale))
         self.rows.append({
             "step": self.step, "layer": layer, "gemm": gemm, "role": role,
             "amax": float(q.amax.max()) if q.amax is not None else float(x.abs().max()),
-            "scale_max": float(scale.max()), "scale_min": float(scale.min()),
-            "overflow": overflow_fraction(x, q), "underflow": underflow_fraction(x, q),
+            "scale_max": scale_max, "scale_min": scale_min, "overflow": overflow, "underflow": underflow,
         })
 
     def frame(self):

@@ -190,3 +190,20 @@ def test_large_tensors_split_over_threads_give_the_same_bits(granularity):
         assert (q._values is None and q._scaled is None) == (x.numel() > kernels.EAGER_VALUES)
         _compare(x, fmt=E4M3, granularity=granularity, scale_rule="rceil")
         _compare(x, fmt=E5M2, granularity=granularity)
+
+
+@pytest.mark.parametrize("granularity", [PerTensor(), PerRow(), PerBlock(1, 32), PerBlock(128, 128), PerBlock(32, 1)],
+                         ids=lambda g: g.label)
+def test_monitor_counts_match_the_metrics(granularity):
+    from fp8lab.metrics import overflow_fraction, overflow_underflow, underflow_fraction
+
+    clean = _nasty((300, 256), 5)
+    with_nan = clean.clone()
+    with_nan[7, 9] = float("nan")
+    for x in (clean, with_nan):
+        for kw in ({"fmt": E4M3}, {"fmt": E5M2, "margin": 3}, {"fmt": E2M1, "scale_fmt": E4M3, "two_level": True},
+                   {"fmt": E4M3, "scale_rule": "floor", "scale_fmt": E8M0}):
+            q = quantize(x, granularity=granularity, **kw)
+            want = (overflow_fraction(x, q), underflow_fraction(x, q))
+            assert overflow_underflow(x, q) == want, kw
+            assert want[1] > 0 or x is with_nan  # values 2^30 below a block's amax flush
