@@ -19,6 +19,7 @@ import copy
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -167,10 +168,16 @@ def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
     # amaxes reduced across ranks are shaped for the GEMM's own layout: with a reducer (and
     # per tensor, where nothing is re-quantized unless the numerics differ) copy source^T
     if state.amax_reducer is None and isinstance(g, PerRow | PerBlock):
-        columns = PerBlock(source.shape[0], 1) if isinstance(g, PerRow) else _transposed(g)
-        q = _quantize(state, source, role, gemm, dataclasses.replace(scaling, granularity=columns)).t()
-        return dataclasses.replace(q, granularity=g)
+        q = _quantize(state, source, role, gemm, _down_columns(scaling, source.shape[0])).t()
+        return q if q.granularity == g else dataclasses.replace(q, granularity=g)  # per column of x: per row of x^T
     return _quantize(state, source.t().contiguous(), role, gemm, scaling)
+
+
+@lru_cache(maxsize=256)
+def _down_columns(scaling: TensorScaling, rows: int) -> TensorScaling:
+    """scaling for x^T's rows, restated for x[rows, cols]: the same blocks down x's columns."""
+    g = scaling.granularity
+    return dataclasses.replace(scaling, granularity=PerBlock(rows, 1) if isinstance(g, PerRow) else _transposed(g))
 
 
 def _transposed(g):
