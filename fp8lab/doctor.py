@@ -12,6 +12,8 @@ import platform
 
 import torch
 
+from fp8lab import kernels
+
 __all__ = ["cast_behaviour", "report", "versions"]
 
 PACKAGES = ("torch", "torchao", "numpy", "pandas", "matplotlib", "seaborn", "ipywidgets", "jupyterlab", "ml_dtypes")
@@ -64,7 +66,8 @@ def report(probe: bool = True) -> str:
     lines.append(f"  CPU         {_cpu_name()}; {os.cpu_count()} cores, torch uses {torch.get_num_threads()} threads")
     lines.append(f"  ISA         {torch.backends.cpu.get_cpu_capability()}")
     fast, why = bf16_fast_path()
-    lines.append(f"  emulation   {'bf16 matrix units with fp32 accumulation' if fast else 'fp32 GEMM'}: {why}")
+    lines.append(f"  emulation   {'bf16 inputs, fp32 accumulation' if fast else 'fp32 GEMM'}: {why}")
+    lines.append(f"  quantize    {kernels.status()[1]}")
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)

@@ -269,7 +269,7 @@ def bf16_fast_path() -> tuple[bool, str]:
         with _bf16_fpmath():
             t16 = min(timed(lambda: x @ y.t()))
         if t16 < 0.9 * t32:
-            return True, f"bf16 matrix units: {t32 / t16:.1f}x the fp32 GEMM at 1024^3"
+            return True, f"oneDNN's bf16 math mode: {t32 / t16:.1f}x the fp32 GEMM at 1024^3"
         return False, f"bf16 inputs are not faster here ({t32 / t16:.2f}x)"
     except (RuntimeError, AttributeError) as err:  # old torch without the setting
         return False, f"bf16 matmul mode unavailable ({err})"
@@ -320,8 +320,9 @@ def emulated_mm(
                  are constant), each partial sum scaled and added in fp32: the hardware's
                  order for per-block scaling.
     "fast":      scales folded into the values (exactly where they fit in bf16) and one GEMM
-                 over all of K, on bf16 matrix units with fp32 accumulation where this CPU
-                 has them and they are faster (probed once), else in fp32.
+                 over all of K, in oneDNN's bf16 math mode (fp32 accumulation) where the
+                 operands are exact in bf16 and that mode is faster here (probed once), else
+                 in fp32.
     Both equal dequantize(a_q) @ dequantize(b_q).T up to fp32 rounding: the Higham bound
     |out - exact| <= gamma * (|a| @ |b|.T), gamma = (K + 2) u / (1 - (K + 2) u), u = 2^-24,
     plus u * |exact| for folding float32 scales. With `accumulation`, the reference path
@@ -407,7 +408,7 @@ class BackendChoice:
     """Which backend runs a GEMM, and why."""
 
     backend: str  # "scaled_mm" or "emulated"
-    kernel: str  # e.g. "scaled_mm TensorWise", "emulated fast (bf16 units)"
+    kernel: str  # e.g. "scaled_mm TensorWise", "emulated fast (bf16 math)"
     reason: str
 
     def __str__(self) -> str:
@@ -473,7 +474,7 @@ def resolve_backend(
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     device = torch.device(device)
     fast = bf16_fast_path()
-    emulated_kernel = "emulated fast (bf16 units)" if fast[0] else "emulated fast (fp32)"
+    emulated_kernel = "emulated fast (bf16 math)" if fast[0] else "emulated fast (fp32)"
     if backend == "emulated":
         return BackendChoice("emulated", emulated_kernel, "emulated: asked for")
     ok, why = _device_supports(_kernel_kind(recipe), device)

@@ -210,7 +210,7 @@ class _FP8LinearFunction(torch.autograd.Function):
             ctx.q_w = _operand(state, weight, "weight", "fprop")
             out = _mm(state, ctx.q_x, ctx.q_w).to(x.dtype)
             if bias is not None:
-                out = out + bias
+                out = out.add_(bias) if out.dtype == bias.dtype else out + bias
         ctx.save_for_backward(x2, weight)
         return out.reshape(*x.shape[:-1], weight.shape[0])
 
