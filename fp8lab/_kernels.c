@@ -456,3 +456,16 @@ void fp8lab_clip_flush_counts(const float *x, int64_t M, int64_t K, int64_t r, i
     counts[0] = clipped;
     counts[1] = flushed;
 }
+
+/* out[m, n] *= a[m] * b[n] (the product rounded to float32 first, as torch forms the
+   factor matrix outer(a, b)): per-row scales of both GEMM operands, without the matrix. */
+void fp8lab_scale_outer(float *out, int64_t M, int64_t N, const float *a, const float *b) {
+    for (int64_t m = 0; m < M; m++) {
+        float am = a[m];
+        float *row = out + m * N;
+        for (int64_t n = 0; n < N; n++) {
+            float factor = am * b[n];
+            row[n] = row[n] * factor;
+        }
+    }
+}

@@ -296,7 +296,10 @@ def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
     # unless both operands have a scale per row
     if post_a is not None and post_b is not None:
         if post_a.dim() and post_b.dim():
-            out.mul_(torch.outer(post_a, post_b))
+            if kernels.enabled(out):
+                kernels.scale_outer_(out, post_a, post_b)
+            else:
+                out.mul_(torch.outer(post_a, post_b))
         else:
             out.mul_((post_a[:, None] if post_a.dim() else post_a) * (post_b[None, :] if post_b.dim() else post_b))
     elif post_a is not None:

@@ -4,6 +4,7 @@ Public: status() -> (bool, reason), enabled(), disabled() (a context manager),
 block_amax(x2d, block), scales(amax, rule, max_eff, exponent_range),
 scale_cast(x2d, block, inverse, fmt), block_mul(v, block, s), quantize(...) (the three at once),
 clip_flush_counts(x2d, block, scale, codes, limit) (the monitor's overflow and underflow),
+scale_outer_(out, a, b) (per-row scales of both operands applied to a GEMM's output),
 keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
 
 quantize.py and gemm.py define the numbers in torch; on the CPU they call these kernels,
@@ -44,6 +45,7 @@ __all__ = [
     "keep_freed_memory",
     "quantize",
     "scale_cast",
+    "scale_outer_",
     "scales",
     "status",
 ]
@@ -121,6 +123,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
                              p], i32),
         "fp8lab_set_threads": ([i32], None),
         "fp8lab_clip_flush_counts": ([p, i64, i64, i64, i64, p, i64, p, f64, p], None),
+        "fp8lab_scale_outer": ([p, i64, i64, p, p], None),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
@@ -238,6 +241,13 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff:
         tensor_scale.data_ptr() if tensor_scale is not None else None,
     )
     return None if bad else (codes, vals, scale, inverse, amax, tensor_scale)
+
+
+def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """out *= outer(a, b), in place, without making the [M, N] factor matrix (same bits)."""
+    a, b = a.to(torch.float32).contiguous(), b.to(torch.float32).contiguous()
+    _load()[0].fp8lab_scale_outer(out.data_ptr(), out.shape[0], out.shape[1], a.data_ptr(), b.data_ptr())
+    return out
 
 
 def clip_flush_counts(x2d: torch.Tensor, block: tuple[int, int], scale: torch.Tensor, codes: torch.Tensor,
