@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[lab,test]"
+	@$(BIN)/python -c "from fp8lab import kernels; print('fp8lab quantize:', kernels.status()[1])"
 	@touch $(STAMP)
 
 # The browser test (tests/test_browser.py) drives Debian's chromium with Playwright (pinned in

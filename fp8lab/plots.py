@@ -47,8 +47,10 @@ WINDOW = "#009e73"  # green: the representable window
 def use_theme() -> None:
     """The lab's look: seaborn 'whitegrid', the colour-blind palette, compact fonts."""
     sns.set_theme(style="whitegrid", palette="colorblind", context="notebook", font_scale=0.9)
+    # axes.titley fixed: matplotlib otherwise measures every tick label on each draw to
+    # place titles clear of top ticks (none here), ~40% of a widget's redraw
     plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "figure.autolayout": False,
-                         "axes.titlesize": 11, "axes.titleweight": "bold"})
+                         "axes.titlesize": 11, "axes.titleweight": "bold", "axes.titley": 1.0})
 
 
 def figure(ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3.2, pyplot: bool = True):
