@@ -94,7 +94,7 @@ static void block_amax_serial(const float *x, int64_t M, int64_t K, int64_t r, i
 typedef struct {
     uint32_t max_bits, min_normal_bits, drop, half_minus_1, keep_mask;
     float magic;
-    uint32_t s_mbits, s_mmask, s_bias, s_min_normal_bits;
+    uint32_t s_mbits, s_bias, s_min_normal_bits;
     float s_sub_inv;
 } fmt_t;
 
@@ -114,8 +114,9 @@ static inline void cast_one(float t, fmt_t f, uint8_t *code_out, float *value_ou
         float sub = (a + f.magic) - f.magic;
         uint32_t rounded = (cb + f.half_minus_1 + ((cb >> f.drop) & 1u)) & f.keep_mask;
         uint32_t vb = cb < f.min_normal_bits ? bits_of(sub) : rounded;
-        /* the storage byte of the value vb */
-        uint32_t normal = (((vb >> 23) - 127u + f.s_bias) << f.s_mbits) | ((vb >> (23 - f.s_mbits)) & f.s_mmask);
+        /* the storage byte of the value vb: for a normal one, rebias the exponent field and
+           drop the mantissa bits below the storage format's (they are zero) */
+        uint32_t normal = (vb - ((127u - f.s_bias) << 23)) >> (23 - f.s_mbits);
         uint32_t subcode = (uint32_t)(int32_t)(float_of(vb) * f.s_sub_inv);
         uint32_t code = vb < f.s_min_normal_bits ? subcode : normal;
         code = nan ? 0x7Fu : code;
@@ -167,7 +168,6 @@ static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, i
     f.keep_mask = ~((1u << f.drop) - 1u);
     f.magic = ldexpf(1.0f, emin - m_bits + 23);
     f.s_mbits = storage == 0 ? 3u : 2u;
-    f.s_mmask = (1u << f.s_mbits) - 1u;
     f.s_bias = storage == 0 ? 7u : 15u;
     f.s_min_normal_bits = bits_of(ldexpf(1.0f, 1 - (int)f.s_bias));
     f.s_sub_inv = ldexpf(1.0f, (int)f.s_mbits - (1 - (int)f.s_bias));
