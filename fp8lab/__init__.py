@@ -29,6 +29,7 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
     import torch
 
     from fp8lab.kernels import keep_freed_memory
+    from fp8lab.kernels import status as kernels_status
     from fp8lab.plots import use_theme
     from fp8lab.settings import SMOKE
 
@@ -44,7 +45,10 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
         where = f"GPU {torch.cuda.get_device_name()} (sm_{cc[0]}{cc[1]}): real FP8 GEMMs where the kernel exists"
     else:
         where = "no GPU: FP8 GEMMs are emulated exactly on the CPU"
-    line = f"fp8lab {__version__} | torch {torch.__version__} | {where}" + (" | smoke mode" if SMOKE else "")
+    kernels = "CPU kernels on" if kernels_status()[0] else "CPU kernels off (python -m fp8lab doctor says why)"
+    line = f"fp8lab {__version__} | torch {torch.__version__} | {where} | {kernels}"
+    if SMOKE:
+        line += " | smoke mode"
     if not quiet:
         print(line)
     return line
