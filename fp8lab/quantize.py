@@ -25,6 +25,7 @@ from fp8lab.scaling import (
     amax_per_block,
     as_2d,
     cast_scale_e4m3,
+    check_margin,
     check_scale_args,
     padded_blocks,
     parse_granularity,
@@ -265,9 +266,12 @@ def quantize(
             raise ValueError(f"scale_fmt must be None (float32), 'e8m0' or 'e4m3', got {scale_fmt.name}")
     if two_level and scale_fmt is not E4M3:
         raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
+    if scale_fmt is E4M3 and scale_rule != "exact":
+        raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
+    check_margin(margin)
     x32 = x.detach().to(torch.float32)
     x2d = as_2d(x32, granularity)
-    if kernels.enabled():
+    if x2d.device.type == "cpu" and kernels.enabled():
         x2d = x2d.contiguous()  # the kernels read rows in place (a no-op for most callers)
     if x2d.numel() == 0:
         raise ValueError("cannot quantize an empty tensor")
@@ -277,8 +281,6 @@ def quantize(
         # everything below in one call (fp8lab.kernels)
         fold = _folds(granularity, block, x2d.shape)
         if scale_fmt is E4M3:
-            if scale_rule != "exact":
-                raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
             rule, args = ("e4m3 two-level" if two_level else "e4m3"), (fmt.max_value / 2**margin,)
         else:
             rule, args = scale_rule, check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:]
@@ -306,8 +308,6 @@ def quantize(
 
     tensor_scale = None
     if scale_fmt is E4M3:  # NVFP4-style: E4M3 block scales, optionally under a tensor scale
-        if scale_rule != "exact":
-            raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
         ideal = block_amax / (fmt.max_value / 2**margin)  # (MB, KB) float32
         if two_level:
             tensor_amax = block_amax.amax()

@@ -215,6 +215,12 @@ def _pow2_exponent_range(scale_fmt: FloatFormat | None) -> tuple[int, int]:
     return (-126, 127)
 
 
+def check_margin(margin: int) -> None:
+    """A margin is a non-negative int: 2**margin of headroom below the format's max."""
+    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+        raise ValueError(f"margin must be a non-negative integer (a power of two of headroom), got {margin!r}")
+
+
 def check_scale_args(
     fmt: FloatFormat | str, scale_rule: str, margin: int, scale_fmt: FloatFormat | str | None
 ) -> tuple[FloatFormat, float, tuple[int, int]]:
@@ -222,8 +228,7 @@ def check_scale_args(
     fmt = get_format(fmt)
     if scale_rule not in SCALE_RULES:
         raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
-    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-        raise ValueError(f"margin must be a non-negative integer (a power of two of headroom), got {margin!r}")
+    check_margin(margin)
     if scale_fmt is not None:
         scale_fmt = get_format(scale_fmt)
         if scale_fmt is not E8M0:

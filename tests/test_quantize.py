@@ -239,3 +239,11 @@ def test_an_explicit_amax_per_block_sets_each_scale():
         assert doubled.amax.shape == own.amax.shape
     with pytest.raises(ValueError, match=r"one amax per block, shaped \(40, 1\)"):
         quantize(x, E4M3, PerRow(), amax=torch.ones(3))
+
+
+@pytest.mark.parametrize("margin", [-1, 1.5, True])
+def test_a_bad_margin_is_refused_for_every_scale_format(margin):
+    x = torch.randn(4, 32)
+    for kw in ({}, {"scale_rule": "rceil", "scale_fmt": E8M0}, {"scale_fmt": E4M3, "two_level": True}):
+        with pytest.raises(ValueError, match="margin must be a non-negative integer"):
+            quantize(x, E2M1 if kw.get("scale_fmt") is E4M3 else E4M3, PerBlock(1, 16), margin=margin, **kw)
