@@ -1,7 +1,7 @@
 """Floating-point formats as data, and the reference cast into them.
 
 Public: FloatFormat, the constants E4M3, E5M2, E8M0, E2M1 (plus BF16 and FP16 for
-comparison), FORMATS, get_format(name), cast(x, fmt).
+comparison), FORMATS, get_format(name), cast(x, fmt), cast_reference(x, fmt), widen(data).
 A format is described by its bit fields; every derived number (max, smallest normal,
 smallest subnormal, the list of values) is computed from them, never typed in.
 Notebook 01 introduces this file: click bits, see values, compare the number lines.
@@ -28,6 +28,7 @@ __all__ = [
     "cast",
     "cast_reference",
     "get_format",
+    "widen",
 ]
 
 # How a format spends its top codes on non-finite values:

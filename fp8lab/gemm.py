@@ -202,11 +202,12 @@ def _significant_bits(fmt) -> int:
 def _fold(q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor | None, bool, float, float]:
     """An operand as float32 values ready for one GEMM over all of K.
 
-    Returns (values[R, K], post_scale (0-d per tensor, [R] per row) or None, exact_in_bf16, lo, hi). Scales that vary
+    Returns (values[R, K], post_scale or None, exact_in_bf16, lo, hi). Scales that vary
     along K are folded into the values: exactly when the product of an element and its
     scale fits in bfloat16's 8 significant bits (power-of-two scales; E4M3 block scales
     times E4M3 or E2M1 elements); otherwise in float32 with one rounding per element.
-    Scales constant along K are returned as post_scale and applied to the GEMM's output.
+    Scales constant along K are returned as post_scale (0-d per tensor, [R] per row) and
+    applied to the GEMM's output.
     lo and hi bound the magnitudes of the nonzero values (from the format and the scales).
     """
     g, k = q.granularity, q.shape[1]
