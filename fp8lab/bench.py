@@ -10,25 +10,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import statistics
 from collections.abc import Callable
 
 import torch
 
 from fp8lab import kernels
+from fp8lab.doctor import cpu_name
 from fp8lab.timing import time_interleaved
 
 __all__ = ["bench_gemm", "bench_gpu", "bench_quantize", "main", "print_table"]
 
 
 def machine_line() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
+    cpu = cpu_name()
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     fused = "fused CPU kernels on" if kernels.status()[0] else "fused CPU kernels off"
     return (f"{datetime.date.today().isoformat()}, {cpu}, {torch.get_num_threads()} threads, {gpu}, "

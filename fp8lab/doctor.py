@@ -1,6 +1,6 @@
 """What this machine runs real and what it emulates, and why: `python -m fp8lab doctor`.
 
-Public: report() -> str, versions() -> dict, cast_behaviour() -> dict.
+Public: report() -> str, versions() -> dict, cast_behaviour() -> dict, cpu_name() -> str.
 Notebook 00 shows the same table.
 """
 
@@ -14,7 +14,7 @@ import torch
 
 from fp8lab import kernels
 
-__all__ = ["cast_behaviour", "report", "versions"]
+__all__ = ["cast_behaviour", "cpu_name", "report", "versions"]
 
 PACKAGES = ("torch", "torchao", "numpy", "pandas", "matplotlib", "seaborn", "ipywidgets", "jupyterlab", "ml_dtypes")
 
@@ -41,7 +41,8 @@ def cast_behaviour() -> dict[str, str]:
     return out
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo where there is one)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -63,7 +64,7 @@ def report(probe: bool = True) -> str:
     lines += [f"  {k:<11} {v}" for k, v in versions().items()]
     lines.append("")
     lines.append("machine")
-    lines.append(f"  CPU         {_cpu_name()}; {os.cpu_count()} cores, torch uses {torch.get_num_threads()} threads")
+    lines.append(f"  CPU         {cpu_name()}; {os.cpu_count()} cores, torch uses {torch.get_num_threads()} threads")
     lines.append(f"  ISA         {torch.backends.cpu.get_cpu_capability()}")
     fast, why = bf16_fast_path()
     lines.append(f"  emulation   {'bf16 inputs, fp32 accumulation' if fast else 'fp32 GEMM'}: {why}")

@@ -293,20 +293,16 @@ def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
     else:
         out = a @ b.t()
     # one scale factor per output, sa[m] * sb[n], as the reference (and the hardware
-    # epilogue) forms it; a per-tensor scale is a 0-d tensor, so no [M, N] factor is built
-    # unless both operands have a scale per row
-    if post_a is not None and post_b is not None:
-        if post_a.dim() and post_b.dim():
-            if kernels.enabled(out):
-                kernels.scale_outer_(out, post_a, post_b)
-            else:
-                out.mul_(torch.outer(post_a, post_b))
-        else:
-            out.mul_((post_a[:, None] if post_a.dim() else post_a) * (post_b[None, :] if post_b.dim() else post_b))
-    elif post_a is not None:
-        out.mul_(post_a[:, None] if post_a.dim() else post_a)
-    elif post_b is not None:
-        out.mul_(post_b[None, :] if post_b.dim() else post_b)
+    # epilogue) forms it; per-tensor scales are 0-d, so an [M, N] factor exists only when
+    # both operands scale per row, and the kernel applies that one without building it
+    col = post_a[:, None] if post_a is not None and post_a.dim() else post_a  # (M, 1) or 0-d
+    row = post_b[None, :] if post_b is not None and post_b.dim() else post_b  # (1, N) or 0-d
+    if col is not None and row is not None and col.dim() and row.dim() and kernels.enabled(out):
+        kernels.scale_outer_(out, post_a, post_b)
+    elif col is not None and row is not None:
+        out.mul_(col * row)
+    elif col is not None or row is not None:
+        out.mul_(col if col is not None else row)
     factor = _tensor_factor(a_q, b_q)
     return out if factor is None else out.mul_(factor)
 

@@ -198,14 +198,14 @@ def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor,
     return codes, vals
 
 
-SCALE_RULES = {"exact": 0, "rceil": 1, "floor": 2, "e4m3": 3, "e4m3 two-level": 4}
+_RULE_CODES = {"exact": 0, "rceil": 1, "floor": 2, "e4m3": 3, "e4m3 two-level": 4}  # as _kernels.c numbers them
 
 
 def scales(amax: torch.Tensor, rule: str, max_eff: float, exponent_range: tuple[int, int]):
     """(scale, inverse) like amax from scaling.scale_from_amax's arithmetic, in one pass."""
     a = amax.to(torch.float32).contiguous()
     scale, inverse = torch.empty_like(a), torch.empty_like(a)
-    _load()[0].fp8lab_scales(a.data_ptr(), a.numel(), SCALE_RULES[rule], max_eff, *exponent_range,
+    _load()[0].fp8lab_scales(a.data_ptr(), a.numel(), _RULE_CODES[rule], max_eff, *exponent_range,
                              scale.data_ptr(), inverse.data_ptr())
     return scale, inverse
 
@@ -235,7 +235,7 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff:
     codes = torch.empty(m, k, dtype=fmt.storage_dtype)
     vals = _values_buffer(m, k)
     bad = _load()[0].fp8lab_quantize(
-        x2d.data_ptr(), m, k, r, c, SCALE_RULES[rule], max_eff, *exponent_range, fmt.mantissa_bits, 1 - fmt.bias,
+        x2d.data_ptr(), m, k, r, c, _RULE_CODES[rule], max_eff, *exponent_range, fmt.mantissa_bits, 1 - fmt.bias,
         fmt.max_value, STORAGE[fmt.storage_dtype], amax.data_ptr(), scale.data_ptr(), inverse.data_ptr(),
         codes.data_ptr(), vals.data_ptr() if vals is not None else None, int(fold),
         tensor_scale.data_ptr() if tensor_scale is not None else None,
@@ -270,8 +270,9 @@ def keep_freed_memory() -> str:
 
     Emulated FP8 makes many short-lived tensors of a few MiB (codes, values, scaled
     products). By default glibc serves each from fresh mmap'd pages and unmaps it when
-    freed, so every step pays the page faults of touching new memory again: ~40% of an
-    emulated training step on 2 cores, against ~0 for the fp32 step. Raising the mmap
+    freed, so every step pays the page faults of touching new memory again: measured on the
+    toy MLP (2 cores), mxfp8 steps take 17.6 ms without this and 15.0 ms with it; fp32 and
+    tensorwise steps do not change measurably. Raising the mmap
     threshold to its maximum (32 MiB) and the trim threshold keeps those pages in the
     heap for the next step, as jemalloc or tcmalloc would. Process-wide and harmless
     (the memory stays with the process for reuse). Returns what was done, once.
