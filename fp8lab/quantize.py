@@ -218,12 +218,16 @@ def _scale_and_cast(
 def _check_no_inf(block_amax: torch.Tensor, x: torch.Tensor) -> None:
     # the block amaxes are computed anyway: an infinite element shows up there as inf
     if torch.isinf(block_amax).any():
-        n = int(torch.isinf(x).sum())
-        raise ValueError(
-            f"x has {n} infinite value(s): a scale needs a finite amax. fp8lab does not guess "
-            "here; replace them first (e.g. torch.nan_to_num(x, posinf=..., neginf=...)) or "
-            "find where they came from. (NaN is allowed and propagates to its block.)"
-        )
+        _refuse_inf(x)
+
+
+def _refuse_inf(x: torch.Tensor) -> None:
+    n = int(torch.isinf(x).sum())
+    raise ValueError(
+        f"x has {n} infinite value(s): a scale needs a finite amax. fp8lab does not guess "
+        "here; replace them first (e.g. torch.nan_to_num(x, posinf=..., neginf=...)) or "
+        "find where they came from. (NaN is allowed and propagates to its block.)"
+    )
 
 
 def quantize(
@@ -286,7 +290,7 @@ def quantize(
             rule, args = scale_rule, check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:]
         fused = kernels.quantize(x2d, block, fmt, rule, *args, fold=fold)
         if fused is None:
-            _check_no_inf(torch.tensor(math.inf), x2d)  # raises, counting the infinite values
+            _refuse_inf(x2d)  # the kernel found an infinite amax
         data, values, scale, _, block_amax, tensor_scale = fused
         return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale,
                           block_amax, margin, values, fold)
