@@ -92,43 +92,64 @@ static void block_amax_serial(const float *x, int64_t M, int64_t K, int64_t r, i
    three formats here have subnormals) and the byte format its codes are stored in
    (float8_e4m3fn or float8_e5m2; E2M1 values are stored as E4M3 bytes). */
 typedef struct {
-    uint32_t max_bits, min_normal_bits, drop, half_minus_1, keep_mask;
-    float magic;
-    uint32_t s_mbits, s_bias, s_min_normal_bits;
-    float s_sub_inv;
+    uint32_t max_bits, min_normal_bits, shift_bits, drop; /* the element format */
+    uint32_t s_min_normal_bits, s_shift_bits, s_drop;     /* the storage format */
+    int same;                                              /* storage is the element format */
 } fmt_t;
 
-/* cast(x[k] * s) for one run of a block row: integer selects only, so it vectorizes.
-   Rounding is nearest, ties to even. Subnormal range: adding magic = 2^(emin - m + 23)
-   leaves the subnormal spacing as float32's ulp, so the add rounds onto the grid and the
-   subtraction is exact. Normal range: the float32 mantissa is rounded to m bits by
-   integer arithmetic (a carry into the exponent is the right answer). */
+static fmt_t make_fmt(int m_bits, int emin, float maxval, int storage) {
+    fmt_t f;
+    int s_mbits = storage == 0 ? 3 : 2, s_emin = storage == 0 ? -6 : -14;
+    f.max_bits = bits_of(maxval);
+    f.min_normal_bits = bits_of(ldexpf(1.0f, emin));
+    f.shift_bits = (uint32_t)(23 - m_bits) << 23;
+    f.drop = 23u - (uint32_t)m_bits;
+    f.s_min_normal_bits = bits_of(ldexpf(1.0f, s_emin));
+    f.s_shift_bits = (uint32_t)(23 - s_mbits) << 23;
+    f.s_drop = 23u - (uint32_t)s_mbits;
+    f.same = m_bits == s_mbits && emin == s_emin;
+    return f;
+}
+
+/* cast(t) for one element: float arithmetic and integer selects only, so loops of it
+   vectorize. Rounding is nearest, ties to even, by the float32 add itself: with
+   big = 2^(e + 23 - m), e the binade of |t| (emin below the normal range), float32's ulp
+   at big is the format's grid step at |t|, so |t| + big rounds |t| onto the grid and
+   subtracting big is exact (a carry into the next binade is the right answer). The same
+   sum counts the grid steps: bits(|t| + big) - bits(big) = |r| / 2^(e - m), which is the
+   significand with its leading bit, so adding (e - emin) << m gives the code, subnormals
+   and the carry included. Beyond maxval saturates; NaN stays NaN (code 0x7F with t's sign,
+   as torch writes it). */
 static inline void cast_one(float t, fmt_t f, uint8_t *code_out, float *value_out) {
-    {
-        uint32_t tb = bits_of(t);
-        uint32_t sign = tb & 0x80000000u;
-        uint32_t ab = tb & 0x7FFFFFFFu;
-        uint32_t nan = ab > 0x7F800000u;
-        uint32_t cb = ab > f.max_bits ? f.max_bits : ab; /* saturate (NaN handled by `nan`) */
-        float a = float_of(cb);
-        float sub = (a + f.magic) - f.magic;
-        uint32_t rounded = (cb + f.half_minus_1 + ((cb >> f.drop) & 1u)) & f.keep_mask;
-        uint32_t vb = cb < f.min_normal_bits ? bits_of(sub) : rounded;
-        /* the storage byte of the value vb: for a normal one, rebias the exponent field and
-           drop the mantissa bits below the storage format's (they are zero) */
-        uint32_t normal = (vb - ((127u - f.s_bias) << 23)) >> (23 - f.s_mbits);
-        uint32_t subcode = (uint32_t)(int32_t)(float_of(vb) * f.s_sub_inv);
-        uint32_t code = vb < f.s_min_normal_bits ? subcode : normal;
-        code = nan ? 0x7Fu : code;
-        *code_out = (uint8_t)(code | (sign >> 24));
-        *value_out = float_of(nan ? tb : (vb | sign));
+    uint32_t tb = bits_of(t);
+    uint32_t sign = tb & 0x80000000u;
+    uint32_t ab = tb & 0x7FFFFFFFu;
+    uint32_t nan = ab > 0x7F800000u;
+    uint32_t cb = ab > f.max_bits ? f.max_bits : ab; /* saturate (NaN handled by `nan`) */
+    uint32_t eb = cb & 0x7F800000u;
+    eb = eb < f.min_normal_bits ? f.min_normal_bits : eb;
+    uint32_t big = eb + f.shift_bits;
+    float sum = float_of(cb) + float_of(big);
+    float r = sum - float_of(big);
+    uint32_t code;
+    if (f.same) {
+        code = bits_of(sum) - big + ((eb - f.min_normal_bits) >> f.drop);
+    } else { /* E2M1 in E4M3 bytes: the same count on the storage format's grid (r is on it) */
+        uint32_t seb = bits_of(r) & 0x7F800000u;
+        seb = seb < f.s_min_normal_bits ? f.s_min_normal_bits : seb;
+        uint32_t sbig = seb + f.s_shift_bits;
+        code = bits_of(r + float_of(sbig)) - sbig + ((seb - f.s_min_normal_bits) >> f.s_drop);
     }
+    code = nan ? 0x7Fu : code;
+    *code_out = (uint8_t)(code | (sign >> 24));
+    *value_out = float_of(nan ? tb : (bits_of(r) | sign));
 }
 
 /* one run of a block row with inverse scale s; values (if not NULL) = the value times fs:
    1 for the values themselves, the block's scale for the values folded for a GEMM
    (multiplying by 1 changes no bits, -0 and NaN included) */
-static void run_cast(const float *x, int64_t n, float s, float fs, fmt_t f, uint8_t *codes, float *values) {
+static inline __attribute__((always_inline)) void run_cast(const float *restrict x, int64_t n, float s, float fs,
+                                                           fmt_t f, uint8_t *restrict codes, float *restrict values) {
     float v;
     if (values) {
         for (int64_t k = 0; k < n; k++) {
@@ -160,17 +181,7 @@ static void run_cast_per_element(const float *x, int64_t n, const float *s, cons
 static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *inv,
                               int64_t inv_count, const float *fold, int m_bits, int emin, float maxval,
                               int storage, uint8_t *codes, float *values) {
-    fmt_t f;
-    f.max_bits = bits_of(maxval);
-    f.min_normal_bits = bits_of(ldexpf(1.0f, emin));
-    f.drop = 23u - (uint32_t)m_bits;
-    f.half_minus_1 = (1u << (f.drop - 1)) - 1u;
-    f.keep_mask = ~((1u << f.drop) - 1u);
-    f.magic = ldexpf(1.0f, emin - m_bits + 23);
-    f.s_mbits = storage == 0 ? 3u : 2u;
-    f.s_bias = storage == 0 ? 7u : 15u;
-    f.s_min_normal_bits = bits_of(ldexpf(1.0f, 1 - (int)f.s_bias));
-    f.s_sub_inv = ldexpf(1.0f, (int)f.s_mbits - (1 - (int)f.s_bias));
+    fmt_t f = make_fmt(m_bits, emin, maxval, storage);
     int64_t KB = (K + c - 1) / c;
     if (inv_count == 1) { /* one scale: the whole tensor is one run */
         run_cast(x, M * K, inv[0], fold ? fold[0] : 1.0f, f, codes, values);
@@ -192,6 +203,18 @@ static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, i
             return;
         }
     }
+    /* the MX and NVFP4 widths as constants: each block compiles to whole vectors */
+#define CAST_ROWS(W)                                                                                              \
+    for (int64_t m = 0; m < M; m++) {                                                                             \
+        for (int64_t j = 0; j < KB; j++) {                                                                        \
+            int64_t k0 = j * c, b = (m / r) * KB + j;                                                             \
+            run_cast(x + m * K + k0, W, inv[b], fold ? fold[b] : 1.0f, f, codes + m * K + k0,                     \
+                     values ? values + m * K + k0 : NULL);                                                        \
+        }                                                                                                         \
+    }
+    if (c == 32 && K % 32 == 0) { CAST_ROWS(32) return; }
+    if (c == 16 && K % 16 == 0) { CAST_ROWS(16) return; }
+#undef CAST_ROWS
     for (int64_t m = 0; m < M; m++) {
         for (int64_t j = 0; j < KB; j++) {
             int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, b = (m / r) * KB + j;
@@ -228,16 +251,47 @@ static void block_mul_serial(const float *v, int64_t M, int64_t K, int64_t r, in
     }
 }
 
-/* ---- the loops above on large tensors: split over fp8lab_set_threads(n) threads ---------------
+/* ---- the loops above, split over threads ----------------------------------------------------------
    Split at block-row boundaries (or anywhere, where one scale or one amax covers all rows),
-   so every thread writes its own rows: the same bits for any number of threads. Only
-   for tensors of millions of elements: below that, starting a thread (and waking the
+   so every thread writes its own rows: the same bits for any number of threads.
+   Built with OpenMP (-fopenmp, when fp8lab/kernels.py finds torch running on libgomp), the
+   parts run on the OpenMP runtime torch itself uses: its worker threads, already waiting,
+   and torch.set_num_threads's count. Torch splits its own elementwise loops beyond 32768
+   elements, and so do these. Without OpenMP, POSIX threads (fp8lab_set_threads(n)) for
+   tensors of millions of elements only: below that, starting a thread (and waking the
    core torch's idle OpenMP worker is spinning on) costs more than it saves. */
 
-static int g_threads = 1;
+#ifdef _OPENMP
+#include <omp.h>
+#define PARALLEL_MIN (1 << 15)
+#else
 #define PARALLEL_MIN (1 << 21)
+#endif
+
+static int g_threads = 1;
 
 void fp8lab_set_threads(int n) { g_threads = n < 1 ? 1 : (n > 64 ? 64 : n); }
+
+/* the threads to split `elements` (in `units` indivisible parts) over */
+static int64_t threads_for(int64_t elements, int64_t units) {
+    if (elements < PARALLEL_MIN) return 1;
+#ifdef _OPENMP
+    int64_t n = omp_get_max_threads();
+#else
+    int64_t n = g_threads;
+#endif
+    n = n > 64 ? 64 : n;
+    return n < units ? n : units;
+}
+
+/* whether the kernels run on OpenMP (1) or POSIX threads (0) */
+int fp8lab_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 typedef struct {
     int kind; /* 0 amax, 1 scale_cast, 2 block_mul */
@@ -262,11 +316,9 @@ static void run_split(task_t base) {
     int uniform = base.kind == 1 && base.inv_count == 1;   /* one scale for all rows */
     int64_t units = (whole || uniform) ? base.M : MB;      /* split by rows, or by block rows */
     int64_t unit = (whole || uniform) ? 1 : base.r;
-    int64_t n = base.M * base.K < PARALLEL_MIN ? 1 : (g_threads < units ? g_threads : units);
+    int64_t n = threads_for(base.M * base.K, units);
     if (n <= 1) { run_task(&base); return; }
     task_t tasks[64];
-    pthread_t threads[64];
-    int started[64] = {0};
     float partial[64];
     for (int64_t i = 0; i < n; i++) {
         int64_t b0 = units * i / n, b1 = units * (i + 1) / n;
@@ -282,12 +334,19 @@ static void run_split(task_t base) {
         if (base.kind == 2) t.out = base.out + m0 * base.K;
         tasks[i] = t;
     }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(n) schedule(static, 1)
+    for (int64_t i = 0; i < n; i++) run_task(&tasks[i]);
+#else
+    pthread_t threads[64];
+    int started[64] = {0};
     for (int64_t i = 1; i < n; i++) started[i] = pthread_create(&threads[i], NULL, run_task, &tasks[i]) == 0;
     run_task(&tasks[0]);
     for (int64_t i = 1; i < n; i++) {
         if (started[i]) pthread_join(threads[i], NULL);
         else run_task(&tasks[i]); /* no thread to be had: do it here */
     }
+#endif
     if (base.kind == 0 && whole) { /* the per-tensor amax: the largest part (NaN's bits are largest) */
         uint32_t hi = 0u;
         for (int64_t i = 0; i < n; i++) hi = bits_of(partial[i]) > hi ? bits_of(partial[i]) : hi;
@@ -393,11 +452,6 @@ static void e4m3_scales(const float *amax, int64_t n, float max_eff, float elem_
         ts = all > 0.0f ? all / (448.0f * elem_max) : 1.0f;
         *tensor_scale = ts;
     }
-    fmt_t e4m3;
-    e4m3.min_normal_bits = bits_of(0.015625f);
-    e4m3.drop = 20u;
-    e4m3.half_minus_1 = (1u << 19) - 1u;
-    e4m3.keep_mask = ~((1u << 20) - 1u);
     float inv_ts = 1.0f / ts;
     for (int64_t i = 0; i < n; i++) {
         float a = amax[i];
@@ -405,7 +459,7 @@ static void e4m3_scales(const float *amax, int64_t n, float max_eff, float elem_
         if (two_level) ideal = ideal / ts;
         ideal = ideal < 0.015625f ? 0.015625f : (ideal > 448.0f ? 448.0f : ideal); /* NaN stays */
         uint32_t u = bits_of(ideal); /* a normal E4M3 value after the clamp: round the mantissa */
-        u = (u + e4m3.half_minus_1 + ((u >> e4m3.drop) & 1u)) & e4m3.keep_mask;
+        u = (u + ((1u << 19) - 1u) + ((u >> 20) & 1u)) & ~((1u << 20) - 1u);
         float sc = a != a ? NAN : float_of(u);
         scale[i] = sc;
         inverse[i] = inv_ts / sc;
@@ -438,6 +492,10 @@ int fp8lab_quantize(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, 
 void fp8lab_clip_flush_counts(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *s,
                               int64_t s_count, const uint8_t *codes, double limit, int64_t *counts) {
     int64_t KB = (K + c - 1) / c, clipped = 0, flushed = 0;
+#ifdef _OPENMP
+#pragma omp parallel for if (threads_for(M * K, M) > 1) num_threads(threads_for(M * K, M)) \
+    reduction(+ : clipped, flushed)
+#endif
     for (int64_t m = 0; m < M; m++) {
         for (int64_t j = 0; j < KB; j++) {
             int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
@@ -460,6 +518,9 @@ void fp8lab_clip_flush_counts(const float *x, int64_t M, int64_t K, int64_t r, i
 /* out[m, n] *= a[m] * b[n] (the product rounded to float32 first, as torch forms the
    factor matrix outer(a, b)): per-row scales of both GEMM operands, without the matrix. */
 void fp8lab_scale_outer(float *out, int64_t M, int64_t N, const float *a, const float *b) {
+#ifdef _OPENMP
+#pragma omp parallel for if (threads_for(M * N, M) > 1) num_threads(threads_for(M * N, M))
+#endif
     for (int64_t m = 0; m < M; m++) {
         float am = a[m];
         float *row = out + m * N;

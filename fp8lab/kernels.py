@@ -13,9 +13,12 @@ temporary each (tests/test_kernels.py checks every result against the torch code
 library is compiled once per source version with the system C compiler (`cc`, ~1 s) into
 ~/.cache/fp8lab (or $XDG_CACHE_HOME/fp8lab) and loaded with ctypes. Without a compiler,
 or with FP8LAB_KERNELS=0, everything runs in torch and status() says why.
-Tensors of millions of elements are split by block rows over torch.get_num_threads() POSIX
-threads (the same bits for any split); smaller ones run on the calling thread. No OpenMP:
-a second runtime would fight torch's for the cores.
+Tensors beyond 32768 elements are split by block rows (the same bits for any split) over
+the threads of torch's own OpenMP runtime: where torch runs on libgomp (Linux wheels) and
+the compiler is GCC, the library is built with -fopenmp and binds to the libgomp torch
+loaded, so it shares torch's waiting workers and torch.set_num_threads (a second runtime
+would fight torch's for the cores, and is refused). Elsewhere, POSIX threads split tensors
+of millions of elements only.
 """
 
 from __future__ import annotations
@@ -74,6 +77,29 @@ def _cpu_flags() -> str:
         return platform.processor()
 
 
+def _openmp_libraries() -> set[str]:
+    """The OpenMP runtimes mapped into this process (Linux; empty elsewhere)."""
+    try:
+        with open("/proc/self/maps") as f:
+            names = {line.split()[-1] for line in f if "/lib" in line}
+    except OSError:
+        return set()
+    return {n for n in names if os.path.basename(n).startswith(("libgomp", "libomp", "libiomp"))}
+
+
+def _openmp_flags(compiler: str) -> tuple[str, ...]:
+    """("-fopenmp",) where the kernels can share torch's OpenMP runtime, else ()."""
+    torch_runtime = _openmp_libraries()
+    if len(torch_runtime) != 1 or "libgomp" not in next(iter(torch_runtime)):
+        return ()  # torch is not on libgomp here (or not on Linux)
+    try:  # GCC links -fopenmp code against libgomp.so.1, the soname torch's copy answers to
+        found = subprocess.run([compiler, "-print-file-name=libgomp.so"], capture_output=True, text=True,
+                               timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("-fopenmp",) if os.path.isabs(found) else ()
+
+
 def _build(compiler: str, flags: tuple[str, ...]) -> Path:
     source = _SOURCE.read_bytes()
     key = " ".join((compiler, *flags, platform.machine(), _cpu_flags()))
@@ -103,15 +129,25 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None, "no C compiler (cc) found: quantization runs in torch (slower on the CPU, same numbers)"
-    try:
+    openmp = _openmp_flags(compiler)
+    before = _openmp_libraries()
+    lib = None
+    # with torch's OpenMP where it can be shared, -march=native where the compiler has it
+    for flags in dict.fromkeys((_FLAGS + _NATIVE + openmp, _FLAGS + _NATIVE, _FLAGS + openmp, _FLAGS)):
         try:
-            path = _build(compiler, _FLAGS + _NATIVE)
-        except subprocess.CalledProcessError:  # a compiler without -march=native
-            path = _build(compiler, _FLAGS)
-        lib = ctypes.CDLL(str(path))
-    except (OSError, subprocess.SubprocessError) as err:
-        detail = getattr(err, "stderr", "") or str(err)
-        return None, f"building the CPU kernels failed ({detail.strip()[:200]}): quantization runs in torch"
+            path = _build(compiler, flags)
+            lib = ctypes.CDLL(str(path))
+        except subprocess.CalledProcessError as err:
+            failure = err.stderr or str(err)
+            continue
+        except (OSError, subprocess.SubprocessError) as err:
+            return None, f"building the CPU kernels failed ({str(err).strip()[:200]}): quantization runs in torch"
+        if "-fopenmp" in flags and _openmp_libraries() != before:
+            lib = None  # it brought a runtime of its own: take the build without OpenMP (never called)
+            continue
+        break
+    if lib is None:
+        return None, f"building the CPU kernels failed ({failure.strip()[:200]}): quantization runs in torch"
     # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
     p, i64, i32, f32, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_double
     signatures = {
@@ -122,14 +158,19 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p, i32,
                              p], i32),
         "fp8lab_set_threads": ([i32], None),
+        "fp8lab_openmp": ([], i32),
         "fp8lab_clip_flush_counts": ([p, i64, i64, i64, i64, p, i64, p, f64, p], None),
         "fp8lab_scale_outer": ([p, i64, i64, p, p], None),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, res
-    lib.fp8lab_set_threads(torch.get_num_threads())  # for tensors of millions of elements
-    return lib, f"fused CPU kernels ({path.name}, built with {Path(compiler).name})"
+    if lib.fp8lab_openmp():
+        threads = "threads: torch's OpenMP"
+    else:
+        lib.fp8lab_set_threads(torch.get_num_threads())
+        threads = "POSIX threads for tensors of millions of elements"
+    return lib, f"fused CPU kernels ({path.name}, built with {Path(compiler).name}; {threads})"
 
 
 def status() -> tuple[bool, str]:
@@ -172,7 +213,7 @@ EAGER_VALUES = 1 << 22
 
 
 def _values_buffer(m: int, k: int) -> torch.Tensor | None:
-    return torch.empty(m, k, dtype=torch.float32) if m * k <= EAGER_VALUES else None
+    return torch.empty(m, k) if m * k <= EAGER_VALUES else None  # (float32, the default)
 
 
 def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt,
@@ -229,14 +270,16 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff:
     scale_cast() (with fold: values times their block's scale)."""
     m, k = x2d.shape
     r, c = block
-    blocks = (-(-m // r), -(-k // c))
-    amax, scale, inverse = (torch.empty(blocks, dtype=torch.float32) for _ in range(3))
-    tensor_scale = torch.empty((), dtype=torch.float32) if rule == "e4m3 two-level" else None
-    codes = torch.empty(m, k, dtype=fmt.storage_dtype)
+    mb, kb = -(-m // r), -(-k // c)
+    # (torch.empty's float32 default is cheaper than naming it: this runs per GEMM operand)
+    amax, scale, inverse = torch.empty(mb, kb), torch.empty(mb, kb), torch.empty(mb, kb)
+    tensor_scale = torch.empty(()) if rule == "e4m3 two-level" else None
+    storage = fmt.storage_dtype
+    codes = torch.empty(m, k, dtype=storage)
     vals = _values_buffer(m, k)
     bad = _load()[0].fp8lab_quantize(
         x2d.data_ptr(), m, k, r, c, _RULE_CODES[rule], max_eff, *exponent_range, fmt.mantissa_bits, 1 - fmt.bias,
-        fmt.max_value, STORAGE[fmt.storage_dtype], amax.data_ptr(), scale.data_ptr(), inverse.data_ptr(),
+        fmt.max_value, STORAGE[storage], amax.data_ptr(), scale.data_ptr(), inverse.data_ptr(),
         codes.data_ptr(), vals.data_ptr() if vals is not None else None, int(fold),
         tensor_scale.data_ptr() if tensor_scale is not None else None,
     )

@@ -1,6 +1,7 @@
 """quantize(x, ...) -> QuantizedTensor, and back with .dequantize().
 
-Public: quantize, quantize_delayed, QuantizedTensor.
+Public: quantize, quantize_delayed, QuantizedTensor; quantize_spec / quantize_with (the
+settings checked once, then applied: what a training step calls).
 x[M, K] -> data[M, K] (the format's codes) and scale[ceil(M/rows), ceil(K/cols)]
 (float32 dequantization multipliers): x ~= data.float() * scale, broadcast per block.
 NVFP4 adds a second, per-tensor float32 factor: x ~= data * scale * tensor_scale.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 
@@ -32,7 +34,7 @@ from fp8lab.scaling import (
     scale_from_amax,
 )
 
-__all__ = ["QuantizedTensor", "quantize", "quantize_delayed"]
+__all__ = ["QuantizeSpec", "QuantizedTensor", "quantize", "quantize_delayed", "quantize_spec", "quantize_with"]
 
 # rows of blocks handled per step of the scale-and-cast loop: ~1 MiB of float32 at a time
 # stays in cache, so x is read once and the fp8 result written once
@@ -230,6 +232,66 @@ def _refuse_inf(x: torch.Tensor) -> None:
     )
 
 
+@dataclass(frozen=True)
+class QuantizeSpec:
+    """quantize()'s settings, checked: what every call with them shares.
+
+    kernel_rule / kernel_args: how fp8lab.kernels.quantize computes these scales (its rule
+    name and (max_eff, exponent range) or (max_eff,)); None where the kernels don't store
+    this format. TensorScaling (recipes.py) keeps one, so a training step checks nothing twice.
+    """
+
+    fmt: FloatFormat
+    granularity: Granularity
+    scale_rule: str
+    margin: int
+    scale_fmt: FloatFormat | None
+    two_level: bool
+    kernel_rule: str | None
+    kernel_args: tuple
+
+
+def quantize_spec(
+    fmt: FloatFormat | str = E4M3,
+    granularity: Granularity | str = PerTensor(),
+    scale_rule: str = "exact",
+    margin: int = 0,
+    scale_fmt: FloatFormat | str | None = None,
+    two_level: bool = False,
+) -> QuantizeSpec:
+    """quantize()'s arguments checked once (a clear error names the valid choices)."""
+    try:
+        return _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level)
+    except TypeError:  # an unhashable argument: check it uncached, for the error that explains it
+        return _spec_cached.__wrapped__(fmt, granularity, scale_rule, margin, scale_fmt, two_level)
+
+
+@lru_cache(maxsize=256)
+def _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level) -> QuantizeSpec:
+    fmt = get_format(fmt)
+    granularity = parse_granularity(granularity)
+    if fmt is E8M0:
+        raise ValueError("E8M0 is a scale-only format (no sign, no zero); quantize elements to e4m3, e5m2 or e2m1")
+    if scale_rule not in SCALE_RULES:
+        raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
+    if scale_fmt is not None:
+        scale_fmt = get_format(scale_fmt)
+        if scale_fmt not in (E8M0, E4M3):
+            raise ValueError(f"scale_fmt must be None (float32), 'e8m0' or 'e4m3', got {scale_fmt.name}")
+    if two_level and scale_fmt is not E4M3:
+        raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
+    if scale_fmt is E4M3 and scale_rule != "exact":
+        raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
+    check_margin(margin)
+    if scale_fmt is E4M3:
+        rule, args = ("e4m3 two-level" if two_level else "e4m3"), (fmt.max_value / 2**margin,)
+    else:
+        rule, args = scale_rule, check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:]
+    if fmt.storage_dtype not in kernels.STORAGE:
+        rule, args = None, ()
+    return QuantizeSpec(fmt, granularity, scale_rule, margin, scale_fmt, bool(two_level), rule, args)
+
+
 def quantize(
     x: torch.Tensor,
     fmt: FloatFormat | str = E4M3,
@@ -257,43 +319,32 @@ def quantize(
     NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError.
     Per-row and per-block need a 2-D x (reshape batches to (-1, K)).
     """
-    fmt = get_format(fmt)
-    granularity = parse_granularity(granularity)
+    return quantize_with(x, quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level), amax)
+
+
+def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | float | None = None) -> QuantizedTensor:
+    """quantize(x, ...) with its settings checked beforehand (quantize_spec)."""
     _check_float(x)
-    if fmt is E8M0:
-        raise ValueError("E8M0 is a scale-only format (no sign, no zero); quantize elements to e4m3, e5m2 or e2m1")
-    if scale_rule not in SCALE_RULES:
-        raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
-    if scale_fmt is not None:
-        scale_fmt = get_format(scale_fmt)
-        if scale_fmt not in (E8M0, E4M3):
-            raise ValueError(f"scale_fmt must be None (float32), 'e8m0' or 'e4m3', got {scale_fmt.name}")
-    if two_level and scale_fmt is not E4M3:
-        raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
-    if scale_fmt is E4M3 and scale_rule != "exact":
-        raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
-    check_margin(margin)
-    x32 = x.detach().to(torch.float32)
+    fmt, granularity, scale_rule, margin, scale_fmt = (
+        spec.fmt, spec.granularity, spec.scale_rule, spec.margin, spec.scale_fmt)
+    x32 = x.detach() if x.dtype == torch.float32 else x.detach().to(torch.float32)
     x2d = as_2d(x32, granularity)
-    if x2d.device.type == "cpu" and kernels.enabled():
-        x2d = x2d.contiguous()  # the kernels read rows in place (a no-op for most callers)
     if x2d.numel() == 0:
         raise ValueError("cannot quantize an empty tensor")
+    use_kernels = x2d.device.type == "cpu" and kernels.enabled()
+    if use_kernels:
+        x2d = x2d.contiguous()  # the kernels read rows in place (a no-op for most callers)
     block = granularity.block_shape(tuple(x2d.shape))
 
-    if amax is None and fmt.storage_dtype in kernels.STORAGE and kernels.enabled(x2d):
+    if amax is None and spec.kernel_rule is not None and use_kernels:
         # everything below in one call (fp8lab.kernels)
         fold = _folds(granularity, block, x2d.shape)
-        if scale_fmt is E4M3:
-            rule, args = ("e4m3 two-level" if two_level else "e4m3"), (fmt.max_value / 2**margin,)
-        else:
-            rule, args = scale_rule, check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:]
-        fused = kernels.quantize(x2d, block, fmt, rule, *args, fold=fold)
+        fused = kernels.quantize(x2d, block, fmt, spec.kernel_rule, *spec.kernel_args, fold=fold)
         if fused is None:
             _refuse_inf(x2d)  # the kernel found an infinite amax
         data, values, scale, _, block_amax, tensor_scale = fused
-        return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale,
-                          block_amax, margin, values, fold)
+        return _quantized(data if x.dim() == 2 else data.reshape(x.shape), scale, spec, tensor_scale, block_amax,
+                          values, fold)
 
     if amax is None:
         block_amax = amax_per_block(x2d, granularity)
@@ -313,24 +364,23 @@ def quantize(
     tensor_scale = None
     if scale_fmt is E4M3:  # NVFP4-style: E4M3 block scales, optionally under a tensor scale
         ideal = block_amax / (fmt.max_value / 2**margin)  # (MB, KB) float32
-        if two_level:
+        if spec.two_level:
             tensor_amax = block_amax.amax()
             tensor_scale = torch.where(tensor_amax > 0, tensor_amax / (E4M3.max_value * fmt.max_value), 1.0)
             ideal = ideal / tensor_scale
         scale = cast_scale_e4m3(ideal)
         scale = torch.where(torch.isnan(block_amax), math.nan, scale)
         # inverse as torchao's NVFP4 (and the MSLK kernel): (1 / tensor_scale) / block scale
-        inverse = (1.0 / tensor_scale if two_level else torch.ones((), device=x.device)) / scale
+        inverse = (1.0 / tensor_scale if spec.two_level else torch.ones((), device=x.device)) / scale
     else:
         scale, inverse = scale_from_amax(block_amax, fmt, scale_rule, margin, scale_fmt)
 
     m, k = x2d.shape
-    if kernels.enabled(x2d) and fmt.storage_dtype in kernels.STORAGE:
+    if use_kernels and spec.kernel_rule is not None:
         # the same codes, and their float32 values, in one pass (fp8lab.kernels)
         fold = _folds(granularity, block, x2d.shape)
         data, values = kernels.scale_cast(x2d, block, inverse, fmt, fmt.storage_dtype, fold=scale if fold else None)
-        return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale,
-                          block_amax, margin, values, fold)
+        return _quantized(data.reshape(x.shape), scale, spec, tensor_scale, block_amax, values, fold)
     if isinstance(granularity, PerTensor):
         # one scale: any layout will do, so cut x into rows that chunk well
         width = 1024 if x2d.numel() % 1024 == 0 else k
@@ -344,8 +394,7 @@ def quantize(
     data = out.reshape(blocks.shape[0] * blocks.shape[1], -1)
     if data.shape != (m, k) and not isinstance(granularity, PerTensor):
         data = data[:m, :k].contiguous()
-    return _quantized(data.reshape(x.shape), scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale,
-                      block_amax, margin)
+    return _quantized(data.reshape(x.shape), scale, spec, tensor_scale, block_amax)
 
 
 def _folds(granularity: Granularity, block: tuple[int, int], shape: tuple[int, int]) -> bool:
@@ -356,24 +405,14 @@ def _folds(granularity: Granularity, block: tuple[int, int], shape: tuple[int, i
     return isinstance(granularity, PerBlock) and block[0] < shape[0] and block[1] < shape[1]
 
 
-def _quantized(data, scale, fmt, granularity, scale_rule, scale_fmt, tensor_scale, block_amax, margin,
-               values=None, folded=False) -> QuantizedTensor:
-    if isinstance(granularity, PerTensor):
+def _quantized(data, scale, spec: QuantizeSpec, tensor_scale, block_amax, values=None, folded=False) -> QuantizedTensor:
+    if isinstance(spec.granularity, PerTensor):
         scale, block_amax = scale.reshape(()), block_amax.reshape(())
-    if values is not None:
+    if values is not None and data.dim() != 2:
         values = values.reshape(data.shape)
     return QuantizedTensor(
-        data=data,
-        scale=scale,
-        fmt=fmt,
-        granularity=granularity,
-        scale_rule=scale_rule,
-        scale_fmt=scale_fmt,
-        tensor_scale=tensor_scale,
-        amax=block_amax,
-        margin=margin,
-        _values=None if folded else values,
-        _scaled=values if folded else None,
+        data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale, block_amax,
+        spec.margin, None if folded else values, values if folded else None,
     )
 
 

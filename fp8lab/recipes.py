@@ -13,12 +13,13 @@ Notebook 06 trains with these; 07 exports them to torchao / TransformerEngine / 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Literal
 
 import torch
 
 from fp8lab.formats import E2M1, E4M3, E5M2, E8M0, FloatFormat, get_format
-from fp8lab.quantize import QuantizedTensor, quantize
+from fp8lab.quantize import QuantizedTensor, QuantizeSpec, quantize_spec, quantize_with
 from fp8lab.scaling import SCALE_RULES, AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, parse_granularity
 
 __all__ = ["GEMMS", "RECIPES", "ROLES", "VARIANTS", "DelayedSpec", "Recipe", "TensorScaling", "get_recipe"]
@@ -54,12 +55,15 @@ class TensorScaling:
         if self.scale_fmt is E8M0 and self.scale_rule == "exact":
             raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor'")
 
+    @cached_property
+    def spec(self) -> QuantizeSpec:
+        """These settings checked once, as quantize() takes them."""
+        return quantize_spec(self.fmt, self.granularity, self.scale_rule, self.margin, self.scale_fmt,
+                             self.two_level)
+
     def quantize(self, x: torch.Tensor, amax: torch.Tensor | None = None) -> QuantizedTensor:
         """Quantize an operand x[rows, contraction] as this scaling says."""
-        return quantize(
-            x, self.fmt, self.granularity, self.scale_rule, self.margin,
-            scale_fmt=self.scale_fmt, two_level=self.two_level, amax=amax,
-        )
+        return quantize_with(x, self.spec, amax)
 
     @property
     def label(self) -> str:

@@ -152,7 +152,9 @@ def as_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     Per-tensor scaling accepts any shape (flattened to rows of its last dim). Per-row and
     per-block need a 2-D tensor: a batch of activations x[B, T, K] is x.reshape(-1, K).
     """
-    if isinstance(granularity, PerTensor) or x.dim() == 2:
+    if x.dim() == 2:
+        return x
+    if isinstance(granularity, PerTensor):
         return x.reshape(_shape_2d(tuple(x.shape)))
     if x.dim() < 2:
         raise ValueError(
