@@ -178,9 +178,9 @@ static void run_cast_per_element(const float *x, int64_t n, const float *s, cons
    staying NaN (code 0x7F with x's sign, as torch writes it); values[M, K] (unless NULL) =
    the same numbers as float32, times fold[block] where fold is not NULL (the block
    scales, for a GEMM that folds them). inv_count 1: one inverse scale (and fold) for all. */
-static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *inv,
-                              int64_t inv_count, const float *fold, int m_bits, int emin, float maxval,
-                              int storage, uint8_t *codes, float *values) {
+static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K, int64_t r, int64_t c,
+                              const float *inv, int64_t inv_count, const float *fold, int m_bits, int emin,
+                              float maxval, int storage, uint8_t *codes, float *values) {
     fmt_t f = make_fmt(m_bits, emin, maxval, storage);
     int64_t KB = (K + c - 1) / c;
     if (inv_count == 1) { /* one scale: the whole tensor is one run */
@@ -193,9 +193,9 @@ static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, i
             float *fk = sk + K;
             for (int64_t k = 0; k < K; k++) fk[k] = 1.0f;
             for (int64_t m = 0; m < M; m++) {
-                if (m % r == 0) {
-                    expand_row(inv + (m / r) * KB, K, c, sk);
-                    if (fold) expand_row(fold + (m / r) * KB, K, c, fk);
+                if (m == 0 || (row0 + m) % r == 0) {
+                    expand_row(inv + ((row0 + m) / r) * KB, K, c, sk);
+                    if (fold) expand_row(fold + ((row0 + m) / r) * KB, K, c, fk);
                 }
                 run_cast_per_element(x + m * K, K, sk, fk, f, codes + m * K, values ? values + m * K : NULL);
             }
@@ -207,7 +207,7 @@ static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, i
 #define CAST_ROWS(W)                                                                                              \
     for (int64_t m = 0; m < M; m++) {                                                                             \
         for (int64_t j = 0; j < KB; j++) {                                                                        \
-            int64_t k0 = j * c, b = (m / r) * KB + j;                                                             \
+            int64_t k0 = j * c, b = ((row0 + m) / r) * KB + j;                                                    \
             run_cast(x + m * K + k0, W, inv[b], fold ? fold[b] : 1.0f, f, codes + m * K + k0,                     \
                      values ? values + m * K + k0 : NULL);                                                        \
         }                                                                                                         \
@@ -217,7 +217,7 @@ static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, i
 #undef CAST_ROWS
     for (int64_t m = 0; m < M; m++) {
         for (int64_t j = 0; j < KB; j++) {
-            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, b = (m / r) * KB + j;
+            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, b = ((row0 + m) / r) * KB + j;
             run_cast(x + m * K + k0, k1 - k0, inv[b], fold ? fold[b] : 1.0f, f, codes + m * K + k0,
                      values ? values + m * K + k0 : NULL);
         }
@@ -225,14 +225,14 @@ static void scale_cast_serial(const float *x, int64_t M, int64_t K, int64_t r, i
 }
 
 /* out[M, K] = v[M, K] * s[block]: per-block scales folded into the values. */
-static void block_mul_serial(const float *v, int64_t M, int64_t K, int64_t r, int64_t c, const float *s,
-                             float *out) {
+static void block_mul_serial(const float *v, int64_t row0, int64_t M, int64_t K, int64_t r, int64_t c,
+                             const float *s, float *out) {
     int64_t KB = (K + c - 1) / c;
     if (c < NARROW) { /* narrow blocks: each column's scale, once per block row */
         float *sk = (float *)malloc((size_t)K * sizeof(float));
         if (sk) {
             for (int64_t m = 0; m < M; m++) {
-                if (m % r == 0) expand_row(s + (m / r) * KB, K, c, sk);
+                if (m == 0 || (row0 + m) % r == 0) expand_row(s + ((row0 + m) / r) * KB, K, c, sk);
                 for (int64_t k = 0; k < K; k++) out[m * K + k] = v[m * K + k] * sk[k];
             }
             free(sk);
@@ -241,7 +241,7 @@ static void block_mul_serial(const float *v, int64_t M, int64_t K, int64_t r, in
     }
     for (int64_t m = 0; m < M; m++) {
         const float *row = v + m * K;
-        const float *srow = s + (m / r) * KB;
+        const float *srow = s + ((row0 + m) / r) * KB;
         float *orow = out + m * K;
         for (int64_t j = 0; j < KB; j++) {
             float sj = srow[j];
@@ -295,7 +295,7 @@ int fp8lab_openmp(void) {
 
 typedef struct {
     int kind; /* 0 amax, 1 scale_cast, 2 block_mul */
-    const float *x; int64_t M, K, r, c;
+    const float *x; int64_t row0, M, K, r, c; /* row0: the first row's index in the whole tensor */
     const float *inv; int64_t inv_count; const float *fold; int m_bits, emin; float maxval; int storage;
     uint8_t *codes; float *values; float *amax; float *out;
 } task_t;
@@ -304,18 +304,19 @@ static void *run_task(void *p) {
     task_t *t = (task_t *)p;
     if (t->kind == 0) block_amax_serial(t->x, t->M, t->K, t->r, t->c, t->amax);
     else if (t->kind == 1)
-        scale_cast_serial(t->x, t->M, t->K, t->r, t->c, t->inv, t->inv_count, t->fold, t->m_bits, t->emin,
-                          t->maxval, t->storage, t->codes, t->values);
-    else block_mul_serial(t->x, t->M, t->K, t->r, t->c, t->inv, t->out);
+        scale_cast_serial(t->x, t->row0, t->M, t->K, t->r, t->c, t->inv, t->inv_count, t->fold, t->m_bits,
+                          t->emin, t->maxval, t->storage, t->codes, t->values);
+    else block_mul_serial(t->x, t->row0, t->M, t->K, t->r, t->c, t->inv, t->out);
     return NULL;
 }
 
 static void run_split(task_t base) {
     int64_t MB = (base.M + base.r - 1) / base.r, KB = (base.K + base.c - 1) / base.c;
-    int whole = MB * KB == 1;                              /* one block: per tensor */
-    int uniform = base.kind == 1 && base.inv_count == 1;   /* one scale for all rows */
-    int64_t units = (whole || uniform) ? base.M : MB;      /* split by rows, or by block rows */
-    int64_t unit = (whole || uniform) ? 1 : base.r;
+    int whole = MB * KB == 1; /* one block: per tensor */
+    /* amaxes split by block rows (or by rows, for one block); the casts and products by rows
+       (each part knows its first row, so a block row may straddle two parts) */
+    int64_t unit = base.kind == 0 && !whole ? base.r : 1;
+    int64_t units = unit == 1 ? base.M : MB;
     int64_t n = threads_for(base.M * base.K, units);
     if (n <= 1) { run_task(&base); return; }
     task_t tasks[64];
@@ -324,12 +325,11 @@ static void run_split(task_t base) {
         int64_t b0 = units * i / n, b1 = units * (i + 1) / n;
         int64_t m0 = b0 * unit, m1 = b1 * unit < base.M ? b1 * unit : base.M;
         task_t t = base;
+        t.row0 = m0;
         t.M = m1 - m0;
-        if (whole || uniform) t.r = t.M; /* each part is one block of its rows */
         t.x = base.x + m0 * base.K;
-        if (base.kind == 0) t.amax = whole ? &partial[i] : base.amax + b0 * KB;
-        if (base.kind >= 1 && base.inv_count > 1) t.inv = base.inv + b0 * KB;
-        if (base.kind == 1 && base.fold && base.inv_count > 1) t.fold = base.fold + b0 * KB;
+        if (base.kind == 0 && whole) { t.r = t.M; t.amax = &partial[i]; } /* each part is one block */
+        if (base.kind == 0 && !whole) { t.row0 = 0; t.amax = base.amax + b0 * KB; }
         if (base.kind == 1) { t.codes = base.codes + m0 * base.K; t.values = base.values ? base.values + m0 * base.K : NULL; }
         if (base.kind == 2) t.out = base.out + m0 * base.K;
         tasks[i] = t;

@@ -192,6 +192,24 @@ def test_large_tensors_split_over_threads_give_the_same_bits(granularity):
         _compare(x, fmt=E5M2, granularity=granularity)
 
 
+@pytest.mark.parametrize("granularity", [PerBlock(32, 1), PerBlock(128, 128), PerBlock(3, 5), PerBlock(1000, 1),
+                                         PerRow(), PerTensor()], ids=lambda g: g.label)
+def test_parts_may_split_a_block_row_and_any_thread_count_gives_the_same_bits(granularity):
+    """Beyond 32768 elements the casts split by rows (torch's OpenMP threads); 1000 rows over 2
+    or 3 threads cut through a block row of 32, 128 or 3 rows, whose scale both parts use."""
+    x = _nasty((1000, 96), 3)
+    for kw in ({"fmt": E4M3}, {"fmt": E5M2, "scale_rule": "rceil"}, {"fmt": E2M1, "scale_fmt": E4M3}):
+        got = _compare(x, granularity=granularity, **kw)
+        threads = torch.get_num_threads()
+        try:
+            for n in (1, 3):
+                torch.set_num_threads(n)
+                again = quantize(x, granularity=granularity, **kw)
+                assert _same(again.data, got.data) and _same(again.values(), got.values()), (n, kw)
+        finally:
+            torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("granularity", [PerTensor(), PerRow(), PerBlock(1, 32), PerBlock(128, 128), PerBlock(32, 1)],
                          ids=lambda g: g.label)
 def test_monitor_counts_match_the_metrics(granularity):
