@@ -468,12 +468,13 @@ static void e4m3_scales(const float *amax, int64_t n, float max_eff, float elem_
 
 /* quantize() in one call where the scales come from x's own amaxes (float32, E8M0, or
    E4M3 with rule 3 and 4): block amaxes, scales by the rule, then the scale-and-cast (values folded with
-   the scales if fold is set). Returns 1, having
-   written only the amaxes, if one of them is infinite (the caller raises), else 0. */
+   the scales if fold is set), and scale_range = the smallest and largest scale (both NaN if
+   one is, as torch.aminmax). Returns 1, having written only the amaxes, if one of them is
+   infinite (the caller raises), else 0. */
 int fp8lab_quantize(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, int rule, double max_eff,
                     int lo, int hi, int m_bits, int emin, float maxval, int storage,
                     float *amax, float *scale, float *inverse, uint8_t *codes, float *values, int fold,
-                    float *tensor_scale) {
+                    float *tensor_scale, float *scale_range) {
     int64_t n = ((M + r - 1) / r) * ((K + c - 1) / c);
     fp8lab_block_amax(x, M, K, r, c, amax);
     for (int64_t i = 0; i < n; i++)
@@ -483,6 +484,15 @@ int fp8lab_quantize(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, 
     else
         fp8lab_scales(amax, n, rule, max_eff, lo, hi, scale, inverse);
     fp8lab_scale_cast(x, M, K, r, c, inverse, n, fold ? scale : NULL, m_bits, emin, maxval, storage, codes, values);
+    float smallest = scale[0], largest = scale[0];
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        nan |= scale[i] != scale[i];
+        smallest = scale[i] < smallest ? scale[i] : smallest;
+        largest = scale[i] > largest ? scale[i] : largest;
+    }
+    scale_range[0] = nan ? NAN : smallest;
+    scale_range[1] = nan ? NAN : largest;
     return 0;
 }
 

@@ -217,7 +217,7 @@ def _fold(q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor | None, bool, 
     pow2 = q.scale_rule in ("rceil", "floor") or q.scale_fmt is E8M0
     e4m3_scales = q.scale_fmt is E4M3 and _significant_bits(q.fmt) + _significant_bits(E4M3) <= 8
     values = q._scaled if q._scaled is not None else _scaled_values(q)  # the kernel may have folded them
-    smallest, largest = (float(v) for v in torch.aminmax(q.scale))
+    smallest, largest = q.scale_range()
     lo = q.fmt.min_subnormal * smallest
     hi = q.fmt.max_value * largest
     return values, None, pow2 or e4m3_scales, lo, hi

@@ -156,7 +156,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "fp8lab_scale_cast": ([p, i64, i64, i64, i64, p, i64, p, i32, i32, f32, i32, p, p], None),
         "fp8lab_block_mul": ([p, i64, i64, i64, i64, p, p], None),
         "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p, i32,
-                             p], i32),
+                             p, p], i32),
         "fp8lab_set_threads": ([i32], None),
         "fp8lab_openmp": ([], i32),
         "fp8lab_clip_flush_counts": ([p, i64, i64, i64, i64, p, i64, p, f64, p], None),
@@ -264,10 +264,10 @@ def block_mul(v: torch.Tensor, block: tuple[int, int], s: torch.Tensor) -> torch
 def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff: float,
              exponent_range: tuple[int, int] = (-126, 127), fold: bool = False):
     """quantize() from x's own amaxes in one call: (codes, values, scale, inverse, amax,
-    tensor_scale), or None if an amax is infinite (the caller explains). rule: a scale rule
-    (scales as scales()), or "e4m3" / "e4m3 two-level" for NVFP4's E4M3 block scales (the
-    latter under a per-tensor scale, else tensor_scale is None). Codes and values as
-    scale_cast() (with fold: values times their block's scale)."""
+    tensor_scale, (smallest scale, largest scale)), or None if an amax is infinite (the
+    caller explains). rule: a scale rule (scales as scales()), or "e4m3" / "e4m3 two-level"
+    for NVFP4's E4M3 block scales (the latter under a per-tensor scale, else tensor_scale is
+    None). Codes and values as scale_cast() (with fold: values times their block's scale)."""
     m, k = x2d.shape
     r, c = block
     mb, kb = -(-m // r), -(-k // c)
@@ -277,13 +277,14 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff:
     storage = fmt.storage_dtype
     codes = torch.empty(m, k, dtype=storage)
     vals = _values_buffer(m, k)
+    scale_range = (ctypes.c_float * 2)()
     bad = _load()[0].fp8lab_quantize(
         x2d.data_ptr(), m, k, r, c, _RULE_CODES[rule], max_eff, *exponent_range, fmt.mantissa_bits, 1 - fmt.bias,
         fmt.max_value, STORAGE[storage], amax.data_ptr(), scale.data_ptr(), inverse.data_ptr(),
         codes.data_ptr(), vals.data_ptr() if vals is not None else None, int(fold),
-        tensor_scale.data_ptr() if tensor_scale is not None else None,
+        tensor_scale.data_ptr() if tensor_scale is not None else None, scale_range,
     )
-    return None if bad else (codes, vals, scale, inverse, amax, tensor_scale)
+    return None if bad else (codes, vals, scale, inverse, amax, tensor_scale, (scale_range[0], scale_range[1]))
 
 
 def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -66,6 +66,15 @@ class QuantizedTensor:
     # values * block scale (without tensor_scale): what an emulated GEMM multiplies where the
     # scales vary along its contraction; written by the quantize kernel where it is cheap
     _scaled: torch.Tensor | None = field(default=None, repr=False)
+    _scale_range: tuple[float, float] | None = field(default=None, repr=False)
+
+    def scale_range(self) -> tuple[float, float]:
+        """(smallest, largest) block scale, without tensor_scale; both NaN if a scale is NaN.
+        Found by the quantize kernel where it ran, else computed once and cached."""
+        if self._scale_range is None:
+            smallest, largest = torch.aminmax(self.scale)
+            object.__setattr__(self, "_scale_range", (float(smallest), float(largest)))
+        return self._scale_range
 
     def values(self) -> torch.Tensor:
         """data as float32 (the element values before scaling), computed once and cached."""
@@ -93,7 +102,7 @@ class QuantizedTensor:
         return QuantizedTensor(
             self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt, self.tensor_scale, amax,
             self.margin, self._values.t() if self._values is not None else None,
-            self._scaled.t() if self._scaled is not None else None,
+            self._scaled.t() if self._scaled is not None else None, self._scale_range,
         )
 
     @property
@@ -342,9 +351,9 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
         fused = kernels.quantize(x2d, block, fmt, spec.kernel_rule, *spec.kernel_args, fold=fold)
         if fused is None:
             _refuse_inf(x2d)  # the kernel found an infinite amax
-        data, values, scale, _, block_amax, tensor_scale = fused
+        data, values, scale, _, block_amax, tensor_scale, scale_range = fused
         return _quantized(data if x.dim() == 2 else data.reshape(x.shape), scale, spec, tensor_scale, block_amax,
-                          values, fold)
+                          values, fold, scale_range)
 
     if amax is None:
         block_amax = amax_per_block(x2d, granularity)
@@ -405,14 +414,15 @@ def _folds(granularity: Granularity, block: tuple[int, int], shape: tuple[int, i
     return isinstance(granularity, PerBlock) and block[0] < shape[0] and block[1] < shape[1]
 
 
-def _quantized(data, scale, spec: QuantizeSpec, tensor_scale, block_amax, values=None, folded=False) -> QuantizedTensor:
+def _quantized(data, scale, spec: QuantizeSpec, tensor_scale, block_amax, values=None, folded=False,
+               scale_range=None) -> QuantizedTensor:
     if isinstance(spec.granularity, PerTensor):
         scale, block_amax = scale.reshape(()), block_amax.reshape(())
     if values is not None and data.dim() != 2:
         values = values.reshape(data.shape)
     return QuantizedTensor(
         data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale, block_amax,
-        spec.margin, None if folded else values, values if folded else None,
+        spec.margin, None if folded else values, values if folded else None, scale_range,
     )
 
 
