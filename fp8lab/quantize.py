@@ -82,12 +82,13 @@ class QuantizedTensor:
             object.__setattr__(self, "_values", widen(self.data))
         return self._values
 
-    def t(self) -> QuantizedTensor:
+    def t(self, granularity: Granularity | None = None) -> QuantizedTensor:
         """The transpose, sharing data and scales: q[M, K] -> q.t()[K, M].
 
         Exact for per-tensor and per-block scaling (a block's transpose is a block of the
         transposed tensor, padding included). Per-row scales would become per-column, which
-        no granularity here describes: re-quantize instead.
+        no granularity here describes: re-quantize instead (or quantize PerBlock(M, 1), one
+        block per column, and pass granularity=PerRow() to name its transpose's blocks).
         """
         if self.data.dim() != 2:
             raise ValueError("t() needs a 2-D QuantizedTensor")
@@ -99,6 +100,10 @@ class QuantizedTensor:
             scale, gran = self.scale.t(), PerBlock(g.cols, g.rows)
         else:
             raise ValueError(f"{g.label} scales are not transposable; quantize the transposed tensor instead")
+        if granularity is not None and granularity != gran:
+            if gran.block_shape(tuple(self.shape[::-1])) != granularity.block_shape(tuple(self.shape[::-1])):
+                raise ValueError(f"the transpose's blocks are {gran.label}, not {granularity.label}")
+            gran = granularity
         return QuantizedTensor(
             self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt, self.tensor_scale, amax,
             self.margin, self._values.t() if self._values is not None else None,

@@ -247,3 +247,16 @@ def test_a_bad_margin_is_refused_for_every_scale_format(margin):
     for kw in ({}, {"scale_rule": "rceil", "scale_fmt": E8M0}, {"scale_fmt": E4M3, "two_level": True}):
         with pytest.raises(ValueError, match="margin must be a non-negative integer"):
             quantize(x, E2M1 if kw.get("scale_fmt") is E4M3 else E4M3, PerBlock(1, 16), margin=margin, **kw)
+
+
+def test_transpose_can_name_its_blocks_per_row_and_refuses_other_blocks():
+    """One block per column of x (PerBlock(M, 1)) is per-row scaling of x^T: t(PerRow()) says so."""
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    q = quantize(x, granularity=PerBlock(6, 1))
+    qt = q.t(PerRow())
+    direct = quantize(x.t().contiguous(), granularity=PerRow())
+    assert qt.granularity == PerRow()
+    assert torch.equal(qt.data.view(torch.uint8), direct.data.view(torch.uint8))
+    assert torch.equal(qt.scale, direct.scale)
+    with pytest.raises(ValueError, match="the transpose's blocks are 1x6, not 2x2"):
+        q.t(PerBlock(2, 2))
