@@ -112,7 +112,8 @@ static fmt_t make_fmt(int m_bits, int emin, float maxval, int storage) {
 }
 
 /* cast(t) for one element: float arithmetic and integer selects only, so loops of it
-   vectorize. Rounding is nearest, ties to even, by the float32 add itself: with
+   vectorize. Rounding is nearest, ties to even, by the float32 add itself (the default
+   rounding mode, which torch assumes too): with
    big = 2^(e + 23 - m), e the binade of |t| (emin below the normal range), float32's ulp
    at big is the format's grid step at |t|, so |t| + big rounds |t| onto the grid and
    subtracting big is exact (a carry into the next binade is the right answer). The same

@@ -131,7 +131,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         return None, "no C compiler (cc) found: quantization runs in torch (slower on the CPU, same numbers)"
     openmp = _openmp_flags(compiler)
     before = _openmp_libraries()
-    lib = None
+    lib, failure = None, ""
     # with torch's OpenMP where it can be shared, -march=native where the compiler has it
     for flags in dict.fromkeys((_FLAGS + _NATIVE + openmp, _FLAGS + _NATIVE, _FLAGS + openmp, _FLAGS)):
         try:
@@ -148,6 +148,17 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         break
     if lib is None:
         return None, f"building the CPU kernels failed ({failure.strip()[:200]}): quantization runs in torch"
+    _bind(lib)
+    if lib.fp8lab_openmp():
+        threads = "threads: torch's OpenMP"
+    else:
+        lib.fp8lab_set_threads(torch.get_num_threads())
+        threads = "POSIX threads for tensors of millions of elements"
+    return lib, f"fused CPU kernels ({path.name}, built with {Path(compiler).name}; {threads})"
+
+
+def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """The C functions' argument and result types, set on a loaded library."""
     # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
     p, i64, i32, f32, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_double
     signatures = {
@@ -165,12 +176,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, res
-    if lib.fp8lab_openmp():
-        threads = "threads: torch's OpenMP"
-    else:
-        lib.fp8lab_set_threads(torch.get_num_threads())
-        threads = "POSIX threads for tensors of millions of elements"
-    return lib, f"fused CPU kernels ({path.name}, built with {Path(compiler).name}; {threads})"
+    return lib
 
 
 def status() -> tuple[bool, str]:

@@ -227,3 +227,28 @@ def test_monitor_counts_match_the_metrics(granularity):
             want = (overflow_fraction(x, q), underflow_fraction(x, q))
             assert overflow_underflow(x, q) == want, kw
             assert want[1] > 0 or x is with_nan  # values 2^30 below a block's amax flush
+
+
+def test_the_portable_build_without_openmp_or_native_code_gives_the_same_bits(tmp_path, monkeypatch):
+    """What a machine without torch's libgomp (or without -march=native) runs: the plain C
+    loops, large tensors split over POSIX threads. Built here into an empty cache."""
+    import ctypes
+    import shutil
+
+    monkeypatch.setattr(kernels, "_cache_dir", lambda: tmp_path)
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    portable = kernels._bind(ctypes.CDLL(str(kernels._build(compiler, kernels._FLAGS))))
+    assert portable.fp8lab_openmp() == 0
+    portable.fp8lab_set_threads(2)
+    ours = kernels._load()
+    monkeypatch.setattr(kernels, "_load", lambda: (portable, "portable build"))
+    for shape, granularity in (((300, 256), PerBlock(1, 32)), ((257, 129), PerBlock(3, 5)),
+                               ((300, 256), PerBlock(32, 1)), ((1500, 1500), PerTensor()),
+                               ((1500, 1500), PerBlock(32, 1))):  # the last two: split over 2 threads
+        x = _nasty(shape, 4)
+        for kw in ({"fmt": E4M3}, {"fmt": E5M2, "scale_rule": "rceil"}, {"fmt": E2M1, "scale_fmt": E4M3}):
+            got = _compare(x, granularity=granularity, **kw)
+            monkeypatch.setattr(kernels, "_load", lambda: ours)
+            native = quantize(x, granularity=granularity, **kw)
+            monkeypatch.setattr(kernels, "_load", lambda: (portable, "portable build"))
+            assert _same(got.data, native.data) and _same(got.values(), native.values()), (shape, kw)
