@@ -13,7 +13,7 @@ temporary each (tests/test_kernels.py checks every result against the torch code
 library is compiled once per source version with the system C compiler (`cc`, ~1 s) into
 ~/.cache/fp8lab (or $XDG_CACHE_HOME/fp8lab) and loaded with ctypes. Without a compiler,
 or with FP8LAB_KERNELS=0, everything runs in torch and status() says why.
-Tensors beyond 32768 elements are split by block rows (the same bits for any split) over
+Tensors beyond 32768 elements are split by rows (the same bits for any split) over
 the threads of torch's own OpenMP runtime: where torch runs on libgomp (Linux wheels) and
 the compiler is GCC, the library is built with -fopenmp and binds to the libgomp torch
 loaded, so it shares torch's waiting workers and torch.set_num_threads (a second runtime
