@@ -37,7 +37,7 @@ static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f;
 /* max |x| over each block -> amax[MB * KB]; a NaN in a block makes its amax NaN.
    Nonnegative floats order as their bit patterns, and every NaN's |bits| exceed inf's,
    so an integer max over |x|'s bits is the amax with NaN propagating (and vectorizes). */
-static uint32_t run_amax_bits(const float *x, int64_t n, uint32_t hi) {
+static inline __attribute__((always_inline)) uint32_t run_amax_bits(const float *x, int64_t n, uint32_t hi) {
     const uint32_t *u = (const uint32_t *)x;
     for (int64_t k = 0; k < n; k++) {
         uint32_t a = u[k] & 0x7FFFFFFFu;
@@ -78,6 +78,16 @@ static void block_amax_serial(const float *x, int64_t M, int64_t K, int64_t r, i
             return;
         }
     }
+    /* the MX and NVFP4 widths as constants: each block compiles to whole vectors */
+#define AMAX_ROWS(W)                                                                                              \
+    for (int64_t m = 0; m < M; m++) {                                                                             \
+        const float *row = x + m * K;                                                                             \
+        uint32_t *orow = out + (m / r) * KB;                                                                      \
+        for (int64_t j = 0; j < KB; j++) orow[j] = run_amax_bits(row + j * W, W, orow[j]);                        \
+    }
+    if (c == 32 && K % 32 == 0) { AMAX_ROWS(32) return; }
+    if (c == 16 && K % 16 == 0) { AMAX_ROWS(16) return; }
+#undef AMAX_ROWS
     for (int64_t m = 0; m < M; m++) {
         const float *row = x + m * K;
         uint32_t *orow = out + (m / r) * KB;
@@ -313,15 +323,19 @@ static void *run_task(void *p) {
 
 static void run_split(task_t base) {
     int64_t MB = (base.M + base.r - 1) / base.r, KB = (base.K + base.c - 1) / base.c;
-    int whole = MB * KB == 1; /* one block: per tensor */
-    /* amaxes split by block rows (or by rows, for one block); the casts and products by rows
-       (each part knows its first row, so a block row may straddle two parts) */
-    int64_t unit = base.kind == 0 && !whole ? base.r : 1;
+    /* one block row (per tensor, or one block per column): amaxes of row ranges, combined */
+    int one_row = MB == 1;
+    /* amaxes split by block rows (or by rows, for one block row); the casts and products by
+       rows (each part knows its first row, so a block row may straddle two parts) */
+    int64_t unit = base.kind == 0 && !one_row ? base.r : 1;
     int64_t units = unit == 1 ? base.M : MB;
     int64_t n = threads_for(base.M * base.K, units);
     if (n <= 1) { run_task(&base); return; }
     task_t tasks[64];
-    float partial[64];
+    float partial_one[64];
+    float *partial = base.kind == 0 && one_row && KB > 1 ? (float *)malloc((size_t)(n * KB) * sizeof(float))
+                                                         : partial_one;
+    if (!partial) { run_task(&base); return; }
     for (int64_t i = 0; i < n; i++) {
         int64_t b0 = units * i / n, b1 = units * (i + 1) / n;
         int64_t m0 = b0 * unit, m1 = b1 * unit < base.M ? b1 * unit : base.M;
@@ -329,8 +343,8 @@ static void run_split(task_t base) {
         t.row0 = m0;
         t.M = m1 - m0;
         t.x = base.x + m0 * base.K;
-        if (base.kind == 0 && whole) { t.r = t.M; t.amax = &partial[i]; } /* each part is one block */
-        if (base.kind == 0 && !whole) { t.row0 = 0; t.amax = base.amax + b0 * KB; }
+        if (base.kind == 0 && one_row) { t.r = t.M; t.amax = partial + i * KB; } /* one block row of its own */
+        if (base.kind == 0 && !one_row) { t.row0 = 0; t.amax = base.amax + b0 * KB; }
         if (base.kind == 1) { t.codes = base.codes + m0 * base.K; t.values = base.values ? base.values + m0 * base.K : NULL; }
         if (base.kind == 2) t.out = base.out + m0 * base.K;
         tasks[i] = t;
@@ -348,11 +362,14 @@ static void run_split(task_t base) {
         else run_task(&tasks[i]); /* no thread to be had: do it here */
     }
 #endif
-    if (base.kind == 0 && whole) { /* the per-tensor amax: the largest part (NaN's bits are largest) */
-        uint32_t hi = 0u;
-        for (int64_t i = 0; i < n; i++) hi = bits_of(partial[i]) > hi ? bits_of(partial[i]) : hi;
-        base.amax[0] = float_of(hi);
+    if (base.kind == 0 && one_row) { /* each block's amax: the largest part's (NaN's bits are largest) */
+        for (int64_t j = 0; j < KB; j++) {
+            uint32_t hi = 0u;
+            for (int64_t i = 0; i < n; i++) hi = bits_of(partial[i * KB + j]) > hi ? bits_of(partial[i * KB + j]) : hi;
+            base.amax[j] = float_of(hi);
+        }
     }
+    if (partial != partial_one) free(partial);
 }
 
 /* max |x| over each block -> amax[MB * KB]; a NaN in a block makes its amax NaN */
@@ -478,22 +495,26 @@ int fp8lab_quantize(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, 
                     float *tensor_scale, float *scale_range) {
     int64_t n = ((M + r - 1) / r) * ((K + c - 1) / c);
     fp8lab_block_amax(x, M, K, r, c, amax);
-    for (int64_t i = 0; i < n; i++)
-        if (isinf(amax[i])) return 1;
+    const uint32_t *amax_bits = (const uint32_t *)amax;
+    uint32_t inf = 0u; /* amaxes are >= 0 or NaN: an infinite one has the bits of +inf */
+    for (int64_t i = 0; i < n; i++) inf |= amax_bits[i] == 0x7F800000u;
+    if (inf) return 1;
     if (rule >= 3) /* 3: E4M3 block scales, 4: the same under a tensor scale (NVFP4) */
         e4m3_scales(amax, n, (float)max_eff, maxval, rule == 4, tensor_scale, scale, inverse);
     else
         fp8lab_scales(amax, n, rule, max_eff, lo, hi, scale, inverse);
     fp8lab_scale_cast(x, M, K, r, c, inverse, n, fold ? scale : NULL, m_bits, emin, maxval, storage, codes, values);
-    float smallest = scale[0], largest = scale[0];
-    int nan = 0;
+    /* scales are positive or NaN: they order as their bits, and NaN's bits exceed every
+       number's, so integer min and max (which vectorize) find them */
+    const uint32_t *scale_bits = (const uint32_t *)scale;
+    uint32_t smallest = 0xFFFFFFFFu, largest = 0u;
     for (int64_t i = 0; i < n; i++) {
-        nan |= scale[i] != scale[i];
-        smallest = scale[i] < smallest ? scale[i] : smallest;
-        largest = scale[i] > largest ? scale[i] : largest;
+        smallest = scale_bits[i] < smallest ? scale_bits[i] : smallest;
+        largest = scale_bits[i] > largest ? scale_bits[i] : largest;
     }
-    scale_range[0] = nan ? NAN : smallest;
-    scale_range[1] = nan ? NAN : largest;
+    int nan = largest > 0x7F800000u;
+    scale_range[0] = nan ? NAN : float_of(smallest);
+    scale_range[1] = nan ? NAN : float_of(largest);
     return 0;
 }
 
