@@ -1,6 +1,6 @@
 """FP8 training layers: FP8Linear (autograd), convert(model, recipe), a bridge to torchao.
 
-Public: FP8Linear, convert, Monitor, IDENTITY (no quantization, for tests).
+Public: FP8Linear, convert, layer_gemms (the three GEMMs' operands), Monitor, IDENTITY (no quantization).
 FP8Linear runs the three GEMMs of a linear layer through fp8lab's GEMM, each operand
 quantized along its own contraction dim, from the high-precision tensor:
     fprop  y[M, N]  = x[M, K] @ w[N, K]^T     x: input scaling along K,  w: weight along K
@@ -30,7 +30,17 @@ from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import Recipe, TensorScaling, get_recipe
 from fp8lab.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
 
-__all__ = ["IDENTITY", "AmaxReducer", "FP8Linear", "Monitor", "convert", "fp8_layers", "scale_spans_tokens", "unwrap"]
+__all__ = [
+    "IDENTITY",
+    "AmaxReducer",
+    "FP8Linear",
+    "Monitor",
+    "convert",
+    "fp8_layers",
+    "layer_gemms",
+    "scale_spans_tokens",
+    "unwrap",
+]
 
 # A recipe that quantizes nothing: FP8Linear(recipe=IDENTITY) must equal nn.Linear exactly.
 IDENTITY = "identity"
@@ -198,6 +208,62 @@ def _same_numerics(q: QuantizedTensor, s: TensorScaling) -> bool:
             and (q.tensor_scale is not None) == s.two_level and q.margin == s.margin)
 
 
+# ---- the three GEMMs' operands, each pair ready for a @ b.T ------------------------------------------------
+
+
+def _fprop_operands(state: _LayerState, x2: torch.Tensor, weight: torch.Tensor):
+    """fprop y[M, N] = x[M, K] @ w[N, K]^T: x and w both quantized along K."""
+    return _operand(state, x2, "input", "fprop"), _operand(state, weight, "weight", "fprop")
+
+
+def _dgrad_operands(state: _LayerState, g: torch.Tensor, weight: torch.Tensor, q_w: QuantizedTensor | None):
+    """dgrad dx[M, K] = dy[M, N] @ w[N, K]: contraction N; dy along N, w^T[K, N] along N."""
+    q_g = _operand(state, g, "grad_output", "dgrad")
+    return q_g, _operand(state, weight, "weight", "dgrad", reuse=q_w, transpose=True)
+
+
+def _wgrad_operands(state: _LayerState, g: torch.Tensor, x2: torch.Tensor, q_g: QuantizedTensor | None,
+                    q_x: QuantizedTensor | None):
+    """wgrad dw[N, K] = dy^T[N, M] @ x[M, K]: contraction M; dy^T[N, M] and x^T[K, M] along M
+    (None, None where the recipe keeps this GEMM in high precision)."""
+    q_gt = _operand(state, g, "grad_output", "wgrad", reuse=q_g, transpose=True)
+    q_xt = _operand(state, x2, "input", "wgrad", reuse=q_x, transpose=True)
+    return q_gt, q_xt
+
+
+def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor,
+                recipe: Recipe | str) -> dict[str, tuple[QuantizedTensor, QuantizedTensor] | None]:
+    """The three GEMMs of a linear layer, operands quantized exactly as FP8Linear builds them.
+
+    x[..., K], weight[N, K], grad_output[..., N] (batch dims are flattened into M) ->
+    {"fprop": (x_q[M, K], w_q[N, K]), "dgrad": (dy_q[M, N], wT_q[K, N]),
+     "wgrad": (dyT_q[N, M], xT_q[K, M]) or None}: each pair is ready for a @ b.T (so
+    fp8lab.gemm.emulated_mm(*pair) or real_mm(*pair)); None where the recipe runs that GEMM
+    in high precision. Transposed operands are transposed views sharing the codes of a
+    quantization down the columns (or reusing the other GEMM's codes where they are
+    identical: per tensor, square blocks), as in FP8Linear's backward. A delayed recipe
+    starts from a fresh amax history (the first step calibrates on the current amax).
+    """
+    recipe = get_recipe(recipe)
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be [N, K], got shape {tuple(weight.shape)}")
+    n, k = weight.shape
+    if x.shape[-1] != k or grad_output.shape[-1] != n or x.shape[:-1] != grad_output.shape[:-1]:
+        raise ValueError(
+            f"shapes do not make a linear layer: x {tuple(x.shape)} (..., K), weight {tuple(weight.shape)} (N, K), "
+            f"grad_output {tuple(grad_output.shape)} (..., N)")
+    histories = ({role: recipe.delayed.new_history() for role in ("input", "weight", "grad_output")}
+                 if recipe.delayed is not None else None)
+    state = _LayerState("", recipe, histories, None, "emulated")
+    x2 = x.detach().reshape(-1, k).float()
+    g = grad_output.detach().reshape(-1, n).float()
+    w = weight.detach()
+    q_x, q_w = _fprop_operands(state, x2, w)
+    q_g, q_wt = _dgrad_operands(state, g, w, q_w)
+    q_gt, q_xt = _wgrad_operands(state, g, x2, q_g, q_x)
+    return {"fprop": (q_x, q_w), "dgrad": (q_g, q_wt), "wgrad": None if q_gt is None or q_xt is None else (q_gt, q_xt)}
+
+
 def _mm(state: _LayerState, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
     if state.backend == "emulated" or a_q.data.device.type != "cuda":
         return emulated_mm(a_q, b_q)
@@ -214,9 +280,7 @@ class _FP8LinearFunction(torch.autograd.Function):
         if state.recipe is None:
             out = F.linear(x2, weight, bias)
         else:
-            # fprop: x[M, K] @ w[N, K]^T, both quantized along K
-            ctx.q_x = _operand(state, x2, "input", "fprop")
-            ctx.q_w = _operand(state, weight, "weight", "fprop")
+            ctx.q_x, ctx.q_w = _fprop_operands(state, x2, weight)
             out = _mm(state, ctx.q_x, ctx.q_w).to(x.dtype)
             if bias is not None:
                 out = out.add_(bias) if out.dtype == bias.dtype else out + bias
@@ -238,14 +302,10 @@ class _FP8LinearFunction(torch.autograd.Function):
             gf = g.float()
             q_g = None
             if ctx.needs_input_grad[0]:
-                # dgrad: dy[M, N] @ w[N, K]: contraction N; w^T[K, N] is quantized along N
-                q_g = _operand(state, gf, "grad_output", "dgrad")
-                q_wt = _operand(state, weight, "weight", "dgrad", reuse=ctx.q_w, transpose=True)
+                q_g, q_wt = _dgrad_operands(state, gf, weight, ctx.q_w)
                 grad_x = _mm(state, q_g, q_wt).to(x2.dtype)
             if ctx.needs_input_grad[1]:
-                # wgrad: dy^T[N, M] @ x[M, K]: contraction M; dy^T[N, M] and x^T[K, M] along M
-                q_gt = _operand(state, gf, "grad_output", "wgrad", reuse=q_g, transpose=True)
-                q_xt = _operand(state, x2, "input", "wgrad", reuse=ctx.q_x, transpose=True)
+                q_gt, q_xt = _wgrad_operands(state, gf, x2, q_g, ctx.q_x)
                 if q_gt is None or q_xt is None:  # high-precision weight gradient
                     grad_w = gf.t().mm(x2.float())
                 else:
