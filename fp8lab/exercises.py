@@ -5,8 +5,10 @@ Public: one check/hint/solution trio per exercise, for notebooks 01-06:
   02 the per-tensor E4M3 scale     check_scale, hint_scale, solution_scale
   03 the amax of delayed scaling   check_delayed_amax, hint_delayed_amax, solution_delayed_amax
   04 per-block amax; FP4 blocks    check_block_amax, ...; check_block_choice, ...
-  05 the scaled FP8 GEMM           check_scaled_gemm, hint_scaled_gemm, solution_scaled_gemm
+  05 the scaled FP8 GEMM           check_scaled_gemm, ... (operands: GemmOperand)
   06 which recipes survive sinks   check_survivors, hint_survivors, solution_survivors
+  06b the longest amax history     check_history, hint_history, solution_history
+  06c does step 30 predict 150?    check_ranking, hint_ranking, solution_ranking
 A check returns a Feedback (printed in the notebook): ok, and a message naming the case
 that failed and why. Solutions are printed only when a learner asks for them.
 """
@@ -25,11 +27,14 @@ from fp8lab.scaling import PerBlock, PerTensor, parse_granularity
 
 __all__ = [
     "Feedback",
+    "GemmOperand",
     "block_choice_tensor",
     "check_block_amax",
     "check_block_choice",
     "check_decode",
     "check_delayed_amax",
+    "check_history",
+    "check_ranking",
     "check_scale",
     "check_scaled_gemm",
     "check_survivors",
@@ -37,13 +42,19 @@ __all__ = [
     "hint_block_choice",
     "hint_decode",
     "hint_delayed_amax",
+    "hint_history",
+    "hint_ranking",
     "hint_scale",
     "hint_scaled_gemm",
     "hint_survivors",
+    "history_answer",
+    "ranking_answer",
     "solution_block_amax",
     "solution_block_choice",
     "solution_decode",
     "solution_delayed_amax",
+    "solution_history",
+    "solution_ranking",
     "solution_scale",
     "solution_scaled_gemm",
     "solution_survivors",
@@ -200,9 +211,11 @@ def check_delayed_amax(fn: Callable[[list[float], float, str], float]) -> Feedba
             elif hist and got is not None and math.isclose(float(got), sum(hist) / len(hist)):
                 msg += " 'max' takes the maximum of the history, not its mean."
             elif not hist:
-                msg += " With nothing recorded yet, fp8lab calibrates on the current amax."
+                msg += (" With nothing recorded yet, fp8lab calibrates on the current amax (fp8lab's convention: "
+                        "TransformerEngine starts from scale 1 instead, and its first step can clip).")
             return Feedback(False, msg)
-    return Feedback(True, "past amaxes only, 'max' or 'most_recent', first step calibrated - as AmaxHistory.")
+    return Feedback(True, "past amaxes only, 'max' or 'most_recent', first step calibrated on its own amax - as "
+                          "fp8lab's AmaxHistory does (TransformerEngine starts from scale 1 instead).")
 
 
 def hint_delayed_amax() -> str:
@@ -213,7 +226,7 @@ def hint_delayed_amax() -> str:
 def solution_delayed_amax() -> str:
     return '''def fn(history, current_amax, algo):
     if not history:
-        return current_amax                      # first step: nothing to delay from
+        return current_amax      # first step: fp8lab calibrates on it (TransformerEngine starts at scale 1)
     return max(history) if algo == "max" else history[-1]'''
 
 
@@ -312,19 +325,64 @@ def solution_block_choice() -> str:
 # ---- 05: the scaled GEMM -----------------------------------------------------------------------------------------
 
 
-def check_scaled_gemm(fn: Callable[[QuantizedTensor, QuantizedTensor], torch.Tensor]) -> Feedback:
-    """fn(a_q[M, K], b_q[N, K]) -> out[M, N] for per-tensor scales: what torch._scaled_mm computes."""
+@dataclass(frozen=True)
+class GemmOperand:
+    """One FP8 GEMM operand as a tensor core sees it: data[rows, K] (FP8 codes), scale[rows or 1,
+    K // block] (float32 dequantization multipliers: x ~= data * scale, one per row per block of
+    `block` elements along K; per tensor: scale (1, 1), block = K). No dequantize(): the
+    exercise is to place the scales."""
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    block: int
+
+    @classmethod
+    def of(cls, q: QuantizedTensor) -> GemmOperand:
+        rows, cols = q.block_shape
+        k = q.shape[1]
+        if rows not in (1, q.shape[0]) or (rows != 1 and cols != k):
+            raise ValueError(f"an operand scaled per tensor or per 1 x block tile along K, not {q.granularity.label}")
+        return cls(q.data, q.scale.reshape(-1, max(k // cols, 1)).float(), min(cols, k))
+
+
+def _gemm_cases():
     g = torch.Generator().manual_seed(5)
-    cases = [("a[8, 32] @ b[32, 4], amax 3 and 200", torch.randn(8, 32, generator=g) * 3,
-              torch.randn(4, 32, generator=g) * 200),
-             ("a[2, 64] @ b[64, 5], tiny values", torch.randn(2, 64, generator=g) * 1e-3,
-              torch.randn(5, 64, generator=g))]
-    for name, a, b in cases:
-        a_q, b_q = quantize(a, E4M3), quantize(b, E4M3)
+    a3 = torch.randn(4, 64, generator=g)
+    a3[:, :16] *= 1000  # the first K block holds large values: its scales differ from the others' by ~2^10
+    return [("a[8, 32] @ b[32, 4], per tensor, amax 3 and 200", torch.randn(8, 32, generator=g) * 3,
+             torch.randn(4, 32, generator=g) * 200, PerTensor()),
+            ("a[2, 64] @ b[64, 5], per tensor, tiny values", torch.randn(2, 64, generator=g) * 1e-3,
+             torch.randn(5, 64, generator=g), PerTensor()),
+            ("a[4, 64] @ b[64, 3], 1x16 blocks along K (one K block 1000x larger)", a3,
+             torch.randn(3, 64, generator=g), PerBlock(1, 16))]
+
+
+def _reference_gemm(a: GemmOperand, b: GemmOperand) -> torch.Tensor:
+    out = torch.zeros(a.data.shape[0], b.data.shape[0], dtype=torch.float64)
+    for j in range(a.scale.shape[1]):
+        k = slice(j * a.block, (j + 1) * a.block)
+        out += (a.data[:, k].double() @ b.data[:, k].double().t()) * a.scale[:, j, None].double() * \
+            b.scale[:, j][None, :].double()
+    return out
+
+
+def check_scaled_gemm(fn: Callable[[GemmOperand, GemmOperand], torch.Tensor]) -> Feedback:
+    """fn(a_q, b_q) -> out[M, N] for GemmOperands a_q[M, K], b_q[N, K]: what torch's scaled_mm
+    computes, per tensor and with 1x16 block scales along K (where only scales applied per K
+    block give the right answer)."""
+    for name, a, b, gran in _gemm_cases():
+        a_q, b_q = GemmOperand.of(quantize(a, E4M3, gran)), GemmOperand.of(quantize(b, E4M3, gran))
+        blocked = a_q.scale.shape[1] > 1
         got, err = _call(fn, a_q, b_q)
         if err:
-            return Feedback(False, f"{name}: {err}")
-        want = (a_q.data.double() @ b_q.data.double().t()) * a_q.scale.double() * b_q.scale.double()
+            extra = ""
+            if "dequantize" in err:
+                extra = " These operands have no dequantize(): build the product from .data and .scale."
+            elif blocked:
+                extra = (" Here scale is (rows, K // block): one scale per row per K block, so it cannot multiply "
+                         "the [M, N] result directly.")
+            return Feedback(False, f"{name}: {err}.{extra}")
+        want = _reference_gemm(a_q, b_q)
         got = _tensor(got).double()
         if got.shape != want.shape:
             return Feedback(False, f"{name}: expected shape {tuple(want.shape)}, got {tuple(got.shape)}. "
@@ -332,61 +390,91 @@ def check_scaled_gemm(fn: Callable[[QuantizedTensor, QuantizedTensor], torch.Ten
         if torch.allclose(got, want, rtol=1e-4, atol=1e-6 * want.abs().max().item()):
             continue
         data = a_q.data.double() @ b_q.data.double().t()
+        sa, sb = a_q.scale.double(), b_q.scale.double()
         msg = f"{name}: the values are off."
         if torch.allclose(got, data, rtol=1e-4):
             msg += " The FP8 codes' product must still be scaled back: multiply by both scales."
-        elif torch.allclose(got, data / (a_q.scale.double() * b_q.scale.double()), rtol=1e-4):
+        elif not blocked and torch.allclose(got, data / (sa * sb), rtol=1e-4):
             msg += " scale is the DEQUANTIZATION multiplier: multiply by it, don't divide."
-        elif torch.allclose(got, data * a_q.scale.double(), rtol=1e-4) or torch.allclose(
-                got, data * b_q.scale.double(), rtol=1e-4):
+        elif not blocked and (torch.allclose(got, data * sa, rtol=1e-4) or torch.allclose(got, data * sb, rtol=1e-4)):
             msg += " You applied one operand's scale; each operand has its own."
+        elif blocked:
+            msg += (" With block scales along K, one scale cannot multiply the whole sum: multiply each K block's "
+                    "partial sum (a.data[:, k] @ b.data[:, k].T) by that block's scales, then add the blocks.")
         return Feedback(False, msg)
-    return Feedback(True, "(q_a @ q_b^T) * scale_a * scale_b: the products of FP8 codes, summed, then scaled.")
+    return Feedback(True, "each K block's products of FP8 codes, summed, times that block's two scales, added up: "
+                          "per tensor that is one multiply at the end.")
 
 
 def hint_scaled_gemm() -> str:
-    return "a ~ a_q.data * a_q.scale and b ~ b_q.data * b_q.scale. Expand (a @ b^T): where do the scales go?"
+    return ("a ~ a_q.data * a_q.scale, one scale per row per K block of a_q.block elements. Expand (a @ b^T) block "
+            "by block along K: which scales multiply which partial sum? (Per tensor there is one block.)")
 
 
 def solution_scaled_gemm() -> str:
     return '''def fn(a_q, b_q):
-    acc = a_q.data.float() @ b_q.data.float().t()   # exact products, fp32 sums (the tensor core)
-    return acc * a_q.scale * b_q.scale              # per-tensor scales: once, after the sum'''
+    out = 0
+    for j in range(a_q.scale.shape[1]):                               # one K block at a time
+        k = slice(j * a_q.block, (j + 1) * a_q.block)
+        acc = a_q.data[:, k].float() @ b_q.data[:, k].float().t()     # exact products, fp32 sums (the tensor core)
+        out = out + acc * a_q.scale[:, j, None] * b_q.scale[:, j][None, :]   # (M, 1) and (1, N) scales
+    return out'''
 
 
 # ---- 06: which recipes survive the sinks -----------------------------------------------------------------------------
 
-_SURVIVORS = {"blockwise", "mxfp8"}
+SURVIVAL_SINKS = 1e6
+SURVIVAL_LIMIT = 0.05
 _WHY = {
     "tensorwise": "one scale for the whole tensor is set by the 10^6 sinks: every other activation flushes to zero",
     "delayed": "per-tensor too, and its scale comes from past steps as well",
     "rowwise": "every row holds the sink channels, so every row's scale is set by them - worst of all",
     "nvfp4": "E2M1 has 3.6 binades: even its 16-element blocks lose the rest of a sink's block, and it starts "
              "worse than the FP8 recipes anyway",
+    "blockwise": "its 1x128 blocks along K keep the damage in the sinks' own block",
+    "mxfp8": "its 1x32 blocks along K keep the damage in the sinks' own block",
 }
 
 
-def check_survivors(answer) -> Feedback:
-    """Which recipes end within 5% of their own no-outlier loss with 4 sink channels at 1e6
-    (LESSON settings)? Answer with a set of recipe names."""
-    from fp8lab.recipes import RECIPES
-
+def _names(answer) -> tuple[set[str] | None, str]:
+    if isinstance(answer, str):  # "blockwise" or "blockwise, mxfp8": names, not characters
+        answer = [a for a in answer.replace(",", " ").split() if a]
     try:
-        chosen = {str(a).strip().lower() for a in answer}
+        return {str(a).strip().lower() for a in answer}, ""
     except TypeError:
-        return Feedback(False, "answer with a set of recipe names, e.g. {'tensorwise', 'mxfp8'}")
-    unknown = chosen - set(RECIPES)
+        return None, "answer with a set of recipe names, e.g. {'tensorwise', 'mxfp8'}"
+
+
+def check_survivors(answer) -> Feedback:
+    """Which FP8 recipes end within 5% of their own no-outlier loss with 4 sink channels at 1e6
+    (LESSON settings, mean of 3 seeds: fp8lab.measured)? A set of names (a string of names works)."""
+    from fp8lab.answers import survivors
+    from fp8lab.recipes import RECIPES
+    from fp8lab.train import BASELINES
+
+    chosen, err = _names(answer)
+    if chosen is None:
+        return Feedback(False, err)
+    unknown = chosen - set(RECIPES) - set(BASELINES)
     if unknown:
         return Feedback(False, f"unknown recipes {sorted(unknown)}; choose from {', '.join(RECIPES)}")
-    wrong = chosen - _SURVIVORS
+    note = ""
+    if chosen & set(BASELINES):
+        note = (f" ({', '.join(sorted(chosen & set(BASELINES)))} never sees the sinks - their next layer's weights "
+                "are zero - so it survives trivially; the question is about the FP8 recipes.)")
+    chosen -= set(BASELINES)
+    truth = survivors(SURVIVAL_SINKS, SURVIVAL_LIMIT)
+    wrong = chosen - truth
     if wrong:
         name = sorted(wrong)[0]
-        return Feedback(False, f"{name} does not survive: {_WHY[name]}.")
-    missing = _SURVIVORS - chosen
+        return Feedback(False, f"{name} does not survive: {_WHY.get(name, 'its loss ends more than 5% higher')}.{note}")
+    missing = truth - chosen
     if missing:
-        return Feedback(False, f"{sorted(missing)[0]} survives too: its blocks along K confine the sinks to the one "
-                               "block that holds them, and the wgrad layout (along M) never sees them.")
-    return Feedback(True, "blockwise and mxfp8: blocks along K keep the damage in the sinks' own block.")
+        name = sorted(missing)[0]
+        return Feedback(False, f"{name} survives too: {_WHY.get(name, 'it ends within 5%')}, and the wgrad layout "
+                               f"(blocks along M) never sees the sinks.{note}")
+    return Feedback(True, f"{' and '.join(sorted(truth))}: blocks along K keep the damage in the sinks' own block."
+                          f"{note}")
 
 
 def hint_survivors() -> str:
@@ -395,4 +483,122 @@ def hint_survivors() -> str:
 
 
 def solution_survivors() -> str:
-    return "{'blockwise', 'mxfp8'} - see tests/test_lessons.py for the measured losses"
+    from fp8lab.answers import survivors
+
+    return f"{sorted(survivors(SURVIVAL_SINKS, SURVIVAL_LIMIT))} - the sink cliff panel below shows the losses"
+
+
+# ---- 06b: tune the amax history ------------------------------------------------------------------------------------
+
+RECOVER_WITHIN = 20  # steps after the input drop
+
+
+def history_answer() -> int:
+    """The longest amax history (of fp8lab.train.HISTORIES) with which the delayed recipe brings
+    fc1's input underflow back under 1% within RECOVER_WITHIN steps of the drop (fp8lab.measured)."""
+    from fp8lab.measured import recovery
+
+    rec = recovery()
+    if rec.empty:
+        raise ValueError("fp8lab.measured holds no results: run `python -m fp8lab.measured --write`")
+    ok = [int(h) for h, n in zip(rec["history"], rec["steps_to_recover"], strict=True)
+          if n is not None and n <= RECOVER_WITHIN]
+    return max(ok)
+
+
+def check_history(history: int) -> Feedback:
+    """The longest amax history that brings fc1's input underflow back under 1% within 20 steps
+    after the input shrinks 1e5-fold at step 75 (delayed recipe, algo max, margin 0)."""
+    from fp8lab.measured import recovery
+    from fp8lab.train import HISTORIES
+
+    if isinstance(history, bool) or not isinstance(history, int) or history not in HISTORIES:
+        return Feedback(False, f"answer with one of the panel's history lengths: {', '.join(map(str, HISTORIES))}")
+    rec = dict(zip(recovery()["history"], recovery()["steps_to_recover"], strict=True))
+    best = history_answer()
+    steps = rec.get(history)
+    took = "does not recover within the run" if steps is None else f"needs {steps} steps"
+    if history == best:
+        return Feedback(True, f"history {history} {took} after the drop: with algo max the scale uses the largest of "
+                              f"the last {history} amaxes, and the old ones leave one per step. Longer histories ride "
+                              "out one-step spikes (notebook 03); this is as long as the drop allows.")
+    if history > best:
+        return Feedback(False, f"history {history} {took} after the drop (more than {RECOVER_WITHIN}): the old, large "
+                               "amax stays the max of the history for that many steps.")
+    return Feedback(False, f"history {history} recovers in time ({steps} steps), but a longer one does too - and a "
+                           "longer history is what protects against one-step spikes.")
+
+
+def hint_history() -> str:
+    return ("In the live panel pick only 'delayed', tick the input drop, monitor 'underflow' of 'input', and try "
+            "histories. Count the steps after step 75 until fc1's line falls back to 0: how does it relate to the "
+            "history length?")
+
+
+def solution_history() -> str:
+    return (f"{history_answer()}: with algo 'max' the delayed recipe recovers exactly `history` steps after the drop; "
+            f"the longest of the panel's lengths within {RECOVER_WITHIN} steps is {history_answer()}.")
+
+
+# ---- 06c: does a short run predict a long one? -----------------------------------------------------------------------
+
+SHORT, LONG = 30, 150
+
+
+def _rankings(history) -> tuple[list[str], list[str], dict, dict]:
+    """The runs ordered by loss at step SHORT (mean of steps SHORT-10..SHORT-1) and at the end."""
+    early = history[history.step < SHORT].groupby("run", sort=False)["loss"].apply(lambda s: s.tail(10).mean())
+    final = history.groupby("run", sort=False)["loss"].apply(lambda s: s.tail(10).mean())
+    return list(early.sort_values().index), list(final.sort_values().index), early.to_dict(), final.to_dict()
+
+
+def ranking_answer(sinks: float = SURVIVAL_SINKS, seed: int = 0) -> tuple[bool, list[str], list[str]]:
+    """From fp8lab.measured (LESSON settings): (same ranking?, ranking at step 30, at step 150)."""
+    from fp8lab.measured import cliff
+
+    df = cliff()
+    d = df[(df.sinks == sinks) & (df.seed == seed)]
+    r30, r150 = list(d.sort_values("loss_short").run), list(d.sort_values("loss").run)
+    return r30 == r150, r30, r150
+
+
+def check_ranking(result, same_ranking: bool | None) -> Feedback:
+    """From your own run (the live panel after >= 150 steps with >= 3 recipes, or a TrainResult):
+    does ranking the recipes by their loss at step 30 give the same order as at step 150?"""
+    history = getattr(result, "result", result)  # a TrainingPanel or its TrainResult
+    history = getattr(history, "history", None)
+    if history is None or len(history) == 0:
+        return Feedback(False, "train first: in the live panel pick 3 or more recipes, 150 steps, and press Start; "
+                               "then pass the panel (or its .result).")
+    runs = history["run"].nunique()
+    last = int(history["step"].max()) + 1
+    if runs < 3 or last < LONG:
+        return Feedback(False, f"your run has {runs} recipes and {last} steps: the exercise needs 3 or more recipes "
+                               f"and {LONG} steps.")
+    if not isinstance(same_ranking, bool):
+        return Feedback(False, "answer True (the order at step 30 is the order at step 150) or False.")
+    r30, r150, early, final = _rankings(history[history.step < LONG])
+    same = r30 == r150
+    shown = (f"at step {SHORT}: {' < '.join(f'{r} {early[r]:.3g}' for r in r30)}; at step {LONG}: "
+             f"{' < '.join(f'{r} {final[r]:.3g}' for r in r150)}")
+    base = "fp32" if "fp32" in final else r150[0]
+    flagged30 = {r for r in r30 if early[r] > 1.05 * early[base]}
+    flagged150 = {r for r in r150 if final[r] > 1.05 * final[base]}
+    f30, f150 = ", ".join(sorted(flagged30)) or "none", ", ".join(sorted(flagged150)) or "none"
+    lesson = (f" Beyond the order: the recipes more than 5% behind {base} at step {SHORT} ({f30}) and at step "
+              f"{LONG} ({f150}){' are the same' if flagged30 == flagged150 else ' differ'}: a short run flags the "
+              "recipes that break; near-ties can swap.")
+    if same_ranking == same:
+        return Feedback(True, f"{'same' if same else 'different'} order - {shown}.{lesson}")
+    return Feedback(False, f"look again: {shown}.")
+
+
+def hint_ranking() -> str:
+    return ("Train once for 150 steps (sinks at 1e6 makes it interesting): the loss each run had around step 30 is "
+            "what a 30-step experiment would have ended at. Order the runs by it, then by the final loss.")
+
+
+def solution_ranking() -> str:
+    same, r30, r150 = ranking_answer()
+    return (f"At sinks 1e6, seed 0 (fp8lab.measured): step 30 {' < '.join(r30)}; step 150 {' < '.join(r150)} - "
+            f"{'the same order' if same else 'a different order'}. Your own run decides your answer.")

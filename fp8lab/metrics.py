@@ -1,8 +1,10 @@
 """How much a quantization lost: SQNR, relative error, and where values went.
 
-Public: sqnr, relative_error, overflow_fraction, underflow_fraction, subnormal_fraction,
-quantization_report. Every function takes the original x and either the dequantized
-tensor or the QuantizedTensor, and returns Python floats (computed in float64).
+Public: sqnr, channel_sqnr, relative_error, overflow_fraction, underflow_fraction,
+subnormal_fraction, quantization_report. Every function takes the original x and either
+the dequantized tensor or the QuantizedTensor, and returns Python floats (float64).
+Whole-tensor SQNR weighs each value by its energy, so a few outlier channels decide it;
+channel_sqnr and the report's "ordinary" entries measure everything else.
 Notebook 02 introduces these; every later notebook plots them.
 """
 
@@ -16,6 +18,8 @@ from fp8lab import kernels
 from fp8lab.quantize import QuantizedTensor
 
 __all__ = [
+    "channel_sqnr",
+    "ordinary_channels",
     "overflow_fraction",
     "overflow_underflow",
     "quantization_report",
@@ -48,6 +52,38 @@ def sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> float:
     if signal == 0:
         return -math.inf
     return 10.0 * math.log10(signal / noise)
+
+
+def ordinary_channels(k: int, outlier_channels: torch.Tensor | list[int] | None = None) -> torch.Tensor:
+    """A bool mask over the K channels (columns) of x[M, K]: True except at `outlier_channels`."""
+    keep = torch.ones(k, dtype=torch.bool)
+    if outlier_channels is not None and len(outlier_channels):
+        keep[torch.as_tensor(outlier_channels, dtype=torch.long)] = False
+    return keep
+
+
+def channel_sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor,
+                 outlier_channels: torch.Tensor | list[int] | None = None) -> float:
+    """SQNR in dB with every channel weighted alike: -10 log10(mean_c noise_c / signal_c).
+
+    x[M, K]: channel c is column c; noise_c = sum_m (x - y)^2, signal_c = sum_m x^2, over the
+    channels not in `outlier_channels` that hold a nonzero value. Where all channels are
+    alike it equals sqnr(x, y); a channel flushed to zero has noise_c / signal_c = 1, so a
+    share f of flushed channels caps it at -10 log10(f) dB, whatever the outliers' energy.
+    inf when every channel is exact; NaN where x or y holds a NaN.
+    """
+    x64, y64 = x.detach().double(), _as_tensor(y).detach().double()
+    x64, y64 = x64.reshape(-1, x64.shape[-1]), y64.reshape(-1, y64.shape[-1])  # (M, K)
+    keep = ordinary_channels(x64.shape[-1], outlier_channels)
+    signal = x64[:, keep].square().sum(0)  # (K',)
+    noise = (x64[:, keep] - y64[:, keep]).square().sum(0)
+    if bool(signal.isnan().any() or noise.isnan().any()):
+        return math.nan
+    live = signal > 0
+    if not bool(live.any()):
+        return math.inf if float(noise.sum()) == 0 else -math.inf
+    ratio = float((noise[live] / signal[live]).mean())
+    return math.inf if ratio == 0 else -10.0 * math.log10(ratio)
 
 
 def relative_error(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> float:
@@ -107,9 +143,15 @@ def subnormal_fraction(q: QuantizedTensor) -> float:
     return ((a > 0) & (a < q.fmt.min_normal)).double().mean().item()
 
 
-def quantization_report(x: torch.Tensor, q: QuantizedTensor) -> dict[str, float | str]:
-    """Everything above in one dict, plus the scale overhead in bits per element."""
+def quantization_report(x: torch.Tensor, q: QuantizedTensor,
+                        outlier_channels: torch.Tensor | list[int] | None = None) -> dict[str, float | str]:
+    """Everything above in one dict, plus the scale overhead in bits per element, and, for
+    the ordinary values (x[M, K] without its `outlier_channels`): "ordinary_sqnr_db"
+    (channel_sqnr) and "ordinary_underflow" (the share of them flushed to zero)."""
     deq = q.dequantize()
+    x2 = x.detach().reshape(q.shape)
+    keep = ordinary_channels(x2.shape[-1], outlier_channels)
+    flushed = ((x2[:, keep] != 0) & (deq.reshape(q.shape)[:, keep] == 0)).double().mean().item()
     return {
         "format": q.fmt.name,
         "granularity": q.granularity.label,
@@ -121,6 +163,8 @@ def quantization_report(x: torch.Tensor, q: QuantizedTensor) -> dict[str, float 
         "subnormal": subnormal_fraction(q),
         "scale_bits_per_element": q.scale_bits_per_element,
         "amax": float(x.detach().abs().max()),
+        "ordinary_sqnr_db": channel_sqnr(x2, deq.reshape(q.shape), outlier_channels),
+        "ordinary_underflow": flushed,
     }
 
 

@@ -1,8 +1,10 @@
 """Figures: each function takes data (and an optional ax), draws, and returns the ax.
 
-Public: use_theme, figure, histogram_log2, number_line, scale_heatmap, block_error_heatmap,
-metric_vs_block, gemm_error_vs_k, bars, loss_curves, monitor_lines, amax_over_steps,
-PALETTE. One seaborn theme and a colour-blind-safe palette everywhere; axes carry units.
+Public: use_theme, figure, to_png, histogram_log2, number_line, scale_heatmap,
+block_error_heatmap, metric_vs_block, overflow_vs_block, gemm_error_vs_k, bars,
+loss_curves, monitor_lines, amax_over_steps, outlier_cliff, sink_cliff, PALETTE,
+PIXEL_RATIO. One seaborn theme and a colour-blind-safe palette everywhere; axes carry
+units and tick labels (tests/test_widgets.py checks every panel's axes).
 """
 
 from __future__ import annotations
@@ -15,25 +17,34 @@ import numpy as np
 import seaborn as sns
 import torch
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator, PercentFormatter
 
 from fp8lab.formats import FloatFormat, get_format
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.scaling import padded_blocks
 
 __all__ = [
+    "LAYER_STYLES",
     "PALETTE",
+    "PIXEL_RATIO",
     "amax_over_steps",
     "bars",
     "block_error_heatmap",
     "figure",
     "gemm_error_vs_k",
     "histogram_log2",
+    "log_axis",
     "loss_curves",
+    "magnitude",
     "metric_vs_block",
     "monitor_lines",
     "number_line",
+    "outlier_cliff",
+    "overflow_vs_block",
+    "run_colors",
+    "runs_legend",
     "scale_heatmap",
+    "sink_cliff",
     "to_png",
     "use_theme",
 ]
@@ -42,6 +53,8 @@ PALETTE = sns.color_palette("colorblind")
 CLIP = "#d55e00"  # vermillion: values that clip (overflow)
 FLUSH = "#7f7f7f"  # grey: values that flush to zero (underflow)
 WINDOW = "#009e73"  # green: the representable window
+LAYER_STYLES = ("-", "--", ":", "-.")
+PIXEL_RATIO = 2  # PNGs carry 2x the pixels of their size on the page: sharp on high-DPI screens
 
 
 def use_theme() -> None:
@@ -51,13 +64,22 @@ def use_theme() -> None:
     # place titles clear of top ticks (none here), ~40% of a widget's redraw
     plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "figure.autolayout": False,
                          "axes.titlesize": 11, "axes.titleweight": "bold", "axes.titley": 1.0})
+    try:  # inline notebook figures at 2x pixels too ("retina": shown at half their pixel size)
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        set_matplotlib_formats("retina")
+    except ImportError:  # matplotlib without IPython: nothing inline to configure
+        pass
 
 
-def figure(ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3.2, pyplot: bool = True):
+def figure(ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3.2, pyplot: bool = True,
+           right: float = 0.6, bottom: float = 0.55):
     """A new figure and its axes (a list when there are several).
 
     pyplot=True: through matplotlib.pyplot, so a notebook shows it inline. pyplot=False: a
-    bare Figure (no global state; safe from a background thread), as the widgets use.
+    bare Figure (no global state; safe from a background thread), as the widgets use, with
+    fixed margins (`right` / `bottom`: inches kept free right of the last axes, e.g. for a
+    legend, and below the axes, e.g. for rotated tick labels).
     """
     size = (width * ncols, height * nrows)
     if pyplot:
@@ -66,18 +88,19 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3
         # fixed margins: the constrained-layout solver would double the time of a redraw
         fig = Figure(figsize=size)
         axes = fig.subplots(nrows, ncols, squeeze=False)
-        bottom = min(0.55 / size[1], 0.3)
-        fig.subplots_adjust(left=0.7 / size[0], right=1 - 0.6 / size[0], bottom=bottom,
-                            top=max(1 - 0.35 / size[1], bottom + 0.2), wspace=0.45, hspace=0.5)
+        low = min(bottom / size[1], 0.45)
+        fig.subplots_adjust(left=0.85 / size[0], right=1 - right / size[0], bottom=low,
+                            top=max(1 - 0.35 / size[1], low + 0.2), wspace=0.45, hspace=0.5)
     flat = list(axes.flat)
     return fig, (flat[0] if len(flat) == 1 else flat)
 
 
-def to_png(fig, keep: bool = False) -> bytes:
-    """Render a figure to PNG bytes. Unless keep=True (a panel that redraws into the same
-    figure), close it and clear it: its reference cycles go now, not in a slow GC pass."""
+def to_png(fig, keep: bool = False, pixel_ratio: float = 1) -> bytes:
+    """Render a figure to PNG bytes at pixel_ratio x its dpi (2: for high-DPI screens, shown
+    at half its pixel size). Unless keep=True (a panel that redraws into the same figure),
+    close it and clear it: its reference cycles go now, not in a slow GC pass."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", pil_kwargs={"compress_level": 1})
+    fig.savefig(buf, format="png", dpi=fig.dpi * pixel_ratio, pil_kwargs={"compress_level": 1})
     if not keep:
         plt.close(fig)
         fig.clear()
@@ -88,15 +111,36 @@ def _ax(ax):
     return ax if ax is not None else figure()[1]
 
 
-def _log(ax, axis: str = "y", base: float = 10) -> None:
-    """A log axis with a few major ticks and no minor ones (minor log ticks are slow to draw)."""
+def log_axis(ax, axis: str = "y", base: float = 10) -> None:
+    """A log axis with a few major ticks and no minor ones (minor log ticks are slow to draw).
+
+    Call after plotting: where the data span less than about two decades, the ticks include
+    2x and 5x (or every integer multiple of) each power, so that a narrow range keeps labels."""
     getattr(ax, f"set_{axis}scale")("log", base=base)
     target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_locator(LogLocator(base=base, numticks=6))
+    lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    decades = math.log(hi / lo, base) if lo > 0 and hi > lo else 99
+    subs = (1.0,) if decades >= 2 or base != 10 else (1.0, 2.0, 5.0) if decades >= 0.5 else np.arange(1.0, 10.0)
+    target.set_major_locator(LogLocator(base=base, subs=subs, numticks=7))
     target.set_minor_locator(NullLocator())
     # plain-text labels ("0.001", "4096"): the default mathtext ones ("10^-3") cost more to
     # lay out than the whole rest of a redraw
-    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_major_formatter(FuncFormatter(lambda v, _: _tick(v)))
+
+
+def magnitude(v: float) -> str:
+    """A magnitude as the lab writes it: 0 -> "none", powers of ten as 1e5, others as %g."""
+    if v == 0:
+        return "none"
+    k = math.log10(abs(v))
+    return f"1e{round(k)}" if k == round(k) and abs(k) >= 3 else f"{v:g}"
+
+
+def _tick(v: float) -> str:
+    """A plain tick label: integers as integers (4096, 10000), the rest in 3 digits (0.002, 1e+07)."""
+    if v == int(v) and 1 <= abs(v) < 1e6:
+        return str(int(v))
+    return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
 
 
 # ---- distributions and formats ---------------------------------------------------------------------
@@ -128,7 +172,7 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     counts, edges = np.histogram(logs, bins=bins, range=(left, right))
     ax.stairs(np.maximum(counts, 0.5), edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)
     ax.set_xlim(left, right)
-    _log(ax, "y")
+    log_axis(ax, "y")
     ax.set_xlabel("log2 |x|  (each unit is a binade: a factor of 2)")
     ax.set_ylabel("count (log)")
     ax.set_title(title or f"|x| against the {fmt.name} window (scale {scale:.3g})")
@@ -184,12 +228,16 @@ def _block_grid(values: torch.Tensor, max_cells: int = 64) -> np.ndarray:
     return v.numpy()
 
 
-def _heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = None, vmax: float | None = None):
-    # imshow + colorbar: what seaborn's heatmap draws, at a fraction of the cost
-    im = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+def _heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = None, vmax: float | None = None,
+             shape: tuple[int, int] | None = None):
+    """imshow + colorbar (what seaborn's heatmap draws, at a fraction of the cost). shape: the
+    (rows, cols) of blocks the grid stands for (it may be pooled): the ticks count blocks."""
+    rows, cols = shape or grid.shape
+    im = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest",
+                   extent=(0, cols, rows, 0))
     ax.figure.colorbar(im, ax=ax, label=label)
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set_xticks([0, cols], ["0", str(cols)])
+    ax.set_yticks([0, rows], ["0", str(rows)])
     ax.grid(False)
 
 
@@ -198,7 +246,7 @@ def scale_heatmap(q: QuantizedTensor, ax=None):
     ax = _ax(ax)
     s = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
     grid = _block_grid(torch.log2(s.clamp(min=1e-45)))
-    _heatmap(ax, grid, "viridis", "log2(scale)")
+    _heatmap(ax, grid, "viridis", "log2(scale)", shape=tuple(s.reshape(-1, s.shape[-1]).shape) if s.dim() else (1, 1))
     ax.set_xlabel(f"block column ({s.shape[-1] if s.dim() else 1} along K)")
     ax.set_ylabel(f"block row ({s.shape[0] if s.dim() else 1} along M)")
     ax.set_title(f"scales, {q.granularity.label} blocks")
@@ -215,7 +263,7 @@ def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None):
     lost = ((x2 - q.dequantize()).abs() > x2.abs() * 2.0 ** -(q.fmt.mantissa_bits + 1)).float()
     # padding counts as neither lost nor present: divide by the real elements of each block
     frac = padded_blocks(lost, (r, c)).sum((1, 3)) / padded_blocks(torch.ones_like(lost), (r, c)).sum((1, 3))
-    _heatmap(ax, _block_grid(frac), "magma_r", "fraction of values lost", vmin=0, vmax=1)
+    _heatmap(ax, _block_grid(frac), "magma_r", "fraction of values lost", vmin=0, vmax=1, shape=tuple(frac.shape))
     ax.set_xlabel("block column (along K)")
     ax.set_ylabel("block row (along M)")
     ax.set_title("values lost per block (dark: most)")
@@ -235,12 +283,91 @@ def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | Non
     ticks = labels
     if "scale_bits_per_element" in df:
         bits = df.drop_duplicates("block").set_index("block")["scale_bits_per_element"]
-        ticks = [f"{b}\n{bits[b]:.2g} b" for b in labels]
-    ax.set_xticks(range(len(labels)), ticks, fontsize=8)
-    ax.set_xlabel("block (rows x cols along K), and its scale bits per element")
+        ticks = [f"{b}: {bits[b]:.2g} b" for b in labels]
+    ax.set_xticks(range(len(labels)), ticks, fontsize=7, rotation=90)
+    ax.set_xlabel("block: its scales' bits per element")
     ax.set_ylabel({"sqnr_db": "SQNR (dB, higher is better)"}.get(metric, metric))
     ax.legend(fontsize=8, loc="lower left")
     ax.set_title("quality and cost of each block size")
+    return ax
+
+
+def overflow_vs_block(df, ax=None):
+    """The share of values that clipped (overflow) against block size, one line per strategy:
+    where the OCP floor rule pays for its higher SQNR."""
+    ax = _ax(ax)
+    labels = list(dict.fromkeys(df["block"]))
+    xs = {b: i for i, b in enumerate(labels)}
+    for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False)):
+        ax.plot([xs[b] for b in part["block"]], part["overflow"], marker="o", color=PALETTE[i % 10], label=strategy)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=90)
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
+    ax.set_ylim(bottom=0, top=max(float(df["overflow"].max()) * 1.15, 1e-3))
+    ax.set_xlabel("block")
+    ax.set_ylabel("values clipped (overflow)")
+    ax.set_title("what each rule clips")
+    return ax
+
+
+def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | None = None):
+    """A quantization metric against outlier magnitude (log x), one line per recipe: where
+    each recipe's ordinary values fall off. df: recipe, outliers, and the metric's column."""
+    ax = _ax(ax)
+    for i, (recipe, part) in enumerate(df.groupby("recipe", sort=False)):
+        ax.plot(part["outliers"], part[metric], marker="o", ms=4, color=PALETTE[i % 10], label=recipe)
+    ax.set_xscale("log")
+    log_axis(ax, "x")
+    if metric.endswith("underflow"):
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_ylabel("ordinary values flushed to 0")
+    else:
+        ax.set_ylabel("SQNR of ordinary channels (dB)")
+    ax.set_xlabel("outlier channels' magnitude (x the others; 1: no outliers)")
+    ax.legend(fontsize=7, loc="lower left" if not metric.endswith("underflow") else "upper left")
+    ax.set_title("the outlier cliff: where each recipe breaks")
+    return ax
+
+
+def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, live=None):
+    """Final training loss against sink magnitude (log x; 'none' drawn at 1), one line per run.
+
+    df: run, sinks, loss (mean over seeds). relative=True: the change against each run's own
+    no-sink loss. live: optional rows (run, sinks, loss) recomputed now, drawn as crosses."""
+    ax = _ax(ax)
+    d = df.copy()
+    d["x"] = d["sinks"].where(d["sinks"] > 0, 1.0)
+    base = d[d.sinks == 0].set_index("run")["loss"]
+    if relative:
+        d["y"] = d["loss"] / d["run"].map(base) - 1
+    else:
+        d["y"] = d["loss"]
+    colors = {}
+    for i, (run, part) in enumerate(d.groupby("run", sort=False)):
+        colors[run] = PALETTE[i % 10]
+        ax.plot(part["x"], part["y"], marker="o", ms=4, color=colors[run], label=run)
+    if live is not None and len(live):
+        lv = live.copy()
+        lv["x"] = lv["sinks"].where(lv["sinks"] > 0, 1.0)
+        lv["y"] = lv["loss"] / lv["run"].map(base) - 1 if relative else lv["loss"]
+        for run, part in lv.groupby("run", sort=False):
+            ax.scatter(part["x"], part["y"], marker="x", s=60, color=colors.get(run, "black"), zorder=5,
+                       label="recomputed now" if run == lv["run"].iloc[0] else None)
+    if mark is not None:
+        ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1)
+    ax.set_xscale("log")
+    log_axis(ax, "x")
+    if relative:
+        ax.axhline(0.05, color=CLIP, ls="--", lw=1, label="+5%")
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
+        ax.set_ylabel("final loss vs its own no-sink run")
+    else:
+        ax.set_yscale("log")
+        log_axis(ax, "y")
+        ax.set_ylabel("final loss (log)")
+    ax.set_xlabel("sink channels' value (1: no sinks)")
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.set_title("the sink cliff: final loss after 150 steps")
     return ax
 
 
@@ -252,8 +379,8 @@ def gemm_error_vs_k(df, ax=None):
     ax = _ax(ax)
     for i, (label, part) in enumerate(df.groupby("accumulation", sort=False)):
         ax.plot(part["K"], part["relative error"], marker="o", color=PALETTE[i % 10], label=label)
-    _log(ax, "x", base=2)
-    _log(ax, "y")
+    log_axis(ax, "x", base=2)
+    log_axis(ax, "y")
     ax.set_xlabel("K (length of each dot product)")
     ax.set_ylabel("relative error vs exact")
     ax.legend(fontsize=8)
@@ -268,9 +395,9 @@ def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", l
     names = list(values)
     colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
     ax.bar(range(len(names)), [values[n] for n in names], color=colors)
-    ax.set_xticks(range(len(names)), names, rotation=20)
+    ax.set_xticks(range(len(names)), [n.replace(" (", "\n(") for n in names], fontsize=8)
     if log:
-        _log(ax, "y")
+        log_axis(ax, "y")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     return ax
@@ -279,37 +406,67 @@ def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", l
 # ---- training ---------------------------------------------------------------------------------------------------
 
 
-def loss_curves(history, ax=None, smooth: int = 5, title: str = "training loss"):
+def run_colors(runs) -> dict:
+    """One colour per run name, in order, shared by every plot of the same runs."""
+    return {run: PALETTE[i % 10] for i, run in enumerate(dict.fromkeys(runs))}
+
+
+def loss_curves(history, ax=None, smooth: int = 5, title: str = "training loss", colors: dict | None = None,
+                legend: bool = True):
     """Loss against step, one line per run (a rolling mean over `smooth` steps), log y."""
     ax = _ax(ax)
-    for i, (run, part) in enumerate(history.groupby("run", sort=False)):
+    colors = colors or run_colors(history["run"])
+    for run, part in history.groupby("run", sort=False):
         y = part["loss"].rolling(smooth, min_periods=1).mean() if smooth > 1 else part["loss"]
-        ax.plot(part["step"], y, color=PALETTE[i % 10], label=run, lw=1.5)
-    _log(ax, "y")
+        ax.plot(part["step"], y, color=colors[run], label=run, lw=1.5)
+    log_axis(ax, "y")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("loss (log scale)")
     ax.set_title(title)
-    if len(history):
+    if len(history) and legend:
         ax.legend(fontsize=8, loc="upper right")
     return ax
 
 
-def monitor_lines(monitor, metric: str = "underflow", ax=None, gemm: str = "fprop", role: str = "input"):
-    """A per-layer statistic over training (fraction underflowed, overflowed, amax), per run."""
+def monitor_lines(monitor, metric: str = "underflow", ax=None, gemm: str = "fprop", role: str = "input",
+                  colors: dict | None = None, legend: bool = True):
+    """A per-layer statistic over training (fraction underflowed, overflowed, amax), per run:
+    colour = run, line style = layer."""
     ax = _ax(ax)
     if monitor is None or len(monitor) == 0:
         ax.set_title(f"{metric}: nothing recorded yet")
         return ax
     part = monitor[(monitor["gemm"] == gemm) & (monitor["role"] == role)]
-    styles = ["-", "--", ":", "-."]
-    for i, (run, by_run) in enumerate(part.groupby("run", sort=False)):
+    colors = colors or run_colors(part["run"])
+    for run, by_run in part.groupby("run", sort=False):
         for j, (layer, d) in enumerate(by_run.groupby("layer", sort=False)):
-            ax.plot(d["step"], d[metric], color=PALETTE[i % 10], ls=styles[j % 4], lw=1.2, label=f"{run} {layer}")
+            ax.plot(d["step"], d[metric], color=colors[run], ls=LAYER_STYLES[j % 4], lw=1.2, label=f"{run} {layer}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
-    ax.set_ylabel({"underflow": "fraction flushed to 0", "overflow": "fraction clipped"}.get(metric, metric))
+    if metric in ("underflow", "overflow"):  # shares as percent: no '1e-3' offset text over the title
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
+        ax.set_ylim(bottom=0, top=max(float(part[metric].max()) * 1.1, 1e-3) if len(part) else 1)
+    else:
+        ax.set_yscale("log")
+        log_axis(ax, "y")
+    ax.set_ylabel({"underflow": "flushed to 0", "overflow": "clipped"}.get(metric, metric))
     ax.set_title(f"{metric} of each layer's {role} ({gemm})")
-    ax.legend(fontsize=7, ncol=2, loc="upper right")
+    if legend:  # beside the plot, not over the lines
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     return ax
+
+
+def runs_legend(ax, colors: dict, layers=()) -> None:
+    """One legend beside `ax` for a figure of runs (colours) and layers (line styles)."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, lw=2, label=run) for run, c in colors.items()]
+    handles += [Line2D([], [], color="black", ls=LAYER_STYLES[j % 4], lw=1.2, label=layer)
+                for j, layer in enumerate(layers)]
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
+                  frameon=False)
 
 
 def amax_over_steps(df, ax=None):
@@ -322,7 +479,7 @@ def amax_over_steps(df, ax=None):
         hit = df[df[col] > 0]
         ax.scatter(hit["step"], hit["amax"], color=CLIP, marker="x", s=50, zorder=5,
                    label="clipped (overflow)" if i == 0 else None)
-    _log(ax, "y")
+    log_axis(ax, "y")
     ax.set_xlabel("step")
     ax.set_ylabel("amax (log)")
     ax.legend(fontsize=7)

@@ -17,7 +17,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +28,9 @@ from fp8lab.recipes import Recipe, get_recipe
 
 __all__ = [
     "BASELINES",
+    "CLIFF_RUNS",
+    "CLIFF_SINKS",
+    "HISTORIES",
     "LESSON",
     "MarkovTask",
     "TeacherTask",
@@ -36,9 +39,12 @@ __all__ = [
     "TrainResult",
     "bench_train",
     "block_size_recipes",
+    "cliff_sweep",
     "compare_real_emulated",
     "delayed_recipes",
+    "history_sweep",
     "make_model",
+    "steps_to_recover",
     "train",
 ]
 
@@ -256,11 +262,15 @@ def block_size_recipes(cols: Sequence[int] = (32, 128, 512)) -> list[Recipe]:
 
 
 def delayed_recipes(lengths: Sequence[int] = (LESSON.short_history, LESSON.long_history),
-                    algo: str = "max") -> list[Recipe]:
-    """The delayed recipe with amax histories of these lengths."""
-    from fp8lab.recipes import RECIPES, DelayedSpec
+                    algo: str = "max", margin: int = 0) -> list[Recipe]:
+    """The delayed recipe with amax histories of these lengths (and this margin on every role:
+    scale = amax_used * 2**margin / fmt.max_value). Named "delayed h{n}" ("... m{margin}" if any)."""
+    from fp8lab.recipes import RECIPES, ROLES, DelayedSpec
 
-    return [RECIPES["delayed"].replace(name=f"delayed h{n}", delayed=DelayedSpec(n, algo)) for n in lengths]
+    base = RECIPES["delayed"]
+    roles = {role: replace(getattr(base, role), margin=margin) for role in ROLES} if margin else {}
+    suffix = f" m{margin}" if margin else ""
+    return [base.replace(name=f"delayed h{n}{suffix}", delayed=DelayedSpec(n, algo), **roles) for n in lengths]
 
 
 # ---- training ------------------------------------------------------------------------------------
@@ -487,6 +497,56 @@ def lesson_table(seeds: Sequence[int] = (0, 1, 2)):
     table = df.pivot_table(index="run", columns="sinks", values="final loss", aggfunc="mean", sort=False)
     print(table.to_string(float_format=lambda v: f"{v:.4f}"))
     return df
+
+
+# ---- the sweeps behind notebook 06's cliff and exercises (shipped in fp8lab.measured) ----------------
+
+CLIFF_SINKS = (0.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7)
+CLIFF_RUNS = ("fp32", "tensorwise", "delayed", "rowwise", "blockwise", "mxfp8", "nvfp4")
+HISTORIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def cliff_sweep(sinks: Sequence[float] = CLIFF_SINKS, seeds: Sequence[int] = (0, 1, 2),
+                runs: Sequence[str] = CLIFF_RUNS, steps: int = LESSON.steps, short: int = 30):
+    """Final loss against sink magnitude, per recipe (LESSON settings): one row per seed, sink
+    magnitude and run, with `loss` (mean of the last 10 of `steps` steps) and `loss_short`
+    (mean of steps short-10 .. short-1: what a `short`-step run ends at, since a run's first
+    steps do not depend on how many follow)."""
+    import pandas as pd
+
+    rows = []
+    for seed in seeds:
+        for magnitude in sinks:
+            res = train(runs, steps=steps, seed=seed, sink_magnitude=magnitude, progress=False, monitor_every=None)
+            early = TrainResult(res.history[res.history.step < short], None).final_loss()
+            for run, loss in res.final_loss().items():
+                rows.append({"seed": seed, "sinks": magnitude, "run": run, "loss": loss,
+                             "loss_short": early[run]})
+    return pd.DataFrame(rows)
+
+
+def history_sweep(lengths: Sequence[int] = HISTORIES, seed: int = 0, margin: int = 0):
+    """fc1's input underflow (fprop, every step) of the delayed recipe with each amax history
+    length when fc1's input shrinks at LESSON.gain_drop_step: columns history, step, underflow."""
+    res = train(delayed_recipes(lengths, margin=margin), seed=seed, gain_schedule=LESSON.gain_schedule,
+                progress=False, monitor_every=1)
+    m = res.monitor
+    m = m[(m.layer == "fc1") & (m.role == "input") & (m.gemm == "fprop")]
+    df = m[["run", "step", "underflow"]].copy()
+    df.insert(0, "history", [int(r.split()[1][1:]) for r in df.pop("run")])
+    return df.reset_index(drop=True)
+
+
+def steps_to_recover(underflow_by_step, drop_step: int = LESSON.gain_drop_step, threshold: float = 0.01) -> int | None:
+    """Steps after `drop_step` until underflow stays below `threshold` to the end (None: never).
+
+    underflow_by_step: a pandas Series indexed by step."""
+    after = underflow_by_step[underflow_by_step.index >= drop_step]
+    bad = after[after >= threshold]
+    if len(bad) == 0:
+        return 0
+    last_bad = int(bad.index.max())
+    return None if last_bad >= int(after.index.max()) else last_bad + 1 - drop_step
 
 
 # ---- benchmark -----------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """ipywidgets panels: controls wired to fp8lab's functions and plots. No maths here.
 
 Public: one Panel per notebook figure (TimingPanel, BitsPanel, NumberLinePanel,
-PerTensorPanel, DelayedPanel, BlockPanel, BlockSweepPanel, GemmPanel, AccumulationPanel,
-TrainingPanel, DistributedPanel, ExportPanel), PANELS, bench_widgets.
+PerTensorPanel, CliffPanel, DelayedPanel, BlockPanel, BlockSweepPanel, GemmPanel,
+AccumulationPanel, TrainingPanel, TrainingCliffPanel, DistributedPanel, ExportPanel),
+PANELS, Prediction (commit to a prediction, then reveal the measured answer), bench_widgets.
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute,
 redraw; returns the data it plotted, so tests can drive it without a browser) and
 `widget` (what the notebook shows). Plots are PNGs in an ipywidgets.Image, rendered
-without pyplot, so a background thread (notebook 06's live training) can redraw them.
+without pyplot at 2x device pixels, so a background thread (notebook 06's live training)
+can redraw them and high-DPI screens show them sharp.
 """
 
 from __future__ import annotations
@@ -16,16 +18,26 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 import ipywidgets as W
 import pandas as pd
 import torch
 
 from fp8lab import plots
+from fp8lab.anatomy import anatomy, rounding
 from fp8lab.data import DISTRIBUTIONS, activation_stream, sample
 from fp8lab.formats import FORMATS, get_format
 from fp8lab.gemm import AccumulatorModel, accumulation_error, matmul, quantize_operands, resolve_backend
-from fp8lab.metrics import quantization_report, row_overflow, row_sqnr, sqnr
+from fp8lab.metrics import (
+    channel_sqnr,
+    ordinary_channels,
+    overflow_fraction,
+    quantization_report,
+    row_overflow,
+    row_sqnr,
+    sqnr,
+)
 from fp8lab.quantize import quantize
 from fp8lab.recipes import RECIPES
 from fp8lab.scaling import AmaxHistory, PerRow, PerTensor, parse_granularity
@@ -38,6 +50,7 @@ __all__ = [
     "BitsPanel",
     "BlockPanel",
     "BlockSweepPanel",
+    "CliffPanel",
     "DelayedPanel",
     "DistributedPanel",
     "ExportPanel",
@@ -45,16 +58,28 @@ __all__ = [
     "NumberLinePanel",
     "Panel",
     "PerTensorPanel",
+    "Prediction",
     "TimingPanel",
+    "TrainingCliffPanel",
     "TrainingPanel",
     "bench_widgets",
 ]
 
-OUTLIERS = (0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6)
+OUTLIERS = (0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
 BLOCKS = ("1x16", "1x32", "1x64", "1x128", "32x32", "128x128", "per-row", "per-tensor")
 ELEMENT_FORMATS = ("e4m3", "e5m2", "e2m1")
 RULES = ("exact", "rceil", "floor")
-SCALE_FORMATS = ("fp32", "e8m0", "e4m3")
+# how a block's scale is stored and rounded: (rule, scale format, two-level). E8M0 holds only
+# powers of two (rceil or floor); E4M3 scales sit under an fp32 tensor scale (NVFP4)
+SCALES = {
+    "fp32, exact": ("exact", None, False),
+    "fp32, power of two (rceil)": ("rceil", None, False),
+    "E8M0, rceil (MX as cuBLAS/TE)": ("rceil", "e8m0", False),
+    "E8M0, floor (OCP MX)": ("floor", "e8m0", False),
+    "E4M3 under an fp32 tensor scale (NVFP4)": ("exact", "e4m3", True),
+}
+# the recipes whose activation scaling the outlier cliff compares (delayed: tensorwise's, one step late)
+CLIFF_RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4")
 
 
 def _metrics_html(rows: dict[str, str]) -> str:
@@ -72,6 +97,8 @@ class Panel:
 
     title = ""
     width, height, ncols = 6.0, 3.2, 1
+    right = 0.6  # inches right of the last plot (a legend beside it needs more)
+    bottom = 0.55  # inches below the plots (rotated tick labels need more)
 
     def __init__(self, **controls: W.Widget) -> None:
         self.controls: dict[str, W.Widget] = controls
@@ -110,9 +137,12 @@ class Panel:
 
     def _axes(self):
         if self._figure is None:
-            fig, axes = plots.figure(self.ncols, 1, self.width, self.height, pyplot=False)
+            fig, axes = plots.figure(self.ncols, 1, self.width, self.height, pyplot=False, right=self.right,
+                                     bottom=self.bottom)
             own = axes if isinstance(axes, list) else [axes]
             self._figure = (fig, axes, [ax.get_position() for ax in own])
+            # the PNG has 2x the pixels; the page shows it at the figure's size in CSS pixels
+            self.image.width = str(round(fig.get_figwidth() * fig.dpi))
         fig, axes, boxes = self._figure
         own = axes if isinstance(axes, list) else [axes]
         for ax in list(fig.axes):
@@ -132,7 +162,7 @@ class Panel:
             self.data = self.compute(**self.values())
             fig, axes = self._axes()
             self.draw(self.data, axes)
-            self.image.value = plots.to_png(fig, keep=True)
+            self.image.value = plots.to_png(fig, keep=True, pixel_ratio=plots.PIXEL_RATIO)
             self.text.value = self.describe(self.data)
         except ValueError as err:  # bad combinations are explained, never raised into the notebook
             self.data = {"error": str(err)}
@@ -182,7 +212,7 @@ def _slider(options, value, description: str) -> W.SelectionSlider:
 
 
 def _outlier_options():
-    return [(("none" if v == 0 else f"{v:g}x"), v) for v in OUTLIERS]
+    return [(("none" if v == 0 else f"{plots.magnitude(v)}x"), v) for v in OUTLIERS]
 
 
 # ---- 00 setup check ---------------------------------------------------------------------------
@@ -192,6 +222,7 @@ class TimingPanel(Panel):
     """fp32 and bf16 matmul beside the FP8 GEMM of a recipe, real or emulated, on this machine."""
 
     title = "GEMM timing on this machine"
+    bottom = 0.75
 
     def __init__(self) -> None:
         sizes = [64, 128, 256] if SMOKE else [128, 256, 512]
@@ -225,10 +256,13 @@ class TimingPanel(Panel):
 
 
 class BitsPanel(Panel):
-    """Click the bits of a code and see its value; type a value and see its code."""
+    """Click the bits of a code and see its value; type a value and see its code. As
+    float.exposed does: the bits grouped and coloured by field, the neighbouring values, the
+    gap (ulp) and relative step at the value, and what rounding did to a typed value."""
 
     title = "bits -> value (click a bit) and value -> bits (type a number)"
     height = 1.8
+    FIELD_STYLE: ClassVar[dict[str, str]] = {"sign": "danger", "exponent": "info", "mantissa": "success"}
 
     def __init__(self, fmt: str = "e4m3") -> None:
         self.bits = [W.ToggleButton(value=False, description="0", layout=W.Layout(width="34px")) for _ in range(8)]
@@ -239,10 +273,29 @@ class BitsPanel(Panel):
         )
         for i, b in enumerate(self.bits):
             b.observe(lambda change, i=i: self._on_bit(i, change), names="value")
-        self.bit_row = W.HBox(self.bits)
+        self.bit_row = W.HBox([])
+        self._grouped_for: str | None = None
         self.widget.children = (self.widget.children[0], self.widget.children[1], self.bit_row,
                                 *self.widget.children[2:])
         self._sync = False
+
+    def _group_bits(self, fmt_name: str) -> None:
+        """Lay the toggles out in labelled groups, one colour per field (sign, exponent, mantissa)."""
+        if self._grouped_for == fmt_name:
+            return
+        f = get_format(fmt_name)
+        groups, i = [], 0
+        for field_name, n in (("sign", int(f.signed)), ("exponent", f.exponent_bits), ("mantissa", f.mantissa_bits)):
+            if n == 0:
+                continue
+            for b in self.bits[i:i + n]:
+                b.button_style = self.FIELD_STYLE[field_name]
+                b.tooltip = field_name
+            label = W.HTML(f"<span style='font-size:11px'>{field_name} ({n})</span>")
+            groups.append(W.VBox([label, W.HBox(self.bits[i:i + n])], layout=W.Layout(margin="0 10px 0 0")))
+            i += n
+        self.bit_row.children = tuple(groups)
+        self._grouped_for = fmt_name
 
     def _on_bit(self, i: int, change) -> None:
         if self._sync:
@@ -271,8 +324,9 @@ class BitsPanel(Panel):
     def compute(self, fmt: str, code: int, value: float) -> dict:
         f = get_format(fmt)
         code = code % (2**f.bits)
-        fields = f.fields(code)
-        v = f.decode(code)
+        a = anatomy(f, code)
+        fields = a.fields
+        v = a.value
         m, e, bias = f.mantissa_bits, fields["exponent"], f.bias
         if math.isnan(v) or math.isinf(v):
             formula = "special code"
@@ -281,17 +335,16 @@ class BitsPanel(Panel):
         else:
             formula = f"(-1)^{fields['sign']} x 2^({e}-{bias}) x (1 + {fields['mantissa']}/{2**m})"
         return {"fmt": f.name, "code": code, "bits": format(code, f"0{f.bits}b"), "fields": fields, "value": v,
-                "formula": formula, "typed": value}
+                "formula": formula, "typed": value, "anatomy": a, "rounding": rounding(f, value)}
 
     def refresh(self) -> dict:
         data = super().refresh()
         if "bits" in data:  # show the code on the toggles (and only the format's bits)
             self._sync = True
             try:
-                n = len(data["bits"])
+                self._group_bits(data["fmt"])
                 for j, b in enumerate(self.bits):
-                    b.layout.display = None if j < n else "none"
-                    if j < n:
+                    if j < len(data["bits"]):
                         b.value = data["bits"][j] == "1"
                         b.description = data["bits"][j]
             finally:
@@ -311,13 +364,28 @@ class BitsPanel(Panel):
 
     def describe(self, data) -> str:
         f = get_format(data["fmt"])
+        a, r = data["anatomy"], data["rounding"]
         b = data["bits"]
         s = 1 if f.signed else 0
-        colored = (f"<span style='color:#d55e00'>{b[:s]}</span>" if s else "") + \
-            f"<span style='color:#0072b2'>{b[s:s + f.exponent_bits]}</span>" + \
+        colored = (f"<span style='color:#d55e00'>{b[:s]}</span> " if s else "") + \
+            f"<span style='color:#0072b2'>{b[s:s + f.exponent_bits]}</span> " + \
             f"<span style='color:#009e73'>{b[s + f.exponent_bits:]}</span>"
-        return _metrics_html({"bits (sign | exponent | mantissa)": b, "value": f"{data['value']:g}",
-                              "formula": data["formula"], "code": f"{data['code']} (0x{data['code']:02X})"}) + \
+
+        def num(v):
+            return "none (the end of the format)" if v is None else f"{v:.6g}"
+
+        rows = {"value": f"{data['value']:.6g}", "formula": data["formula"],
+                "code": f"{data['code']} (0x{data['code']:02X})",
+                "neighbours (below, above)": f"{num(a.below)}, {num(a.above)}"}
+        if a.gap is not None:
+            rows["gap to the next value (ulp)"] = f"{a.gap:.6g}"
+        if a.relative_step is not None:
+            kind = "subnormal: fewer significant bits" if a.subnormal else f"2^-{f.mantissa_bits} at a binade's start"
+            rows["relative step (gap / |value|)"] = f"{100 * a.relative_step:.3g}%  ({kind})"
+        rows[f"typed {r.typed:g} ->"] = (
+            f"{r.rounded:.6g}: {r.status}" + ("" if r.status in ("exact", "NaN") else
+                                              f", error {r.error:+.3g} ({100 * r.relative_error:.3g}%)"))
+        return _metrics_html(rows) + \
             f"<div style='font-family:monospace;font-size:18px'>{colored}</div>"
 
 
@@ -357,7 +425,8 @@ class NumberLinePanel(Panel):
 
 
 class PerTensorPanel(Panel):
-    """One scale for the whole tensor: the histogram of |x| against the format's window."""
+    """One scale for the whole tensor: the histogram of |x| against the format's window, and
+    what it costs the ordinary values (every channel but the outlier channels)."""
 
     title = "per-tensor scaling: what lands in the window, what clips, what flushes"
 
@@ -373,18 +442,88 @@ class PerTensorPanel(Panel):
         self.shape = (size(128, 64), size(1024, 256))
 
     def compute(self, distribution, outliers, fmt, rule, margin, normalize) -> dict:
-        x = sample(distribution, self.shape, outliers, normalize=normalize)
+        x, idx = sample(distribution, self.shape, outliers, normalize=normalize, return_outliers=True)
         q = quantize(x, fmt, PerTensor(), rule, margin)
-        return {"x": x, "q": q, "report": quantization_report(x, q)}
+        return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx)}
 
     def draw(self, data, ax) -> None:
         plots.histogram_log2(data["x"], data["q"], ax=ax)
 
     def describe(self, data) -> str:
         r = data["report"]
-        return _metrics_html({"amax": f"{r['amax']:.4g}", "scale": f"{float(data['q'].scale):.4g}",
-                              "SQNR": f"{r['sqnr_db']:.1f} dB", "overflow (clipped)": _pct(r["overflow"]),
-                              "underflow (flushed to 0)": _pct(r["underflow"]), "subnormal": _pct(r["subnormal"])})
+        n = len(data["outlier_channels"])
+        ordinary = f"ordinary values ({'all channels' if n == 0 else f'all but the {n} outlier channels'})"
+        head = (f"<p style='font-size:14px'><b>{ordinary}: SQNR {r['ordinary_sqnr_db']:.1f} dB "
+                f"(each channel counts alike), {_pct(r['ordinary_underflow'])} flushed to 0</b></p>")
+        return head + _metrics_html({"amax": f"{r['amax']:.4g}", "scale": f"{float(data['q'].scale):.4g}",
+                                     "SQNR, whole tensor (energy-weighted: the largest values decide it)":
+                                     f"{r['sqnr_db']:.1f} dB",
+                                     "overflow (clipped)": _pct(r["overflow"]),
+                                     "underflow, whole tensor (flushed to 0)": _pct(r["underflow"]),
+                                     "subnormal": _pct(r["subnormal"])})
+
+
+class CliffPanel(Panel):
+    """Outlier magnitude from none to 1e7 against each recipe's activation scaling: the cliff
+    where ordinary values start to flush, per recipe."""
+
+    title = "the outlier cliff: each recipe's activation scaling against outlier magnitude"
+    width, height = 6.4, 3.4
+
+    def __init__(self) -> None:
+        super().__init__(
+            measure=_select([("SQNR of ordinary channels", "ordinary_sqnr_db"),
+                             ("share of ordinary values flushed", "ordinary_underflow")],
+                            "ordinary_sqnr_db", "measure"),
+            distribution=_select(DISTRIBUTIONS[:4], "normal", "distribution"),
+            recipes=W.SelectMultiple(options=list(CLIFF_RECIPES), value=list(CLIFF_RECIPES), description="recipes",
+                                     rows=5),
+        )
+        self.shape = (size(64, 32), size(1024, 256))
+        self._cache: dict[str, pd.DataFrame] = {}
+
+    def table(self, distribution: str) -> pd.DataFrame:
+        """Every recipe at every outlier magnitude (1: none): SQNR of the ordinary channels and the
+        share of ordinary values flushed to zero (none of these recipes' rules clips)."""
+        if distribution not in self._cache:
+            rows = []
+            for magnitude in (1.0, *OUTLIERS[1:]):
+                x, idx = sample(distribution, self.shape, magnitude, return_outliers=True)
+                keep = ordinary_channels(x.shape[1], idx)
+                for name in CLIFF_RECIPES:
+                    deq = RECIPES[name].input.quantize(x).dequantize()  # fprop's activation operand, along K
+                    flushed = ((x[:, keep] != 0) & (deq[:, keep] == 0)).double().mean().item()
+                    rows.append({"recipe": name, "outliers": magnitude, "ordinary_sqnr_db": channel_sqnr(x, deq, idx),
+                                 "ordinary_underflow": flushed})
+            self._cache[distribution] = pd.DataFrame(rows)
+        return self._cache[distribution]
+
+    def compute(self, measure, distribution, recipes) -> dict:
+        if not recipes:
+            raise ValueError(f"pick at least one recipe; valid: {', '.join(CLIFF_RECIPES)}")
+        df = self.table(distribution)
+        df = df[df.recipe.isin(recipes)]
+        # the cliff: the first magnitude where a recipe's ordinary SQNR is 3 dB below its own clean value
+        cliffs = {}
+        for name, part in df.groupby("recipe", sort=False):
+            clean = float(part["ordinary_sqnr_db"].iloc[0])
+            worse = part[part["ordinary_sqnr_db"] < clean - 3]
+            cliffs[name] = float(worse["outliers"].iloc[0]) if len(worse) else None
+        return {"df": df, "measure": measure, "cliffs": cliffs}
+
+    def draw(self, data, ax) -> None:
+        plots.outlier_cliff(data["df"], data["measure"], ax=ax)
+
+    def describe(self, data) -> str:
+        df = data["df"]
+        rows = {}
+        for name, at in data["cliffs"].items():
+            part = df[df.recipe == name].set_index("outliers")
+            rows[name] = (f"3 dB below its clean SQNR from {plots.magnitude(at)}x on" if at is not None else
+                          "within 3 dB of clean up to 1e7x") + \
+                f"; at 1e6x: {part.loc[1e6, 'ordinary_sqnr_db']:.1f} dB, {_pct(part.loc[1e6, 'ordinary_underflow'])} " \
+                "flushed"
+        return _metrics_html(rows)
 
 
 # ---- 03 delayed scaling -------------------------------------------------------------------------------
@@ -400,7 +539,7 @@ class DelayedPanel(Panel):
         super().__init__(
             history=_slider([1, 2, 4, 8, 16, 32, 64], 16, "history length"),
             algo=_select(AmaxHistory.ALGOS, "max", "amax algo"),
-            spike=_slider([1, 2, 5, 20, 100, 1000], 20, "spike (x)"),
+            spike=_slider([(plots.magnitude(v), v) for v in (1, 2, 5, 20, 100, 1000, 1e4, 1e5)], 20, "spike (x)"),
             drift=_slider([0.0, 0.02, 0.05, 0.1], 0.0, "drift per step"),
             fmt=_select(("e4m3", "e5m2"), "e4m3", "format"),
             margin=W.IntSlider(value=0, min=0, max=4, description="margin", continuous_update=False),
@@ -431,10 +570,14 @@ class DelayedPanel(Panel):
 
     def describe(self, data) -> str:
         df = data["df"]
+        spike = self.steps // 4
         bad = df[df["overflow (delayed)"] > 0]
         low = df[df["sqnr delayed"] < df["sqnr current"] - 3]
-        return _metrics_html({"steps that clipped": str(len(bad)),
-                              "steps > 3 dB worse than current scaling": str(len(low)),
+        after = low[low.step > spike]
+        return _metrics_html({"steps that clipped": f"{len(bad)} ({len(bad[bad.step != spike])} besides the spike step "
+                                                    f"{spike})",
+                              "share of values clipped, all steps": _pct(float(df["overflow (delayed)"].mean())),
+                              "steps > 3 dB worse than current scaling": f"{len(low)} ({len(after)} after the spike)",
                               "worst SQNR (delayed)": f"{df['sqnr delayed'].min():.1f} dB"})
 
 
@@ -451,18 +594,17 @@ class BlockPanel(Panel):
         super().__init__(
             block=_slider(BLOCKS, "1x128", "block"),
             fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
-            scale_fmt=_select(SCALE_FORMATS, "fp32", "scale format"),
-            rule=_select(RULES, "exact", "scale rule"),
+            scales=_select(SCALES, "fp32, exact", "scales (format, rule)"),
             distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
             outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
         )
         self.shape = (size(128, 64), size(1024, 256))
 
-    def compute(self, block, fmt, scale_fmt, rule, distribution, outliers) -> dict:
-        x = sample(distribution, self.shape, outliers)
-        sf = None if scale_fmt == "fp32" else scale_fmt
-        q = quantize(x, fmt, parse_granularity(block), rule, scale_fmt=sf, two_level=sf == "e4m3")
-        return {"x": x, "q": q, "report": quantization_report(x, q)}
+    def compute(self, block, fmt, scales, distribution, outliers) -> dict:
+        x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
+        rule, sf, two_level = SCALES[scales]
+        q = quantize(x, fmt, parse_granularity(block), rule, scale_fmt=sf, two_level=two_level)
+        return {"x": x, "q": q, "report": quantization_report(x, q, idx)}
 
     def draw(self, data, axes) -> None:
         plots.scale_heatmap(data["q"], axes[0])
@@ -470,16 +612,19 @@ class BlockPanel(Panel):
 
     def describe(self, data) -> str:
         r = data["report"]
-        return _metrics_html({"SQNR": f"{r['sqnr_db']:.1f} dB", "underflow": _pct(r["underflow"]),
-                              "overflow": _pct(r["overflow"]), "scale overhead": f"{r['scale_bits_per_element']:.3g} "
-                              "bits / element", "scales": str(tuple(data["q"].scale.shape))})
+        return _metrics_html({"SQNR of ordinary channels (each alike)": f"{r['ordinary_sqnr_db']:.1f} dB",
+                              "ordinary values flushed to 0": _pct(r["ordinary_underflow"]),
+                              "SQNR, whole tensor": f"{r['sqnr_db']:.1f} dB",
+                              "overflow (clipped)": _pct(r["overflow"]),
+                              "scale overhead": f"{r['scale_bits_per_element']:.3g} bits / element",
+                              "scales": str(tuple(data["q"].scale.shape))})
 
 
 class BlockSweepPanel(Panel):
     """SQNR against block size for each scale strategy, with the scales' memory cost."""
 
-    title = "SQNR vs block size (higher is better), with the scales' memory under each block"
-    width, height = 7.0, 3.4
+    title = "SQNR and clipping vs block size, with the scales' memory under each block"
+    ncols, width, height, bottom = 2, 5.0, 4.0, 1.35
 
     def __init__(self) -> None:
         super().__init__(
@@ -495,49 +640,57 @@ class BlockSweepPanel(Panel):
         # "ordinary channels": the SQNR of every channel but the outliers. Over all values the
         # outliers' energy dominates and hides what happens to everything else.
         x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
-        keep = torch.ones(x.shape[1], dtype=torch.bool)
-        if measure == "ordinary channels":
-            keep[idx] = False
         strategies = {"fp32 scales, exact": ("exact", None), "E8M0 scales, rceil": ("rceil", "e8m0"),
                       "E8M0 scales, floor (OCP)": ("floor", "e8m0")}
         rows = []
         for name, (rule, sf) in strategies.items():
             for block in BLOCKS:
                 q = quantize(x, fmt, parse_granularity(block), rule, scale_fmt=sf)
-                rows.append({"strategy": name, "block": block, "sqnr_db": sqnr(x[:, keep], q.dequantize()[:, keep]),
+                deq = q.dequantize()
+                db = channel_sqnr(x, deq, idx) if measure == "ordinary channels" else sqnr(x, deq)
+                rows.append({"strategy": name, "block": block, "sqnr_db": db, "overflow": overflow_fraction(x, q),
                              "scale_bits_per_element": q.scale_bits_per_element})
         df = pd.DataFrame(rows)
         ok = df[(df.strategy == "fp32 scales, exact") & (df.sqnr_db >= threshold)]
         best = ok.sort_values("scale_bits_per_element").iloc[0]["block"] if len(ok) else None
         return {"df": df, "threshold": threshold, "cheapest": best}
 
-    def draw(self, data, ax) -> None:
-        plots.metric_vs_block(data["df"], ax=ax, threshold=data["threshold"])
+    def draw(self, data, axes) -> None:
+        plots.metric_vs_block(data["df"], ax=axes[0], threshold=data["threshold"])
+        plots.overflow_vs_block(data["df"], ax=axes[1])
 
     def describe(self, data) -> str:
-        return _metrics_html({f"cheapest block with fp32 scales >= {data['threshold']} dB":
-                              str(data["cheapest"] or "none reaches it")})
+        df = data["df"].set_index(["strategy", "block"])
+        mx = {s: df.loc[(s, "1x32")] for s in ("E8M0 scales, rceil", "E8M0 scales, floor (OCP)")}
+        return _metrics_html({
+            f"cheapest block with fp32 scales >= {data['threshold']} dB": str(data["cheapest"] or "none reaches it"),
+            "MX 1x32, rceil vs floor": " vs ".join(f"{r['sqnr_db']:.1f} dB, {_pct(r['overflow'])} clipped"
+                                                   for r in mx.values())})
 
 
 # ---- 05 GEMM -------------------------------------------------------------------------------------------------
 
 
 class GemmPanel(Panel):
-    """The error of an FP8 GEMM per recipe, against the fp32 product."""
+    """The error of an FP8 GEMM per recipe, against the exact product of the unquantized inputs."""
 
-    title = "FP8 GEMM error per recipe (relative to the fp32 product)"
+    title = "FP8 GEMM error per recipe (relative to the exact product)"
+    WEIGHTS: ClassVar[dict[str, str]] = {"random": "random", "zero rows for the outlier channels (sinks)": "zero rows"}
 
     def __init__(self) -> None:
         super().__init__(
             k=_slider([64, 256, 1024, 4096], 1024, "K"),
             outliers=_slider(_outlier_options(), 0.0, "outlier channels in a"),
             distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
+            weights=_select(list(self.WEIGHTS.items()), "random", "b's rows for those channels"),
         )
         self.m = size(128, 32)
 
-    def compute(self, k, outliers, distribution) -> dict:
-        a = sample(distribution, (self.m, k), outliers, seed=1)
+    def compute(self, k, outliers, distribution, weights) -> dict:
+        a, idx = sample(distribution, (self.m, k), outliers, seed=1, return_outliers=True)
         b = sample("normal", (k, 64), 0.0, seed=2)
+        if weights == "zero rows":  # as LLM sinks meet weights that ignore them: the product never sees them
+            b[idx] = 0.0
         true = a.double() @ b.double()
         errs = {}
         for name in RECIPES:
@@ -551,7 +704,10 @@ class GemmPanel(Panel):
                    title="error of each recipe's GEMM")
 
     def describe(self, data) -> str:
-        return _metrics_html({n: f"{100 * e:.2f}%  ({data['backend'][n]})" for n, e in data["errors"].items()})
+        e = data["errors"]
+        head = (f"<p style='font-size:14px'><b>tensorwise {100 * e['tensorwise']:.2f}% vs blockwise "
+                f"{100 * e['blockwise']:.2f}%: {e['tensorwise'] / e['blockwise']:.2g}x</b></p>")
+        return head + _metrics_html({n: f"{100 * v:.2f}%  ({data['backend'][n]})" for n, v in e.items()})
 
 
 class AccumulationPanel(Panel):
@@ -580,7 +736,7 @@ class AccumulationPanel(Panel):
         rows += [{"accumulation": label, "K": k,
                   "relative error": max(accumulation_error(k, model, distribution), 1e-9)}
                  for label, model in settings.items() for k in self.ks]
-        return {"df": pd.DataFrame(rows)}
+        return {"df": pd.DataFrame(rows), "distribution": distribution}
 
     def draw(self, data, ax) -> None:
         plots.gemm_error_vs_k(data["df"], ax)
@@ -588,17 +744,27 @@ class AccumulationPanel(Panel):
     def describe(self, data) -> str:
         df = data["df"]
         last = df[df.K == df.K.max()].set_index("accumulation")["relative error"]
-        return _metrics_html({f"{k} at K={df.K.max()}": f"{100 * v:.3g}%" for k, v in last.items()})
+        inputs = ("uniform [0, 1): every product has the same sign, so the truncated bits add up (the worst case)"
+                  if data["distribution"] == "uniform" else
+                  "normal: products of both signs, so the truncated bits partly cancel")
+        return _metrics_html({**{f"{k} at K={df.K.max()}": f"{100 * v:.3g}%" for k, v in last.items()},
+                              "inputs": inputs})
 
 
 # ---- 06 live training -------------------------------------------------------------------------------------
 
 
 class TrainingPanel(Panel):
-    """Recipes trained side by side, live: Start runs in a background thread, Stop ends it."""
+    """Recipes trained side by side, live: Start runs in a background thread, Stop ends it.
+
+    The delayed recipe takes the amax history length and margin set here; "input drop"
+    shrinks fc1's input 1e5-fold at LESSON.gain_drop_step (the mlp). Controls that only a new
+    run can apply (recipes, model, sinks, steps, history, margin, input drop) are listed over
+    the plot, against the run it shows, until Start trains with them."""
 
     title = "live training: recipes side by side"
-    ncols, width, height = 2, 4.6, 3.2
+    ncols, width, height, right = 2, 4.6, 3.3, 1.5
+    RUN_CONTROLS = ("recipes", "model", "sinks", "steps", "history", "margin", "input_drop")
 
     def __init__(self, model: str = "mlp") -> None:
         from fp8lab.train import LESSON
@@ -614,30 +780,71 @@ class TrainingPanel(Panel):
             sinks=_slider(_outlier_options(), 0.0, "sink channels (outlier knob)"),
             steps=W.IntSlider(value=size(LESSON.steps, 20), min=10, max=400, step=10, description="steps",
                               continuous_update=False),
+            history=_slider([1, 2, 4, 8, 16, 32, 64, 128, 256, 1024], 16, "delayed: amax history"),
+            margin=W.IntSlider(value=0, min=0, max=4, description="delayed: margin", continuous_update=False),
+            input_drop=W.Checkbox(value=False, description=f"input drops 1e5x at step {LESSON.gain_drop_step} (mlp)"),
             metric=_select(("underflow", "overflow", "amax"), "underflow", "monitor"),
             layer_input=_select(("input", "weight", "grad_output"), "input", "monitored tensor"),
         )
         self.start.on_click(lambda _: self.run(blocking=False))
         self.stop.on_click(lambda _: self._stop_event.set())
-        self.widget.children = (self.widget.children[0], *self.widget.children[1:3],
-                                W.HBox([self.start, self.stop, self.progress]), *self.widget.children[3:])
+        self.widget.children = (self.widget.children[0], *self.widget.children[1:4],
+                                W.HBox([self.start, self.stop, self.progress]), *self.widget.children[4:])
         self._stop_event = threading.Event()
         self.result = None
+        self.settings: dict | None = None  # the run controls the result was trained with
         self.messages: list[str] = []
 
-    # redraws use the last result; only Start trains
-    def compute(self, recipes, model, sinks, steps, metric, layer_input) -> dict:
+    @staticmethod
+    def _label(value, name: str) -> str:
+        if name == "recipes":
+            return ", ".join(value)
+        if name == "sinks":
+            return plots.magnitude(value)
+        if name == "input_drop":
+            return "on" if value else "off"
+        return str(value)
+
+    def recipes_to_run(self, v: dict | None = None) -> list:
+        """The runs Start trains: the chosen recipes, the delayed one with this history and margin."""
+        from fp8lab.train import delayed_recipes
+
+        v = v or self.values()
+        return [delayed_recipes([v["history"]], margin=v["margin"])[0] if r == "delayed" else r for r in v["recipes"]]
+
+    def compute(self, recipes, model, sinks, steps, history, margin, input_drop, metric, layer_input) -> dict:
         if not recipes:
-            raise ValueError("pick at least one recipe")
-        hist = self.result.history if self.result is not None else pd.DataFrame(columns=["step", "run", "loss"])
+            raise ValueError(f"pick at least one recipe; valid: fp32, bf16, {', '.join(RECIPES)}")
+        if input_drop and model != "mlp":
+            raise ValueError("the input drop acts on the mlp's first layer: pick model 'mlp'")
+        values = {"recipes": tuple(recipes), "model": model, "sinks": sinks, "steps": steps, "history": history,
+                  "margin": margin, "input_drop": input_drop}
+        empty = pd.DataFrame(columns=["step", "run", "loss"])
+        hist = self.result.history if self.result is not None else empty
         mon = self.result.monitor if self.result is not None else None
-        return {"history": hist, "monitor": mon, "metric": metric, "role": layer_input,
-                "selection": (tuple(recipes), model, sinks, steps)}
+        # the runs the recipes control selects (the delayed run is labelled with its history)
+        runs = [r for r in hist["run"].unique() if r.split()[0] in recipes] if len(hist) else []
+        hist = hist[hist["run"].isin(runs)] if len(hist) else hist
+        if mon is not None and len(mon):
+            mon = mon[mon["run"].isin(runs)]
+        # run settings the plot does not show: all of them before the first run, then what changed
+        pending = {k: self._label(v, k) for k, v in values.items()
+                   if self.settings is None or v != self.settings.get(k)}
+        return {"history": hist, "monitor": mon, "metric": metric, "role": layer_input, "pending": pending,
+                "first": self.settings is None}
 
     def draw(self, data, axes) -> None:
-        plots.loss_curves(data["history"], axes[0])
+        colors = plots.run_colors(data["history"]["run"])  # one colour per run in both plots
+        plots.loss_curves(data["history"], axes[0], colors=colors, legend=False)
         plots.monitor_lines(data["monitor"], data["metric"], axes[1], role=data["role"],
-                            gemm="dgrad" if data["role"] == "grad_output" else "fprop")
+                            gemm="dgrad" if data["role"] == "grad_output" else "fprop", colors=colors, legend=False)
+        mon = data["monitor"]
+        plots.runs_legend(axes[1], colors, list(dict.fromkeys(mon["layer"])) if mon is not None and len(mon) else ())
+        if data["pending"]:  # settings the plot does not show yet, named, until Start applies them
+            head = "Press Start to train with:" if data["first"] else "Changed since this run (press Start):"
+            note = "\n".join([head, *(f"{k.replace('_', ' ')}: {v}" for k, v in data["pending"].items())])
+            axes[0].text(0.03, 0.96, note, transform=axes[0].transAxes, fontsize=8, color=plots.CLIP, va="top",
+                         bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": plots.CLIP, "lw": 0.5})
 
     def describe(self, data) -> str:
         rows = {}
@@ -654,9 +861,13 @@ class TrainingPanel(Panel):
         the kernel keeps answering widget messages (Stop, the plots) while it trains."""
         if self._thread is not None and self._thread.is_alive():
             return None
-        from fp8lab.train import train
+        from fp8lab.train import LESSON, train
 
         v = self.values()
+        if not v["recipes"] or (v["input_drop"] and v["model"] != "mlp"):
+            self.refresh()  # the panel explains what is missing
+            return None
+        runs = self.recipes_to_run(v)
         self._stop_event.clear()
         self.messages = []
         self.progress.max, self.progress.value = v["steps"], 0
@@ -669,9 +880,11 @@ class TrainingPanel(Panel):
 
         def work():
             try:
-                self.result = train(tuple(v["recipes"]), model=v["model"], steps=v["steps"],
-                                    sink_magnitude=v["sinks"], callback=callback, every=max(v["steps"] // 20, 2),
-                                    monitor_every=2, progress=False, should_stop=self._stop_event.is_set)
+                self.settings = {k: (tuple(v[k]) if k == "recipes" else v[k]) for k in self.RUN_CONTROLS}
+                self.result = train(runs, model=v["model"], steps=v["steps"], sink_magnitude=v["sinks"],
+                                    gain_schedule=LESSON.gain_schedule if v["input_drop"] else None,
+                                    callback=callback, every=max(v["steps"] // 20, 2), monitor_every=2,
+                                    progress=False, should_stop=self._stop_event.is_set)
                 self.messages = self.result.messages
             except Exception as err:  # shown in the panel; the kernel survives
                 self.messages = [f"training failed: {type(err).__name__}: {err}"]
@@ -683,6 +896,92 @@ class TrainingPanel(Panel):
 
         thread = self._launch(work, blocking)
         return self.result if blocking else thread
+
+
+class TrainingCliffPanel(Panel):
+    """Final loss against sink magnitude per recipe, from fp8lab.measured (3 seeds, measured by
+    `python -m fp8lab.measured --write`), with one point recomputed live on request."""
+
+    title = "the sink cliff: final loss vs sink magnitude (3 seeds, shipped), one point live"
+    width, height = 7.0, 3.6
+
+    def __init__(self) -> None:
+        from fp8lab.measured import cliff
+
+        self.table = cliff()
+        runs = list(dict.fromkeys(self.table["run"])) or ["fp32", *RECIPES]
+        sinks = sorted(set(self.table["sinks"])) or [0.0, 1e6]
+        self.recompute_button = W.Button(description="Recompute this point", button_style="info", icon="refresh")
+        super().__init__(
+            recipes=W.SelectMultiple(options=runs, value=runs, description="recipes", rows=7),
+            measure=_select([("change vs its own no-sink run", "relative"), ("final loss", "loss")], "relative",
+                            "plot"),
+            sinks=_slider([(plots.magnitude(v), v) for v in sinks], 1e6 if 1e6 in sinks else sinks[-1],
+                          "point to recompute"),
+        )
+        self.recompute_button.on_click(lambda _: self.recompute(blocking=False))
+        self.widget.children = (*self.widget.children[:-2], W.HBox([self.recompute_button]),
+                                *self.widget.children[-2:])
+        self.live = pd.DataFrame(columns=["run", "sinks", "loss"])
+
+    def compute(self, recipes, measure, sinks) -> dict:
+        if not recipes:
+            raise ValueError("pick at least one recipe")
+        if self.table.empty:
+            raise ValueError("fp8lab.measured holds no results yet: run `python -m fp8lab.measured --write`")
+        mean = self.table.groupby(["run", "sinks"], sort=False)["loss"].mean().reset_index()
+        seed0 = self.table[self.table.seed == 0].set_index(["run", "sinks"])["loss"]
+        df = mean[mean.run.isin(recipes)]
+        live = self.live[self.live.run.isin(recipes)]
+        at = df[df.sinks == sinks].set_index("run")["loss"]
+        clean = df[df.sinks == 0].set_index("run")["loss"]
+        point = {r: {"mean of 3 seeds": at[r], "seed 0": seed0.get((r, sinks), math.nan),
+                     "change vs no sinks": at[r] / clean[r] - 1} for r in at.index}
+        for row in live[live.sinks == sinks].itertuples():
+            if row.run in point:
+                point[row.run]["recomputed now (seed 0)"] = row.loss
+        return {"df": df, "live": live, "relative": measure == "relative", "sinks": sinks, "point": point}
+
+    def draw(self, data, ax) -> None:
+        plots.sink_cliff(data["df"], ax, relative=data["relative"], mark=data["sinks"], live=data["live"])
+
+    def describe(self, data) -> str:
+        from fp8lab.measured import MEASURED_ON
+
+        rows = {}
+        for run, p in data["point"].items():
+            txt = f"{p['mean of 3 seeds']:.4f} ({100 * p['change vs no sinks']:+.0f}%); seed 0: {p['seed 0']:.4f}"
+            if "recomputed now (seed 0)" in p:
+                txt += f"; recomputed now: {p['recomputed now (seed 0)']:.4f}"
+            rows[run] = txt
+        where = plots.magnitude(data["sinks"])
+        return (f"<p><b>final loss at sinks {where}</b> (mean of 3 seeds, and its change against the run's own "
+                f"no-sink loss)</p>" + _metrics_html(rows) +
+                f"<p style='font-size:11px'>measured on {html.escape(MEASURED_ON)}</p>")
+
+    def recompute(self, blocking: bool = True):
+        """Train seed 0 at the chosen sink magnitude (150 steps, the chosen recipes) and draw
+        the final losses over the shipped curve."""
+        if self._thread is not None and self._thread.is_alive():
+            return None
+        from fp8lab.train import LESSON, train
+
+        v = self.values()
+
+        def work():
+            self.recompute_button.disabled = True
+            try:
+                res = train(tuple(v["recipes"]), steps=LESSON.steps, sink_magnitude=v["sinks"], progress=False,
+                            monitor_every=None)
+                rows = [{"run": r, "sinks": v["sinks"], "loss": loss} for r, loss in res.final_loss().items()]
+                old = self.live[~((self.live.sinks == v["sinks"]) & self.live.run.isin(v["recipes"]))]
+                self.live = pd.concat([old, pd.DataFrame(rows)], ignore_index=True) if len(old) else pd.DataFrame(rows)
+            finally:
+                self.recompute_button.disabled = False
+                self.refresh()
+
+        thread = self._launch(work, blocking)
+        return self.live if blocking else thread
 
 
 # ---- 07 export ------------------------------------------------------------------------------------------------
@@ -738,21 +1037,33 @@ class DistributedPanel(Panel):
         self.widget.children = (*self.widget.children[:-2], W.HBox([self.run_button]), self.log,
                                 *self.widget.children[-2:])
         self.result = None
+        self.settings: dict | None = None  # the controls the result was run with
 
     def compute(self, recipe, engine, amax_all_reduce, steps) -> dict:
         df = self.result if self.result is not None else pd.DataFrame(columns=["step", "single", "distributed",
                                                                                   "abs_diff"])
-        return {"df": df, "selection": (recipe, engine, amax_all_reduce, steps)}
+        values = {"recipe": recipe, "engine": engine, "amax all-reduce": "on" if amax_all_reduce else "off",
+                  "steps": str(steps)}
+        # every control acts on the next run: name the ones the plot does not show yet
+        pending = {k: v for k, v in values.items() if self.settings is None or self.settings.get(k) != v}
+        return {"df": df, "pending": pending, "first": self.settings is None, "values": values}
 
     def draw(self, data, axes) -> None:
         df = data["df"]
         long = df.melt(id_vars="step", value_vars=["single", "distributed"], var_name="run", value_name="loss")
         plots.loss_curves(long, axes[0], smooth=1, title="loss: 1 process vs 2")
         if len(df):
-            axes[1].semilogy(df["step"], df["abs_diff"].clip(lower=1e-9), marker="o", color=plots.PALETTE[3])
+            axes[1].plot(df["step"], df["abs_diff"].clip(lower=1e-9), marker="o", color=plots.PALETTE[3])
+            axes[1].set_yscale("log")
+            plots.log_axis(axes[1], "y")
         axes[1].set_xlabel("step")
         axes[1].set_ylabel("|difference| (log)")
         axes[1].set_title("where the two runs part")
+        if data["pending"]:
+            head = "Press Run to train with:" if data["first"] else "Changed since this run (press Run):"
+            note = "\n".join([head, *(f"{k}: {v}" for k, v in data["pending"].items())])
+            axes[0].text(0.03, 0.96, note, transform=axes[0].transAxes, fontsize=8, color=plots.CLIP, va="top",
+                         bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": plots.CLIP, "lw": 0.5})
 
     def run(self, blocking: bool = True):
         """Train in this process and on 2 ranks; the workers' output streams into the log."""
@@ -772,6 +1083,7 @@ class DistributedPanel(Panel):
             try:
                 self.result = compare(v["recipe"], nproc=2, steps=v["steps"], engine=v["engine"],
                                       amax_all_reduce=v["amax_all_reduce"], stream=stream)
+                self.settings = self.compute(**v)["values"]
             except (DistributedRunError, ValueError) as err:
                 stream(f"FAILED: {err}")
             finally:
@@ -784,9 +1096,9 @@ class DistributedPanel(Panel):
 
 PANELS: dict[str, Callable[[], Panel]] = {
     "timing": TimingPanel, "bits": BitsPanel, "number_line": NumberLinePanel, "per_tensor": PerTensorPanel,
-    "delayed": DelayedPanel, "block": BlockPanel, "block_sweep": BlockSweepPanel, "gemm": GemmPanel,
-    "accumulation": AccumulationPanel, "training": TrainingPanel, "distributed": DistributedPanel,
-    "export": ExportPanel,
+    "cliff": CliffPanel, "delayed": DelayedPanel, "block": BlockPanel, "block_sweep": BlockSweepPanel,
+    "gemm": GemmPanel, "accumulation": AccumulationPanel, "training": TrainingPanel,
+    "training_cliff": TrainingCliffPanel, "distributed": DistributedPanel, "export": ExportPanel,
 }
 
 
@@ -840,3 +1152,51 @@ def bench_widgets(size: int | None = None, rounds: int | None = None) -> list[di
                      "p95 ms": p95 * 1e3, "max ms": times[-1] * 1e3})
     print_table("widget update -> finished redraw (PNG, Agg), every value of every control", rows)
     return rows
+
+
+# ---- prediction before reveal --------------------------------------------------------------------------------
+
+
+class Prediction:
+    """Commit to a prediction first, then reveal what the lab measures (fp8lab.answers.PREDICTIONS).
+
+    Reveal stays disabled until an option is picked; once revealed the choice is locked and the
+    measured answer, computed from the panels' own data, says whether the prediction was right.
+    """
+
+    def __init__(self, name: str) -> None:
+        from fp8lab.answers import PREDICTIONS
+
+        if name not in PREDICTIONS:
+            raise ValueError(f"unknown prediction {name!r}; valid: {', '.join(PREDICTIONS)}")
+        self.name = name
+        self.spec = PREDICTIONS[name]
+        self.choice = W.Dropdown(options=[("-- your prediction --", None), *[(o, o) for o in self.spec.options]],
+                                 value=None, description="I predict", style={"description_width": "initial"},
+                                 layout=W.Layout(width="max-content"))
+        self.reveal_button = W.Button(description="Reveal", button_style="warning", icon="eye", disabled=True)
+        self.verdict = W.HTML()
+        self.choice.observe(lambda change: setattr(self.reveal_button, "disabled", change["new"] is None),
+                            names="value")
+        self.reveal_button.on_click(lambda _: self.reveal())
+        self.widget = W.VBox([W.HTML(f"<b>Predict first.</b> {html.escape(self.spec.question)}"),
+                              W.HBox([self.choice, self.reveal_button]), self.verdict])
+        self.answer: str | None = None
+
+    def reveal(self) -> bool:
+        """Measure, show the answer beside the prediction, lock the choice; True if it was right."""
+        if self.choice.value is None:
+            raise ValueError(f"pick a prediction first: one of {', '.join(self.spec.options)}")
+        self.answer, why = self.spec.measure()
+        right = self.choice.value == self.answer
+        self.choice.disabled = self.reveal_button.disabled = True
+        color = "#009e73" if right else "#d55e00"
+        self.verdict.value = (f"<div style='color:{color}'><b>{'Right' if right else 'Not quite'}:</b> you predicted "
+                              f"<i>{html.escape(self.choice.value)}</i>; measured: <b>{html.escape(self.answer)}</b>."
+                              f"</div><div>{html.escape(why)}</div>")
+        return right
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)

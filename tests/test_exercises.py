@@ -89,16 +89,89 @@ def test_scaled_gemm():
     assert not f and "own" in f.message
 
 
+def test_scaled_gemm_needs_the_scales_in_the_right_place():
+    """Dequantizing first, or scaling the whole sum once, cannot pass: only per-K-block scales do."""
+    f = ex.check_scaled_gemm(lambda a, b: a.dequantize() @ b.dequantize().t())
+    assert not f and "no dequantize()" in f.message
+    f = ex.check_scaled_gemm(lambda a, b: (a.data.float() @ b.data.float().t()) * a.scale * b.scale.t())
+    assert not f and "1x16 blocks" in f.message  # the per-tensor answer: right on the per-tensor cases only
+
+    def once_at_the_end(a, b):  # per-row scales at the end: the placement per-tensor and per-row GEMMs use
+        return (a.data.float() @ b.data.float().t()) * a.scale.amax(1, keepdim=True) * b.scale.amax(1)[None, :]
+
+    f = ex.check_scaled_gemm(once_at_the_end)
+    assert not f and "each K block's partial sum" in f.message
+
+
 @pytest.mark.parametrize("wrong,needle", [({"tensorwise", "blockwise", "mxfp8"}, "tensorwise does not survive"),
                                           ({"blockwise"}, "mxfp8 survives too"),
+                                          ("blockwise", "mxfp8 survives too"),  # a string is a name, not letters
                                           ({"rowwise", "mxfp8", "blockwise"}, "every row"),
-                                          ({"fp8"}, "unknown")])
+                                          ({"fp8"}, "unknown"), (3, "set of recipe names")])
 def test_survivors(wrong, needle):
-    assert ex.check_survivors({"blockwise", "mxfp8"})
     f = ex.check_survivors(wrong)
     assert not f and needle in f.message
 
 
+def test_survivors_come_from_the_measured_runs_and_accept_baselines():
+    from fp8lab.answers import survivors
+
+    truth = survivors()
+    assert truth == {"blockwise", "mxfp8"}  # the lesson, as measured (fp8lab.measured; tests/test_lessons.py)
+    assert ex.check_survivors(truth)
+    assert ex.check_survivors("blockwise, mxfp8")
+    f = ex.check_survivors({"fp32", "blockwise", "mxfp8"})  # fp32 is a baseline, not unknown
+    assert f and "survives trivially" in f.message
+
+
+def test_delayed_amax_names_transformer_engines_convention():
+    f = ex.check_delayed_amax(lambda h, c, a: (max(h) if a == "max" else h[-1]) if h else 1.0)
+    assert not f and "TransformerEngine starts from scale 1" in f.message
+
+
+def test_history():
+    from fp8lab.measured import recovery
+
+    best = ex.history_answer()
+    rec = dict(zip(recovery()["history"], recovery()["steps_to_recover"], strict=True))
+    assert rec[best] <= ex.RECOVER_WITHIN and all(
+        n is None or n > ex.RECOVER_WITHIN for h, n in rec.items() if h > best)
+    assert ex.check_history(best)
+    f = ex.check_history(2 * best)
+    assert not f and f"needs {rec[2 * best]} steps" in f.message
+    f = ex.check_history(best // 2)
+    assert not f and "recovers in time" in f.message
+    assert "one of the panel's history lengths" in ex.check_history(3).message
+    assert str(best) in ex.solution_history()
+
+
+def _run(losses_at_30: dict, losses_at_150: dict):
+    """A TrainResult-like run: each recipe's loss flat at one value up to step 29, another after."""
+    import pandas as pd
+
+    from fp8lab.train import TrainResult
+
+    rows = [{"step": s, "run": r, "loss": losses_at_30[r] if s < 30 else losses_at_150[r]}
+            for s in range(150) for r in losses_at_30]
+    return TrainResult(pd.DataFrame(rows), None)
+
+
+def test_ranking_is_judged_on_the_learners_own_run():
+    same = _run({"fp32": 0.06, "tensorwise": 0.37, "blockwise": 0.062}, {"fp32": 0.039, "tensorwise": 0.08,
+                                                                          "blockwise": 0.040})
+    swapped = _run({"fp32": 0.06, "tensorwise": 0.37, "blockwise": 0.059}, {"fp32": 0.039, "tensorwise": 0.08,
+                                                                             "blockwise": 0.040})
+    assert ex.check_ranking(same, True) and not ex.check_ranking(same, False)
+    assert ex.check_ranking(swapped, False) and not ex.check_ranking(swapped, True)
+    f = ex.check_ranking(swapped, False)
+    assert "tensorwise" in f.message and "are the same" in f.message  # the broken recipe is flagged either way
+    assert "train first" in ex.check_ranking(None, True).message
+    short = _run({"fp32": 0.06, "tensorwise": 0.37}, {"fp32": 0.039, "tensorwise": 0.08})
+    assert "3 or more recipes" in ex.check_ranking(short, True).message
+    assert "True" in ex.check_ranking(same, None).message
+
+
 def test_hints_are_text():
-    for name in ("decode", "scale", "delayed_amax", "block_amax", "block_choice", "scaled_gemm", "survivors"):
+    for name in ("decode", "scale", "delayed_amax", "block_amax", "block_choice", "scaled_gemm", "survivors",
+                 "history", "ranking"):
         assert len(getattr(ex, f"hint_{name}")()) > 40

@@ -117,3 +117,82 @@ def test_runs_at_workshop_size_within_a_minute_and_1_5_gb(path, record_property)
     print(f"{path.stem}: {seconds:.1f} s, kernel peak {peak:.0f} MB")
     assert seconds <= WORKSHOP_LIMIT_S
     assert peak <= MEMORY_LIMIT_MB
+
+
+# ---- what the notebooks say (issue 13): each fix pinned against the text it replaced -------------------
+
+
+def _cells(stem: str) -> list:
+    return nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4).cells
+
+
+def _text(stem: str) -> str:
+    return " ".join(" ".join(c.source.split()) for c in _cells(stem))
+
+
+def _index(stem: str, needle: str) -> int:
+    return next(i for i, c in enumerate(_cells(stem)) if needle in c.source)
+
+
+def test_00_does_not_assume_bf16_is_faster():
+    t = _text("00_setup_check")
+    assert "gap between fp32 and bf16 grows or shrinks" not in t
+    assert "Is bf16 faster or slower than fp32 on this machine" in t and "slower* than fp32" in t
+
+
+def test_01_says_which_recipes_use_e4m3_for_gradients_and_states_precision_as_numbers():
+    t = _text("01_fp8_formats")
+    assert "| gradients (more range) |" not in t
+    assert "gradients too in the fine-grained recipes (rowwise, blockwise, mxfp8)" in t
+    assert "6.02 dB" in t and "12.5%" in t and "fp8lab.sqnr(x, fp8lab.cast(x, fmt))" in t  # computed beside it
+
+
+def test_02_does_not_credit_normalization_layers_with_per_channel_scales():
+    t = _text("02_per_tensor_scaling")
+    assert "Normalization layers (and normalized inputs) keep them there" not in t
+    assert "normalize each *token* (a row), not each channel" in t
+    assert "raise the SQNR of the ordinary channels" in t  # the question asks for the number that moves
+
+
+def test_03_margin_question_has_an_answer_and_torchao_is_quoted():
+    t = _text("03_delayed_scaling")
+    assert "With drift 0.05, what is the smallest margin that stops the clipping?" not in t
+    assert "Set the spike to 1x (no spike) and the drift to 0.05" in t
+    assert "current scaling became cheap enough" not in t
+    assert "lack of real world use cases" in t and "pytorch/ao#1681" in t
+    assert "TE starts from scale 1" in t
+
+
+def test_04_floor_rule_text_points_at_clipping_not_sqnr():
+    t = _text("04_per_block_scaling")
+    assert "floor often scores the *higher* SQNR" in t and "clips each block's largest values" in t
+
+
+def test_05_names_when_outliers_hurt_and_why_accumulation_differs_from_deepseek():
+    t = _text("05_fp8_gemm")
+    assert "At 100x outliers the recipes barely differ; at 1e5 they do." not in t
+    assert "b's rows for those channels** to zero" in t
+    assert "same sign" in t and "DeepSeek's ~2%, measured on real GEMMs, lies between the two" in t
+    assert "no `dequantize()`" in t  # exercise 05 can no longer pass by dequantizing
+
+
+def test_06_exercise_comes_before_the_cell_that_answers_it():
+    stem = "06_training_live"
+    exercise = _index(stem, "ex.check_survivors")
+    assert exercise < _index(stem, "TrainingCliffPanel()")
+    before = " ".join(c.source for c in _cells(stem)[:exercise])
+    assert "lose only the block" not in before and "TrainingCliffPanel" not in before
+    for check in ("ex.check_history", "ex.check_ranking"):
+        assert _index(stem, check) > 0
+
+
+@pytest.mark.parametrize("stem,prediction,panel", [
+    ("02_per_tensor_scaling", 'Prediction("per_tensor_flush")', "PerTensorPanel()"),
+    ("04_per_block_scaling", 'Prediction("best_block")', "BlockPanel()"),
+    ("05_fp8_gemm", 'Prediction("sink_gemm")', "GemmPanel()"),
+    ("06_training_live", 'Prediction("sink_break")', "TrainingCliffPanel()")])
+def test_a_prediction_comes_before_the_panel_that_reveals_it(stem, prediction, panel):
+    cells = _cells(stem)
+    p = next(i for i, c in enumerate(cells) if prediction in c.source)
+    reveal = next(i for i, c in enumerate(cells) if c.source.strip().endswith(panel))
+    assert p < reveal

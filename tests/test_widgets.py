@@ -1,63 +1,202 @@
-"""Every control of every panel, swept: updates never raise and change what is plotted."""
+"""Every control of every panel, swept: each value changes what the learner sees (the rendered
+image or the text beside it), none gives an error; every plot is sharp and legible."""
 
 import hashlib
 import io
+import itertools
+import math
 import time
 
-import pandas as pd
 import pytest
-import torch
+from PIL import Image
 
-from fp8lab.widgets import PANELS, BitsPanel, TrainingPanel, sweep_values
+from fp8lab import plots
+from fp8lab.widgets import PANELS, BitsPanel, DistributedPanel, Prediction, TimingPanel, TrainingPanel, sweep_values
 
 
-def fingerprint(data: dict) -> str:
-    """A digest of everything a panel plotted (tensors, frames, numbers, text)."""
+def seen(panel) -> str:
+    """A digest of what the learner sees: the PNG and the text under it. The timing panel's bar
+    heights are timings (they differ run to run), so there the drawn labels and text count."""
     h = hashlib.sha256()
-    for key in sorted(data):
-        value = data[key]
-        if key in ("times_ms",):  # timings differ run to run; the labels are what is plotted
-            value = sorted(value)
-        if isinstance(value, torch.Tensor):
-            h.update(value.detach().cpu().numpy().tobytes())
-        elif isinstance(value, pd.DataFrame):
-            h.update(value.to_csv().encode())
-        elif hasattr(value, "data") and hasattr(value, "scale"):  # a QuantizedTensor
-            h.update(value.data.view(torch.uint8).numpy().tobytes())
-            h.update(value.scale.numpy().tobytes())
-        else:
-            buf = io.StringIO()
-            print(key, value, file=buf)
-            h.update(buf.getvalue().encode())
+    if isinstance(panel, TimingPanel):
+        fig, _axes, _ = panel._figure
+        for ax in fig.axes:
+            h.update(ax.get_title().encode())
+            h.update("|".join(t.get_text() for t in ax.get_xticklabels()).encode())
+    else:
+        h.update(panel.image.value)
+    h.update(panel.text.value.encode())
     return h.hexdigest()
 
 
 def _panel(name):
     panel = PANELS[name]()
     if isinstance(panel, TrainingPanel):
-        panel.update(steps=10, recipes=("fp32", "tensorwise"))
+        panel.update(steps=10, recipes=("fp32", "tensorwise", "delayed"))
         panel.run(blocking=True)  # so that the plots have data to redraw
     panel.refresh()
     return panel
 
 
+def _no_error(panel, data, where: str) -> None:
+    assert "error" not in data, f"{where}: {data.get('error')}"
+    assert "Not possible" not in panel.text.value, f"{where}: {panel.text.value}"
+
+
 @pytest.mark.parametrize("name", list(PANELS))
-def test_every_control_changes_the_plot(name):
+def test_every_control_changes_what_the_learner_sees(name):
     panel = _panel(name)
     assert panel.image.value, "the panel drew nothing"
     defaults = panel.values()
     for control, values in sweep_values(panel).items():
         panel.update(**defaults)  # each control is swept from the panel's default state
-        seen = {}
+        seen_by_value = {}
         for value in values:
             data = panel.update(**{control: value})
-            key = repr(panel.controls[control].value)
-            seen[key] = fingerprint(data)
-            assert panel.image.value or "error" in data
-        distinct_values = len(seen)
-        if name == "timing" and control == "recipe":
-            continue  # the bars' labels name the recipe: checked via the data below
-        assert len(set(seen.values())) == distinct_values, f"{name}.{control}: some values drew the same plot"
+            _no_error(panel, data, f"{name}.{control}={value!r}")
+            seen_by_value[repr(panel.controls[control].value)] = seen(panel)
+        assert len(set(seen_by_value.values())) == len(seen_by_value), (
+            f"{name}.{control}: some values show the learner the same thing: {sorted(seen_by_value)}")
+
+
+def test_the_sweep_fails_on_a_dead_control_and_on_an_error(monkeypatch):
+    """The test above can fail: a control the panel ignores, and a value that errs, are caught."""
+    from fp8lab.widgets import PerTensorPanel
+
+    panel = PerTensorPanel()
+    original = PerTensorPanel.compute
+    monkeypatch.setattr(PerTensorPanel, "compute", lambda self, margin, **kw: original(self, margin=0, **kw))
+    panel.refresh()
+    shown = {m: (panel.update(margin=m), seen(panel))[1] for m in (0, 3, 6)}
+    assert len(set(shown.values())) == 1  # the dead control draws the same image every time
+
+    def failing(self, **kw):
+        raise ValueError("broken")
+
+    monkeypatch.setattr(PerTensorPanel, "compute", failing)
+    data = panel.update(margin=2)
+    with pytest.raises(AssertionError, match="broken"):
+        _no_error(panel, data, "per_tensor.margin=2")
+
+
+def test_run_controls_are_named_over_the_plot_until_start():
+    panel = _panel("training")
+    before = seen(panel)
+    panel.update(sinks=1e6)
+    assert panel.data["pending"] == {"sinks": "1e6"} and seen(panel) != before
+    panel.run(blocking=True)
+    assert panel.data["pending"] == {} and panel.settings["sinks"] == 1e6
+    d = DistributedPanel()
+    d.refresh()
+    assert d.data["first"] and set(d.data["pending"]) == {"recipe", "engine", "amax all-reduce", "steps"}
+
+
+def test_training_panel_applies_history_margin_and_the_input_drop():
+    from fp8lab.recipes import DelayedSpec
+
+    panel = TrainingPanel()
+    panel.update(recipes=("delayed",), history=4, margin=2)
+    (recipe,) = panel.recipes_to_run()
+    assert recipe.delayed == DelayedSpec(4, "max") and recipe.input.margin == 2 and recipe.grad_output.margin == 2
+    panel.update(steps=90, input_drop=True, history=4, margin=0)
+    panel.run(blocking=True)
+    m = panel.result.monitor  # recorded every 2 steps
+    fc1 = m[(m.layer == "fc1") & (m.role == "input") & (m.gemm == "fprop")].set_index("step")["underflow"]
+    assert fc1.loc[:74].max() < 0.01  # before the drop
+    assert fc1.loc[76] > 0.5 and fc1.loc[78] > 0.5  # history 4: the old amax rules steps 75-78
+    assert fc1.loc[80:].max() < 0.01
+    data = panel.update(model="transformer")  # the drop needs the mlp: explained, not raised
+    assert "error" in data and "mlp" in panel.text.value
+    panel.update(model="mlp")
+
+
+def _layout_problems(fig) -> list[str]:
+    """Axes without tick labels, text outside the figure, tick labels that overlap."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # the panels' figures have no canvas of their own (no pyplot)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    box = fig.bbox
+    out = []
+
+    def inside(artist, what):
+        bb = artist.get_window_extent(renderer)
+        if bb.width and (bb.x0 < box.x0 - 1 or bb.y0 < box.y0 - 1 or bb.x1 > box.x1 + 1 or bb.y1 > box.y1 + 1):
+            out.append(f"{what} {artist.get_text()[:40]!r} is cut off at the figure's edge")
+
+    for ax in fig.axes:
+        if not ax.axison:
+            continue
+        colorbar = ax.get_label() == "<colorbar>"
+        name = ax.get_title() or ("colorbar" if colorbar else "axes")
+        for axis_name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            lo, hi = sorted(axis.get_view_interval())
+            ticks = [t for t, loc in zip(axis.get_ticklabels(), axis.get_majorticklocs(), strict=False)
+                     if t.get_visible() and t.get_text() and lo - 1e-9 * abs(lo) <= loc <= hi + 1e-9 * abs(hi)]
+            long_axis = "y" if ax.bbox.height > ax.bbox.width else "x"
+            if not ticks and not (colorbar and axis_name != long_axis):
+                out.append(f"{name}: the {axis_name} axis has no tick labels")
+            for t in ticks:
+                inside(t, f"{name} {axis_name} tick")
+            boxes = sorted((t.get_window_extent(renderer) for t in ticks), key=lambda b: (b.x0, b.y0))
+            for a, b in itertools.pairwise(boxes):
+                if a.overlaps(b) and a.intersection(a, b).width > 1 and a.intersection(a, b).height > 1:
+                    out.append(f"{name}: {axis_name} tick labels overlap")
+                    break
+        for text in (ax.title, ax.xaxis.label, ax.yaxis.label, ax.yaxis.get_offset_text(), *ax.texts):
+            if text.get_visible() and text.get_text():
+                inside(text, name)
+        legend = ax.get_legend()
+        if legend is not None:
+            for t in legend.get_texts():
+                inside(t, f"{name} legend")
+        off = ax.yaxis.get_offset_text()
+        if off.get_visible() and off.get_text() and off.get_window_extent(renderer).overlaps(
+                ax.title.get_window_extent(renderer)):
+            out.append(f"{name}: the y offset text sits on the title")
+    return out
+
+
+STATES = {  # besides the defaults: states whose plots have something to show
+    "per_tensor": [{"outliers": 1e6}, {"distribution": "channel scales"}],
+    "training": [{"metric": "amax"}, {"layer_input": "grad_output"}],
+    "training_cliff": [{"measure": "loss"}],
+    "block_sweep": [{"fmt": "e2m1"}],
+    "cliff": [{"measure": "ordinary_underflow"}],
+}
+
+
+@pytest.mark.parametrize("name", list(PANELS))
+def test_every_axis_is_legible(name):
+    panel = _panel(name)
+    for state in [{}, *STATES.get(name, [])]:
+        panel.update(**state)
+        fig = panel._figure[0]
+        problems = _layout_problems(fig)
+        assert not problems, f"{name} {state}: {problems}"
+
+
+@pytest.mark.parametrize("name", ["per_tensor", "training"])
+def test_plots_are_png_at_2x_device_pixels(name):
+    panel = _panel(name)
+    fig = panel._figure[0]
+    width, height = Image.open(io.BytesIO(panel.image.value)).size
+    css = round(fig.get_figwidth() * fig.dpi)
+    assert panel.image.width == str(css)  # shown at the figure's size ...
+    assert width == plots.PIXEL_RATIO * css and height == round(plots.PIXEL_RATIO * fig.get_figheight() * fig.dpi)
+
+
+def test_a_narrow_log_axis_keeps_tick_labels():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig, ax = plots.figure(pyplot=False)
+    ax.plot([0, 1, 2], [0.041, 0.043, 0.0415])  # 2% of a decade: the default locator finds no power of ten
+    plots.log_axis(ax, "y")
+    FigureCanvasAgg(fig).draw()
+    lo, hi = ax.get_ylim()
+    shown = [t for t, v in zip(ax.get_yticklabels(), ax.get_yticks(), strict=False) if lo <= v <= hi and t.get_text()]
+    assert len(shown) >= 2, [t.get_text() for t in ax.get_yticklabels()]
 
 
 def test_bad_control_names_are_refused():
@@ -66,10 +205,10 @@ def test_bad_control_names_are_refused():
         panel.update(colour="red")
 
 
-def test_impossible_combinations_are_explained_not_raised():
-    panel = PANELS["block"]()
-    data = panel.update(scale_fmt="e8m0", rule="exact")
-    assert "error" in data and "rceil" in panel.text.value
+def test_impossible_settings_are_explained_not_raised():
+    panel = PANELS["number_line"]()
+    data = panel.update(formats=())
+    assert "error" in data and "pick at least one format" in panel.text.value
 
 
 def test_bits_toggle_and_typed_value():
@@ -82,6 +221,50 @@ def test_bits_toggle_and_typed_value():
     assert panel.data["code"] == 0x7E and panel.data["value"] == 448.0
     panel.update(fmt="e2m1", code=7)
     assert panel.data["value"] == 6.0 and panel.data["bits"] == "0111"
+
+
+def test_bits_show_what_float_exposed_shows():
+    panel = BitsPanel("e4m3")
+    panel.refresh()
+    groups = panel.bit_row.children  # sign | exponent | mantissa, labelled, one colour each
+    assert [g.children[0].value.split(">")[1].split(" ")[0] for g in groups] == ["sign", "exponent", "mantissa"]
+    assert [len(g.children[1].children) for g in groups] == [1, 4, 3]
+    styles = [{b.button_style for b in g.children[1].children} for g in groups]
+    assert all(len(s) == 1 for s in styles) and len({next(iter(s)) for s in styles}) == 3
+    a = panel.update(code=0x38)["anatomy"]  # 1.0
+    assert (a.below, a.above, a.gap, a.relative_step) == (0.9375, 1.125, 0.125, 0.125)
+    assert "0.9375, 1.125" in panel.text.value and "12.5%" in panel.text.value
+    a = panel.update(fmt="e5m2", code=0x3C)["anatomy"]
+    assert a.value == 1.0 and a.relative_step == 0.25
+    a = panel.update(fmt="e4m3", code=0x01)["anatomy"]  # the smallest subnormal: the step is the value itself
+    assert a.subnormal and a.relative_step == 1.0
+    for typed, status in ((1.0, "exact"), (1.0625, "rounded"), (460.0, "rounded"), (500.0, "saturated"),
+                          (1e-4, "flushed to zero")):
+        r = panel.update(value=typed)["rounding"]
+        assert r.status == status, (typed, r)
+        assert status in panel.text.value
+    r = panel.update(value=1.0625)["rounding"]
+    assert r.rounded == 1.0 and r.error == -0.0625 and math.isclose(r.relative_error, 0.0625 / 1.0625)
+    panel.update(fmt="e8m0")
+    assert [len(g.children[1].children) for g in panel.bit_row.children] == [8]  # E8M0: exponent bits only
+
+
+def test_prediction_reveals_only_after_a_choice_and_grades_it():
+    p = Prediction("per_tensor_flush")
+    assert p.reveal_button.disabled
+    with pytest.raises(ValueError, match="pick a prediction"):
+        p.reveal()
+    right, _ = p.spec.measure()
+    wrong = next(o for o in p.spec.options if o != right)
+    p.choice.value = wrong
+    assert not p.reveal_button.disabled
+    assert p.reveal() is False and "Not quite" in p.verdict.value and right in p.verdict.value
+    assert p.choice.disabled  # the prediction is locked once revealed
+    q = Prediction("per_tensor_flush")
+    q.choice.value = right
+    assert q.reveal() is True and "Right" in q.verdict.value
+    with pytest.raises(ValueError, match="valid: "):
+        Prediction("nope")
 
 
 def test_training_panel_updates_while_it_trains_and_stops():
@@ -101,3 +284,22 @@ def test_training_panel_updates_while_it_trains_and_stops():
     assert any("stopped at step" in m for m in panel.messages)
     assert panel.result.history["step"].max() < 399
     assert panel.start.disabled is False
+
+
+@pytest.mark.slow
+def test_the_sink_cliff_recomputes_a_shipped_point_live():
+    """One point of fp8lab.measured, trained again now: the same final loss (seed 0)."""
+    panel = PANELS["training_cliff"]()
+    panel.update(recipes=("fp32", "tensorwise", "blockwise"), sinks=1e6)
+    panel.recompute(blocking=True)
+    point = panel.data["point"]
+    for run in ("fp32", "tensorwise", "blockwise"):
+        live, shipped = point[run]["recomputed now (seed 0)"], point[run]["seed 0"]
+        assert live == pytest.approx(shipped, rel=0.02), (run, live, shipped)
+    assert "recomputed now" in panel.text.value
+
+
+def test_sweep_values_cover_every_control():
+    for name, make in PANELS.items():
+        panel = make()
+        assert set(sweep_values(panel)) == {k for k, c in panel.controls.items() if hasattr(c, "value")}, name
