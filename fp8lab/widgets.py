@@ -455,7 +455,13 @@ class PerTensorPanel(Panel):
         ordinary = f"ordinary values ({'all channels' if n == 0 else f'all but the {n} outlier channels'})"
         head = (f"<p style='font-size:14px'><b>{ordinary}: SQNR {r['ordinary_sqnr_db']:.1f} dB "
                 f"(each channel counts alike), {_pct(r['ordinary_underflow'])} flushed to 0</b></p>")
-        return head + _metrics_html({"amax": f"{r['amax']:.4g}", "scale": f"{float(data['q'].scale):.4g}",
+        q = data["q"]
+        fmt = q.fmt
+        rule = {"exact": f"amax / {fmt.max_value:g}", "rceil": f"2^ceil(log2(amax / {fmt.max_value:g}))",
+                "floor": f"2^(floor(log2 amax) - {math.floor(math.log2(fmt.max_value))})"}[q.scale_rule]
+        margin = f" x 2^{self.controls['margin'].value}" if self.controls["margin"].value else ""
+        return head + _metrics_html({"amax": f"{r['amax']:.4g}",
+                                     f"scale = {rule}{margin}": f"{float(q.scale):.4g}",
                                      "SQNR, whole tensor (energy-weighted: the largest values decide it)":
                                      f"{r['sqnr_db']:.1f} dB",
                                      "overflow (clipped)": _pct(r["overflow"]),
@@ -635,10 +641,16 @@ class BlockSweepPanel(Panel):
             threshold=W.IntSlider(value=20, min=5, max=45, description="target SQNR (dB)", continuous_update=False),
         )
         self.shape = (size(16, 16), size(1024, 256))
+        self._cache: dict[tuple, pd.DataFrame] = {}
 
-    def compute(self, fmt, distribution, outliers, measure, threshold) -> dict:
+    def sweep(self, fmt: str, distribution: str, outliers: float, measure: str) -> pd.DataFrame:
+        """Every strategy at every block size: SQNR, clipped share, scale bits (cached: the target
+        SQNR only redraws)."""
         # "ordinary channels": the SQNR of every channel but the outliers. Over all values the
         # outliers' energy dominates and hides what happens to everything else.
+        key = (fmt, distribution, outliers, measure)
+        if key in self._cache:
+            return self._cache[key]
         x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
         strategies = {"fp32 scales, exact": ("exact", None), "E8M0 scales, rceil": ("rceil", "e8m0"),
                       "E8M0 scales, floor (OCP)": ("floor", "e8m0")}
@@ -650,7 +662,13 @@ class BlockSweepPanel(Panel):
                 db = channel_sqnr(x, deq, idx) if measure == "ordinary channels" else sqnr(x, deq)
                 rows.append({"strategy": name, "block": block, "sqnr_db": db, "overflow": overflow_fraction(x, q),
                              "scale_bits_per_element": q.scale_bits_per_element})
-        df = pd.DataFrame(rows)
+        if len(self._cache) > 32:
+            self._cache.clear()
+        self._cache[key] = pd.DataFrame(rows)
+        return self._cache[key]
+
+    def compute(self, fmt, distribution, outliers, measure, threshold) -> dict:
+        df = self.sweep(fmt, distribution, outliers, measure)
         ok = df[(df.strategy == "fp32 scales, exact") & (df.sqnr_db >= threshold)]
         best = ok.sort_values("scale_bits_per_element").iloc[0]["block"] if len(ok) else None
         return {"df": df, "threshold": threshold, "cheapest": best}
@@ -689,14 +707,15 @@ class GemmPanel(Panel):
     def compute(self, k, outliers, distribution, weights) -> dict:
         a, idx = sample(distribution, (self.m, k), outliers, seed=1, return_outliers=True)
         b = sample("normal", (k, 64), 0.0, seed=2)
-        if weights == "zero rows":  # as LLM sinks meet weights that ignore them: the product never sees them
-            b[idx] = 0.0
+        zeroed = idx if weights == "zero rows" else idx[:0]
+        b[zeroed] = 0.0  # as LLM sinks meet weights that ignore them: the product never sees them
         true = a.double() @ b.double()
         errs = {}
         for name in RECIPES:
             out = matmul(a, b, name, verbose=False).double()
             errs[name] = (torch.linalg.norm(out - true) / torch.linalg.norm(true)).item()
-        return {"errors": errs, "backend": {n: resolve_backend(n).reason for n in RECIPES}}
+        return {"errors": errs, "backend": {n: resolve_backend(n).reason for n in RECIPES}, "zeroed": zeroed.tolist(),
+                "outlier_channels": idx.tolist(), "weights": weights}
 
     def draw(self, data, ax) -> None:
         errs = data["errors"]
@@ -707,7 +726,15 @@ class GemmPanel(Panel):
         e = data["errors"]
         head = (f"<p style='font-size:14px'><b>tensorwise {100 * e['tensorwise']:.2f}% vs blockwise "
                 f"{100 * e['blockwise']:.2f}%: {e['tensorwise'] / e['blockwise']:.2g}x</b></p>")
-        return head + _metrics_html({n: f"{100 * v:.2f}%  ({data['backend'][n]})" for n, v in e.items()})
+        if data["weights"] == "zero rows":
+            rows = (f"zero at {data['zeroed']} (a's outlier channels): the product never sees them" if data["zeroed"]
+                    else "zero for a's outlier channels - none here: raise the outliers")
+        elif data["outlier_channels"]:
+            rows = "random: a's outlier channels' products dominate the output"
+        else:
+            rows = "random"
+        return head + _metrics_html({"b's rows": rows,
+                                     **{n: f"{100 * v:.2f}%  ({data['backend'][n]})" for n, v in e.items()}})
 
 
 class AccumulationPanel(Panel):
