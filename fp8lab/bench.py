@@ -250,14 +250,14 @@ def bench_gpu(size: int = 8192, calls: int = 20, samples: int = 5, device: str |
     steps = train_steps or (20 if on_gpu else 3)
     task = TeacherTask()
     for name in names:
-        model = make_model("mlp", 0).to(dev)
+        model = make_model("mlp", 0, **({} if on_gpu else {"hidden": 256})).to(dev)  # the dry run: smaller
         run_backend = backend.fresh()
         model = convert(model, name, backend=run_backend)
         opt = torch.optim.Adam(model.parameters(), lr=LESSON.lr)
         g = torch.Generator().manual_seed(1_000)
         losses = []
         for _ in range(steps):
-            x, y = task.batch(g, 64 if not on_gpu else LESSON.batch)
+            x, y = task.batch(g, LESSON.batch if on_gpu else 32)
             losses.append(train_step(model, opt, task.loss, x.to(dev), y.to(dev)))
         calls = {k: sum(r["calls"] for r in run_backend.report() if r["backend"] == k)
                  for k in ("scaled_mm", "emulated", "fallback")}

@@ -291,7 +291,7 @@ def test_bench_gpu_dry_run_reports_a_broken_kernel(monkeypatch):
     stand = StandIn((9, 0))
     stand._out = lambda a, b, dtype, alpha=1.0: (1.01 * (a @ b)).to(dtype)  # every kernel 1% off
     with stand.installed(monkeypatch):
-        out = bench_gpu(device="cpu", arch=(9, 0), cuda="12.9", train_steps=1, ks=(256,))
+        out = bench_gpu(device="cpu", arch=(9, 0), cuda="12.9", train_steps=1, ks=(256,), shapes=((200, 328, 72),))
     assert out["failures"] and all(f.startswith("(b)") for f in out["failures"])
 
 
