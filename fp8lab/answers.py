@@ -69,18 +69,20 @@ def _panel(name: str):
 def _q00_real() -> Answer:
     import torch
 
-    from fp8lab import gemm
+    from fp8lab.gemm import KernelUnavailable, plan_gemm, quantize_operands
     from fp8lab.recipes import RECIPES
 
-    def real_on(cc: tuple[int, int]) -> list[str]:  # the kernel each recipe needs, against the architecture
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(128, 256, generator=g), torch.randn(256, 128, generator=g)
+
+    def real_on(arch: tuple[int, int]) -> list[str]:  # the fprop pair of each recipe, planned for that GPU
         out = []
-        for name, recipe in RECIPES.items():
-            kind = gemm._kernel_kind(recipe)
-            if kind == "none":
+        for name in RECIPES:
+            try:
+                plan_gemm(*quantize_operands(a, b, name), arch=arch, cuda="12.9")
+            except KernelUnavailable:
                 continue
-            low, exact = gemm._KERNEL_NEEDS[kind]
-            if cc >= low and (exact is None or cc[0] == exact[0]):
-                out.append(name)
+            out.append(name)
         return out
 
     h100, b200 = real_on((9, 0)), real_on((10, 0))
@@ -89,7 +91,8 @@ def _q00_real() -> Answer:
     return Answer(
         "00_setup_check",
         "Which recipes would run for real on an H100? On a B200?",
-        f"H100 (sm_90): {', '.join(h100)}; B200 (sm_100): {', '.join(b200)}; everything else is emulated there. "
+        f"H100 (sm_90): {', '.join(h100)}; B200 (sm_100): {', '.join(b200)} (CUDA 12.9; fp8lab.gemm.plan_gemm); "
+        "everything else is emulated there. "
         f"torch's own cast turns 1e6 into {e5m2:g} in E5M2 (it does not saturate) but into {e4m3:g} in E4M3, "
         "so fp8lab clamps to +-max before casting: hardware casts saturate (satfinite).",
         {"blockwise runs real on an H100 but not on a B200": "blockwise" in h100 and "blockwise" not in b200,

@@ -703,6 +703,7 @@ class GemmPanel(Panel):
             weights=_select(list(self.WEIGHTS.items()), "random", "b's rows for those channels"),
         )
         self.m = size(128, 32)
+        self._backends: dict[str, str] | None = None
 
     def compute(self, k, outliers, distribution, weights) -> dict:
         a, idx = sample(distribution, (self.m, k), outliers, seed=1, return_outliers=True)
@@ -714,7 +715,9 @@ class GemmPanel(Panel):
         for name in RECIPES:
             out = matmul(a, b, name, verbose=False).double()
             errs[name] = (torch.linalg.norm(out - true) / torch.linalg.norm(true)).item()
-        return {"errors": errs, "backend": {n: resolve_backend(n).reason for n in RECIPES}, "zeroed": zeroed.tolist(),
+        if self._backends is None:  # decided once per machine: no need to ask again on every redraw
+            self._backends = {n: resolve_backend(n).reason for n in RECIPES}
+        return {"errors": errs, "backend": self._backends, "zeroed": zeroed.tolist(),
                 "outlier_channels": idx.tolist(), "weights": weights}
 
     def draw(self, data, ax) -> None:
