@@ -1,8 +1,9 @@
 """How much a quantization lost: SQNR, relative error, and where values went.
 
-Public: sqnr, channel_sqnr, relative_error, overflow_fraction, underflow_fraction,
-subnormal_fraction, quantization_report. Every function takes the original x and either
-the dequantized tensor or the QuantizedTensor, and returns Python floats (float64).
+Public: sqnr, channel_sqnr, flushed_fraction, ordinary_channels, relative_error,
+overflow_fraction, underflow_fraction, subnormal_fraction, quantization_report. Every
+function takes the original x and either the dequantized tensor or the QuantizedTensor,
+and returns Python floats (float64).
 Whole-tensor SQNR weighs each value by its energy, so a few outlier channels decide it;
 channel_sqnr and the report's "ordinary" entries measure everything else.
 Notebook 02 introduces these; every later notebook plots them.
@@ -19,6 +20,7 @@ from fp8lab.quantize import QuantizedTensor
 
 __all__ = [
     "channel_sqnr",
+    "flushed_fraction",
     "ordinary_channels",
     "overflow_fraction",
     "overflow_underflow",
@@ -86,6 +88,16 @@ def channel_sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor,
     return math.inf if ratio == 0 else -10.0 * math.log10(ratio)
 
 
+def flushed_fraction(x: torch.Tensor, y: torch.Tensor | QuantizedTensor,
+                     outlier_channels: torch.Tensor | list[int] | None = None) -> float:
+    """Share of the ordinary elements of x[M, K] (the channels not in `outlier_channels`) that
+    were nonzero in x and are zero in y: flushed to zero."""
+    x2 = x.detach()
+    y2 = _as_tensor(y).detach().reshape(x2.shape)
+    keep = ordinary_channels(x2.shape[-1], outlier_channels)
+    return ((x2[..., keep] != 0) & (y2[..., keep] == 0)).double().mean().item()
+
+
 def relative_error(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> float:
     """||x - y|| / ||x|| (Frobenius norms, float64); 0 when both are zero."""
     x64, y64 = x.detach().double(), _as_tensor(y).detach().double()
@@ -143,28 +155,61 @@ def subnormal_fraction(q: QuantizedTensor) -> float:
     return ((a > 0) & (a < q.fmt.min_normal)).double().mean().item()
 
 
+def _db(signal: float, noise: float) -> float:
+    if math.isnan(noise) or math.isnan(signal):
+        return math.nan
+    if noise == 0:
+        return math.inf
+    if signal == 0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
 def quantization_report(x: torch.Tensor, q: QuantizedTensor,
                         outlier_channels: torch.Tensor | list[int] | None = None) -> dict[str, float | str]:
     """Everything above in one dict, plus the scale overhead in bits per element, and, for
     the ordinary values (x[M, K] without its `outlier_channels`): "ordinary_sqnr_db"
-    (channel_sqnr) and "ordinary_underflow" (the share of them flushed to zero)."""
-    deq = q.dequantize()
-    x2 = x.detach().reshape(q.shape)
+    (channel_sqnr) and "ordinary_underflow" (the share of them flushed to zero).
+
+    The same numbers as the functions above, from one float64 pass over x and the
+    dequantized values: per-channel signal and noise energies give sqnr, relative_error and
+    channel_sqnr; one zero mask gives both flushed shares."""
+    k = x.shape[-1] if x.dim() else 1
+    x2 = x.detach().reshape(-1, k)  # (M, K): channels are the last dim
+    values = q.values().reshape(-1, k)
+    deq = q.dequantize().reshape(-1, k)
+    x64 = x2.double()
+    signal_c = x64.square().sum(0)  # (K,)
+    noise_c = (x64 - deq.double()).square().sum(0)
+    signal, noise = signal_c.sum().item(), noise_c.sum().item()
     keep = ordinary_channels(x2.shape[-1], outlier_channels)
-    flushed = ((x2[:, keep] != 0) & (deq.reshape(q.shape)[:, keep] == 0)).double().mean().item()
+    flushed = (x2 != 0) & (values == 0)  # (M, K)
+    mag = values.abs()
+    if signal == 0:
+        rel = 0.0 if noise == 0 else math.inf
+    else:
+        rel = math.sqrt(noise) / math.sqrt(signal)
+    live = keep & (signal_c > 0)
+    if math.isnan(signal) or math.isnan(noise):
+        ordinary_db = math.nan
+    elif not bool(live.any()):
+        ordinary_db = math.inf if float(noise_c[keep].sum()) == 0 else -math.inf
+    else:
+        ratio = float((noise_c[live] / signal_c[live]).mean())
+        ordinary_db = math.inf if ratio == 0 else -10.0 * math.log10(ratio)
     return {
         "format": q.fmt.name,
         "granularity": q.granularity.label,
         "scale_rule": q.scale_rule,
-        "sqnr_db": sqnr(x, deq),
-        "relative_error": relative_error(x, deq),
+        "sqnr_db": _db(signal, noise),
+        "relative_error": rel,
         "overflow": overflow_fraction(x, q),
-        "underflow": underflow_fraction(x, q),
-        "subnormal": subnormal_fraction(q),
+        "underflow": flushed.double().mean().item(),
+        "subnormal": ((mag > 0) & (mag < q.fmt.min_normal)).double().mean().item(),
         "scale_bits_per_element": q.scale_bits_per_element,
-        "amax": float(x.detach().abs().max()),
-        "ordinary_sqnr_db": channel_sqnr(x2, deq.reshape(q.shape), outlier_channels),
-        "ordinary_underflow": flushed,
+        "amax": float(x2.abs().max()),
+        "ordinary_sqnr_db": ordinary_db,
+        "ordinary_underflow": flushed[:, keep].double().mean().item(),
     }
 
 

@@ -31,7 +31,7 @@ from fp8lab.formats import FORMATS, get_format
 from fp8lab.gemm import AccumulatorModel, accumulation_error, matmul, quantize_operands, resolve_backend
 from fp8lab.metrics import (
     channel_sqnr,
-    ordinary_channels,
+    flushed_fraction,
     overflow_fraction,
     quantization_report,
     row_overflow,
@@ -495,12 +495,10 @@ class CliffPanel(Panel):
             rows = []
             for magnitude in (1.0, *OUTLIERS[1:]):
                 x, idx = sample(distribution, self.shape, magnitude, return_outliers=True)
-                keep = ordinary_channels(x.shape[1], idx)
                 for name in CLIFF_RECIPES:
                     deq = RECIPES[name].input.quantize(x).dequantize()  # fprop's activation operand, along K
-                    flushed = ((x[:, keep] != 0) & (deq[:, keep] == 0)).double().mean().item()
                     rows.append({"recipe": name, "outliers": magnitude, "ordinary_sqnr_db": channel_sqnr(x, deq, idx),
-                                 "ordinary_underflow": flushed})
+                                 "ordinary_underflow": flushed_fraction(x, deq, idx)})
             self._cache[distribution] = pd.DataFrame(rows)
         return self._cache[distribution]
 

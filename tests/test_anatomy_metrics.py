@@ -100,3 +100,37 @@ def test_the_report_separates_ordinary_values_from_outliers():
     clean = quantization_report(y, quantize(y))  # without outlier channels every value is ordinary
     assert clean["ordinary_underflow"] == clean["underflow"]
     assert clean["ordinary_sqnr_db"] == pytest.approx(clean["sqnr_db"], abs=0.3)
+
+
+@pytest.mark.parametrize("case", ["normal", "outliers", "channel scales", "zeros", "nan", "e2m1 blocks"])
+def test_the_report_in_one_pass_equals_the_separate_functions(case):
+    from fp8lab.metrics import (
+        flushed_fraction,
+        overflow_fraction,
+        relative_error,
+        subnormal_fraction,
+        underflow_fraction,
+    )
+    from fp8lab.scaling import PerBlock
+
+    x, idx = sample("channel scales" if case == "channel scales" else "normal", (32, 256),
+                    1e5 if case == "outliers" else 0.0, return_outliers=True)
+    q = quantize(x)
+    if case == "zeros":
+        x = torch.zeros(8, 16)
+        q = quantize(x)
+    elif case == "nan":
+        x = x.clone()
+        x[1, 2] = math.nan
+        q = quantize(x, granularity=PerBlock(1, 32))
+    elif case == "e2m1 blocks":
+        q = quantize(x, "e2m1", PerBlock(1, 16), "floor", scale_fmt="e8m0")
+    r = quantization_report(x, q, idx)
+    want = {"sqnr_db": sqnr(x, q), "relative_error": relative_error(x, q), "overflow": overflow_fraction(x, q),
+            "underflow": underflow_fraction(x, q), "subnormal": subnormal_fraction(q),
+            "ordinary_sqnr_db": channel_sqnr(x, q, idx), "ordinary_underflow": flushed_fraction(x, q, idx)}
+    for k, v in want.items():
+        if math.isnan(v):
+            assert math.isnan(r[k]), (case, k)
+        else:
+            assert r[k] == pytest.approx(v, rel=1e-12, abs=0), (case, k, r[k], v)
