@@ -795,7 +795,7 @@ class TrainingPanel(Panel):
     RUN_CONTROLS = ("recipes", "model", "sinks", "steps", "history", "margin", "input_drop")
 
     def __init__(self, model: str = "mlp") -> None:
-        from fp8lab.train import LESSON
+        from fp8lab.train import HISTORIES, LESSON
 
         self.start = W.Button(description="Start", button_style="success", icon="play")
         self.stop = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
@@ -808,7 +808,7 @@ class TrainingPanel(Panel):
             sinks=_slider(_outlier_options(), 0.0, "sink channels (outlier knob)"),
             steps=W.IntSlider(value=size(LESSON.steps, 20), min=10, max=400, step=10, description="steps",
                               continuous_update=False),
-            history=_slider([1, 2, 4, 8, 16, 32, 64, 128, 256, 1024], 16, "delayed: amax history"),
+            history=_slider([*HISTORIES, 1024], 16, "delayed: amax history"),
             margin=W.IntSlider(value=0, min=0, max=4, description="delayed: margin", continuous_update=False),
             input_drop=W.Checkbox(value=False, description=f"input drops 1e5x at step {LESSON.gain_drop_step} (mlp)"),
             metric=_select(("underflow", "overflow", "amax"), "underflow", "monitor"),

@@ -142,6 +142,8 @@ def test_history():
     f = ex.check_history(best // 2)
     assert not f and "recovers in time" in f.message
     assert "one of the panel's history lengths" in ex.check_history(3).message
+    f = ex.check_history(1024)  # the panel's longest, TransformerEngine's default
+    assert not f and "does not recover" in f.message
     assert str(best) in ex.solution_history()
 
 
