@@ -16,6 +16,7 @@ from fp8lab.metrics import (
     underflow_fraction,
 )
 from fp8lab.quantize import QuantizedTensor, quantize, quantize_delayed
+from fp8lab.readiness import inspect
 from fp8lab.recipes import RECIPES, Recipe, TensorScaling, get_recipe
 from fp8lab.scaling import SCALE_RULES, AmaxHistory, PerBlock, PerRow, PerTensor, parse_granularity
 
@@ -77,6 +78,7 @@ __all__ = [
     "export",
     "get_format",
     "get_recipe",
+    "inspect",
     "matmul",
     "overflow_fraction",
     "parse_granularity",
