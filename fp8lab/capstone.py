@@ -168,7 +168,7 @@ class CaseResult:
     def evidence(self, run: str) -> str:
         """The number the budget judges, as text: 'tensorwise +0.4%' or 'tensorwise -0.3 points'."""
         if "accuracy drop" in self.table:
-            return f"{run} accuracy {-100 * float(self.table.loc[run, 'accuracy drop']):+.1f} points"
+            return f"{run} accuracy {0.0 - 100 * float(self.table.loc[run, 'accuracy drop']):+.1f} points"
         return f"{run} loss {100 * self.gap(run):+.1f}%"
 
 

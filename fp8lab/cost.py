@@ -94,7 +94,8 @@ def scale_multiplies(recipe: Recipe | str, k: int, gemm: str = "fprop") -> tuple
         _, c = _block(s, 1 << 20, k)  # rows: any large count; the width along K is what matters
         widths.append(min(c, k))
         extra = max(extra, 1 if s.two_level else 0)
-    c = min(widths)
+    # the K segments over which both operands' scales are constant (as fp8lab.gemm's emulation cuts them)
+    c = math.gcd(*widths) if min(widths) < k else k
     if c >= k:
         return 1 + extra, "once, after the sum (epilogue)"
     return math.ceil(k / c) + extra, f"once per {c}-wide K block, inside the sum"

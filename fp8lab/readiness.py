@@ -24,7 +24,8 @@ from fp8lab.nn import layer_gemms
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import Recipe, get_recipe
 
-__all__ = ["COST_ORDER", "DEFAULT_RECIPES", "Capture", "LinearCall", "ReadinessReport", "capture", "inspect"]
+__all__ = ["COST_ORDER", "DEFAULT_RECIPES", "Capture", "LinearCall", "ReadinessReport", "bench_inspect", "capture",
+           "inspect"]
 
 # delayed is left out by default: on one batch its fresh history calibrates on this batch's amax,
 # so it quantizes exactly as tensorwise does (its difference shows only over steps: notebook 03)
@@ -255,8 +256,8 @@ class _Source:
     Channels are its columns C (features of x, output channels of dy, input channels of w)."""
 
     t: torch.Tensor
-    ordinary: torch.Tensor  # (C,) bool: columns whose amax is within outlier_ratio of the median column
-    nonzero: torch.Tensor  # t != 0
+    weights: torch.Tensor  # (C, 2) float64: columns (1, ordinary): sums all columns' and ordinary columns' noise
+    zeros: int  # elements that are exactly 0 (they stay 0: not underflow)
     amax: float
     span: float
     signal: float
@@ -266,15 +267,16 @@ class _Source:
     @classmethod
     def of(cls, t: torch.Tensor, outlier_ratio: float) -> _Source:
         a = t.abs()
-        col = a.amax(0)  # (C,)
+        col = a.amax(0)  # (C,) each channel's amax
         live = col[col > 0]
         ordinary = col <= outlier_ratio * live.median() if live.numel() else torch.ones_like(col, dtype=torch.bool)
         nonzero = a > 0
         amax = float(col.max())
         smallest = float(torch.where(nonzero, a, math.inf).min())
         span = math.log2(amax / smallest) if 0 < smallest < math.inf and math.isfinite(amax) else 0.0
-        col_energy = t.square().sum(0, dtype=torch.float64)  # (C,), float64 sums
-        return cls(t, ordinary, nonzero, amax, span, float(col_energy.sum()), float(col_energy[ordinary].sum()),
+        weights = torch.stack([torch.ones_like(ordinary, dtype=torch.float64), ordinary.double()], 1)  # (C, 2)
+        signal, signal_ordinary = (t.square().sum(0, dtype=torch.float64) @ weights).tolist()
+        return cls(t, weights, t.numel() - int(nonzero.sum()), amax, span, signal, signal_ordinary,
                    int((~ordinary).sum()))
 
 
@@ -288,19 +290,19 @@ def _db(signal: float, noise: float) -> float:
     return 10.0 * math.log10(signal / noise)
 
 
-_CODE_BINADES: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+_CODE_TABLES: dict[tuple[torch.dtype, float], tuple[list[int | None], list[bool]]] = {}
 
 
-def _code_tables(dtype: torch.dtype, min_normal: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _code_tables(dtype: torch.dtype, min_normal: float) -> tuple[list[int | None], list[bool]]:
     """For the 128 magnitude codes of an 8-bit storage dtype: each code's binade (floor(log2 value);
-    -1000 for zero, NaN and inf) and whether it is a subnormal of a format whose min_normal is given."""
+    None for zero, NaN and inf) and whether it is a subnormal of a format whose min_normal is given."""
     key = (dtype, min_normal)
-    if key not in _CODE_BINADES:
-        values = torch.arange(128, dtype=torch.uint8).view(dtype).float()
-        ok = torch.isfinite(values) & (values > 0)
-        binade = torch.where(ok, torch.floor(torch.log2(torch.where(ok, values, 1.0))), -1000.0).long()
-        _CODE_BINADES[key] = (binade, ok & (values < min_normal))
-    return _CODE_BINADES[key]
+    if key not in _CODE_TABLES:
+        values = torch.arange(128, dtype=torch.uint8).view(dtype).float().tolist()
+        ok = [math.isfinite(v) and v > 0 for v in values]
+        _CODE_TABLES[key] = ([math.floor(math.log2(v)) if k else None for v, k in zip(values, ok, strict=True)],
+                             [k and v < min_normal for v, k in zip(values, ok, strict=True)])
+    return _CODE_TABLES[key]
 
 
 def _stats(src: _Source, q: QuantizedTensor, transposed: bool) -> dict[str, float]:
@@ -308,29 +310,28 @@ def _stats(src: _Source, q: QuantizedTensor, transposed: bool) -> dict[str, floa
 
     sqnr_db over all of src and over its ordinary columns (float32 errors, float64 sums);
     underflow: nonzero in src, zero in q; subnormal: q's elements below fmt.min_normal;
-    binades_used: distinct binades of q's nonzero elements (read off the 8-bit codes: E2M1
-    values are kept in an E4M3 container, each exactly); overflow: metrics.overflow_fraction,
-    skipped where no block's amax exceeds its clip limit (then nothing can clip).
+    binades_used: distinct binades of q's nonzero elements. The last three are read off a
+    histogram of the 8-bit magnitude codes (E2M1 values are kept in an E4M3 container, each
+    exactly); overflow: metrics.overflow_fraction, skipped where no block's amax exceeds
+    its clip limit (then nothing can clip).
     """
     deq = q.dequantize()
     codes = q.data.view(torch.uint8) & 0x7F  # magnitude codes
     if transposed:  # back to src's [R, C] orientation
-        deq, codes = deq.t(), codes.t()
+        deq = deq.t()
     col_noise = (src.t - deq).square().sum(0, dtype=torch.float64)  # (C,)
-    noise = float(col_noise.sum())
+    noise, noise_ordinary = (col_noise @ src.weights).tolist()
     sqnr = _db(src.signal, noise)
-    ordinary = _db(src.signal_ordinary, float(col_noise[src.ordinary].sum())) if src.outliers else sqnr
     n = src.t.numel()
     binade, subnormal = _code_tables(q.data.dtype, q.fmt.min_normal)
-    hist = torch.bincount(codes.reshape(-1), minlength=128)  # (128,)
-    used = binade[hist > 0]
+    hist = torch.bincount(codes.reshape(-1), minlength=128).tolist()  # (128,) counts of each magnitude code
     return {
         "sqnr_db": sqnr,
-        "sqnr_ordinary_db": ordinary,
-        "underflow": float((src.nonzero & (codes == 0)).sum()) / n,
+        "sqnr_ordinary_db": _db(src.signal_ordinary, noise_ordinary) if src.outliers else sqnr,
+        "underflow": (hist[0] - src.zeros) / n,  # a zero of src is a zero code too: the rest flushed
         "overflow": _overflow(src, q, transposed),
-        "subnormal": float(hist[subnormal].sum()) / n,
-        "binades_used": int(torch.unique(used[used > -1000]).numel()),
+        "subnormal": sum(c for c, sub in zip(hist, subnormal, strict=True) if sub) / n,
+        "binades_used": len({b for c, b in zip(hist, binade, strict=True) if c and b is not None}),
     }
 
 
@@ -570,3 +571,37 @@ def inspect(
     not_covered = pd.DataFrame(cap.not_covered, columns=["module", "type", "reason"])
     return ReadinessReport(frame, float(target_db), tuple(names), tuple(cost_order), not_covered, cap.notes, cap.loss,
                            time.perf_counter() - t0)
+
+
+# ---- benchmark ----------------------------------------------------------------------------------------------------
+
+
+def bench_inspect(size: int | None = None, rounds: int | None = None) -> list[dict]:
+    """Seconds for inspect() on models of 100+ linears (`python -m fp8lab bench inspect`).
+
+    The models: 25 blocks of 4 linears (q/k/v-style fused in, out, MLP up and down) of width
+    `size` (default 64 and 128), 64 tokens, the five DEFAULT_RECIPES; median of `rounds`."""
+    import statistics
+    import time
+
+    from fp8lab.bench import print_table
+
+    widths = (size,) if size else (64, 128)
+    rounds = rounds or 5
+    rows = []
+    for d in widths:
+        blocks = [nn.Sequential(nn.Linear(d, 3 * d), nn.Linear(3 * d, d), nn.Linear(d, 4 * d), nn.GELU(),
+                                nn.Linear(4 * d, d)) for _ in range(25)]
+        model = nn.Sequential(*blocks)
+        x = torch.randn(64, d, generator=torch.Generator().manual_seed(0))
+        times = []
+        report = inspect(model, x)  # warm-up
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            report = inspect(model, x)
+            times.append(time.perf_counter() - t0)
+        rows.append({"model": f"{len(report.layers)} linears, width {d}", "tokens": 64,
+                     "recipes": len(report.recipes), "rows": len(report.frame),
+                     "median s": statistics.median(times), "max s": max(times)})
+    print_table(f"fp8lab.inspect on 100-linear models (median of {rounds})", rows)
+    return rows
