@@ -60,9 +60,9 @@ def _fp8linear_operands(x, weight, grad_output, recipe):
     seen = []
     original = fnn._mm
 
-    def spy(state, a_q, b_q):
+    def spy(state, a_q, b_q, *args, **kwargs):
         seen.append((a_q, b_q))
-        return original(state, a_q, b_q)
+        return original(state, a_q, b_q, *args, **kwargs)
 
     layer = fnn.FP8Linear(weight.shape[1], weight.shape[0], bias=False, recipe=recipe, backend="emulated")
     with torch.no_grad():
