@@ -97,6 +97,9 @@ def test_operands_equal_fp8linear_bit_for_bit(recipe, monkeypatch):
     model = Odd()
     fp8lab.inspect(model, x, lambda out: F.mse_loss(out, y), recipes=[recipe])
     assert len(recorded) == 4  # a, b twice, c
+    captured = readiness.capture(model, x, lambda out: F.mse_loss(out, y)).calls
+    for (x2, w, g, _, _), call in zip(recorded, captured, strict=True):  # what was quantized is what was captured
+        assert torch.equal(x2, call.x) and torch.equal(w, call.weight) and torch.equal(g, call.grad_output)
     for x2, w, g, r, pairs in recorded:
         theirs = _fp8linear_operands(x2, w, g, r)
         ours = [pairs["fprop"], pairs["dgrad"]] + ([pairs["wgrad"]] if pairs["wgrad"] is not None else [])
@@ -137,6 +140,7 @@ def test_rows_match_the_metrics_module():
     g = torch.Generator().manual_seed(5)
     x = torch.randn(64, 96, generator=g)
     x[:, :3] *= 1e4  # three outlier channels
+    x[::7, 10:20] = 0.0  # exact zeros stay zero: they are not underflow
     w = torch.randn(48, 96, generator=g) * 0.05
     dy = torch.randn(64, 48, generator=g) * 1e-3
     floor = RECIPES["mxfp8"].replace(name="mx floor", input=TensorScaling("e4m3", PerBlock(1, 32), "floor", "e8m0"))
