@@ -2,6 +2,7 @@
 
 The map (imports flow down this list): formats -> scaling -> quantize -> recipes -> gemm
 -> nn -> train; metrics, plots and widgets only consume. Start with notebook 00.
+fp8lab.inspect(model, batch, loss_fn) reports any model's FP8 readiness per layer (readiness.py, notebook 08).
 """
 
 from fp8lab.export import export
