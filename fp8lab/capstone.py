@@ -90,14 +90,14 @@ def make_case(name: str, seed: int = 0, sink_magnitude: float = SINK_MAGNITUDE) 
         raise ValueError(f"unknown case {name!r}; valid: {', '.join(CASES)}")
     if name == "llm_like":
         task = MarkovTask(seed=seed)
-        heldout = task.batch(torch.Generator().manual_seed(90_000 + seed), 64)
+        heldout = task.batch(torch.Generator().manual_seed(90_000 + seed), size(64, 16))
 
         def make() -> nn.Module:
             torch.manual_seed(seed)
             return TinyTransformer(vocab=task.vocab, seq=task.seq, sink_magnitude=sink_magnitude)
 
         return Case(name, f"LLM-like: the lab's transformer with sink channels at {sink_magnitude:g}", make,
-                    lambda g: task.batch(g, 32), heldout, _lm_loss, size(60, 8), 2e-3,
+                    lambda g: task.batch(g, size(32, 8)), heldout, _lm_loss, size(60, 8), 2e-3,
                     "sequences of a random sparse Markov chain (fp8lab.train.MarkovTask)")
     if name == "char_lm":
         from fp8lab.realdata import CharText
@@ -110,7 +110,8 @@ def make_case(name: str, seed: int = 0, sink_magnitude: float = SINK_MAGNITUDE) 
             return TinyTransformer(vocab=text.vocab, seq=seq)
 
         return Case(name, "a character model of Python's documentation (real text)", make,
-                    lambda g: text.batch(g, 32, seq), text.heldout(64, seq), _lm_loss, size(60, 8), 2e-3,
+                    lambda g: text.batch(g, size(32, 8), seq), text.heldout(size(64, 16), seq), _lm_loss,
+                    size(60, 8), 2e-3,
                     f"{len(text.ids):,} characters of {text.source}")
     from fp8lab.realdata import Digits
 
@@ -121,7 +122,8 @@ def make_case(name: str, seed: int = 0, sink_magnitude: float = SINK_MAGNITUDE) 
         return DigitsMLP()
 
     return Case(name, "an image classifier on 8x8 handwritten digits (real images)", make,
-                lambda g: digits.batch(g, 128), (digits.test_x, digits.test_y), _class_loss, size(150, 10), 2e-3,
+                lambda g: digits.batch(g, size(128, 32)), (digits.test_x, digits.test_y), _class_loss,
+                size(150, 10), 2e-3,
                 f"{len(digits.train_y)} training and {len(digits.test_y)} test images from scikit-learn",
                 accuracy=True)
 
@@ -173,11 +175,12 @@ class CaseResult:
 
 
 def train_case(case: Case, runs: Sequence[str | Run] = TRAINED, steps: int | None = None, seed: int = 0,
-               progress: bool = True) -> CaseResult:
+               progress: bool = False) -> CaseResult:
     """Train one model per run from the same weights on the same batches; judge each on the held-out batch.
 
     runs: "fp32", recipe names, or Run(label, recipe, skip) (skip: linears kept in high precision,
     e.g. a ReadinessReport's skip list). Must include "fp32" (the reference of every gap).
+    progress: a tqdm bar (off by default: a closed bar leaves an empty widget in a notebook).
     Returns a CaseResult: the training loss per step, and per run the held-out loss (as
     trained: FP8 runs evaluate with FP8 forward passes), its gap to fp32 and, for
     classifiers, the held-out accuracy. A run whose loss turns NaN/inf stops there (gap inf).
