@@ -93,8 +93,9 @@ def make_case(name: str, seed: int = 0, sink_magnitude: float = SINK_MAGNITUDE) 
         heldout = task.batch(torch.Generator().manual_seed(90_000 + seed), size(64, 16))
 
         def make() -> nn.Module:
-            torch.manual_seed(seed)
-            return TinyTransformer(vocab=task.vocab, seq=task.seq, sink_magnitude=sink_magnitude)
+            with torch.random.fork_rng():  # the caller's RNG is left as it was
+                torch.manual_seed(seed)
+                return TinyTransformer(vocab=task.vocab, seq=task.seq, sink_magnitude=sink_magnitude)
 
         return Case(name, f"LLM-like: the lab's transformer with sink channels at {sink_magnitude:g}", make,
                     lambda g: task.batch(g, size(32, 8)), heldout, _lm_loss, size(60, 8), 2e-3,
@@ -106,8 +107,9 @@ def make_case(name: str, seed: int = 0, sink_magnitude: float = SINK_MAGNITUDE) 
         seq = 32
 
         def make() -> nn.Module:
-            torch.manual_seed(seed)
-            return TinyTransformer(vocab=text.vocab, seq=seq)
+            with torch.random.fork_rng():
+                torch.manual_seed(seed)
+                return TinyTransformer(vocab=text.vocab, seq=seq)
 
         return Case(name, "a character model of Python's documentation (real text)", make,
                     lambda g: text.batch(g, size(32, 8), seq), text.heldout(size(64, 16), seq), _lm_loss,
@@ -118,8 +120,9 @@ def make_case(name: str, seed: int = 0, sink_magnitude: float = SINK_MAGNITUDE) 
     digits = Digits.load(seed=seed)
 
     def make() -> nn.Module:
-        torch.manual_seed(seed)
-        return DigitsMLP()
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            return DigitsMLP()
 
     return Case(name, "an image classifier on 8x8 handwritten digits (real images)", make,
                 lambda g: digits.batch(g, size(128, 32)), (digits.test_x, digits.test_y), _class_loss,
