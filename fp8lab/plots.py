@@ -396,7 +396,12 @@ def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", l
     names = list(values)
     colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
     ax.bar(range(len(names)), [values[n] for n in names], color=colors)
-    ax.set_xticks(range(len(names)), [n.replace(" (", "\n(") for n in names], fontsize=8)
+    labels = [n.replace(" (", "\n(") for n in names]
+    # upright where they fit side by side (~0.6 em per character at 8 pt), else turned 90 degrees
+    per_bar = ax.get_position().width * ax.figure.get_figwidth() / max(len(names), 1)
+    longest = max((len(line) for lab in labels for line in lab.split("\n")), default=0)
+    upright = longest * 8 * 0.6 / 72 < 0.95 * per_bar
+    ax.set_xticks(range(len(names)), labels, fontsize=8, rotation=0 if upright else 90)
     if log:
         log_axis(ax, "y")
     ax.set_ylabel(ylabel)

@@ -1240,6 +1240,7 @@ class CostPanel(Panel):
 
     title = "the cost side: is per-tensor cheaper, and where?"
     width, height, ncols = 4.0, 3.0, 3
+    bottom = 1.0  # the recipes' names under the bars, turned upright (tests/test_widgets.py checks legibility)
 
     def __init__(self) -> None:
         super().__init__(
