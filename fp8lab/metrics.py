@@ -177,14 +177,14 @@ def quantization_report(x: torch.Tensor, q: QuantizedTensor,
     k = x.shape[-1] if x.dim() else 1
     x2 = x.detach().reshape(-1, k)  # (M, K): channels are the last dim
     values = q.values().reshape(-1, k)
-    deq = q.dequantize().reshape(-1, k)
     x64 = x2.double()
     signal_c = x64.square().sum(0)  # (K,)
-    noise_c = (x64 - deq.double()).square().sum(0)
+    noise_c = (x64 - q.dequantize().reshape(-1, k).double()).square().sum(0)
     signal, noise = signal_c.sum().item(), noise_c.sum().item()
-    keep = ordinary_channels(x2.shape[-1], outlier_channels)
+    keep = ordinary_channels(k, outlier_channels)
     flushed = (x2 != 0) & (values == 0)  # (M, K)
     mag = values.abs()
+    n = max(values.numel(), 1)
     if signal == 0:
         rel = 0.0 if noise == 0 else math.inf
     else:
@@ -197,19 +197,20 @@ def quantization_report(x: torch.Tensor, q: QuantizedTensor,
     else:
         ratio = float((noise_c[live] / signal_c[live]).mean())
         ordinary_db = math.inf if ratio == 0 else -10.0 * math.log10(ratio)
+    ordinary = flushed if bool(keep.all()) else flushed[:, keep]
     return {
         "format": q.fmt.name,
         "granularity": q.granularity.label,
         "scale_rule": q.scale_rule,
         "sqnr_db": _db(signal, noise),
         "relative_error": rel,
-        "overflow": overflow_fraction(x, q),
-        "underflow": flushed.double().mean().item(),
-        "subnormal": ((mag > 0) & (mag < q.fmt.min_normal)).double().mean().item(),
+        "overflow": overflow_underflow(x, q)[0],
+        "underflow": flushed.sum().item() / n,
+        "subnormal": ((mag > 0) & (mag < q.fmt.min_normal)).sum().item() / n,
         "scale_bits_per_element": q.scale_bits_per_element,
         "amax": float(x2.abs().max()),
         "ordinary_sqnr_db": ordinary_db,
-        "ordinary_underflow": flushed[:, keep].double().mean().item(),
+        "ordinary_underflow": ordinary.sum().item() / max(ordinary.numel(), 1),
     }
 
 

@@ -79,6 +79,7 @@ SCALES = {
     "E8M0, floor (OCP MX)": ("floor", "e8m0", False),
     "E4M3 under an fp32 tensor scale (NVFP4)": ("exact", "e4m3", True),
 }
+CSS_DPI = 72  # the panels' size on the page: a figure of w inches is w * 72 CSS pixels wide
 # the recipes whose activation scaling the outlier cliff compares (delayed: tensorwise's, one step late)
 CLIFF_RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4")
 
@@ -138,12 +139,12 @@ class Panel:
 
     def _axes(self):
         if self._figure is None:
+            # drawn at 2x the theme's 72 dpi; the page shows it at the figure's size at 72 dpi
             fig, axes = plots.figure(self.ncols, 1, self.width, self.height, pyplot=False, right=self.right,
-                                     bottom=self.bottom)
+                                     bottom=self.bottom, dpi=CSS_DPI * plots.PIXEL_RATIO)
             own = axes if isinstance(axes, list) else [axes]
             self._figure = (fig, axes, [ax.get_position() for ax in own])
-            # the PNG has 2x the pixels; the page shows it at the figure's size in CSS pixels
-            self.image.width = str(round(fig.get_figwidth() * fig.dpi))
+            self.image.width = str(round(fig.get_figwidth() * CSS_DPI))
         fig, axes, boxes = self._figure
         own = axes if isinstance(axes, list) else [axes]
         for ax in list(fig.axes):
@@ -163,7 +164,7 @@ class Panel:
             self.data = self.compute(**self.values())
             fig, axes = self._axes()
             self.draw(self.data, axes)
-            self.image.value = plots.to_png(fig, keep=True, pixel_ratio=plots.PIXEL_RATIO)
+            self.image.value = plots.to_png(fig, keep=True)
             self.text.value = self.describe(self.data)
         except ValueError as err:  # bad combinations are explained, never raised into the notebook
             self.data = {"error": str(err)}
@@ -445,7 +446,7 @@ class PerTensorPanel(Panel):
     def compute(self, distribution, outliers, fmt, rule, margin, normalize) -> dict:
         x, idx = sample(distribution, self.shape, outliers, normalize=normalize, return_outliers=True)
         q = quantize(x, fmt, PerTensor(), rule, margin)
-        return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx)}
+        return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx), "margin": margin}
 
     def draw(self, data, ax) -> None:
         plots.histogram_log2(data["x"], data["q"], ax=ax)
@@ -460,7 +461,7 @@ class PerTensorPanel(Panel):
         fmt = q.fmt
         rule = {"exact": f"amax / {fmt.max_value:g}", "rceil": f"2^ceil(log2(amax / {fmt.max_value:g}))",
                 "floor": f"2^(floor(log2 amax) - {math.floor(math.log2(fmt.max_value))})"}[q.scale_rule]
-        margin = f" x 2^{self.controls['margin'].value}" if self.controls["margin"].value else ""
+        margin = f" x 2^{data['margin']}" if data["margin"] else ""  # what compute used, not the control
         return head + _metrics_html({"amax": f"{r['amax']:.4g}",
                                      f"scale = {rule}{margin}": f"{float(q.scale):.4g}",
                                      "SQNR, whole tensor (energy-weighted: the largest values decide it)":

@@ -182,9 +182,9 @@ def test_plots_are_png_at_2x_device_pixels(name):
     panel = _panel(name)
     fig = panel._figure[0]
     width, height = Image.open(io.BytesIO(panel.image.value)).size
-    css = round(fig.get_figwidth() * fig.dpi)
-    assert panel.image.width == str(css)  # shown at the figure's size ...
-    assert width == 2 * css and height == round(2 * fig.get_figheight() * fig.dpi)  # ... with 2x its pixels
+    css = round(fig.get_figwidth() * 72)  # the theme's 72 dpi: the figure's size on the page
+    assert panel.image.width == str(css)  # shown at that size ...
+    assert width == 2 * css and height == int(2 * fig.get_figheight() * 72)  # ... with 2x its pixels
 
 
 def test_a_narrow_log_axis_keeps_tick_labels():
