@@ -216,7 +216,7 @@ def _train(cfg: DistConfig, rank: int = 0, world: int = 1, device: torch.device 
                 raise RuntimeError(f"injected failure: rank {rank} at step {step} (fail_rank/fail_step)")
             print(f"rank {rank}: injected failure at step {step} (fail_mode {cfg.fail_mode!r})", flush=True)
             if cfg.fail_mode == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # (Windows: TerminateProcess)
             time.sleep(10**6)
         loss = task.loss(model(x).float(), y)  # this rank's mean over its tokens
         value = loss.detach().clone()
