@@ -14,7 +14,7 @@ import torch
 
 from fp8lab import kernels
 
-__all__ = ["cast_behaviour", "cpu_name", "report", "versions"]
+__all__ = ["cast_behaviour", "cpu_name", "gemm_lines", "report", "versions"]
 
 PACKAGES = ("torch", "torchao", "numpy", "pandas", "matplotlib", "seaborn", "ipywidgets", "jupyterlab", "ml_dtypes")
 
@@ -41,6 +41,18 @@ def cast_behaviour() -> dict[str, str]:
     return out
 
 
+def gemm_lines(rows: list[dict]) -> list[str]:
+    """gemm_table rows as text: one line per recipe where its GEMMs agree, else one per GEMM."""
+    out = []
+    for recipe in dict.fromkeys(r["recipe"] for r in rows):
+        mine = [r for r in rows if r["recipe"] == recipe]
+        if len({r["reason"] for r in mine}) == 1:
+            out.append(f"  {recipe:<18} {'/'.join(r['gemm'] for r in mine):<17} {mine[0]['reason']}")
+        else:
+            out += [f"  {recipe:<18} {r['gemm']:<17} {r['reason']}" for r in mine]
+    return out
+
+
 def cpu_name() -> str:
     """The CPU's model name (/proc/cpuinfo where there is one)."""
     try:
@@ -56,7 +68,8 @@ def cpu_name() -> str:
 def report(probe: bool = True) -> str:
     """The whole doctor report as text."""
     from fp8lab import __version__
-    from fp8lab.gemm import backend_table, bf16_fast_path
+    from fp8lab.gemm import bf16_fast_path
+    from fp8lab.nn import GPU_GENERATIONS, gemm_table
     from fp8lab.settings import SMOKE
 
     lines = [f"fp8lab {__version__} doctor", ""]
@@ -80,11 +93,16 @@ def report(probe: bool = True) -> str:
     lines.append("torch's own FP8 casts (fp8lab clamps explicitly, so its casts saturate everywhere)")
     lines += [f"  {k:<14} {v}" for k, v in cast_behaviour().items()]
     lines.append("")
-    lines.append("FP8 GEMMs (fp8lab.matmul, backend='auto')")
-    table = backend_table(probe=probe)
-    w = max(len(r["kernel"]) for r in table)
-    for r in table:
-        lines.append(f"  {r['recipe']:<11} {r['kernel']:<{w}}  {r['reason']}")
+    lines.append("FP8 GEMMs on this machine (fp8lab.matmul and FP8Linear, backend='auto'; per GEMM of a linear layer)")
+    lines += gemm_lines(gemm_table())
+    lines.append("")
+    lines.append("FP8 GEMMs on GPUs (what fp8lab runs real per generation, torch built for CUDA 12.9)")
+    for label, arch in GPU_GENERATIONS.items():
+        rows = gemm_table(arch, "12.9")
+        real = [r for r in dict.fromkeys(x["recipe"] for x in rows)
+                if all(x["backend"] != "emulated" for x in rows if x["recipe"] == r)]
+        emulated = [r for r in dict.fromkeys(x["recipe"] for x in rows) if r not in real]
+        lines.append(f"  {label}: real {', '.join(real)}; emulated {', '.join(emulated) or 'none'}")
     lines.append("")
     lines.append(f"smoke mode   {'ON (FP8LAB_SMOKE=1: small sizes for CI)' if SMOKE else 'off (workshop sizes)'}")
     return "\n".join(lines)

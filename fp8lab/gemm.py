@@ -1,7 +1,9 @@
 """FP8 GEMMs: real (torch scaled_mm on a GPU that has the kernel) or emulated (anywhere).
 
-Public: matmul, quantize_operands, emulated_mm, AccumulatorModel, resolve_backend,
-BackendChoice, backend_table, BACKENDS.
+Public: matmul, quantize_operands, emulated_mm, AccumulatorModel; the real path: real_mm,
+plan_gemm (which kernel, decided from the two operands and the GPU generation), KernelPlan,
+KernelUnavailable, prepare_real_mm; GemmBackend (the one switch between real and emulated,
+with its counts), default_backend, resolve_backend, BackendChoice, BACKENDS.
 Shapes: a[M, K] @ b[K, N] -> out[M, N]. Operands are quantized in their [rows, K] layout:
 a as a[M, K] (role "input"), b as b^T[N, K] (role "weight"), like w[N, K] in nn.Linear.
 The emulation computes what the hardware computes: the same FP8 codes and scales, exact
@@ -21,21 +23,31 @@ from functools import lru_cache
 import torch
 
 from fp8lab import kernels
-from fp8lab.formats import E2M1, E4M3, E8M0
+from fp8lab.formats import E2M1, E4M3, E5M2, E8M0
 from fp8lab.quantize import QuantizedTensor
-from fp8lab.recipes import RECIPES, Recipe, get_recipe
+from fp8lab.recipes import Recipe, get_recipe
 from fp8lab.scaling import PerBlock, PerRow, PerTensor
 from fp8lab.timing import timed
 
 __all__ = [
     "BACKENDS",
+    "KERNEL_KINDS",
     "AccumulatorModel",
     "BackendChoice",
+    "GemmBackend",
+    "KernelPlan",
+    "KernelUnavailable",
+    "PreparedGemm",
     "accumulation_error",
-    "backend_table",
+    "agrees_with_emulation",
+    "default_backend",
     "emulated_mm",
     "matmul",
+    "operand_scaling",
+    "plan_gemm",
+    "prepare_real_mm",
     "quantize_operands",
+    "real_mm",
     "resolve_backend",
     "swizzle_scales",
 ]
@@ -373,223 +385,581 @@ def accumulation_error(
     return (torch.linalg.norm(got - exact) / torch.linalg.norm(exact)).item()
 
 
-# ---- the real backend ------------------------------------------------------------------------------------
+# ---- the real backend: torch's scaled matmuls, as each GPU generation accepts them ----------------------
+#
+# What torch's CUDA kernels accept (aten/src/ATen/native/cuda/ScaledBlas.cpp, RowwiseScaledMM.cu):
+#   - mat_a [M, K] row-major and mat_b [K, N] column-major (cuBLASLt FP8 multiplies "TN" only;
+#     CUTLASS rowwise checks a.stride(1) == 1 and b.stride(0) == 1): a transposed view is not
+#     contiguous, so operands are copied into that layout; M, N, K divisible by 16;
+#   - TensorWise: one float32 scale each; never two E5M2 operands;
+#   - RowWise: scale_a (M, 1), scale_b (1, N), float32, contiguous; cuBLAS on sm_90 with
+#     cuBLAS >= 12.9, else CUTLASS (sm_89, sm_100+), which wants an E4M3 b and a bf16 output;
+#   - BlockWise1x128 / 128x128 (DeepSeek-V3): sm_90 only, cuBLAS >= 12.9, E4M3 both; a 1x128
+#     operand's scales (rows, ceil(K/128)) outer-dim-major (strides (1, rows)); a 128x128
+#     operand's scales (round_up(ceil(K/128), 4), ceil(rows/128)) with strides (1, round_up(...));
+#   - BlockWise1x32 (MX: E4M3 elements, E8M0 scales) and BlockWise1x16 (NVFP4: packed E2M1,
+#     E4M3 scales, plus a float32 tensor scale): sm_100+, scales in the 32x4x4 swizzled
+#     (128-row x 4-column tile) layout, one scale per row per K block, contiguous.
+
+Arch = tuple[int, int]
 
 
-def _kernel_kind(recipe: Recipe) -> str:
-    """Which scaled_mm kernel family a recipe's fprop GEMM needs."""
-    ai, wi = recipe.input, recipe.weight
-    ga, gw = ai.granularity, wi.granularity
-    if isinstance(ga, PerTensor) and isinstance(gw, PerTensor):
-        return "TensorWise"
-    if isinstance(ga, PerRow) and isinstance(gw, PerRow):
-        return "RowWise"
-    if ga == PerBlock(1, 128) and gw == PerBlock(128, 128) and ai.scale_fmt is None:
-        return "BlockWise1x128 x BlockWise128x128"
-    if ga == PerBlock(1, 32) and gw == PerBlock(1, 32) and ai.scale_fmt is E8M0:
-        return "BlockWise1x32"
-    if ai.fmt is E2M1 and ga == PerBlock(1, 16) and ai.scale_fmt is E4M3:
-        return "BlockWise1x16"
-    return "none"
+class KernelUnavailable(RuntimeError):
+    """No torch scaled_mm kernel takes this pair of operands on this GPU; str() is the reason."""
 
 
-# compute capability each kernel family needs (torch ScaledBlas.cpp)
-_KERNEL_NEEDS = {
-    "TensorWise": ((8, 9), None),
-    "RowWise": ((8, 9), None),
-    "BlockWise1x128 x BlockWise128x128": ((9, 0), (9, 0)),  # Hopper only, cuBLASLt >= 12.9
-    "BlockWise1x32": ((10, 0), None),
-    "BlockWise1x16": ((10, 0), None),
-}
+# how one operand [rows, K] is scaled, in scaled_mm's vocabulary
+TENSORWISE, ROWWISE = "TensorWise", "RowWise"
+B1X128, B128X128, B1X32, B1X16 = "BlockWise1x128", "BlockWise128x128", "BlockWise1x32", "BlockWise1x16"
+BLOCKWISE_KINDS = (f"{B1X128} x {B128X128}", f"{B128X128} x {B1X128}", f"{B1X128} x {B1X128}")
+KERNEL_KINDS = (TENSORWISE, ROWWISE, *BLOCKWISE_KINDS, B1X32, B1X16)
+_OUT_DTYPE = {TENSORWISE: torch.float32, ROWWISE: torch.bfloat16, B1X32: torch.bfloat16, B1X16: torch.bfloat16,
+              **dict.fromkeys(BLOCKWISE_KINDS, torch.float32)}
+_K_MULTIPLE = {TENSORWISE: 16, ROWWISE: 16, B1X32: 32, B1X16: 32, **dict.fromkeys(BLOCKWISE_KINDS, 128)}
+
+
+def _describe(q: QuantizedTensor) -> str:
+    scales = q.scale_fmt.name if q.scale_fmt is not None else "float32"
+    extra = ", +tensor scale" if q.tensor_scale is not None else ""
+    return f"{q.fmt.name} {q.granularity.label} ({scales} scales{extra})"
+
+
+def operand_scaling(q: QuantizedTensor) -> str | None:
+    """How scaled_mm would name the scaling of an operand q[rows, K], or None if it has no name.
+
+    PerTensor -> TensorWise; PerRow -> RowWise; float32 blocks 128 wide along K -> BlockWise1x128
+    (BlockWise128x128 for 128x128 blocks); E8M0-scaled blocks 32 wide -> BlockWise1x32 and
+    E4M3-scaled E2M1 blocks 16 wide -> BlockWise1x16. Blocks taller than one row (NVFP4's 16x16
+    weight blocks, say) reach the kernel as one scale per row per K block: the same numbers.
+    """
+    g = q.granularity
+    if isinstance(g, PerTensor | PerRow):
+        if q.scale_fmt is None and q.tensor_scale is None:
+            return TENSORWISE if isinstance(g, PerTensor) else ROWWISE
+        return None
+    if q.scale_fmt is None and q.tensor_scale is None and q.fmt in (E4M3, E5M2) and g.cols == 128:
+        return B128X128 if g.rows == 128 else B1X128
+    if q.scale_fmt is E8M0 and q.tensor_scale is None and g.cols == 32 and q.fmt in (E4M3, E5M2):
+        return B1X32
+    if q.scale_fmt is E4M3 and q.fmt is E2M1 and g.cols == 16:
+        return B1X16
+    return None
+
+
+def _pair_kind(a_q: QuantizedTensor, b_q: QuantizedTensor) -> str:
+    """The kernel family for a pair, or KernelUnavailable naming both scalings.
+
+    Where a coarser operand meets a finer one, its scales are restated at the finer grain, all
+    equal within each old block (exact): per tensor beside per row -> RowWise; per tensor or per
+    row beside 1x128/128x128 blocks -> 1x128; two 128x128 operands -> a as 1x128 (torch has no
+    128x128 x 128x128 kernel)."""
+    sa, sb = operand_scaling(a_q), operand_scaling(b_q)
+    coarse, deepseek = {TENSORWISE, ROWWISE}, {B1X128, B128X128}
+    if sa in coarse and sb in coarse:
+        return TENSORWISE if sa == sb == TENSORWISE else ROWWISE
+    if sa in coarse | deepseek and sb in coarse | deepseek:
+        ka = B128X128 if sa == B128X128 and sb != B128X128 else B1X128
+        kb = B128X128 if sb == B128X128 else B1X128
+        return f"{ka} x {kb}"
+    if sa == sb and sa in (B1X32, B1X16):
+        return sa
+    raise KernelUnavailable(
+        f"no scaled_mm kernel multiplies {_describe(a_q)} by {_describe(b_q)} (torch's kernels take "
+        "per-tensor/per-row pairs, 1x128 with 128x128 or 1x128 float32 blocks, 1x32 E8M0 pairs, 1x16 NVFP4 pairs)")
+
+
+def _scales_along_k(q: QuantizedTensor, width: int) -> torch.Tensor:
+    """q's scales as one per row per `width`-wide K block: (R, ceil(K/width)) float32. Valid where
+    q's own scales are constant on each such block (per tensor, per row, blocks whose width is a
+    multiple of `width` or spans K); rows of taller blocks repeat their block's scale."""
+    s, w = _k_blocks(q)  # (R, K blocks of q), q's block width along K
+    k = q.shape[1]
+    if w < k and w % width:
+        raise KernelUnavailable(f"{_describe(q)}: scales {w} wide cannot be restated {width} wide")
+    reps = -(-w // width)
+    return s.float().repeat_interleave(reps, 1)[:, : -(-k // width)]
+
+
+def _sm(arch: Arch) -> str:
+    return f"sm_{arch[0]}{arch[1]}"
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in str(text).split(".")[:2])
+    except ValueError:
+        return ()
 
 
 @dataclass(frozen=True)
-class BackendChoice:
-    """Which backend runs a GEMM, and why."""
+class KernelPlan:
+    """How fp8lab calls torch's scaled matmul for one pair of operands on one GPU generation.
 
-    backend: str  # "scaled_mm" or "emulated"
-    kernel: str  # e.g. "scaled_mm TensorWise", "emulated fast (bf16 math)"
-    reason: str
-
-    def __str__(self) -> str:
-        return self.reason
-
-
-def _sm(cc: tuple[int, int]) -> str:
-    return f"sm_{cc[0]}{cc[1]}"
-
-
-def _device_supports(kind: str, device: torch.device) -> tuple[bool, str]:
-    if device.type != "cuda":
-        return False, "no CUDA device" if not torch.cuda.is_available() else f"tensors are on {device.type}"
-    if kind == "none":
-        return False, "no scaled_mm kernel for this combination of scalings"
-    cc = torch.cuda.get_device_capability(device)
-    low, exact_major = _KERNEL_NEEDS[kind]
-    if cc < (8, 9):
-        return False, f"FP8 needs sm_89 or newer, this is {_sm(cc)}"
-    if exact_major is not None and cc[0] != exact_major[0]:
-        return False, f"{kind} needs {_sm(exact_major)} (Hopper), this is {_sm(cc)}"
-    if cc < low:
-        return False, f"{kind} needs {_sm(low)}, this is {_sm(cc)}"
-    if kind not in ("TensorWise", "RowWise") and not hasattr(torch.nn.functional, "scaled_mm"):
-        return False, f"{kind} needs torch.nn.functional.scaled_mm (torch >= 2.9), this is torch {torch.__version__}"
-    return True, f"{kind} on {_sm(cc)}"
-
-
-_PROBED: dict[tuple[str, str], tuple[bool, str]] = {}
-_ANNOUNCED: set[tuple] = set()
-
-
-def _probe_kernel(recipe: Recipe, device: torch.device) -> tuple[bool, str]:
-    """Run the kernel once on a small problem; cache whether it works."""
-    kind = _kernel_kind(recipe)
-    key = (str(device), kind)
-    if key not in _PROBED:
-        try:
-            g = torch.Generator().manual_seed(0)
-            a = torch.randn(128, 256, generator=g)
-            b = torch.randn(256, 128, generator=g)
-            a_q, b_q = quantize_operands(a, b, recipe)
-            got = _real_mm(a_q, b_q, recipe, device).float().cpu()
-            want = emulated_mm(a_q, b_q, emulation="reference")
-            err = ((got - want).abs().max() / want.abs().max()).item()
-            _PROBED[key] = (err < 1e-2, "probe ok" if err < 1e-2 else f"probe disagreed with emulation ({err:.1e})")
-        except Exception as exc:  # a missing or failing kernel must never stop a workshop
-            _PROBED[key] = (False, f"{kind} kernel failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
-    return _PROBED[key]
-
-
-def resolve_backend(
-    recipe: Recipe | str = "tensorwise",
-    device: torch.device | str | None = None,
-    backend: str = "auto",
-    probe: bool = True,
-) -> BackendChoice:
-    """Decide, once per (device, recipe), whether scaled_mm runs this recipe's GEMM, and why."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
-    recipe = get_recipe(recipe)
-    if device is None:
-        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    device = torch.device(device)
-    fast = bf16_fast_path()
-    emulated_kernel = "emulated fast (bf16 math)" if fast[0] else "emulated fast (fp32)"
-    if backend == "emulated":
-        return BackendChoice("emulated", emulated_kernel, "emulated: asked for")
-    ok, why = _device_supports(_kernel_kind(recipe), device)
-    if ok and probe:
-        ok, probe_why = _probe_kernel(recipe, device)
-        if not ok:
-            why = probe_why
-    kind = _kernel_kind(recipe)
-    if ok:
-        return BackendChoice("scaled_mm", f"scaled_mm {kind}", f"real: scaled_mm {why}")
-    if backend == "scaled_mm":
-        raise RuntimeError(f"backend='scaled_mm' cannot run recipe {recipe.name!r} here: {why}")
-    return BackendChoice("emulated", emulated_kernel, f"emulated: {why}")
-
-
-def backend_table(device: torch.device | str | None = None, probe: bool = True) -> list[dict[str, str]]:
-    """One row per recipe: which backend its GEMMs use on this machine, and why."""
-    rows = []
-    for name, recipe in RECIPES.items():
-        choice = resolve_backend(recipe, device, probe=probe)
-        rows.append({"recipe": name, "kernel": _kernel_kind(recipe), "backend": choice.backend,
-                     "reason": choice.reason})
-    return rows
-
-
-def swizzle_scales(scales: torch.Tensor) -> torch.Tensor:
-    """Block scales [R, KB] in cuBLAS's tiled layout for 1x32 / 1x16 block scaling.
-
-    The matrix is padded to 128-row x 4-column tiles; tiles are stored one after another
-    (row tiles outer); inside a tile, element (r, c) with r = 32 i + j sits at offset
-    16 j + 4 i + c. Returns a flat contiguous tensor of ceil(R/128)*128 * ceil(KB/4)*4.
+    kind: the kernel family (KERNEL_KINDS); entry: "torch._scaled_mm" (TensorWise, RowWise) or
+    "torch.nn.functional.scaled_mm" (block scalings); k_multiple: K is zero-padded to a multiple
+    of it (M and N to 16); out_dtype: what the kernel writes (float32 where the kernel offers
+    it, else bfloat16); fast_accum: whether use_fast_accum means anything to it.
     """
-    r, kb = scales.shape
-    rt, ct = math.ceil(r / 128), math.ceil(kb / 4)
-    padded = torch.zeros(rt * 128, ct * 4, dtype=scales.dtype, device=scales.device)
-    padded[:r, :kb] = scales
-    rows = torch.arange(rt * 128, device=scales.device)[:, None]
-    cols = torch.arange(ct * 4, device=scales.device)[None, :]
-    tile = (rows // 128) * ct + cols // 4  # which 128x4 tile
-    inner = rows % 128
-    offset = tile * 512 + (inner % 32) * 16 + (inner // 32) * 4 + cols % 4
-    out = torch.empty(rt * 128 * ct * 4, dtype=scales.dtype, device=scales.device)
-    out[offset.flatten()] = padded.flatten()
-    return out
+
+    kind: str
+    arch: Arch
+    entry: str
+    k_multiple: int
+    out_dtype: torch.dtype
+    fast_accum: bool
+    library: str  # "cuBLASLt" or "CUTLASS"
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} on {_sm(self.arch)} ({self.library})"
 
 
-def _pad_to(t: torch.Tensor, rows: int, cols: int, value: float = 0.0) -> torch.Tensor:
-    if t.shape == (rows, cols):
-        return t
-    out = torch.full((rows, cols), value, dtype=t.dtype, device=t.device)
-    out[: t.shape[0], : t.shape[1]] = t
-    return out
+def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str | None) -> KernelPlan:
+    """The kernel call for a_q[M, K] @ b_q[N, K].T on a GPU of compute capability `arch` with
+    torch built for CUDA `cuda`; raises KernelUnavailable with the reason where there is none.
+    Decided from the two operands (their scalings and formats), never from a recipe name."""
+    arch = (int(arch[0]), int(arch[1]))
+    if a_q.shape[1] != b_q.shape[1]:
+        raise ValueError(f"operands must share K: a_q is {tuple(a_q.shape)} (M, K), b_q is {tuple(b_q.shape)} (N, K)")
+    if arch < (8, 9):
+        raise KernelUnavailable(f"FP8 GEMMs need sm_89 or newer, this is {_sm(arch)}")
+    kind = _pair_kind(a_q, b_q)
+    fa, fb = a_q.fmt, b_q.fmt
+    if fa is E5M2 and fb is E5M2:
+        raise KernelUnavailable("cuBLASLt has no E5M2 x E5M2 FP8 GEMM")
+    v2 = "torch.nn.functional.scaled_mm"
+    has_v2 = hasattr(torch.nn.functional, "scaled_mm")
+    cublas_129 = _version(cuda) >= (12, 9)
+    if kind == TENSORWISE:
+        return KernelPlan(kind, arch, "torch._scaled_mm", 16, torch.float32, True, "cuBLASLt")
+    if kind == ROWWISE:
+        cublas = arch[0] == 9 and cublas_129  # torch: cuBLAS from 12.9 on sm_90, CUTLASS elsewhere
+        if not cublas and fb is not E4M3:
+            raise KernelUnavailable(f"the CUTLASS rowwise kernel ({_sm(arch)}) needs an E4M3 b, got {fb.name}")
+        return KernelPlan(kind, arch, "torch._scaled_mm", 16, torch.bfloat16, True, "cuBLASLt" if cublas else "CUTLASS")
+    if kind in BLOCKWISE_KINDS:
+        if arch[0] != 9:
+            raise KernelUnavailable(
+                f"DeepSeek-style 1x128/128x128 scaling runs on sm_90 (Hopper) only, this is {_sm(arch)}")
+        if not cublas_129:
+            raise KernelUnavailable(f"1x128/128x128 scaling needs cuBLAS >= 12.9, this torch has CUDA {cuda}")
+        if fa is not E4M3 or fb is not E4M3:
+            raise KernelUnavailable(f"1x128/128x128 scaling needs E4M3 operands, got {fa.name} and {fb.name}")
+    elif kind == B1X32:
+        if arch < (10, 0):
+            raise KernelUnavailable(
+                f"MX block scaling (1x32, E8M0) needs sm_100 (Blackwell) or newer, this is {_sm(arch)}")
+        if fa is not E4M3 or fb is not E4M3:
+            raise KernelUnavailable(f"torch's MXFP8 kernel takes E4M3 operands, got {fa.name} and {fb.name}")
+    elif kind == B1X16 and arch < (10, 0):
+        raise KernelUnavailable(f"NVFP4 block scaling (1x16, E4M3 scales) needs sm_100 (Blackwell) or newer, "
+                                f"this is {_sm(arch)}")
+    if not has_v2:
+        raise KernelUnavailable(f"{kind} needs torch.nn.functional.scaled_mm (torch >= 2.9), this is torch "
+                                f"{torch.__version__}")
+    return KernelPlan(kind, arch, v2, _K_MULTIPLE[kind], _OUT_DTYPE[kind], kind in BLOCKWISE_KINDS, "cuBLASLt")
 
 
 def _up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _real_mm(
-    a_q: QuantizedTensor, b_q: QuantizedTensor, recipe: Recipe, device: torch.device, use_fast_accum: bool = False
-) -> torch.Tensor:
-    """scaled_mm on the GPU. Pads M, N, K to multiples of 16 (zero codes, unit scales)."""
+def _padded(t: torch.Tensor, rows: int, cols: int, value: float, device: torch.device) -> torch.Tensor:
+    """t[r, c] in a fresh contiguous [rows, cols] tensor on `device`, the rest `value`."""
+    if tuple(t.shape) == (rows, cols) and t.is_contiguous() and t.device == device:
+        return t
+    out = torch.full((rows, cols), value, dtype=t.dtype, device=device)
+    out[: t.shape[0], : t.shape[1]].copy_(t)
+    return out
+
+
+def _codes(q: QuantizedTensor, rows: int, k: int, device: torch.device) -> torch.Tensor:
+    """q's FP8 codes as a row-major contiguous [rows, k] tensor (zero-padded) on `device`."""
+    return _padded(q.data.view(torch.uint8), rows, k, 0, device).view(q.data.dtype)
+
+
+def _fp4_packed(q: QuantizedTensor, rows: int, k: int, device: torch.device) -> torch.Tensor:
+    """q's E2M1 codes zero-padded to [rows, k], two per byte along K (low nibble first)."""
+    codes = _padded(q.codes(), rows, k, 0, device)
+    return (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous().view(torch.float4_e2m1fn_x2)
+
+
+def _row_scales(q: QuantizedTensor, rows: int, device: torch.device) -> torch.Tensor:
+    """One float32 scale per row, [rows, 1] contiguous, 1 in padding (per tensor: repeated)."""
+    s = q.scale.float()
+    s = s.reshape(1, 1).expand(q.shape[0], 1) if s.dim() == 0 else s.reshape(q.shape[0], 1)
+    return _padded(s, rows, 1, 1.0, device)
+
+
+def _e8m0_codes(scale: torch.Tensor) -> torch.Tensor:
+    """Power-of-two float32 scales -> their E8M0 codes (uint8): 2^e -> e + 127; NaN -> 255."""
+    _, exp = torch.frexp(scale)  # scale = 0.5 * 2^exp exactly (2^-127, a float32 subnormal, included)
+    codes = (exp - 1 + 127).clamp(0, 254).to(torch.uint8)
+    return torch.where(torch.isnan(scale), torch.full_like(codes, 255), codes)
+
+
+def _swizzled(codes: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Scale codes (rows, K blocks) as uint8 -> the 32x4x4 layout, viewed as `dtype`, on device."""
+    return swizzle_scales(codes.to(device)).view(dtype)
+
+
+@dataclass
+class PreparedGemm:
+    """One scaled_mm call with every argument made: run() replays the kernel alone (what a
+    benchmark times), result() runs it and returns a @ b.T unpadded, in the kernel's dtype."""
+
+    plan: KernelPlan
+    fn: Callable[..., torch.Tensor]
+    args: tuple
+    kwargs: dict
+    m: int
+    n: int
+
+    def run(self) -> torch.Tensor:
+        return self.fn(*self.args, **self.kwargs)
+
+    def result(self) -> torch.Tensor:
+        return self.run()[: self.m, : self.n]
+
+
+def prepare_real_mm(a_q: QuantizedTensor, b_q: QuantizedTensor, plan: KernelPlan, device: torch.device,
+                    use_fast_accum: bool = False) -> PreparedGemm:
+    """Make every argument of the scaled_mm call `plan` describes, on `device`.
+
+    Operands: a as mat_a [M, K] row-major; b [N, K] row-major, so that mat_b = b.t() is the
+    column-major [K, N] the kernels want (transposed views are copied into that layout).
+    M and N are zero-padded to multiples of 16 and K to plan.k_multiple; padded rows get
+    scale 1 (zero codes contribute nothing whatever their scale)."""
     import torch.nn.functional as F
 
-    kind = _kernel_kind(recipe)
+    if use_fast_accum and not plan.fast_accum:
+        raise ValueError(f"use_fast_accum has no meaning for the {plan.kind} kernel (torch refuses or ignores it)")
     m, k = a_q.shape
     n = b_q.shape[0]
-    if kind == "BlockWise1x16":
-        a_data, b_data = a_q.packed(), b_q.packed()  # (M, K/2), (N, K/2) float4_e2m1fn_x2
+    mp, np_, kp = _up(m, 16), _up(n, 16), _up(k, plan.k_multiple)
+    kind = plan.kind
+    if kind == B1X16:
+        mat_a, b_rows = _fp4_packed(a_q, mp, kp, device), _fp4_packed(b_q, np_, kp, device)
     else:
-        mp, np_, kp = _up(m, 16), _up(n, 16), _up(k, 16)
-        a_data = _pad_to(a_q.data.view(torch.uint8), mp, kp).view(a_q.data.dtype)
-        b_data = _pad_to(b_q.data.view(torch.uint8), np_, kp).view(b_q.data.dtype)
-    a_data, b_data = a_data.to(device), b_data.to(device)
-    mat_b = b_data.t()  # (K, N) column-major, as cuBLAS wants
-    if kind == "TensorWise":
-        out = torch._scaled_mm(
-            a_data, mat_b, scale_a=a_q.scale.reshape(1).to(device), scale_b=b_q.scale.reshape(1).to(device),
-            out_dtype=torch.float32, use_fast_accum=use_fast_accum,
-        )
-    elif kind == "RowWise":
-        sa = _pad_to(a_q.scale, a_data.shape[0], 1, 1.0).to(device)  # (M, 1)
-        sb = _pad_to(b_q.scale, b_data.shape[0], 1, 1.0).t().contiguous().to(device)  # (1, N)
-        out = torch._scaled_mm(a_data, mat_b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
-                               use_fast_accum=use_fast_accum)
-    elif kind == "BlockWise1x128 x BlockWise128x128":
-        kb = math.ceil(a_data.shape[1] / 128)
-        sa = _pad_to(a_q.scale, a_data.shape[0], kb, 1.0)  # (M, K/128)
-        sa = sa.t().contiguous().t().to(device)  # outer-dim-major: strides (1, M)
-        nb = math.ceil(b_data.shape[0] / 128)
-        sb = _pad_to(b_q.scale, nb, _up(kb, 4), 1.0).contiguous().to(device)  # (N/128, roundup(K/128, 4))
-        out = F.scaled_mm(
-            a_data, mat_b, sa, F.ScalingType.BlockWise1x128, sb.t(), F.ScalingType.BlockWise128x128,
-            output_dtype=torch.bfloat16, use_fast_accum=use_fast_accum,
-        )
-    elif kind == "BlockWise1x32":
-        sa = swizzle_scales(a_q.scale.to(torch.float8_e8m0fnu)).to(device)
-        sb = swizzle_scales(b_q.scale.to(torch.float8_e8m0fnu)).to(device)
-        sw = F.SwizzleType.SWIZZLE_32_4_4
-        out = F.scaled_mm(a_data, mat_b, sa, F.ScalingType.BlockWise1x32, sb, F.ScalingType.BlockWise1x32,
-                          swizzle_a=sw, swizzle_b=sw, output_dtype=torch.bfloat16)
-    elif kind == "BlockWise1x16":
-        sa = swizzle_scales(a_q.scale.to(torch.float8_e4m3fn)).to(device)
-        sb = swizzle_scales(b_q.scale.to(torch.float8_e4m3fn)).to(device)
-        ta = a_q.tensor_scale.reshape(1).to(device)
-        tb = b_q.tensor_scale.reshape(1).to(device)
-        sw, no = F.SwizzleType.SWIZZLE_32_4_4, F.SwizzleType.NO_SWIZZLE
-        out = F.scaled_mm(
-            a_data, mat_b, [sa, ta], [F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise],
-            [sb, tb], [F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise],
-            swizzle_a=[sw, no], swizzle_b=[sw, no], output_dtype=torch.bfloat16,
-        )
+        mat_a, b_rows = _codes(a_q, mp, kp, device), _codes(b_q, np_, kp, device)
+    mat_b = b_rows.t()  # (K, N), column-major
+    if kind in (TENSORWISE, ROWWISE):
+        if kind == TENSORWISE:
+            sa, sb = (q.scale.float().reshape(1).to(device) for q in (a_q, b_q))
+        else:
+            sa, sb = _row_scales(a_q, mp, device), _row_scales(b_q, np_, device).t().contiguous()  # (M, 1), (1, N)
+        kwargs = {"scale_a": sa, "scale_b": sb, "out_dtype": plan.out_dtype, "use_fast_accum": use_fast_accum}
+        return PreparedGemm(plan, torch._scaled_mm, (mat_a, mat_b), kwargs, m, n)
+    ST, SW = F.ScalingType, F.SwizzleType
+    if kind in BLOCKWISE_KINDS:
+        kb = kp // 128
+        l4 = _up(kb, 4)
+
+        def outer_major(q: QuantizedTensor, rows: int) -> torch.Tensor:  # 1x128: (rows, K/128), strides (1, rows)
+            return _padded(_scales_along_k(q, 128), rows, kb, 1.0, device).t().contiguous().t()
+
+        def k_major(q: QuantizedTensor, rows: int) -> torch.Tensor:  # 128x128: (L4, rows/128), strides (1, L4)
+            return _padded(q.scale.float(), _up(rows, 128) // 128, l4, 1.0, device).t()
+
+        kinds = kind.split(" x ")
+        sa = outer_major(a_q, mp) if kinds[0] == B1X128 else k_major(a_q, mp)
+        sb = outer_major(b_q, np_) if kinds[1] == B1X128 else k_major(b_q, np_)
+        args = (mat_a, mat_b, sa, getattr(ST, kinds[0]), sb, getattr(ST, kinds[1]))
+        kwargs = {"output_dtype": plan.out_dtype, "use_fast_accum": use_fast_accum}
+        return PreparedGemm(plan, F.scaled_mm, args, kwargs, m, n)
+    if kind == B1X32:
+        sa = _swizzled(_e8m0_codes(_scales_along_k(a_q, 32)), torch.float8_e8m0fnu, device)
+        sb = _swizzled(_e8m0_codes(_scales_along_k(b_q, 32)), torch.float8_e8m0fnu, device)
+        kwargs = {"swizzle_a": SW.SWIZZLE_32_4_4, "swizzle_b": SW.SWIZZLE_32_4_4, "output_dtype": plan.out_dtype}
+        return PreparedGemm(plan, F.scaled_mm, (mat_a, mat_b, sa, ST.BlockWise1x32, sb, ST.BlockWise1x32), kwargs, m, n)
+    # BlockWise1x16 (NVFP4): E4M3 block scales, one per row per 16 elements, and the tensor scales
+    sa, sb = (_swizzled(_scales_along_k(q, 16).to(torch.float8_e4m3fn).view(torch.uint8), torch.float8_e4m3fn, device)
+              for q in (a_q, b_q))
+    if (a_q.tensor_scale is None) != (b_q.tensor_scale is None):
+        raise KernelUnavailable("NVFP4 operands must both have a tensor scale (two-level) or neither")
+    if a_q.tensor_scale is None:
+        args = (mat_a, mat_b, sa, ST.BlockWise1x16, sb, ST.BlockWise1x16)
+        kwargs = {"swizzle_a": SW.SWIZZLE_32_4_4, "swizzle_b": SW.SWIZZLE_32_4_4, "output_dtype": plan.out_dtype}
     else:
-        raise RuntimeError("no scaled_mm kernel for this combination of scalings")
-    return out[:m, :n]
+        ta, tb = (q.tensor_scale.float().reshape(()).to(device) for q in (a_q, b_q))
+        recipe = [ST.BlockWise1x16, ST.TensorWise]
+        args = (mat_a, mat_b, [sa, ta], recipe, [sb, tb], recipe)
+        kwargs = {"swizzle_a": [SW.SWIZZLE_32_4_4, SW.NO_SWIZZLE], "swizzle_b": [SW.SWIZZLE_32_4_4, SW.NO_SWIZZLE],
+                  "output_dtype": plan.out_dtype}
+    return PreparedGemm(plan, F.scaled_mm, args, kwargs, m, n)
+
+
+def _target(a_q: QuantizedTensor, arch: Arch | None, cuda: str | None) -> tuple[Arch, str | None, torch.device]:
+    device = a_q.data.device
+    if arch is None:
+        if device.type != "cuda":
+            raise KernelUnavailable(
+                "no CUDA device" if not torch.cuda.is_available() else f"the operands are on {device.type}, not a GPU")
+        arch = torch.cuda.get_device_capability(device)
+    return (int(arch[0]), int(arch[1])), (torch.version.cuda if cuda is None else cuda), device
+
+
+def real_mm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch | None = None, cuda: str | None = None,
+            use_fast_accum: bool = False) -> torch.Tensor:
+    """a_q[M, K] @ b_q[N, K].T through torch's scaled matmul, called exactly as on a GPU of
+    compute capability `arch` ((9, 0) ...; None: the tensors' own device) with torch built for
+    CUDA `cuda` ("12.9"; None: torch.version.cuda), on the tensors' own device.
+
+    Returns [M, N] unpadded in the kernel's output dtype (KernelPlan.out_dtype). Raises
+    KernelUnavailable, whose message is the reason doctor shows, where that architecture has no
+    kernel for the pair. See plan_gemm for the choice and prepare_real_mm for the call.
+    """
+    arch, cuda, device = _target(a_q, arch, cuda)
+    plan = plan_gemm(a_q, b_q, arch, cuda)
+    return prepare_real_mm(a_q, b_q, plan, device, use_fast_accum).result()
+
+
+def swizzle_scales(scales: torch.Tensor) -> torch.Tensor:
+    """Block scales [R, KB] in cuBLAS's tiled layout for 1x32 / 1x16 block scaling.
+
+    The matrix is padded (zeros) to 128-row x 4-column tiles; tiles are stored one after
+    another (row tiles outer); inside a tile, element (r, c) with r = 32 i + j sits at offset
+    16 j + 4 i + c. Returns a flat contiguous tensor of ceil(R/128)*128 * ceil(KB/4)*4.
+    Works on any dtype by moving bytes: float8 scales (E8M0, E4M3) are permuted as uint8.
+    """
+    if scales.dtype in (torch.float8_e8m0fnu, torch.float8_e4m3fn, torch.float8_e5m2):
+        return swizzle_scales(scales.view(torch.uint8)).view(scales.dtype)
+    r, kb = scales.shape
+    rt, ct = math.ceil(r / 128), math.ceil(kb / 4)
+    padded = torch.zeros(rt * 128, ct * 4, dtype=scales.dtype, device=scales.device)
+    padded[:r, :kb] = scales
+    # (row tile, 4 row groups of 32, 32 rows, col tile, 4 cols) -> (row tile, col tile, 32, 4 groups, 4 cols)
+    tiles = padded.reshape(rt, 4, 32, ct, 4).permute(0, 3, 2, 1, 4)
+    return tiles.contiguous().flatten()
+
+
+# ---- one decision per GEMM: real or emulated, counted ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """Which backend runs a GEMM, and why. plan is set where the real kernel runs."""
+
+    backend: str  # "scaled_mm" or "emulated"
+    kernel: str  # e.g. "scaled_mm BlockWise1x128 x BlockWise128x128", "emulated fast (bf16 math)"
+    reason: str
+    plan: KernelPlan | None = None
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _emulated_kernel() -> str:
+    return "emulated fast (bf16 math)" if bf16_fast_path()[0] else "emulated fast (fp32)"
+
+
+@lru_cache(maxsize=1)
+def _cpu_choice() -> BackendChoice:
+    why = "the operands are on the CPU" if torch.cuda.is_available() else "no CUDA device"
+    return BackendChoice("emulated", _emulated_kernel(), f"emulated: {why}")
+
+
+_PROBE_SCALINGS: dict[str, tuple[dict, dict]] = {
+    TENSORWISE: ({}, {}),
+    ROWWISE: ({"granularity": PerRow(), "scale_rule": "rceil"},) * 2,
+    f"{B1X128} x {B128X128}": ({"granularity": PerBlock(1, 128)}, {"granularity": PerBlock(128, 128)}),
+    f"{B128X128} x {B1X128}": ({"granularity": PerBlock(128, 128)}, {"granularity": PerBlock(1, 128)}),
+    f"{B1X128} x {B1X128}": ({"granularity": PerBlock(1, 128)},) * 2,
+    B1X32: ({"granularity": PerBlock(1, 32), "scale_rule": "rceil", "scale_fmt": E8M0},) * 2,
+    B1X16: ({"fmt": E2M1, "granularity": PerBlock(1, 16), "scale_fmt": E4M3, "two_level": True},) * 2,
+}
+
+
+class GemmBackend:
+    """The one place a GEMM is sent to torch's scaled matmul or to the emulation.
+
+    mode: "auto" (real where the GPU has the kernel for the two operands, else emulated),
+          "emulated" (always), "scaled_mm" (real or KernelUnavailable).
+    arch, cuda: None reads them from the operands' device and torch.version.cuda; set, they
+          make the real path act as that GPU generation would (tests run torch's functions
+          replaced by a stand-in with torch's checks, on CPU tensors).
+    probe: before a kernel family's first real use on a device, run it once on a small problem
+          and compare with the emulation; a family whose probe fails is emulated, with the
+          probe's reason. A family that passed is never switched off: a later failure falls
+          back to the emulation for that call only, and is counted and reported once.
+    Every decision is counted per (layer, gemm, kernel, backend, reason): report() and summary().
+    """
+
+    def __init__(self, mode: str = "auto", arch: Arch | None = None, cuda: str | None = None,
+                 probe: bool = True, verbose: bool = True) -> None:
+        if mode not in BACKENDS:
+            raise ValueError(f"unknown backend {mode!r}; valid: {', '.join(BACKENDS)}")
+        if arch is not None and not (isinstance(arch, tuple) and len(arch) == 2
+                                     and all(isinstance(v, int) for v in arch)):
+            raise ValueError(f"arch is a compute capability like (9, 0), got {arch!r}")
+        self.mode, self.arch, self.cuda, self.probe, self.verbose = mode, arch, cuda, probe, verbose
+        self.probes: dict[tuple[str, str], tuple[bool, str]] = {}
+        self.counts: dict[tuple[str, str, str, str, str], int] = {}
+        self._announced: set[tuple] = set()
+
+    def __repr__(self) -> str:
+        where = f", simulating {_sm(self.arch)} CUDA {self.cuda}" if self.arch is not None else ""
+        return f"GemmBackend({self.mode}{where})"
+
+    def fresh(self) -> GemmBackend:
+        """A backend that decides alike (same mode, target, probe results) with counts of its own."""
+        other = GemmBackend(self.mode, self.arch, self.cuda, self.probe, self.verbose)
+        other.probes = self.probes
+        return other
+
+    def __deepcopy__(self, memo: dict) -> GemmBackend:
+        return self  # a backend is the process's (or a test's) decision, shared by every copy of a model
+
+    # ---- the decision ----
+    def choose(self, a_q: QuantizedTensor, b_q: QuantizedTensor) -> BackendChoice:
+        """Real or emulated for this pair, and why (probing the kernel family once on a GPU)."""
+        if self.mode == "emulated":
+            return BackendChoice("emulated", _emulated_kernel(), "emulated: asked for")
+        if self.arch is None and a_q.data.device.type != "cuda" and self.mode == "auto":
+            return _cpu_choice()  # the common case on a laptop, answered without building a plan
+        try:
+            arch, cuda, device = _target(a_q, self.arch, self.cuda)
+            plan = plan_gemm(a_q, b_q, arch, cuda)
+            if self.probe and device.type == "cuda":
+                ok, why = self._probe(plan, device)
+                if not ok:
+                    raise KernelUnavailable(why)
+        except KernelUnavailable as err:
+            if self.mode == "scaled_mm":
+                raise
+            return BackendChoice("emulated", _emulated_kernel(), f"emulated: {err}")
+        return BackendChoice("scaled_mm", f"scaled_mm {plan.kind}", f"real: scaled_mm {plan.label}", plan)
+
+    def _probe(self, plan: KernelPlan, device: torch.device) -> tuple[bool, str]:
+        key = (str(device), plan.kind)
+        if key not in self.probes:
+            sa, sb = _PROBE_SCALINGS[plan.kind]
+            g = torch.Generator().manual_seed(0)
+            a, b = torch.randn(96, 384, generator=g), torch.randn(80, 384, generator=g) * 3
+            from fp8lab.quantize import quantize
+
+            a_q, b_q = quantize(a.to(device), **sa), quantize(b.to(device), **sb)
+            try:
+                got = prepare_real_mm(a_q, b_q, plan, device).result().double().cpu()
+            except Exception as exc:  # a kernel that fails its probe is emulated, with the reason
+                self.probes[key] = (False, f"{plan.kind} failed its probe: {type(exc).__name__}: "
+                                           f"{str(exc).splitlines()[0][:160]}")
+            else:
+                ok, worst = agrees_with_emulation(got, a_q, b_q, plan.out_dtype)
+                self.probes[key] = (ok, "probe ok" if ok else
+                                    f"{plan.kind} disagreed with the emulation in its probe (worst {worst:.2g})")
+        return self.probes[key]
+
+    # ---- running ----
+    def mm(self, a_q: QuantizedTensor, b_q: QuantizedTensor, *, layer: str = "", gemm: str = "matmul",
+           use_fast_accum: bool = False, out_device: torch.device | None = None) -> torch.Tensor:
+        """a_q @ b_q.T as float32, real or emulated as choose() says; counts the decision."""
+        choice = self.choose(a_q, b_q)
+        if choice.plan is not None:
+            device = _target(a_q, self.arch, self.cuda)[2]
+            try:
+                out = prepare_real_mm(a_q, b_q, choice.plan, device, use_fast_accum).result().float()
+            except Exception as exc:  # never stop a workshop: emulate this call, count it, say why once
+                if self.mode == "scaled_mm":
+                    raise
+                reason = f"emulated: scaled_mm {choice.plan.kind} failed ({type(exc).__name__}: " \
+                         f"{str(exc).splitlines()[0][:160]})"
+                self._count(layer, gemm, choice.kernel, "fallback", reason)
+                self._say(("fallback", choice.plan.kind, reason), f"fp8lab: {layer or gemm}: {reason}")
+            else:
+                self._count(layer, gemm, choice.kernel, "scaled_mm", choice.reason)
+                return out if out_device is None else out.to(out_device)
+        else:
+            self._count(layer, gemm, choice.kernel, "emulated", choice.reason)
+        out = emulated_mm(a_q, b_q)
+        return out if out_device is None else out.to(out_device)
+
+    def _count(self, layer: str, gemm: str, kernel: str, backend: str, reason: str) -> None:
+        key = (layer, gemm, kernel, backend, reason)
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def _say(self, key: tuple, line: str) -> None:
+        if key not in self._announced:
+            self._announced.add(key)
+            if self.verbose:
+                print(line)
+
+    def fallbacks(self) -> int:
+        """GEMMs that were planned real, failed at run time and were emulated instead."""
+        return sum(c for k, c in self.counts.items() if k[3] == "fallback")
+
+    def report(self) -> list[dict]:
+        """One row per (layer, gemm, kernel, backend, reason) with its number of calls."""
+        cols = ("layer", "gemm", "kernel", "backend", "reason")
+        return [{**dict(zip(cols, k, strict=True)), "calls": c} for k, c in self.counts.items()]
+
+    def summary(self) -> str:
+        """Which backend each GEMM used, one line per (gemm, backend, reason), layers pooled."""
+        pooled: dict[tuple[str, str, str], int] = {}
+        for (_, gemm, _, backend, reason), c in self.counts.items():
+            pooled[(gemm, backend, reason)] = pooled.get((gemm, backend, reason), 0) + c
+        if not pooled:
+            return "no FP8 GEMMs ran"
+        return "\n".join(f"{gemm:>6}: {c} calls {backend}: {reason.split(': ', 1)[-1]}"
+                         for (gemm, backend, reason), c in sorted(pooled.items()))
+
+    def reset(self) -> None:
+        self.counts.clear()
+
+
+def agrees_with_emulation(real: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor,
+                          out_dtype: torch.dtype) -> tuple[bool, float]:
+    """The real kernel's a @ b.T against the exact emulation, at the precision of its output.
+
+    float32 outputs: within 2^-12 * (|a| @ |b|.T). bfloat16 outputs: within one bf16 ulp of the
+    emulation rounded to bf16, plus what fp32 accumulation may differ by where a sum cancels
+    (the kernel and the emulation each within gamma_K * (|a| @ |b|.T), gamma_K = K u / (1 - K u),
+    u = 2^-24: Higham's bound; negligible unless the output is far smaller than |a| @ |b|).
+    Returns (ok, worst ratio of the difference to what is allowed)."""
+    a_q, b_q = a_q.to("cpu"), b_q.to("cpu")
+    emu = emulated_mm(a_q, b_q).double()
+    got = real.double().cpu()
+    magnitude = a_q.dequantize().double().abs() @ b_q.dequantize().double().abs().t()
+    if out_dtype == torch.bfloat16:
+        ref = emu.to(torch.bfloat16).double()
+        _, e = torch.frexp(ref.abs().clamp(min=2.0**-133))
+        k = a_q.shape[1] + 4
+        gamma = k * 2.0**-24 / (1 - k * 2.0**-24)
+        allowed = torch.ldexp(torch.ones_like(ref), e - 8) + 2 * gamma * magnitude  # one bf16 ulp at ref
+    else:
+        allowed = 2.0**-12 * magnitude + 2.0**-149
+        ref = emu
+    diff = (got - ref).abs()
+    worst = float((diff / allowed).max()) if diff.numel() else 0.0
+    return bool((diff <= allowed).all()), worst
+
+
+_DEFAULT_BACKENDS: dict[str, GemmBackend] = {}
+
+
+def default_backend(mode: str = "auto") -> GemmBackend:
+    """The process's GemmBackend for `mode` (made once; matmul and FP8Linear use it unless given one)."""
+    if isinstance(mode, GemmBackend):
+        return mode
+    if mode not in BACKENDS:
+        raise ValueError(f"unknown backend {mode!r}; valid: {', '.join(BACKENDS)}, or a GemmBackend")
+    if mode not in _DEFAULT_BACKENDS:
+        _DEFAULT_BACKENDS[mode] = GemmBackend(mode)
+    return _DEFAULT_BACKENDS[mode]
+
+
+def resolve_backend(recipe: Recipe | str = "tensorwise", device: torch.device | str | None = None,
+                    backend: str | GemmBackend = "auto", probe: bool = True) -> BackendChoice:
+    """What fp8lab.matmul(a, b, recipe) would run on `device` (its fprop pair: the recipe's input and weight)."""
+    recipe = get_recipe(recipe)
+    engine = default_backend(backend) if probe else GemmBackend(backend if isinstance(backend, str) else backend.mode,
+                                                                  probe=False)
+    if device is None:
+        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    g = torch.Generator().manual_seed(0)
+    a_q, b_q = quantize_operands(torch.randn(32, 256, generator=g).to(device),
+                                 torch.randn(256, 32, generator=g).to(device), recipe)
+    return engine.choose(a_q, b_q)
 
 
 # ---- matmul ---------------------------------------------------------------------------------------------------
@@ -599,7 +969,7 @@ def matmul(
     a: torch.Tensor | QuantizedTensor,
     b: torch.Tensor | QuantizedTensor,
     recipe: Recipe | str = "tensorwise",
-    backend: str = "auto",
+    backend: str | GemmBackend = "auto",
     *,
     emulation: str = "fast",
     accumulation: AccumulatorModel | None = None,
@@ -610,15 +980,15 @@ def matmul(
 
     a and b may be tensors (quantized here: a as the recipe's input, b as its weight in
     b^T[N, K] layout) or QuantizedTensors (a_q[M, K]; b_q[N, K], i.e. quantize(b.t())).
-    backend "auto" runs torch scaled_mm where the GPU has the kernel and emulates
-    otherwise; the choice and its reason are printed the first time per (device, recipe,
-    shapes). A kernel that fails at run time falls back to emulation, with the reason.
-    The real kernel's output is bf16 for every kernel but TensorWise (returned as float32).
+    backend "auto" runs torch's scaled matmul where the GPU has the kernel for the two
+    operands and emulates otherwise (a GemmBackend may be passed instead of a mode); the
+    choice and its reason are printed the first time per (device, kernel, shapes). A kernel
+    that fails at run time falls back to emulation for that call, counted, with the reason.
+    The real kernels' bf16 outputs (rowwise, MX, NVFP4) are returned as float32.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
     if emulation not in EMULATIONS:
         raise ValueError(f"unknown emulation {emulation!r}; valid: {', '.join(EMULATIONS)}")
+    engine = default_backend(backend)
     recipe = get_recipe(recipe)
     if isinstance(a, QuantizedTensor) != isinstance(b, QuantizedTensor):
         raise TypeError("pass both operands as tensors, or both as QuantizedTensors")
@@ -628,22 +998,25 @@ def matmul(
     else:
         home = a.device
         a_q, b_q = quantize_operands(a.detach(), b.detach(), recipe)
+    if a_q.shape[1] != b_q.shape[1]:
+        raise ValueError(
+            f"operands must share K: a_q is {tuple(a_q.shape)} (M, K), b_q is {tuple(b_q.shape)} (N, K); "
+            "quantize b as b.t() (its [N, K] layout), e.g. with fp8lab.gemm.quantize_operands")
+    if accumulation is not None and engine.mode == "scaled_mm":
+        raise ValueError("the accumulation model is an emulation; use backend='emulated' or 'auto'")
+    if accumulation is not None or emulation == "reference":
+        if verbose:
+            engine._say(("emulated", recipe.name, tuple(a_q.shape), tuple(b_q.shape), emulation),
+                        f"fp8lab.matmul {recipe.name}: emulated ({emulation}"
+                        f"{', ' + accumulation.label if accumulation else ''})")
+        return emulated_mm(a_q, b_q, emulation=emulation, accumulation=accumulation)
     # CPU tensors on a machine with a GPU still get the real kernel: the same notebook cell
     # runs real FP8 on a GPU box and emulates on a laptop
-    device = home if home.type == "cuda" or not torch.cuda.is_available() else torch.device("cuda")
-    if accumulation is not None and backend == "scaled_mm":
-        raise ValueError("the accumulation model is an emulation; use backend='emulated' or 'auto'")
-    choice = resolve_backend(recipe, device, "emulated" if accumulation is not None else backend)
-    key = (str(device), recipe.name, tuple(a_q.shape), tuple(b_q.shape), choice.kernel)
-    if verbose and key not in _ANNOUNCED:
-        _ANNOUNCED.add(key)
+    if home.type != "cuda" and torch.cuda.is_available() and engine.arch is None and engine.mode != "emulated":
+        a_q, b_q = a_q.to("cuda"), b_q.to("cuda")
+    if verbose:
+        choice = engine.choose(a_q, b_q)
         m, k = a_q.shape
-        print(f"fp8lab.matmul {recipe.name} [{m}x{k}] @ [{k}x{b_q.shape[0]}]: {choice}")
-    if choice.backend == "scaled_mm":
-        try:
-            return _real_mm(a_q, b_q, recipe, device, use_fast_accum).float().to(home)
-        except Exception as exc:
-            _PROBED[(str(device), _kernel_kind(recipe))] = (False, f"kernel failed: {type(exc).__name__}: {exc}")
-            print(f"fp8lab.matmul {recipe.name}: scaled_mm failed ({type(exc).__name__}: "
-                  f"{str(exc).splitlines()[0][:120]}); emulating instead")
-    return emulated_mm(a_q, b_q, emulation=emulation, accumulation=accumulation)
+        engine._say((str(a_q.data.device), choice.kernel, tuple(a_q.shape), tuple(b_q.shape)),
+                    f"fp8lab.matmul {recipe.name} [{m}x{k}] @ [{k}x{b_q.shape[0]}]: {choice}")
+    return engine.mm(a_q, b_q, gemm="matmul", use_fast_accum=use_fast_accum, out_device=home)

@@ -24,19 +24,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8lab.gemm import emulated_mm, matmul
+from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.metrics import overflow_underflow
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import Recipe, TensorScaling, get_recipe
 from fp8lab.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
 
 __all__ = [
+    "GPU_GENERATIONS",
     "IDENTITY",
     "AmaxReducer",
     "FP8Linear",
     "Monitor",
     "convert",
     "fp8_layers",
+    "gemm_table",
+    "gpu_support_markdown",
     "layer_gemms",
     "scale_spans_tokens",
     "unwrap",
@@ -103,7 +106,7 @@ class _LayerState:
     recipe: Recipe | None  # None: no quantization (IDENTITY)
     histories: dict[str, AmaxHistory] | None
     monitor: Monitor | None
-    backend: str
+    backend: GemmBackend
     amax_reducer: AmaxReducer | None = None
     recorded: set[str] = field(default_factory=set)  # roles whose amax this step has recorded
 
@@ -254,7 +257,7 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
             f"grad_output {tuple(grad_output.shape)} (..., N)")
     histories = ({role: recipe.delayed.new_history() for role in ("input", "weight", "grad_output")}
                  if recipe.delayed is not None else None)
-    state = _LayerState("", recipe, histories, None, "emulated")
+    state = _LayerState("", recipe, histories, None, default_backend("emulated"))
     x2 = x.detach().reshape(-1, k).float()
     g = grad_output.detach().reshape(-1, n).float()
     w = weight.detach()
@@ -264,10 +267,9 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     return {"fprop": (q_x, q_w), "dgrad": (q_g, q_wt), "wgrad": None if q_gt is None or q_xt is None else (q_gt, q_xt)}
 
 
-def _mm(state: _LayerState, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
-    if state.backend == "emulated" or a_q.data.device.type != "cuda":
-        return emulated_mm(a_q, b_q)
-    return matmul(a_q, b_q, state.recipe, backend=state.backend, verbose=False)
+def _mm(state: _LayerState, a_q: QuantizedTensor, b_q: QuantizedTensor, gemm: str) -> torch.Tensor:
+    # the one switch (fp8lab.gemm.GemmBackend): real where the GPU has the kernel for this pair
+    return state.backend.mm(a_q, b_q, layer=state.name, gemm=gemm)
 
 
 class _FP8LinearFunction(torch.autograd.Function):
@@ -281,7 +283,7 @@ class _FP8LinearFunction(torch.autograd.Function):
             out = F.linear(x2, weight, bias)
         else:
             ctx.q_x, ctx.q_w = _fprop_operands(state, x2, weight)
-            out = _mm(state, ctx.q_x, ctx.q_w).to(x.dtype)
+            out = _mm(state, ctx.q_x, ctx.q_w, "fprop").to(x.dtype)
             if bias is not None:
                 out = out.add_(bias) if out.dtype == bias.dtype else out + bias
         ctx.save_for_backward(x2, weight)
@@ -303,13 +305,13 @@ class _FP8LinearFunction(torch.autograd.Function):
             q_g = None
             if ctx.needs_input_grad[0]:
                 q_g, q_wt = _dgrad_operands(state, gf, weight, ctx.q_w)
-                grad_x = _mm(state, q_g, q_wt).to(x2.dtype)
+                grad_x = _mm(state, q_g, q_wt, "dgrad").to(x2.dtype)
             if ctx.needs_input_grad[1]:
                 q_gt, q_xt = _wgrad_operands(state, gf, x2, q_g, ctx.q_x)
                 if q_gt is None or q_xt is None:  # high-precision weight gradient
                     grad_w = gf.t().mm(x2.float())
                 else:
-                    grad_w = _mm(state, q_gt, q_xt)
+                    grad_w = _mm(state, q_gt, q_xt, "wgrad")
                 grad_w = grad_w.to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = g.sum(0)
@@ -326,7 +328,9 @@ class FP8Linear(nn.Linear):
     """nn.Linear whose three GEMMs run in FP8 as `recipe` says (emulated, or real on a GPU).
 
     recipe: a Recipe or its name; IDENTITY ("identity") quantizes nothing (equals nn.Linear).
-    backend: "auto" (real scaled_mm on a capable GPU, else emulated) or "emulated".
+    backend: "auto" (real scaled_mm where the GPU has the kernel for a GEMM's two operands, else
+             emulated), "emulated", or a fp8lab.gemm.GemmBackend (shared by convert's layers; it
+             counts which backend each GEMM used: backends_used(), GemmBackend.summary()).
     Delayed recipes keep one AmaxHistory per role (input, weight, grad_output), updated
     every step. A Monitor, if given, records per-role statistics of every quantization.
     amax_reducer: amax -> amax reduced over data-parallel ranks, applied where one scale
@@ -334,14 +338,15 @@ class FP8Linear(nn.Linear):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: Recipe | str = "tensorwise",
-                 backend: str = "auto", monitor: Monitor | None = None, name: str = "", device=None, dtype=None,
+                 backend: str | GemmBackend = "auto", monitor: Monitor | None = None, name: str = "", device=None,
+                 dtype=None,
                  amax_reducer: AmaxReducer | None = None):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.amax_reducer = amax_reducer
         self.recipe = None if recipe == IDENTITY else get_recipe(recipe)
-        if backend not in ("auto", "emulated"):
-            raise ValueError(f"FP8Linear backend must be 'auto' or 'emulated', got {backend!r}")
-        self.backend = backend
+        if isinstance(backend, str) and backend not in ("auto", "emulated"):
+            raise ValueError(f"FP8Linear backend must be 'auto', 'emulated' or a GemmBackend, got {backend!r}")
+        self.backend = default_backend(backend)
         self.monitor = monitor
         self.layer_name = name
         self.histories = (
@@ -365,7 +370,11 @@ class FP8Linear(nn.Linear):
 
     def extra_repr(self) -> str:
         name = self.recipe.name if self.recipe is not None else IDENTITY
-        return f"{super().extra_repr()}, recipe={name}, backend={self.backend}"
+        return f"{super().extra_repr()}, recipe={name}, backend={self.backend.mode}"
+
+    def backends_used(self) -> list[dict]:
+        """Which backend ran each of this layer's GEMMs so far, and why (rows with a calls count)."""
+        return [r for r in self.backend.report() if r["layer"] == self.layer_name]
 
 
 # ---- convert ------------------------------------------------------------------------------------------------------
@@ -381,7 +390,7 @@ def convert(
     skip: Iterable[str] | Callable[[str, nn.Linear], bool] | None = None,
     keep_first_last: bool = False,
     engine: str = "fp8lab",
-    backend: str = "auto",
+    backend: str | GemmBackend = "auto",
     monitor: Monitor | None = None,
     inplace: bool = False,
     amax_reducer: AmaxReducer | None = None,
@@ -473,3 +482,61 @@ def unwrap(model: nn.Module) -> nn.Module:
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, attr, plain)
     return model
+
+
+# ---- which GEMMs run real where ------------------------------------------------------------------------------------
+
+GPU_GENERATIONS: dict[str, tuple[int, int]] = {
+    "Ada (sm_89: L4, L40S, RTX 4090)": (8, 9),
+    "Hopper (sm_90: H100, H200)": (9, 0),
+    "Blackwell (sm_100: B200, GB200)": (10, 0),
+}
+
+
+def gemm_table(arch: tuple[int, int] | None = None, cuda: str | None = None,
+               recipes: Iterable[str] | None = None, shape: tuple[int, int, int] = (256, 512, 384)) -> list[dict]:
+    """Per recipe and GEMM (fprop, dgrad, wgrad): real or emulated on a GPU of compute capability
+    `arch` with CUDA `cuda` (None, None: this machine, probing the kernels where there is a GPU),
+    and why. The operands are layer_gemms' for a linear layer of `shape` (M, K, N): the decision
+    is fp8lab.gemm.GemmBackend's, the one every FP8Linear and matmul asks."""
+    from fp8lab.recipes import RECIPES, VARIANTS
+
+    names = list(recipes) if recipes is not None else [*RECIPES, *VARIANTS]
+    device = torch.device("cuda") if arch is None and torch.cuda.is_available() else torch.device("cpu")
+    backend = default_backend("auto") if arch is None else GemmBackend("auto", arch, cuda or "12.9", probe=False)
+    m, k, n = shape
+    g = torch.Generator().manual_seed(0)
+    x, w, dy = (torch.randn(*s, generator=g) for s in ((m, k), (n, k), (m, n)))
+    rows = []
+    for name in names:
+        pairs = layer_gemms(x.to(device), w.to(device), dy.to(device), name)
+        for gemm, pair in pairs.items():
+            if pair is None:
+                rows.append({"recipe": name, "gemm": gemm, "backend": "high precision",
+                             "kernel": "-", "reason": "the recipe keeps this GEMM in high precision"})
+                continue
+            choice = backend.choose(*pair)
+            rows.append({"recipe": name, "gemm": gemm, "backend": choice.backend,
+                         "kernel": choice.plan.kind if choice.plan else "-", "reason": choice.reason})
+    return rows
+
+
+def gpu_support_markdown(cuda: str = "12.9") -> str:
+    """The README's "What changes on a GPU" table, generated from gemm_table (a test keeps them equal)."""
+    lines = ["| GPU (compute capability) | real FP8 GEMMs (fprop, dgrad, wgrad) | still emulated, and why |",
+             "|---|---|---|", "| none, or older than sm_89 | none | everything (FP8 GEMMs need sm_89 or newer) |"]
+    for label, arch in GPU_GENERATIONS.items():
+        rows = gemm_table(arch, cuda)
+        real, emulated = [], {}
+        for recipe in dict.fromkeys(r["recipe"] for r in rows):
+            mine = [r for r in rows if r["recipe"] == recipe]
+            if all(r["backend"] in ("scaled_mm", "high precision") for r in mine):
+                hp = [r["gemm"] for r in mine if r["backend"] == "high precision"]
+                real.append(recipe + (f" ({'/'.join(hp)} in high precision)" if hp else ""))
+            else:
+                why = next(r["reason"] for r in mine if r["backend"] == "emulated").split(": ", 1)[-1]
+                why = why.split(", this is sm_")[0]
+                emulated.setdefault(why, []).append(recipe)
+        still = "; ".join(f"{', '.join(names)}: {why}" for why, names in emulated.items()) or "none"
+        lines.append(f"| {label} | {', '.join(real)} | {still} |")
+    return "\n".join(lines)

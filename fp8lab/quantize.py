@@ -110,6 +110,19 @@ class QuantizedTensor:
             self._scaled.t() if self._scaled is not None else None, self._scale_range,
         )
 
+    def to(self, device: torch.device | str) -> QuantizedTensor:
+        """The same codes and scales on another device (cached float32 copies are not moved)."""
+        device = torch.device(device)
+        if self.data.device == device:
+            return self
+
+        def move(t):
+            return None if t is None else t.to(device)
+
+        return QuantizedTensor(move(self.data), move(self.scale), self.fmt, self.granularity, self.scale_rule,
+                               self.scale_fmt, move(self.tensor_scale), move(self.amax), self.margin,
+                               _scale_range=self._scale_range)
+
     @property
     def shape(self) -> torch.Size:
         return self.data.shape
@@ -152,7 +165,7 @@ class QuantizedTensor:
     def codes(self) -> torch.Tensor:
         """The element codes as uint8 (E2M1: 4-bit codes 0..15, sign in bit 3)."""
         if self.fmt is E2M1:
-            return _e2m1_codes(self.data.to(torch.float32))
+            return _E2M1_FROM_E4M3_BYTE.to(self.data.device)[self.data.view(torch.uint8).long()]
         return self.data.view(torch.uint8)
 
     def scale_codes(self) -> torch.Tensor:
@@ -195,6 +208,12 @@ def _e2m1_codes(values: torch.Tensor) -> torch.Tensor:
     idx = torch.searchsorted(table, magnitude.contiguous()).clamp(max=7).to(torch.uint8)
     sign = torch.signbit(values).to(torch.uint8) << 3
     return idx | sign
+
+
+# E2M1 data is stored as E4M3 bytes: a 256-entry table turns each byte into its 4-bit E2M1 code
+# (the bytes of the 16 E2M1 values; a NaN byte, from a NaN input, maps like the searchsorted
+# of NaN did: to the largest magnitude with its sign bit)
+_E2M1_FROM_E4M3_BYTE = _e2m1_codes(torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float())
 
 
 # ---- the scale-and-cast loop ------------------------------------------------------------------------

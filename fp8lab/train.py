@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.nn import Monitor, convert
 from fp8lab.recipes import Recipe, get_recipe
 
@@ -40,6 +41,7 @@ __all__ = [
     "delayed_recipes",
     "make_model",
     "train",
+    "train_step",
 ]
 
 BASELINES = ("fp32", "bf16")  # high-precision references trained beside the FP8 recipes
@@ -275,16 +277,30 @@ class Run:
     monitor: Monitor | None
     autocast: bool = False
     stopped: str = ""
+    backend: GemmBackend | None = None  # fp8lab FP8 runs: counts which backend each GEMM used
 
 
 @dataclass
 class TrainResult:
-    """history: tidy DataFrame (step, run, loss); monitor: per-layer statistics; messages."""
+    """history: tidy DataFrame (step, run, loss); monitor: per-layer statistics; messages;
+    backends: which backend ran each run's GEMMs (run, gemm, backend, reason, calls)."""
 
     history: object
     monitor: object
     messages: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    backends: object = None
+
+    def backend_lines(self) -> list[str]:
+        """One line per run and backend: which GEMMs ran real or emulated, and why."""
+        if self.backends is None or len(self.backends) == 0:
+            return []
+        lines = []
+        for (run, backend, reason), df in self.backends.groupby(["run", "backend", "reason"], sort=False):
+            gemms = "/".join(dict.fromkeys(df["gemm"]))
+            lines.append(f"{run}: {gemms} {reason.split(': ', 1)[0] if backend != 'fallback' else 'FELL BACK'} "
+                         f"({reason.split(': ', 1)[-1]}; {int(df['calls'].sum())} GEMMs)")
+        return lines
 
     def final_loss(self, last: int = 10):
         """Mean loss of each run over its last `last` recorded steps (NaN-stopped runs: inf)."""
@@ -297,7 +313,26 @@ class TrainResult:
         return pd.Series(out, name="final loss")
 
 
-def _make_runs(recipes: Sequence[str | Recipe], base: nn.Module, lr: float, engine: str, backend: str,
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, x: torch.Tensor,
+               y: torch.Tensor, autocast: bool = False) -> float:
+    """One training step, the same everywhere in fp8lab (train, the benchmarks, the GPU check,
+    fp8lab.distributed): forward (bf16 autocast if asked), loss_fn(output, y), backward, step,
+    and the toy models' projection (sink-channel weights held at zero). Returns the loss; a
+    non-finite loss is returned without stepping, so the caller decides what to do."""
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+        loss = loss_fn(model(x).float(), y)
+    value = loss.item()
+    if not math.isfinite(value):
+        return value
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    if hasattr(model, "project"):
+        model.project()
+    return value
+
+
+def _make_runs(recipes: Sequence[str | Recipe], base: nn.Module, lr: float, engine: str, backend: str | GemmBackend,
                monitor_every: int | None, keep_first_last: bool, skip: Sequence[str] | None) -> list[Run]:
     runs = []
     for r in recipes:
@@ -307,10 +342,11 @@ def _make_runs(recipes: Sequence[str | Recipe], base: nn.Module, lr: float, engi
             continue
         recipe = get_recipe(r)
         monitor = Monitor(monitor_every) if monitor_every else None
-        model = convert(base, recipe, engine=engine, backend=backend, monitor=monitor if engine == "fp8lab" else None,
-                        keep_first_last=keep_first_last, skip=skip)
+        gemms = default_backend(backend).fresh() if engine == "fp8lab" else None  # this run's own counts
+        model = convert(base, recipe, engine=engine, backend=gemms if gemms is not None else "auto",
+                        monitor=monitor if engine == "fp8lab" else None, keep_first_last=keep_first_last, skip=skip)
         label = recipe.name if engine == "fp8lab" else f"{recipe.name} (torchao)"
-        runs.append(Run(label, model, torch.optim.Adam(model.parameters(), lr=lr), recipe, monitor))
+        runs.append(Run(label, model, torch.optim.Adam(model.parameters(), lr=lr), recipe, monitor, backend=gemms))
     labels = [run.label for run in runs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"each recipe once, please: got {labels}")
@@ -330,11 +366,12 @@ def train(
     every: int = 10,
     monitor_every: int | None = 10,
     engine: str = "fp8lab",
-    backend: str = "auto",
+    backend: str | GemmBackend = "auto",
     keep_first_last: bool = False,
     skip: Sequence[str] | None = None,
     progress: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    device: torch.device | str | None = None,
 ) -> TrainResult:
     """Train one model per recipe, side by side, from the same weights on the same batches.
 
@@ -345,6 +382,9 @@ def train(
     callback(result_so_far, step) runs every `every` steps (live plots); returning False,
     or should_stop() returning True, ends training early. A run whose loss turns NaN/inf
     stops with a message; the others continue. Returns a TrainResult.
+    device: where the models train (None: the GPU if there is one, else the CPU); backend:
+    "auto" (real FP8 GEMMs where the GPU has the kernel), "emulated", or a GemmBackend.
+    TrainResult.backends says which backend each run's GEMMs used.
     """
     import pandas as pd
 
@@ -356,7 +396,8 @@ def train(
         raise ValueError("steps and batch must be positive")
     if gain_schedule is not None and model != "mlp":
         raise ValueError("gain_schedule needs the mlp (its fc1 carries the gain)")
-    base = make_model(model, seed, sink_magnitude)
+    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    base = make_model(model, seed, sink_magnitude).to(device)
     task = TeacherTask(seed=seed) if model == "mlp" else MarkovTask(seed=seed)
     runs = _make_runs(recipes, base, lr, engine, backend, monitor_every, keep_first_last, skip)
     rows: list[dict] = []
@@ -371,7 +412,8 @@ def train(
     t0 = time.perf_counter()
     step = 0
     for step in range(steps):
-        x, y = task.batch(data, batch)  # one batch, shared by every run
+        x, y = task.batch(data, batch)  # one batch, shared by every run (drawn on the CPU: same on any device)
+        x, y = x.to(device), y.to(device)
         gain = gain_schedule(step) if gain_schedule is not None else 1.0
         for run in runs:
             if run.stopped:
@@ -380,19 +422,12 @@ def train(
                 run.monitor.step = step
             if gain_schedule is not None:
                 run.model.gain = gain
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=run.autocast):
-                loss = task.loss(run.model(x).float(), y)
-            value = loss.item()
+            value = train_step(run.model, run.optimizer, task.loss, x, y, run.autocast)
             if not math.isfinite(value):
                 run.stopped = f"{run.label} stopped at step {step}: loss is {value} (the other runs go on)"
                 messages.append(run.stopped)
                 rows.append({"step": step, "run": run.label, "loss": math.nan})
                 continue
-            run.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            run.optimizer.step()
-            if hasattr(run.model, "project"):
-                run.model.project()
             rows.append({"step": step, "run": run.label, "loss": value})
         if bar is not None:
             bar.update(1)
@@ -413,7 +448,18 @@ def train(
     result.history = pd.DataFrame(rows, columns=["step", "run", "loss"])
     result.monitor = _monitor_frame(runs)
     result.seconds = time.perf_counter() - t0
+    result.backends = _backend_frame(runs)
     return result
+
+
+def _backend_frame(runs: list[Run]):
+    import pandas as pd
+
+    rows = [{"run": run.label, **r} for run in runs if run.backend is not None for r in run.backend.report()]
+    cols = ["run", "gemm", "backend", "reason", "calls"]
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    return pd.DataFrame(rows).groupby(cols[:-1], sort=False, as_index=False)["calls"].sum()
 
 
 def _monitor_frame(runs: list[Run]):
@@ -435,31 +481,24 @@ def _monitor_frame(runs: list[Run]):
 
 
 def compare_real_emulated(steps: int = 200, device: torch.device | str = "cuda",
-                          recipes: Sequence[str] = ("tensorwise", "rowwise", "blockwise")) -> list[dict]:
-    """Train the toy MLP with real and with emulated FP8 GEMMs; the largest loss difference."""
-    device = torch.device(device)
+                          recipes: Sequence[str] = ("tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4"),
+                          backend: GemmBackend | None = None) -> list[dict]:
+    """Train the toy MLP with real and with emulated FP8 GEMMs, side by side: per recipe the
+    final losses, the largest loss difference, and which backend ran its GEMMs (fallbacks: GEMMs
+    that should have run real, failed and were emulated). backend: default_backend("auto")."""
+    real = train(recipes, steps=steps, device=device, backend=backend or "auto", progress=False,
+                 monitor_every=None)
+    emulated = train(recipes, steps=steps, device=device, backend="emulated", progress=False, monitor_every=None)
     rows = []
     for name in recipes:
-        losses = {}
-        for backend in ("auto", "emulated"):
-            base = make_model("mlp", 0).to(device)
-            model = convert(base, name, backend=backend)
-            opt = torch.optim.Adam(model.parameters(), lr=LESSON.lr)
-            task = TeacherTask()
-            g = torch.Generator().manual_seed(1_000)
-            curve = []
-            for _ in range(steps):
-                x, y = task.batch(g, LESSON.batch)
-                loss = task.loss(model(x.to(device)), y.to(device))
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                model.project()
-                curve.append(loss.item())
-            losses[backend] = curve
-        diff = max(abs(a - b) for a, b in zip(losses["auto"], losses["emulated"], strict=True))
-        rows.append({"recipe": name, "steps": steps, "final loss real": losses["auto"][-1],
-                     "final loss emulated": losses["emulated"][-1], "max |loss diff|": diff})
+        a = real.history[real.history["run"] == name]["loss"].to_numpy()
+        b = emulated.history[emulated.history["run"] == name]["loss"].to_numpy()
+        used = real.backends[real.backends["run"] == name]
+        calls = {k: int(used[used["backend"] == k]["calls"].sum()) for k in ("scaled_mm", "emulated", "fallback")}
+        rows.append({"recipe": name, "steps": steps, "final loss real": float(a[-1]),
+                     "final loss emulated": float(b[-1]), "max |loss diff|": float(abs(a - b).max()),
+                     "real GEMMs": calls["scaled_mm"], "emulated GEMMs": calls["emulated"],
+                     "fallbacks": calls["fallback"]})
     return rows
 
 
@@ -527,11 +566,7 @@ def bench_train(size: int | None = None, rounds: int | None = None, consecutive:
 
             def steps(model=model, opt=opt, autocast=autocast, task=task, x=x, y=y):
                 for _ in range(consecutive):
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                        loss = task.loss(model(x).float(), y)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
+                    train_step(model, opt, task.loss, x, y, autocast)
 
             cands[label] = steps
         # each sample is a few consecutive steps, as in a training loop (caches warm with this

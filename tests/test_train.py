@@ -23,8 +23,8 @@ def test_same_seed_same_history_and_runs_share_data_and_init():
 def test_a_nan_stops_one_run_and_the_others_go_on(monkeypatch):
     real_mm = fp8lab.nn._mm
 
-    def poisoned(state, a_q, b_q):
-        out = real_mm(state, a_q, b_q)
+    def poisoned(state, a_q, b_q, gemm):
+        out = real_mm(state, a_q, b_q, gemm)
         return out * math.nan if state.recipe.name == "mxfp8" else out
 
     monkeypatch.setattr(fp8lab.nn, "_mm", poisoned)
