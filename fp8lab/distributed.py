@@ -571,9 +571,10 @@ def main(argv: list[str] | None = None) -> int:
     if ns.worker:
         missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
         if missing:
+            verb = "is" if len(missing) == 1 else "are"
             print(f"error: --worker marks the processes torchrun starts, and {', '.join(missing)} (set by torchrun) "
-                  "is missing here. To train on several processes, run the launcher: python -m fp8lab.distributed "
-                  "--nproc 2 --recipe blockwise", file=sys.stderr)
+                  f"{verb} missing here. To train on several processes, run the launcher: "
+                  "python -m fp8lab.distributed --nproc 2 --recipe blockwise", file=sys.stderr)
             return 2
     try:
         if ns.worker:
