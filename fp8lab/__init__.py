@@ -2,6 +2,7 @@
 
 The map (imports flow down this list): formats -> scaling -> quantize -> recipes -> gemm
 -> nn -> train; metrics, plots and widgets only consume. Start with notebook 00.
+fp8lab.inspect(model, batch, loss_fn) reports any model's FP8 readiness per layer (readiness.py, notebook 08).
 """
 
 from fp8lab.export import export
@@ -16,6 +17,7 @@ from fp8lab.metrics import (
     underflow_fraction,
 )
 from fp8lab.quantize import QuantizedTensor, quantize, quantize_delayed
+from fp8lab.readiness import inspect
 from fp8lab.recipes import RECIPES, Recipe, TensorScaling, get_recipe
 from fp8lab.scaling import SCALE_RULES, AmaxHistory, PerBlock, PerRow, PerTensor, parse_granularity
 
@@ -23,7 +25,13 @@ __version__ = "0.1.0"
 
 
 def setup(seed: int = 0, quiet: bool = False) -> str:
-    """The first cell of every notebook: the lab's plot theme, a fixed seed, one status line."""
+    """The first cell of every notebook: the lab's plot theme, a fixed seed, one status line.
+
+    What it changes, for the whole kernel process (a notebook's): matplotlib's style (the lab's
+    seaborn theme); torch's global random seed (`seed`); the garbage collector (the objects
+    imported so far are frozen, gc.freeze(), so that full collections don't stall a redraw);
+    glibc's malloc thresholds (kernels.keep_freed_memory: freed blocks up to 32 MiB are kept for
+    reuse). Returns the status line (also printed unless quiet)."""
     import gc
 
     import torch
@@ -77,6 +85,7 @@ __all__ = [
     "export",
     "get_format",
     "get_recipe",
+    "inspect",
     "matmul",
     "overflow_fraction",
     "parse_granularity",
