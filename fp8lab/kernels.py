@@ -184,8 +184,11 @@ def _openmp_libraries() -> set[str]:
 
 def _openmp_flags(compiler: str) -> tuple[str, ...]:
     """("-fopenmp",) where the kernels can share torch's OpenMP runtime, else ()."""
-    torch_runtime = _openmp_libraries()
-    if len(torch_runtime) != 1 or "libgomp" not in next(iter(torch_runtime)):
+    # -fopenmp code asks the loader for the soname libgomp.so.1: the runtime mapped under that
+    # name answers. Copies that wheels vendor under a name of their own (scikit-learn's
+    # libgomp-<hash>.so) are not asked, so they do not count.
+    answering = {n for n in _openmp_libraries() if os.path.basename(n).startswith("libgomp.so")}
+    if len(answering) != 1:
         return ()  # torch is not on libgomp here (or not on Linux)
     try:  # GCC links -fopenmp code against libgomp.so.1, the soname torch's copy answers to
         found = subprocess.run([compiler, "-print-file-name=libgomp.so"], capture_output=True, text=True,

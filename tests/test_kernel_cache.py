@@ -242,6 +242,21 @@ def test_temporaries_of_builds_still_running_stay(cache):
     assert not old_legacy.exists()
 
 
+def test_a_vendored_openmp_copy_leaves_torchs_in_use(monkeypatch):
+    """scikit-learn's wheel maps a libgomp of its own (libgomp-<hash>.so, a name -fopenmp code never
+    asks for): the kernels still share torch's runtime. (CI failed here: once a notebook or test had
+    imported scikit-learn, a second load built another library, without OpenMP.)"""
+    mapped = {n for n in kernels._openmp_libraries() if os.path.basename(n).startswith("libgomp.so")}
+    monkeypatch.setattr(kernels, "_openmp_libraries", lambda: mapped)
+    if not kernels._openmp_flags(COMPILER):
+        pytest.skip(f"torch's OpenMP is not shared here (mapped: {sorted(mapped)})")
+    vendored = "/site-packages/scikit_learn.libs/libgomp-e985bcbb.so.1.0.0"
+    monkeypatch.setattr(kernels, "_openmp_libraries", lambda: mapped | {vendored})
+    assert kernels._openmp_flags(COMPILER) == ("-fopenmp",)
+    monkeypatch.setattr(kernels, "_openmp_libraries", lambda: mapped | {"/opt/other/libgomp.so.1"})
+    assert kernels._openmp_flags(COMPILER) == ()  # two runtimes answer to the soname: can't tell which
+
+
 def test_old_builds_are_pruned(cache):
     loaded = _seed(cache)
     now = time.time()
