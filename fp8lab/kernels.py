@@ -210,10 +210,11 @@ _REFUSED = {
 }
 
 
-def parameters(args: ScaleArgs) -> _Params | None:
-    """The parameter block for quantizing with these (checked) scale settings: the element format,
-    the format its codes are stored in, the scale rule and its constants, all from FloatFormat and
-    SCALE_RULES. None where the kernels do not store the format (their codes are E4M3 or E5M2 bytes)."""
+def parameters(args: ScaleArgs) -> bytes | None:
+    """The parameter block for quantizing with these (checked) scale settings, as bytes (a
+    QuantizeSpec keeps them: immutable, copyable): the element format, the format its codes are
+    stored in, the scale rule and its constants, all from FloatFormat and SCALE_RULES. None
+    where the kernels do not store the format (their codes are E4M3 or E5M2 bytes)."""
     fmt = args.fmt
     if fmt.storage_dtype not in STORAGE or not (fmt.signed and fmt.has_subnormals):
         return None
@@ -226,7 +227,7 @@ def parameters(args: ScaleArgs) -> _Params | None:
                 min_tensor_scale=args.min_tensor_scale, clip_limit=fmt.clip_threshold)
     if e4m3 is not None:
         p.scale_format = _Format.of(e4m3)
-    return p
+    return bytes(p)
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -322,7 +323,7 @@ def _input(x2d: torch.Tensor) -> torch.Tensor:
     return x2d
 
 
-def _block_params(template: _Params, x2d: torch.Tensor, block: tuple[int, int]) -> _Params:
+def _block_params(template: bytes, x2d: torch.Tensor, block: tuple[int, int]) -> _Params:
     """template (formats and rule) with x[M, K] and its r x c blocks, checked: 1 <= r <= M, 1 <= c <= K."""
     m, k = _input(x2d).shape
     r, c = block
@@ -368,7 +369,7 @@ class Fused(NamedTuple):
     counts: tuple[int, int] | None
 
 
-def quantize(x2d: torch.Tensor, block: tuple[int, int], template: _Params, amax: torch.Tensor | None = None, *,
+def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: torch.Tensor | None = None, *,
              fold: bool = False, count: bool = False) -> Fused | None:
     """quantize_with's torch code in one call (template: parameters(...) for its settings): x's
     block amaxes, scales from them (or from `amax`, one per block), the cast, the scale range,
@@ -393,7 +394,7 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: _Params, amax:
 
 
 def _template(fmt: FloatFormat | str, scale_rule: str = "exact", margin: int = 0,
-              scale_fmt: FloatFormat | str | None = None, two_level: bool = False) -> _Params:
+              scale_fmt: FloatFormat | str | None = None, two_level: bool = False) -> bytes:
     p = parameters(check_scale_args(fmt, scale_rule, margin, scale_fmt, two_level))
     if p is None:
         raise ValueError(f"the kernels store e4m3, e5m2 and e2m1 codes, not {get_format(fmt).name}")

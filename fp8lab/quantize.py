@@ -356,7 +356,7 @@ class QuantizeSpec:
     margin: int
     scale_fmt: FloatFormat | None
     two_level: bool
-    kernel: object | None = field(default=None, compare=False, repr=False)
+    kernel: bytes | None = field(default=None, compare=False, repr=False)
 
 
 def quantize_spec(
