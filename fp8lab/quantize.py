@@ -142,7 +142,8 @@ class QuantizedTensor:
         blocks = padded_blocks(d2, self.block_shape)  # (MB, r, KB, c)
         out = blocks * self.scale[:, None, :, None]
         m, k = d2.shape
-        return out.reshape(blocks.shape[0] * blocks.shape[1], -1)[:m, :k].reshape(self.shape)
+        # contiguous, as the kernel writes it: a GEMM's summation order may follow the layout
+        return out.reshape(blocks.shape[0] * blocks.shape[1], -1)[:m, :k].contiguous().reshape(self.shape)
 
     def t(self, granularity: Granularity | None = None) -> QuantizedTensor:
         """The transpose, sharing data and scales: q[M, K] -> q.t()[K, M].

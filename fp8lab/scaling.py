@@ -215,8 +215,8 @@ def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
         amax = amax.amax(dim=1)  # (MB, KB)
     else:
         amax = amax.squeeze(1)
-    # torch.maximum/amax propagate NaN, as wanted
-    return amax.to(torch.float32)
+    # torch.maximum/amax propagate NaN, as wanted; abs: a block of -0s has amax +0 (max|x|), not -0
+    return amax.to(torch.float32).abs()
 
 
 # ---- scale rules ---------------------------------------------------------------------------------
