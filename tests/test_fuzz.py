@@ -36,7 +36,8 @@ pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not bu
 EXAMPLES = int(os.environ.get("FP8LAB_FUZZ_EXAMPLES", "25"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-SPECIALS = [0.0, -0.0, math.nan, -math.nan, math.inf, -math.inf, 1e38, -3e38, 2.0**-149, -(2.0**-140), 2.0**-126]
+SPECIALS = [0.0, -0.0, math.nan, -math.nan, 1e38, -3e38, 2.0**-149, -(2.0**-140), 2.0**-126]
+RARE = [math.inf, -math.inf]  # (quantize refuses them: one case in ~8 has one)
 
 
 def _bits(t):
@@ -82,22 +83,27 @@ def _agree(got, want, what):
     """Both raised the same exception type (False), or both returned (True: compare them)."""
     if isinstance(got, Exception) or isinstance(want, Exception):
         assert type(got) is type(want), f"{what}: kernels {got!r} vs torch {want!r}"
-        event(f"{what}: both raised {type(got).__name__}")  # (--hypothesis-show-statistics)
+        event(f"{what}: both raised {type(got).__name__}: {str(got)[:50]}")  # (--hypothesis-show-statistics)
         return False
     event(f"{what}: both returned")
     return True
 
 
+# a side of 1..8 or 1..300 elements, 0 (empty) once in 20
+_SIDES = st.integers(0, 19).flatmap(
+    lambda i: st.just(0) if i == 0 else (st.integers(1, 8) if i < 8 else st.integers(1, 300)))
+
+
 @st.composite
 def tensors(draw, rows=None, cols=None):
     """A float tensor [rows, cols] of any layout, dtype and magnitude, with special values."""
-    side = st.one_of(st.integers(0, 8), st.integers(0, 300))
+    side = _SIDES
     m = draw(side) if rows is None else rows
     k = draw(side) if cols is None else cols
     layout = draw(st.sampled_from(["contiguous", "transposed", "strided", "sliced"]))
     dtype = draw(st.sampled_from([torch.float32, torch.float32, torch.float64, torch.bfloat16, torch.float16]))
-    lo = draw(st.integers(-149, 126))
-    span = draw(st.integers(0, 60))
+    lo = draw(st.integers(-149, 126) if dtype != torch.float16 else st.integers(-24, 14))  # (float16: to 65504)
+    span = draw(st.integers(0, 60 if dtype != torch.float16 else 10))
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
     shape = {"contiguous": (m, k), "transposed": (k, m), "strided": (m, 2 * k), "sliced": (m + 1, k + 3)}[layout]
     e = torch.rand(shape, generator=g, dtype=torch.float64) * span + lo
@@ -105,7 +111,9 @@ def tensors(draw, rows=None, cols=None):
     x = x.float().double()  # float32 values (subnormals included), kept in float64 for a moment
     if x.numel():
         flat = x.view(-1)
-        for v in draw(st.lists(st.sampled_from(SPECIALS + ([1e300] if dtype == torch.float64 else [])), max_size=4)):
+        rare = RARE + ([1e300] if dtype == torch.float64 else [])
+        specials = st.one_of(*[st.sampled_from(SPECIALS)] * 12, st.sampled_from(rare))
+        for v in draw(st.lists(specials, max_size=3)):
             flat[draw(st.integers(0, flat.numel() - 1))] = v
     x = x.to(dtype)
     return {"contiguous": x, "transposed": x.t(), "strided": x[:, ::2], "sliced": x[1:, 3:]}[layout]
@@ -116,14 +124,14 @@ granularities = st.one_of(
                      PerBlock(16, 16), PerBlock(32, 1), PerBlock(3, 5)]),
     st.builds(PerBlock, st.integers(1, 400), st.integers(1, 400)),
 )
-scalings = st.sampled_from([
+_VALID = st.sampled_from([
     {"fmt": E4M3}, {"fmt": E5M2}, {"fmt": E2M1}, {"fmt": E4M3, "scale_rule": "rceil"},
     {"fmt": E5M2, "scale_rule": "floor"}, {"fmt": E4M3, "scale_rule": "rceil", "scale_fmt": E8M0},
     {"fmt": E4M3, "scale_rule": "floor", "scale_fmt": E8M0}, {"fmt": E2M1, "scale_fmt": E4M3},
     {"fmt": E2M1, "scale_fmt": E4M3, "two_level": True}, {"fmt": E4M3, "scale_fmt": E4M3, "two_level": True},
-    {"fmt": E4M3, "scale_fmt": E8M0},  # invalid: E8M0 with "exact"
-    {"fmt": E8M0},  # invalid: a scale-only format
 ])
+_INVALID = [{"fmt": E4M3, "scale_fmt": E8M0}, {"fmt": E8M0}]  # E8M0 with "exact"; a scale-only format
+scalings = st.integers(0, 19).flatmap(lambda i: st.sampled_from(_INVALID) if i == 0 else _VALID)  # 1 in 20 invalid
 
 
 @FUZZ
@@ -137,8 +145,10 @@ def test_cast_agrees(x, fmt):
 
 
 @FUZZ
-@given(x=tensors(), granularity=granularities, scaling=scalings, margin=st.one_of(st.just(0), st.integers(0, 40)),
-       amax=st.sampled_from([None, "own", "half", "negative", "inf", "nan", "wrong shape"]), count=st.booleans())
+@given(x=tensors(), granularity=granularities, scaling=scalings,
+       margin=st.one_of(st.just(0), st.integers(0, 3), st.integers(0, 20)),
+       amax=st.sampled_from([None, None, None, None, "own", "half", "nan", "negative", "inf", "wrong shape"]),
+       count=st.booleans())
 def test_quantize_dequantize_and_the_metrics_agree(x, granularity, scaling, margin, amax, count):
     def run():
         spec = quantize_spec(granularity=granularity, margin=margin, **scaling)
@@ -168,7 +178,7 @@ def test_quantize_dequantize_and_the_metrics_agree(x, granularity, scaling, marg
 @FUZZ
 @given(data=st.data(), recipe=st.sampled_from([*RECIPES, *VARIANTS]), emulation=st.sampled_from(["fast", "reference"]))
 def test_matmul_agrees_for_every_recipe(data, recipe, emulation):
-    m, k, n = (data.draw(st.one_of(st.integers(0, 8), st.integers(0, 300))) for _ in range(3))
+    m, k, n = (data.draw(_SIDES) for _ in range(3))
     a = data.draw(tensors(rows=m, cols=k))
     b = data.draw(tensors(rows=k, cols=n))
     got, want = _both(lambda: fp8lab.matmul(a, b, recipe, backend="emulated", emulation=emulation, verbose=False))
