@@ -160,6 +160,18 @@ def test_emulated_gemm_matches_with_and_without_kernels(recipe):
     assert _same(got, want)
 
 
+def test_per_row_scales_of_both_operands_match_with_and_without_kernels():
+    """The kernel's epilogue out *= a[m] * b[n] rounds the factor first, as torch's outer product:
+    float32 (not power-of-two) per-row scales make any other order visible."""
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(64, 96, generator=g) * 3, torch.randn(48, 96, generator=g) / 7
+    a_q, b_q = quantize(a, E4M3, PerRow()), quantize(b, E5M2, PerRow())
+    got = emulated_mm(a_q, b_q)
+    with kernels.disabled():
+        want = emulated_mm(a_q, b_q)
+    assert _same(got, want)
+
+
 @pytest.mark.parametrize("recipe", [*RECIPES, "rowwise_with_gw_hp"])
 def test_transposed_operands_equal_quantizing_the_transposed_copy(recipe):
     """wgrad and dgrad operands are quantized down source's columns, not from a copy of source^T."""
