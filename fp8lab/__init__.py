@@ -23,7 +23,13 @@ __version__ = "0.1.0"
 
 
 def setup(seed: int = 0, quiet: bool = False) -> str:
-    """The first cell of every notebook: the lab's plot theme, a fixed seed, one status line."""
+    """The first cell of every notebook: the lab's plot theme, a fixed seed, one status line.
+
+    What it changes, for the whole kernel process (a notebook's): matplotlib's style (the lab's
+    seaborn theme); torch's global random seed (`seed`); the garbage collector (the objects
+    imported so far are frozen, gc.freeze(), so that full collections don't stall a redraw);
+    glibc's malloc thresholds (kernels.keep_freed_memory: freed blocks up to 32 MiB are kept for
+    reuse). Returns the status line (also printed unless quiet)."""
     import gc
 
     import torch

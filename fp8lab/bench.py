@@ -17,9 +17,10 @@ import torch
 
 from fp8lab import kernels
 from fp8lab.doctor import cpu_name
+from fp8lab.timing import print_table as timing_table
 from fp8lab.timing import time_interleaved
 
-__all__ = ["bench_gemm", "bench_gpu", "bench_quantize", "main", "print_table"]
+__all__ = ["bench_gemm", "bench_gpu", "bench_quantize", "bench_train", "main", "print_table"]
 
 
 def machine_line() -> str:
@@ -31,23 +32,8 @@ def machine_line() -> str:
 
 
 def print_table(title: str, rows: list[dict], note: str = "") -> None:
-    print(f"\n{title}\n{machine_line()}")
-    if note:
-        print(note)
-    if not rows:
-        return
-    cols = list(rows[0])
-    widths = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in cols}
-    print("| " + " | ".join(c.ljust(widths[c]) for c in cols) + " |")
-    print("|" + "|".join("-" * (widths[c] + 2) for c in cols) + "|")
-    for r in rows:
-        print("| " + " | ".join(_fmt(r[c]).ljust(widths[c]) for c in cols) + " |")
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-    return str(v)
+    """timing.print_table with the machine line under the title (date, CPU, GPU, torch, kernels)."""
+    timing_table(title, rows, "\n".join(filter(None, (machine_line(), note))))
 
 
 # ---- quantize -------------------------------------------------------------------------------------------
@@ -126,6 +112,58 @@ def bench_gemm(size: int = 2048, rounds: int = 7, recipes: tuple[str, ...] = ("t
             for name, ts in times.items()]
     print_table(f"GEMM {size}^3 on the CPU (median of {rounds}, interleaved; operands quantized beforehand)", rows,
                 f"fast path: {bf16_fast_path()[1]}")
+    return rows
+
+
+# ---- training -----------------------------------------------------------------------------------------
+
+
+def bench_train(size: int | None = None, rounds: int | None = None, consecutive: int = 4) -> list[dict]:
+    """Step time of the toy MLP and transformer: fp32, bf16, fp8lab emulated, torchao emulate."""
+    from fp8lab.nn import Monitor, convert
+    from fp8lab.train import BASELINES, LESSON, MarkovTask, TeacherTask, make_model, train_step
+
+    rounds = rounds or 20
+    rows = []
+    # the lab's two models, and the transformer at half its width (more emulation overhead)
+    for kind, label_kind, kw in (("mlp", "mlp", {}), ("transformer", "transformer", {}),
+                                 ("transformer", "transformer d=64", {"d": 64})):
+        task = TeacherTask() if kind == "mlp" else MarkovTask()
+        g = torch.Generator().manual_seed(0)
+        x, y = task.batch(g, LESSON.batch if kind == "mlp" else 32)
+        cands = {}
+        for label in ("fp32", "bf16", "tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4",
+                      "tensorwise + monitor every step", "tensorwise (torchao)"):
+            base = make_model(kind, 0, **kw)
+            autocast = label == "bf16"
+            if label in BASELINES:
+                model = base
+            elif label.endswith("(torchao)"):
+                try:
+                    model = convert(base, "tensorwise", engine="torchao")
+                except ImportError:
+                    continue
+            elif label.endswith("monitor every step"):
+                model = convert(base, "tensorwise", monitor=Monitor(1))
+            else:
+                model = convert(base, label)
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+            def steps(model=model, opt=opt, autocast=autocast, task=task, x=x, y=y):
+                for _ in range(consecutive):
+                    train_step(model, opt, task.loss, x, y, autocast)
+
+            cands[label] = steps
+        # each sample is a few consecutive steps, as in a training loop (caches warm with this
+        # model's tensors); the candidates take turns, so machine noise hits all of them alike
+        times = time_interleaved(cands, rounds=rounds, warmup=2)
+        base_t = statistics.median(times["fp32"])
+        for label, ts in times.items():
+            median = statistics.median(ts)
+            rows.append({"model": label_kind, "what": label, "median ms/step": median / consecutive * 1e3,
+                         "x fp32": median / base_t})
+    print_table(f"training step time, Adam, MLP batch {LESSON.batch} / transformer batch 32 (median of {rounds} "
+                f"samples of {consecutive} consecutive steps, candidates interleaved)", rows)
     return rows
 
 
@@ -365,8 +403,6 @@ def main(argv: list[str] | None = None) -> int:
             if bench_gpu(**gkw)["failures"]:
                 status = 1
         elif name == "train":
-            from fp8lab.train import bench_train
-
             bench_train(**kw)
         elif name == "widgets":
             from fp8lab.widgets import bench_widgets

@@ -124,10 +124,17 @@ class AccumulatorModel:
 def quantize_operands(
     a: torch.Tensor, b: torch.Tensor, recipe: Recipe | str = "tensorwise"
 ) -> tuple[QuantizedTensor, QuantizedTensor]:
-    """Quantize a[M, K] as the recipe's input and b[K, N] as its weight, in b^T[N, K] layout."""
+    """Quantize a[M, K] as the recipe's input and b[K, N] as its weight, in b^T[N, K] layout.
+
+    b is quantized down its columns in place (TensorScaling.quantize_transposed): b_q is the
+    QuantizedTensor of b^T as a transposed view, so no copy of b^T is made and the GEMM reads
+    b in its own row-major layout. A b given as a transposed [N, K] tensor's view is contiguous
+    as b^T: it is quantized as it lies."""
     recipe = get_recipe(recipe)
     _check_matmul_shapes(a, b)
-    return recipe.input.quantize(a), recipe.weight.quantize(b.t().contiguous())
+    if b.t().is_contiguous() and not b.is_contiguous():  # b = w.t() of a contiguous w[N, K]
+        return recipe.input.quantize(a), recipe.weight.quantize(b.t())
+    return recipe.input.quantize(a), recipe.weight.quantize_transposed(b)
 
 
 def _check_matmul_shapes(a: torch.Tensor, b: torch.Tensor) -> None:

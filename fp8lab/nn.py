@@ -16,7 +16,6 @@ Notebook 06 trains with these layers; 07 swaps in torchao's and trains on severa
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -182,25 +181,8 @@ def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
     # per tensor, where nothing is re-quantized unless the numerics differ) copy source^T
     if state.amax_reducer is None and isinstance(g, PerRow | PerBlock):
         # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
-        return _quantize(state, source, role, gemm, _down_columns(scaling, source.shape[0])).t(g)
+        return _quantize(state, source, role, gemm, scaling.down_columns(source.shape[0])).t(g)
     return _quantize(state, source.t().contiguous(), role, gemm, scaling)
-
-
-_COLUMNS: dict[tuple[int, int], tuple[TensorScaling, TensorScaling]] = {}
-
-
-def _down_columns(scaling: TensorScaling, rows: int) -> TensorScaling:
-    """scaling for x^T's rows, restated for x[rows, cols]: the same blocks down x's columns.
-    Cached per scaling object (hashing a TensorScaling costs more than this runs)."""
-    key = (id(scaling), rows)
-    hit = _COLUMNS.get(key)
-    if hit is None or hit[0] is not scaling:
-        g = scaling.granularity
-        down = dataclasses.replace(scaling, granularity=PerBlock(rows, 1) if isinstance(g, PerRow) else _transposed(g))
-        if len(_COLUMNS) > 1024:
-            _COLUMNS.clear()
-        hit = _COLUMNS[key] = (scaling, down)
-    return hit[1]
 
 
 def _transposed(g):

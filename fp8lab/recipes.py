@@ -62,6 +62,27 @@ class TensorScaling:
         """Quantize an operand x[rows, contraction] as this scaling says (count: see quantize_with)."""
         return quantize_with(x, self.spec, amax, count=count)
 
+    def down_columns(self, rows: int) -> TensorScaling:
+        """This scaling restated for x[rows, cols] when the operand is x^T[cols, rows]: the same
+        blocks, down x's columns (per row of x^T is one block per column of x, PerBlock(rows, 1);
+        a 1x32 block of x^T is a 32x1 block of x). Made once per `rows` and kept on this object."""
+        cache = self.__dict__.setdefault("_down_columns", {})  # per instance (a frozen dataclass's dict)
+        if rows not in cache:
+            g = self.granularity
+            down = PerBlock(rows, 1) if isinstance(g, PerRow) else PerBlock(g.cols, g.rows) \
+                if isinstance(g, PerBlock) else g
+            cache[rows] = replace(self, granularity=down)
+        return cache[rows]
+
+    def quantize_transposed(self, x: torch.Tensor) -> QuantizedTensor:
+        """Quantize the operand x^T[cols, rows] as this scaling says, from x[rows, cols], without
+        copying x^T: x is quantized down its columns (down_columns) and the result is the
+        QuantizedTensor of x^T, code for code, as a transposed view (what a GEMM over x's rows
+        needs: a weight b[K, N] for b^T[N, K], an activation x[M, K] for wgrad's x^T[K, M])."""
+        if isinstance(self.granularity, PerTensor):
+            return self.quantize(x).t()
+        return self.down_columns(x.shape[0]).quantize(x).t(self.granularity)
+
     @property
     def label(self) -> str:
         scale = self.scale_fmt.name if self.scale_fmt else "fp32"

@@ -1,6 +1,7 @@
 """Wall-clock timing helpers shared by the benchmarks, the GEMM probe and the timing panel.
 
-Public: timed(fn, repeats, warmup) -> list of seconds per call; time_interleaved(cands, ...).
+Public: timed(fn, repeats, warmup) -> list of seconds per call; time_interleaved(cands, ...);
+print_table(title, rows, note) for the benchmarks' tables.
 Speed is measured by benchmarks (`python -m fp8lab bench`), never asserted by tests.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["time_interleaved", "timed"]
+__all__ = ["print_table", "time_interleaved", "timed"]
 
 
 def timed(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> list[float]:
@@ -37,3 +38,24 @@ def time_interleaved(
         for name, fn in cands.items():
             times[name].extend(timed(fn, 1, 0))
     return times
+
+
+def print_table(title: str, rows: list[dict], note: str = "") -> None:
+    """A markdown table of `rows` (dicts with the same keys) under a title and an optional note."""
+    print(f"\n{title}")
+    if note:
+        print(note)
+    if not rows:
+        return
+    cols = list(dict.fromkeys(c for r in rows for c in r))  # every key, in first-seen order
+    widths = {c: max(len(c), *(len(_fmt(r.get(c, "-"))) for r in rows)) for c in cols}
+    print("| " + " | ".join(c.ljust(widths[c]) for c in cols) + " |")
+    print("|" + "|".join("-" * (widths[c] + 2) for c in cols) + "|")
+    for r in rows:
+        print("| " + " | ".join(_fmt(r.get(c, "-")).ljust(widths[c]) for c in cols) + " |")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)

@@ -1,8 +1,8 @@
 """Toy models, synthetic data with an outlier knob, and recipes trained side by side.
 
 Public: ToyMLP, TinyTransformer, make_model, TeacherTask, MarkovTask, train, TrainResult,
-BASELINES, LESSON (the documented settings of notebook 06), compare_real_emulated,
-bench_train.
+BASELINES, LESSON (the documented settings of notebook 06), train_step (the one training
+step), compare_real_emulated, lesson_table.
 Everything is generated in code from a seed: no downloads. Every recipe in one call
 starts from the same initial weights and sees the same batches in the same order.
 The outlier knob ("sink channels"): a few hidden channels after the first layer are set
@@ -35,7 +35,6 @@ __all__ = [
     "TinyTransformer",
     "ToyMLP",
     "TrainResult",
-    "bench_train",
     "block_size_recipes",
     "compare_real_emulated",
     "delayed_recipes",
@@ -166,13 +165,18 @@ class TinyTransformer(nn.Module):
 
 
 def make_model(kind: str = "mlp", seed: int = 0, sink_magnitude: float = 0.0, **kw) -> nn.Module:
-    """A toy model with deterministic initial weights."""
+    """A toy model with deterministic initial weights: the same `seed`, the same weights.
+
+    torch's layers draw their initial weights from the global generator; they do so here inside
+    torch.random.fork_rng with that generator seeded, so the caller's random state is left as it
+    was (building a model does not reseed anyone else's randomness)."""
     if kind not in MODELS:
         raise ValueError(f"unknown model {kind!r}; valid: {', '.join(MODELS)}")
-    torch.manual_seed(seed)
-    if kind == "mlp":
-        return ToyMLP(sink_magnitude=sink_magnitude, **kw)
-    return TinyTransformer(sink_magnitude=sink_magnitude, **kw)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if kind == "mlp":
+            return ToyMLP(sink_magnitude=sink_magnitude, **kw)
+        return TinyTransformer(sink_magnitude=sink_magnitude, **kw)
 
 
 # ---- tasks ---------------------------------------------------------------------------------------
@@ -529,57 +533,3 @@ def lesson_table(seeds: Sequence[int] = (0, 1, 2)):
     table = df.pivot_table(index="run", columns="sinks", values="final loss", aggfunc="mean", sort=False)
     print(table.to_string(float_format=lambda v: f"{v:.4f}"))
     return df
-
-
-# ---- benchmark -----------------------------------------------------------------------------------
-
-
-def bench_train(size: int | None = None, rounds: int | None = None, consecutive: int = 4) -> list[dict]:
-    """Step time of the toy MLP and transformer: fp32, bf16, fp8lab emulated, torchao emulate."""
-    import statistics
-
-    from fp8lab.bench import print_table
-    from fp8lab.timing import time_interleaved
-
-    rounds = rounds or 20
-    rows = []
-    # the lab's two models, and the transformer at half its width (more emulation overhead)
-    for kind, label_kind, kw in (("mlp", "mlp", {}), ("transformer", "transformer", {}),
-                                 ("transformer", "transformer d=64", {"d": 64})):
-        task = TeacherTask() if kind == "mlp" else MarkovTask()
-        g = torch.Generator().manual_seed(0)
-        x, y = task.batch(g, LESSON.batch if kind == "mlp" else 32)
-        cands = {}
-        for label in ("fp32", "bf16", "tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4",
-                      "tensorwise + monitor every step", "tensorwise (torchao)"):
-            base = make_model(kind, 0, **kw)
-            autocast = label == "bf16"
-            if label in BASELINES:
-                model = base
-            elif label.endswith("(torchao)"):
-                try:
-                    model = convert(base, "tensorwise", engine="torchao")
-                except ImportError:
-                    continue
-            elif label.endswith("monitor every step"):
-                model = convert(base, "tensorwise", monitor=Monitor(1))
-            else:
-                model = convert(base, label)
-            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-            def steps(model=model, opt=opt, autocast=autocast, task=task, x=x, y=y):
-                for _ in range(consecutive):
-                    train_step(model, opt, task.loss, x, y, autocast)
-
-            cands[label] = steps
-        # each sample is a few consecutive steps, as in a training loop (caches warm with this
-        # model's tensors); the candidates take turns, so machine noise hits all of them alike
-        times = time_interleaved(cands, rounds=rounds, warmup=2)
-        base_t = statistics.median(times["fp32"])
-        for label, ts in times.items():
-            median = statistics.median(ts)
-            rows.append({"model": label_kind, "what": label, "median ms/step": median / consecutive * 1e3,
-                         "x fp32": median / base_t})
-    print_table(f"training step time, Adam, MLP batch {LESSON.batch} / transformer batch 32 (median of {rounds} "
-                f"samples of {consecutive} consecutive steps, candidates interleaved)", rows)
-    return rows
