@@ -287,7 +287,8 @@ def bf16_fast_path() -> tuple[bool, str]:
     around a GEMM would make another thread's fp32 matmuls (the training panel runs in one)
     silently compute in bf16. The fast emulation runs fp32 GEMMs: exact products, fp32 sums.
     """
-    return False, "fp32 GEMMs (fp8lab never flips oneDNN's process-wide bf16 math mode: other threads' matmuls)"
+    return False, ("oneDNN's bf16 math mode is a process-wide setting, which fp8lab never flips "
+                   "(another thread's fp32 matmuls would run in bf16)")
 
 
 @lru_cache(maxsize=64)
