@@ -129,10 +129,14 @@ class QuantizedTensor:
         return self.derived.values
 
     def scaled_values(self) -> torch.Tensor:
-        """values times each element's block scale (tensor_scale left out), float32, data's shape:
-        what an emulated GEMM multiplies where the scales vary along K. Computed once (Derived)."""
+        """values times each element's block scale (tensor_scale left out), float32, data's shape and
+        layout (a GEMM's summation order may follow it): what an emulated GEMM multiplies where the
+        scales vary along K. Computed once (Derived)."""
         if self.derived.scaled is None:
-            self.derived.scaled = self._times_block_scales(self.values())
+            scaled = self._times_block_scales(self.values())
+            if self.data.dim() == 2 and not self.data.is_contiguous() and self.data.t().is_contiguous():
+                scaled = scaled.t().contiguous().t()  # a transposed view, laid out as the kernel writes it
+            self.derived.scaled = scaled
         return self.derived.scaled
 
     def _times_block_scales(self, data: torch.Tensor) -> torch.Tensor:
