@@ -100,6 +100,9 @@ MUTATIONS = [
     m("torch scale-and-cast reuses the first chunk's inverses", Q, "(inv if inv.dim() == 0 else inv[start:stop])",
       "(inv if inv.dim() == 0 else inv[: stop - start])",
       T + "test_kernels.py::test_large_tensors_split_over_threads_give_the_same_bits"),
+    m("torch-folded values of a transposed operand in another layout", Q,
+      "                scaled = scaled.t().contiguous().t()  # a transposed view, laid out as the kernel writes it\n",
+      "", T + "test_kernels.py::test_matmul_of_transposed_weights_matches_with_and_without_kernels"),
     # ---- the C kernels
     m("survivor: C cast turns an overflowing product into NaN", C, "uint32_t nan = ab > 0x7F800000u;",
       "uint32_t nan = ab >= 0x7F800000u;", HARD),
