@@ -1,21 +1,42 @@
 # fp8lab: two commands. `make lab` opens the notebooks; `make test` proves them.
-# Both create .venv on first use and install the pinned versions from pyproject.toml.
+# Both create .venv on first use and install fp8lab with the exact versions of constraints.txt
+# (pyproject.toml holds the ranges the package accepts; constraints.txt the lab's versions).
+# `make lab` installs the package and JupyterLab only; `make setup` (and `make test`) adds the
+# test tools (pytest, Playwright, ...).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.fp8lab-installed
+LOCK   := constraints.txt
+PIP    := $(BIN)/python -m pip install --quiet -c $(LOCK)
+LAB_STAMP  := $(VENV)/.fp8lab-lab
+TEST_STAMP := $(VENV)/.fp8lab-test
+PYTHON_FLOOR := 3.11
 
-.PHONY: setup browser-deps lab test lint bench doctor clean
+.PHONY: setup lab-env browser-deps lab test lint bench doctor clean
 
-setup: $(STAMP)
-
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < tuple(map(int, "$(PYTHON_FLOOR)".split("."))))' || { \
+	  echo "make: fp8lab needs Python $(PYTHON_FLOOR) or newer; $(PYTHON) is $$($(PYTHON) -V 2>&1)." \
+	       "Run with PYTHON=python3.12 (or another), or use conda (environment.yml) or Binder." >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[lab,test]"
+
+# the lab: fp8lab, its dependencies and JupyterLab (no test tools)
+lab-env: $(LAB_STAMP)
+
+$(LAB_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(PIP) -e ".[lab]"
 	@$(BIN)/python -c "from fp8lab import kernels; print('fp8lab quantize:', kernels.status()[1])"
-	@touch $(STAMP)
+	@touch $(LAB_STAMP)
+
+# development and CI: the lab plus the test tools
+setup: $(TEST_STAMP)
+
+$(TEST_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(PIP) -e ".[lab,test]"
+	@$(BIN)/python -c "from fp8lab import kernels; print('fp8lab quantize:', kernels.status()[1])"
+	@touch $(LAB_STAMP) $(TEST_STAMP)
 
 # The browser test (tests/test_browser.py) drives Debian's chromium with Playwright (pinned in
 # the `test` extra; Playwright's own browser download is not used). apt-get only when missing.
@@ -32,7 +53,7 @@ browser-deps:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	  command -v chromium >/dev/null 2>&1; }
 
-lab: setup
+lab: lab-env
 	$(BIN)/python -m fp8lab lab
 
 test: setup browser-deps
@@ -42,10 +63,10 @@ test: setup browser-deps
 lint: setup
 	$(BIN)/ruff check fp8lab tests
 
-doctor: setup
+doctor: lab-env
 	$(BIN)/python -m fp8lab doctor
 
-bench: setup
+bench: lab-env
 	$(BIN)/python -m fp8lab bench all
 
 clean:

@@ -2,6 +2,7 @@
 
 The map (imports flow down this list): formats -> scaling -> quantize -> recipes -> gemm
 -> nn -> train; metrics, plots and widgets only consume. Start with notebook 00.
+fp8lab.inspect(model, batch, loss_fn) reports any model's FP8 readiness per layer (readiness.py, notebook 08).
 """
 
 from fp8lab.export import export
@@ -16,6 +17,7 @@ from fp8lab.metrics import (
     underflow_fraction,
 )
 from fp8lab.quantize import QuantizedTensor, quantize, quantize_delayed
+from fp8lab.readiness import inspect
 from fp8lab.recipes import RECIPES, Recipe, TensorScaling, get_recipe
 from fp8lab.scaling import SCALE_RULES, AmaxHistory, PerBlock, PerRow, PerTensor, parse_granularity
 
@@ -83,6 +85,7 @@ __all__ = [
     "export",
     "get_format",
     "get_recipe",
+    "inspect",
     "matmul",
     "overflow_fraction",
     "parse_granularity",

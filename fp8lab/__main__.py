@@ -7,7 +7,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: python -m fp8lab {doctor | lab | bench {quantize,gemm,gpu,train,widgets,all}}"
+    usage = "usage: python -m fp8lab {doctor | lab | bench {quantize,gemm,gpu,train,widgets,lessons,inspect,all}}"
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         return 0 if argv else 2

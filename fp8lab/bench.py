@@ -1,4 +1,4 @@
-"""The project's own benchmarks: `python -m fp8lab bench quantize|gemm|gpu|train|widgets|lessons|all`.
+"""The project's own benchmarks: `python -m fp8lab bench quantize|gemm|gpu|train|widgets|lessons|inspect|all`.
 
 Public: run(name, ...) and one function per benchmark, each returning rows (dicts) and
 printing a table. Candidates are timed in interleaved rounds on the same inputs, so a
@@ -375,7 +375,7 @@ def bench_gpu(size: int = 8192, calls: int = 20, samples: int = 5, device: str |
     return {"tables": tables, "failures": failures}
 
 
-BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "lessons", "all")
+BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "lessons", "inspect", "all")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -408,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
             from fp8lab.widgets import bench_widgets
 
             bench_widgets(**kw)
+        elif name == "inspect":
+            from fp8lab.readiness import bench_inspect
+
+            bench_inspect(**kw)
         elif name == "lessons":
             from fp8lab.train import lesson_table
 

@@ -10,6 +10,7 @@ amax_all_reduce=True: scales that span the token dim use the max amax over ranks
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from fp8lab import _watchdog
 from fp8lab.nn import ENGINES, TORCHAO_RECIPES, convert
 from fp8lab.recipes import GEMMS, RECIPES, VARIANTS, get_recipe
 from fp8lab.scaling import PerBlock
@@ -214,7 +216,7 @@ def _train(cfg: DistConfig, rank: int = 0, world: int = 1, device: torch.device 
                 raise RuntimeError(f"injected failure: rank {rank} at step {step} (fail_rank/fail_step)")
             print(f"rank {rank}: injected failure at step {step} (fail_mode {cfg.fail_mode!r})", flush=True)
             if cfg.fail_mode == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # (Windows: TerminateProcess)
             time.sleep(10**6)
         loss = task.loss(model(x).float(), y)  # this rank's mean over its tokens
         value = loss.detach().clone()
@@ -278,32 +280,60 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _own_process_group() -> dict:
+    """Popen arguments that start the launched process in a process group of its own, so that
+    one signal reaches it and its children (POSIX: a new session; Windows: a new group)."""
+    if hasattr(os, "setsid"):
+        return {"start_new_session": True}
+    return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+
+
 def _kill(proc: subprocess.Popen, run_dir: Path, grace_s: float = 5.0) -> None:
-    """End torchrun and every worker: SIGTERM (torchrun then stops its workers), SIGKILL after grace_s.
+    """End the watchdog, torchrun and every worker: gently, then for good after grace_s.
 
-    torchrun starts each worker in a session of its own, so workers are also signalled
-    through the pids they wrote to run_dir: none outlives the run, even if torchrun hangs.
+    Closing the watchdog's stdin is its cue to stop torchrun and the workers itself (the one way
+    that works everywhere). Where POSIX process groups exist, SIGTERM also goes to the
+    watchdog's group (it and torchrun) and to each worker's (torchrun starts each worker in a
+    session of its own; they wrote their pids to run_dir), then SIGKILL: none outlives the run,
+    even if torchrun hangs. Elsewhere (Windows) the watchdog is given its time, then killed,
+    and the workers terminated by pid.
     """
-    def signal_all(sig: signal.Signals) -> None:
-        pgids = [proc.pid]
-        for path in run_dir.glob("pid.*"):
-            try:
-                pgids.append(int(path.read_text()))
-            except (OSError, ValueError):  # a worker still writing it: torchrun's SIGTERM reaches that one
-                pass
-        for pgid in pgids:
-            try:
-                os.killpg(pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    signal_all(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    signal_all(signal.SIGKILL)
+    with contextlib.suppress(OSError, ValueError):
+        proc.stdin.close()
+    groups = hasattr(os, "killpg")
+    for hard in (False, True):
+        if groups:
+            _watchdog._signal(proc.pid, hard, group=True)
+        elif hard and proc.poll() is None:
+            proc.kill()
+        if groups or hard:
+            for pid in _watchdog.worker_pids(run_dir):
+                _watchdog._signal(pid, hard, group=groups)
+        if not hard:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace_s if groups else grace_s + _watchdog.GRACE_S + 1)
     proc.wait()
+
+
+def _check_timeout(timeout_s: float) -> float:
+    """timeout_s as a positive finite float, or ValueError."""
+    try:
+        value = float(timeout_s)
+    except (TypeError, ValueError):
+        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout_s!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout_s!r}")
+    return value
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temporary beside it, then a rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _root_cause(lines: list[str]) -> str:
@@ -332,15 +362,22 @@ def run_distributed(recipe: str = "blockwise", nproc: int = 2, steps: int = 20, 
     """Train on `nproc` processes under torchrun; returns DataFrame (step, loss) of the global batch.
 
     Each line the processes print is passed to `stream` as it comes (None: silent). Rank 0
-    writes the losses as JSON (to `out` if given). Raises DistributedRunError, quoting the
-    last lines of output, if any rank fails (torchrun then stops the others) or the run
-    takes longer than timeout_s (then torchrun and every rank are killed). df.attrs holds
+    writes the losses as JSON; on success they are copied to `out` if given (whole, by a
+    rename: a failed run leaves an existing `out` as it was). Raises DistributedRunError,
+    quoting the last lines of output, if any rank fails (torchrun then stops the others) or the
+    run takes longer than timeout_s (then torchrun and every rank are killed). torchrun runs
+    under a watchdog (fp8lab/_watchdog.py) that ends it, its ranks and their scratch folder if
+    this process dies first (a notebook kernel killed or restarted). df.attrs holds
     wall_seconds (launch to exit), train_seconds (rank 0's loop), backend and device.
     """
     cfg = DistConfig(recipe, steps, seed, batch, lr, engine, amax_all_reduce, sink_magnitude, nproc, device,
                      fail_rank, fail_step, fail_mode)
+    timeout_s = _check_timeout(timeout_s)
+    out_file = Path(out) if out is not None else None
+    if out_file is not None and not out_file.parent.is_dir():
+        raise ValueError(f"out: the folder {out_file.parent} does not exist")
     run_dir = Path(tempfile.mkdtemp(prefix="fp8lab-dist-"))
-    out_path = Path(out) if out is not None else run_dir / "losses.json"
+    out_path = run_dir / "losses.json"
     cmd = [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", "1", "--nproc-per-node", str(nproc),
@@ -355,10 +392,12 @@ def run_distributed(recipe: str = "blockwise", nproc: int = 2, steps: int = 20, 
     def error(message: str, returncode: int | None) -> DistributedRunError:
         return DistributedRunError(message, "\n".join(list(tail)[-TAIL_LINES:]), returncode, str(run_dir))
 
-    out_path.unlink(missing_ok=True)  # no stale losses from an earlier run
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8",
-                            errors="replace", bufsize=1, env=_worker_env(), start_new_session=True)
+    # -I: the watchdog's folder (fp8lab/) must not shadow the standard library
+    watched = [sys.executable, "-I", str(Path(_watchdog.__file__)), str(run_dir), "--", *cmd]
+    proc = subprocess.Popen(watched, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, encoding="utf-8", errors="replace", bufsize=1, env=_worker_env(),
+                            **_own_process_group())
     try:
         try:
             returncode = _follow(proc, t0 + timeout_s, tail, stream)
@@ -378,8 +417,13 @@ def run_distributed(recipe: str = "blockwise", nproc: int = 2, steps: int = 20, 
                         + "; torchrun stopped the other ranks", returncode)
         if not out_path.exists():
             raise error(f"rank 0 wrote no losses to {out_path}", returncode)
-        result = json.loads(out_path.read_text())
+        text = out_path.read_text()
+        result = json.loads(text)
+        if out_file is not None:
+            _write_atomically(out_file, text)
     finally:
+        with contextlib.suppress(OSError, ValueError):
+            proc.stdin.close()  # (the watchdog has exited by now; if not, this tells it to stop)
         shutil.rmtree(run_dir, ignore_errors=True)
     return _frame(result, wall_seconds=wall, nproc=nproc)
 
@@ -439,6 +483,13 @@ def compare(recipe: str = "blockwise", nproc: int = 2, steps: int = 20, seed: in
 # ---- the command line: launcher, and the worker torchrun starts ---------------------------------------------
 
 
+def _seconds(text: str) -> float:
+    try:
+        return _check_timeout(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("timeout ")) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m fp8lab.distributed",
@@ -457,7 +508,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sink-magnitude", type=float, default=d.sink_magnitude)
     p.add_argument("--device", choices=DEVICES, default=d.device)
     p.add_argument("--out", help="write the losses (JSON) here")
-    p.add_argument("--timeout", type=float, default=120.0, help="wall-clock limit in seconds")
+    p.add_argument("--timeout", type=_seconds, default=120.0, help="wall-clock limit in seconds (positive)")
     p.add_argument("--compare", action="store_true", help="also train in this process and print both curves")
     p.add_argument("--fail-rank", type=int, help="testing: this rank fails ...")
     p.add_argument("--fail-step", type=int, default=0, help="testing: ... at this step")
@@ -517,6 +568,14 @@ def _worker(ns: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
+    if ns.worker:
+        missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+        if missing:
+            verb = "is" if len(missing) == 1 else "are"
+            print(f"error: --worker marks the processes torchrun starts, and {', '.join(missing)} (set by torchrun) "
+                  f"{verb} missing here. To train on several processes, run the launcher: "
+                  "python -m fp8lab.distributed --nproc 2 --recipe blockwise", file=sys.stderr)
+            return 2
     try:
         if ns.worker:
             from torch.distributed.elastic.multiprocessing.errors import record

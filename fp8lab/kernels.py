@@ -14,7 +14,11 @@ and rules reach C as data, in one parameter block (_Params) filled from FloatFor
 SCALE_RULES; every call checks the sizes it passes, and the C side checks them again. The
 library is compiled once per source version with the system C compiler (`cc`, ~1 s) into
 ~/.cache/fp8lab (or $XDG_CACHE_HOME/fp8lab) and loaded with ctypes. Without a compiler,
-or with FP8LAB_KERNELS=0, everything runs in torch and status() says why.
+or with FP8LAB_KERNELS=0, everything runs in torch and status() says why. The cache is
+private (0700); a cached library is loaded only if it is this user's and no one else can
+write it (else it is rebuilt, and status() says why), one that does not load is rebuilt
+once, and killed builds' temporaries and builds unused for a month are removed. A compiler
+that refuses -march=native or -fopenmp (Apple clang) builds without them; status() says so.
 Tensors beyond 32768 elements are split by rows (the same bits for any split) over
 the threads of torch's own OpenMP runtime: where torch runs on libgomp (Linux wheels) and
 the compiler is GCC, the library is built with -fopenmp and binds to the libgomp torch
@@ -31,10 +35,13 @@ import hashlib
 import math
 import os
 import platform
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -79,6 +86,94 @@ def _cache_dir() -> Path:
     return Path(base) / "fp8lab"
 
 
+# the cache: kernels-KEY.so, KEY from the source, compiler, flags and CPU; builds write to
+# .build-HOST-PID-XXXXXXXX.so beside it, then rename (tmpXXXXXXXX.so before 2026-12)
+_TMP_PREFIX = ".build-"
+_STALE_S = 600  # a temporary this old is a dead build's (a build times out after 120 s)
+_KEEP_BUILDS = 16  # builds kept: the most recently loaded ...
+_KEEP_DAYS = 30  # ... of those loaded in this many days
+
+
+class _Refused(Exception):
+    """The kernel cache is not this user's alone: nothing in it is loaded."""
+
+
+class _NotLoadable(Exception):
+    """A freshly built library does not load."""
+
+
+def _untrusted(path: Path) -> str:
+    """Why `path` must not be loaded ("" where it is this user's alone): another owner, or
+    writable by group or others (anyone who could write it could run code as this user)."""
+    if not hasattr(os, "geteuid"):  # Windows: no POSIX owners or mode bits
+        return ""
+    st = path.stat()
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})"
+    writers = " and ".join(who for who, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
+    return f"{path} is writable by {writers} (mode {st.st_mode & 0o777:o})" if writers else ""
+
+
+def _private_cache(notes: list[str] | None = None) -> Path:
+    """The cache directory, created 0700 (whatever the umask). An existing one of this user's
+    that others could enter is made 0700 (said in notes); one of another user's raises _Refused."""
+    cache = _cache_dir()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        cache.mkdir(mode=0o700)
+    if hasattr(os, "geteuid"):
+        st = cache.stat()
+        if st.st_uid != os.geteuid():
+            raise _Refused(f"the kernel cache {cache} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})")
+        if st.st_mode & 0o077:
+            os.chmod(cache, 0o700)
+            if notes is not None:
+                notes.append(f"made {cache} private (it was mode {st.st_mode & 0o777:o})")
+    return cache
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+
+
+def _dead_build(name: str) -> bool:
+    """Whether the temporary `name` is from a build on this host whose process is gone."""
+    head, pid, _ = name.rsplit("-", 2)
+    if head != _TMP_PREFIX + _host() or not pid.isdigit() or os.name != "posix":
+        return False  # another machine's (a shared home), or no cheap liveness check here
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def _tidy(cache: Path, loaded: Path | None = None) -> None:
+    """Remove temporaries of builds that were killed (their process is gone, or older than
+    _STALE_S) and, once `loaded` is marked as just used, builds beyond the _KEEP_BUILDS most
+    recently loaded or not loaded for _KEEP_DAYS (other source versions, compilers, CPUs)."""
+    now = time.time()
+    for tmp in [*cache.glob(_TMP_PREFIX + "*"), *cache.glob("tmp*.so")]:
+        with contextlib.suppress(OSError, ValueError):
+            if now - tmp.stat().st_mtime > _STALE_S or (tmp.name.startswith(_TMP_PREFIX) and _dead_build(tmp.name)):
+                tmp.unlink()
+    if loaded is None:
+        return
+    with contextlib.suppress(OSError):
+        os.utime(loaded)  # modified = last loaded, so that the newest is the one in use
+    builds = []
+    for path in cache.glob("kernels-*.so"):
+        with contextlib.suppress(OSError):
+            builds.append((path.stat().st_mtime, path))
+    builds.sort(reverse=True)
+    for rank, (mtime, path) in enumerate(builds):
+        if path != loaded and (rank >= _KEEP_BUILDS or now - mtime > _KEEP_DAYS * 86400):
+            with contextlib.suppress(OSError):  # (a process that has it loaded keeps its copy)
+                path.unlink()
+
+
 def _cpu_flags() -> str:
     # -march=native code runs only on this kind of CPU: the cache key carries its features
     try:
@@ -100,8 +195,11 @@ def _openmp_libraries() -> set[str]:
 
 def _openmp_flags(compiler: str) -> tuple[str, ...]:
     """("-fopenmp",) where the kernels can share torch's OpenMP runtime, else ()."""
-    torch_runtime = _openmp_libraries()
-    if len(torch_runtime) != 1 or "libgomp" not in next(iter(torch_runtime)):
+    # -fopenmp code asks the loader for the soname libgomp.so.1: the runtime mapped under that
+    # name answers. Copies that wheels vendor under a name of their own (scikit-learn's
+    # libgomp-<hash>.so) are not asked, so they do not count.
+    answering = {n for n in _openmp_libraries() if os.path.basename(n).startswith("libgomp.so")}
+    if len(answering) != 1:
         return ()  # torch is not on libgomp here (or not on Linux)
     try:  # GCC links -fopenmp code against libgomp.so.1, the soname torch's copy answers to
         found = subprocess.run([compiler, "-print-file-name=libgomp.so"], capture_output=True, text=True,
@@ -111,26 +209,59 @@ def _openmp_flags(compiler: str) -> tuple[str, ...]:
     return ("-fopenmp",) if os.path.isabs(found) else ()
 
 
-def _build(compiler: str, flags: tuple[str, ...]) -> Path:
-    source = _SOURCE.read_bytes()
+def _library_path(compiler: str, flags: tuple[str, ...]) -> Path:
+    """Where the library for (source, compiler, flags, CPU) lives in the cache."""
     key = " ".join((compiler, *flags, platform.machine(), _cpu_flags()))
-    key = hashlib.sha256(source + key.encode()).hexdigest()[:16]
-    target = _cache_dir() / f"kernels-{key}.so"
+    key = hashlib.sha256(_SOURCE.read_bytes() + key.encode()).hexdigest()[:16]
+    return _cache_dir() / f"kernels-{key}.so"
+
+
+def _build(compiler: str, flags: tuple[str, ...], notes: list[str] | None = None) -> Path:
+    """The library for (compiler, flags) in the cache: the cached one if it is this user's
+    alone, else built (an untrusted cached one is replaced, never loaded; said in notes)."""
+    cache = _private_cache(notes)
+    target = _library_path(compiler, flags)
     if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+        why = _untrusted(target)
+        if not why:
+            return target
+        if notes is not None:
+            notes.append(f"rebuilt {target.name}, not loaded: {why}")
     # build beside the target, then rename: processes starting together (torchrun ranks,
     # pytest workers) each build their own and the last rename wins, atomically
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{_host()}-{os.getpid()}-", suffix=".so", dir=cache)
     os.close(fd)
     try:
         subprocess.run([compiler, *flags, str(_SOURCE), "-o", tmp, "-lm", "-lpthread"], check=True, capture_output=True,
                        text=True, timeout=120)
+        os.chmod(tmp, 0o700)  # the linker's mode follows the umask
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def _open(compiler: str, flags: tuple[str, ...], notes: list[str]) -> tuple[ctypes.CDLL, Path]:
+    """Build (or find) and load the library; one that does not load (corrupt, cut short) is
+    built again, once. _NotLoadable if the fresh build does not load either."""
+    path = _build(compiler, flags, notes)
+    try:
+        return ctypes.CDLL(str(path)), path
+    except OSError as err:
+        notes.append(f"rebuilt {path.name}: the cached one did not load ({_first_line(str(err))})")
+    path.unlink(missing_ok=True)
+    path = _build(compiler, flags, notes)
+    try:
+        return ctypes.CDLL(str(path)), path
+    except OSError as err:
+        raise _NotLoadable(f"loading the freshly built {path.name} failed: {_first_line(str(err))}") from None
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return ((errors or lines or [""])[0])[:limit]
 
 
 @lru_cache(maxsize=1)
@@ -140,32 +271,49 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None, "no C compiler (cc) found: quantization runs in torch (slower on the CPU, same numbers)"
+    notes: list[str] = []
+    try:
+        cache = _private_cache(notes)
+    except _Refused as err:
+        return None, (f"{err}: nothing is loaded from it, quantization runs in torch (remove it, or set "
+                      "XDG_CACHE_HOME to a folder of your own)")
+    except OSError as err:
+        return None, f"no kernel cache ({_first_line(str(err))}): quantization runs in torch"
+    _tidy(cache)
     openmp = _openmp_flags(compiler)
     before = _openmp_libraries()
-    lib, failure = None, ""
+    lib, path, failures = None, None, {}
     # with torch's OpenMP where it can be shared, -march=native where the compiler has it
     for flags in dict.fromkeys((_FLAGS + _NATIVE + openmp, _FLAGS + _NATIVE, _FLAGS + openmp, _FLAGS)):
         try:
-            path = _build(compiler, flags)
-            lib = ctypes.CDLL(str(path))
+            lib, path = _open(compiler, flags, notes)
         except subprocess.CalledProcessError as err:
-            failure = err.stderr or str(err)
+            failures[flags] = _first_line(err.stderr or str(err))
             continue
-        except (OSError, subprocess.SubprocessError) as err:
-            return None, f"building the CPU kernels failed ({str(err).strip()[:200]}): quantization runs in torch"
+        except _NotLoadable as err:
+            return None, f"loading the CPU kernels failed ({err}): quantization runs in torch"
+        except (OSError, subprocess.SubprocessError) as err:  # no such compiler, a full disk, a timeout
+            return None, f"building the CPU kernels failed ({_first_line(str(err))}): quantization runs in torch"
         if "-fopenmp" in flags and _openmp_libraries() != before:
             lib = None  # it brought a runtime of its own: take the build without OpenMP (never called)
+            failures[flags] = "the build brought an OpenMP runtime other than torch's"
             continue
         break
     if lib is None:
-        return None, f"building the CPU kernels failed ({failure.strip()[:200]}): quantization runs in torch"
+        return None, f"building the CPU kernels failed ({failures.get(_FLAGS, '')}): quantization runs in torch"
+    _tidy(cache, loaded=path)
     _bind(lib)
     if lib.fp8lab_openmp():
         threads = "threads: torch's OpenMP"
     else:
         lib.fp8lab_set_threads(torch.get_num_threads())
         threads = "POSIX threads for tensors of millions of elements"
-    return lib, f"fused CPU kernels ({path.name}, built with {Path(compiler).name}; {threads})"
+    built = f"built with {Path(compiler).name}"
+    if _FLAGS + _NATIVE in failures:  # what a Mac's clang may say
+        built += f" without -march=native ({failures[_FLAGS + _NATIVE]})"
+    if openmp and _FLAGS + openmp in failures:
+        built += f" without OpenMP ({failures[_FLAGS + openmp]})"
+    return lib, f"fused CPU kernels ({path.name}, {built}; {threads})" + "".join(f"; {n}" for n in notes)
 
 
 # ---- the parameter block: formats and rules as data (_kernels.c: fp8lab_format, fp8lab_params) ------------

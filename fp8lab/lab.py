@@ -1,9 +1,13 @@
 """Start JupyterLab for the lab: `make lab` (or `python -m fp8lab lab`).
 
-Public: launch(), find_free_port(), jupyter_command().
+Public: launch(), find_free_port(), jupyter_command(), lab_environment(), ready(), CONFIG_DIR.
 Binds 127.0.0.1 only, picks a free port, keeps token authentication on (a fresh random
-token each start), opens at notebooks/00_setup_check.ipynb, adds --allow-root when run as
-root, and prints the URL with its token. The browser test starts the lab through here too.
+token each start, passed in the environment as JUPYTER_TOKEN, never on the command line
+where `ps` shows it to every user), opens at notebooks/00_setup_check.ipynb, adds
+--allow-root when run as root, and prints the URL with its token. The lab's own Jupyter
+configuration (CONFIG_DIR: no news feed, no update check, no "get notified about Jupyter
+news" pop-up) is added to JUPYTER_CONFIG_PATH, below the user's own settings, which stay
+where Jupyter keeps them. The browser test starts the lab through here too.
 """
 
 from __future__ import annotations
@@ -15,12 +19,17 @@ import subprocess
 import sys
 import time
 import urllib.request
+from http.client import HTTPException
 from pathlib import Path
 
-__all__ = ["find_free_port", "jupyter_command", "launch", "main"]
+__all__ = ["CONFIG_DIR", "find_free_port", "jupyter_command", "lab_environment", "launch", "main", "ready"]
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_NOTEBOOK = "notebooks/00_setup_check.ipynb"
+# jupyter_lab_config.json (LabApp: news_url None, NeverCheckForUpdate) and
+# labconfig/default_setting_overrides.json (the notification plugin's defaults: fetchNews
+# "false", checkForUpdates false). Defaults only: a user's own settings still win.
+CONFIG_DIR = Path(__file__).resolve().parent / "jupyter_config"
 
 
 def find_free_port(start: int = 8888, tries: int = 100) -> int:
@@ -35,17 +44,15 @@ def find_free_port(start: int = 8888, tries: int = 100) -> int:
     raise RuntimeError(f"no free port in {start}..{start + tries - 1} on 127.0.0.1")
 
 
-def jupyter_command(port: int, token: str, root: Path = REPO, extra: list[str] | None = None) -> list[str]:
-    """The jupyter lab command line: loopback only, token on, rooted at the repository."""
-    if not token:
-        raise ValueError("fp8lab never starts Jupyter without a token")
+def jupyter_command(port: int, root: Path = REPO, extra: list[str] | None = None) -> list[str]:
+    """The jupyter lab command line: loopback only, rooted at the repository. It holds no
+    token: launch() passes that in the environment (lab_environment)."""
     cmd = [
         sys.executable, "-m", "jupyter", "lab",
         "--no-browser",
         "--ip=127.0.0.1",
         f"--port={port}",
         "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={root}",
         f"--LabApp.default_url=/lab/tree/{FIRST_NOTEBOOK}",
     ]
@@ -54,28 +61,55 @@ def jupyter_command(port: int, token: str, root: Path = REPO, extra: list[str] |
     return cmd + list(extra or [])
 
 
+def lab_environment(token: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The server's environment: `base` (default os.environ) plus JUPYTER_TOKEN and the lab's
+    configuration directory in front of JUPYTER_CONFIG_PATH."""
+    if not token:
+        raise ValueError("fp8lab never starts Jupyter without a token")
+    env = dict(os.environ if base is None else base)
+    env.pop("JUPYTER_TOKEN_FILE", None)  # jupyter_server would read it only without JUPYTER_TOKEN; be plain
+    env["JUPYTER_TOKEN"] = token
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (str(CONFIG_DIR), env.get("JUPYTER_CONFIG_PATH", "")) if p)
+    return env
+
+
+def ready(port: int, token: str, timeout: float = 2.0) -> bool:
+    """Whether the server on 127.0.0.1:port answers /api/status to this token.
+
+    Direct, never through a proxy (http_proxy would otherwise receive the request, and with
+    it the token), and the token goes in the Authorization header, not the URL.
+    """
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/api/status", headers={"Authorization": f"token {token}"})
+    try:
+        with opener.open(req, timeout=timeout) as r:
+            return r.status == 200
+    except (OSError, HTTPException):  # refused, not yet up, 403, or not an HTTP server
+        return False
+
+
 def launch(
     port: int | None = None, token: str | None = None, extra: list[str] | None = None,
     env: dict[str, str] | None = None, wait: float = 60.0, log=None,
 ) -> tuple[subprocess.Popen, str]:
-    """Start JupyterLab; return (process, URL with token) once it answers."""
+    """Start JupyterLab; return (process, URL with token) once it answers.
+
+    env: variables added to os.environ for the server (the token and configuration path are
+    set on top, as lab_environment says).
+    """
     port = port or find_free_port()
     token = token or secrets.token_urlsafe(24)
-    cmd = jupyter_command(port, token, extra=extra)
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})},
+    cmd = jupyter_command(port, extra=extra)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=lab_environment(token, {**os.environ, **(env or {})}),
                             stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/lab/tree/{FIRST_NOTEBOOK}?token={token}"
-    api = f"http://127.0.0.1:{port}/api/status?token={token}"
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"jupyter lab exited with code {proc.returncode}; run `{' '.join(cmd)}` to see why")
-        try:
-            with urllib.request.urlopen(api, timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.3)
+        if ready(port, token):
+            return proc, url
+        time.sleep(0.3)
     proc.terminate()
     raise RuntimeError(f"jupyter lab did not answer on port {port} within {wait:.0f} s")
 

@@ -2,7 +2,7 @@
 
 Public: use_theme, figure, histogram_log2, number_line, scale_heatmap, block_error_heatmap,
 metric_vs_block, gemm_error_vs_k, bars, loss_curves, monitor_lines, amax_over_steps,
-PALETTE. One seaborn theme and a colour-blind-safe palette everywhere; axes carry units.
+readiness_heatmap, PALETTE. One seaborn theme and a colour-blind-safe palette everywhere; axes carry units.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
     "metric_vs_block",
     "monitor_lines",
     "number_line",
+    "readiness_heatmap",
     "scale_heatmap",
     "to_png",
     "use_theme",
@@ -327,4 +328,41 @@ def amax_over_steps(df, ax=None):
     ax.set_ylabel("amax (log)")
     ax.legend(fontsize=7)
     ax.set_title("current amax vs the amax each scale used")
+    return ax
+
+
+# ---- readiness (fp8lab.inspect) ---------------------------------------------------------------------------------
+
+
+def readiness_heatmap(worst, target_db: float, chosen: dict[str, str] | None = None, ax=None, max_labels: int = 40):
+    """Layers x recipes coloured by each layer's worst operand SQNR (dB); red below target_db,
+    blue above; the recipe chosen for each layer (`chosen`: layer -> recipe) is boxed.
+    worst: DataFrame indexed by layer, one column per recipe (ReadinessReport.worst())."""
+    ax = _ax(ax)
+    grid = worst.to_numpy(dtype=float)
+    shown = np.clip(np.nan_to_num(grid, nan=-10.0, posinf=target_db + 30, neginf=-10.0), -10.0, target_db + 30)
+    span = max(abs(shown.max() - target_db), abs(shown.min() - target_db), 1.0)
+    im = ax.imshow(shown, cmap="RdBu", vmin=target_db - span, vmax=target_db + span, aspect="auto",
+                   interpolation="nearest")
+    ax.figure.colorbar(im, ax=ax, label=f"worst operand SQNR (dB); target {target_db:g}")
+    layers, recipes = list(worst.index), list(worst.columns)
+    ax.set_xticks(range(len(recipes)), recipes, rotation=20)
+    if len(layers) <= max_labels:
+        ax.set_yticks(range(len(layers)), [n or "(model)" for n in layers], fontsize=8)
+        for i in range(len(layers)):
+            for j in range(len(recipes)):
+                v = grid[i, j]
+                ax.text(j, i, "inf" if v == math.inf else f"{v:.0f}", ha="center", va="center", fontsize=7,
+                        color="white" if abs(shown[i, j] - target_db) > 0.6 * span else "black")
+    else:
+        ax.set_yticks([])
+        ax.set_ylabel(f"{len(layers)} layers")
+    for i, layer in enumerate(layers):
+        recipe = (chosen or {}).get(layer)
+        if recipe in recipes:
+            j = recipes.index(recipe)
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="black", lw=2))
+    ax.grid(False)
+    ax.set_xlabel("recipe (cheapest first); boxed: each layer's cheapest passing recipe")
+    ax.set_title("FP8 readiness per layer")
     return ax

@@ -2,7 +2,7 @@
 
 Public: one Panel per notebook figure (TimingPanel, BitsPanel, NumberLinePanel,
 PerTensorPanel, DelayedPanel, BlockPanel, BlockSweepPanel, GemmPanel, AccumulationPanel,
-TrainingPanel, DistributedPanel, ExportPanel), PANELS, bench_widgets.
+TrainingPanel, DistributedPanel, ExportPanel, CostPanel), PANELS, bench_widgets.
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute,
 redraw; returns the data it plotted, so tests can drive it without a browser) and
 `widget` (what the notebook shows). Plots are PNGs in an ipywidgets.Image, rendered
@@ -38,6 +38,7 @@ __all__ = [
     "BitsPanel",
     "BlockPanel",
     "BlockSweepPanel",
+    "CostPanel",
     "DelayedPanel",
     "DistributedPanel",
     "ExportPanel",
@@ -840,3 +841,58 @@ def bench_widgets(size: int | None = None, rounds: int | None = None) -> list[di
                      "p95 ms": p95 * 1e3, "max ms": times[-1] * 1e3})
     print_table("widget update -> finished redraw (PNG, Agg), every value of every control", rows)
     return rows
+
+
+# ---- 05 / 08 the cost side ------------------------------------------------------------------------------------
+
+
+class CostPanel(Panel):
+    """What each recipe costs (fp8lab.cost): scale storage, scale multiplies in the GEMM, the amax,
+    this machine's measured times, and published GPU speed-ups with their sources."""
+
+    title = "the cost side: is per-tensor cheaper, and where?"
+    width, height, ncols = 4.0, 3.0, 3
+
+    def __init__(self) -> None:
+        super().__init__(
+            k=_slider([256, 1024, 4096, 16384], 4096, "K (contraction length)"),
+            ranks=_select([1, 8, 64], 1, "data-parallel ranks"),
+        )
+        self.tokens = 4096  # M: rows of x in the GEMM x[M, K] @ w[K, K]^T
+        self.size = size(512, 128)
+        self._measured = None  # timed once per panel: the controls change nothing that is timed
+
+    def compute(self, k, ranks) -> dict:
+        from fp8lab import cost
+
+        if self._measured is None:
+            self._measured = cost.measure(size=self.size, rounds=3)
+        table = cost.cost_table(k=k, m=self.tokens, ranks=ranks)
+        comparison = cost.per_tensor_vs_block(table, self._measured)
+        return {"table": table, "measured": self._measured, "comparison": comparison,
+                "answer": cost.answer(comparison), "k": k, "ranks": ranks}
+
+    def draw(self, data, axes) -> None:
+        table, measured = data["table"], data["measured"]
+        bits = (table["element bits"] + table["scale bits/element (x)"]).to_dict()
+        plots.bars(bits, axes[0], ylabel="bits per element of x", title="bits moved (element + scales)")
+        plots.bars(table["scale multiplies per output"].astype(float).to_dict(), axes[1], log=True,
+                   ylabel="multiplies per output element", title=f"scale multiplies, K={data['k']}")
+        plots.bars(measured["quantize ms"].drop("fp32 (no FP8)").to_dict(), axes[2], ylabel="ms (median of 3)",
+                   title=f"quantize {self.size}x{self.size} here")
+
+    def describe(self, data) -> str:
+        table = data["table"]
+        rows = "".join(
+            f"<tr><td><b>{html.escape(r)}</b></td><td>{html.escape(t['amax'])}</td>"
+            f"<td>{html.escape(t['published GPU speed-up'])}</td></tr>" for r, t in table.iterrows())
+        sources = sorted({s for v in table["sources"] for s in v.split("; ") if s})
+        from fp8lab.cost import PUBLISHED_NOTE
+
+        return (f"<table style='font-size:12px'><tr><th>recipe</th><th>how the amax is found</th>"
+                f"<th>published GPU speed-up (over BF16)</th></tr>{rows}</table>"
+                f"<p style='font-size:11px'>sources: {html.escape(' | '.join(sources))}. "
+                f"{html.escape(PUBLISHED_NOTE)}</p><p><b>Is per-tensor cheaper?</b> {html.escape(data['answer'])}</p>")
+
+
+PANELS["cost"] = CostPanel

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from fp8lab.bench import bench_gemm, bench_quantize
-from fp8lab.lab import find_free_port, jupyter_command
+from fp8lab.lab import CONFIG_DIR, find_free_port, jupyter_command, lab_environment
 
 
 def _run(*args):
@@ -43,12 +43,15 @@ def test_bench_quantize_and_gemm_run_small(capsys):
     assert "GEMM 128^3" in capsys.readouterr().out
 
 
-def test_lab_command_keeps_the_token_and_loopback():
+def test_lab_command_binds_loopback_and_holds_no_token():
     port = find_free_port()
-    cmd = jupyter_command(port, "secret-token")
+    cmd = jupyter_command(port)
     assert "--ip=127.0.0.1" in cmd and f"--port={port}" in cmd
-    assert "--IdentityProvider.token=secret-token" in cmd
+    assert not any("token" in c.lower() for c in cmd), cmd  # the token goes in the environment
     assert any(c.startswith("--LabApp.default_url=/lab/tree/notebooks/00_setup_check.ipynb") for c in cmd)
     assert ("--allow-root" in cmd) == (os.geteuid() == 0)
+    env = lab_environment("secret-token", {"JUPYTER_CONFIG_PATH": "/elsewhere"})
+    assert env["JUPYTER_TOKEN"] == "secret-token"
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(CONFIG_DIR), "/elsewhere"]
     with pytest.raises(ValueError, match="token"):
-        jupyter_command(port, "")
+        lab_environment("")

@@ -13,8 +13,10 @@ Why the curves differ at all, measured here (torch 2.13 CPU, 2 ranks x 16 sequen
 Tolerances below are these measurements with a margin (x5 or more).
 """
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,7 +26,7 @@ import pytest
 import torch
 from torch import nn
 
-from fp8lab.distributed import DistConfig, DistributedRunError, compare, run_distributed, run_single
+from fp8lab.distributed import DistConfig, DistributedRunError, compare, main, run_distributed, run_single
 from fp8lab.nn import FP8Linear, Monitor, scale_spans_tokens
 from fp8lab.scaling import PerBlock, PerRow, PerTensor
 from fp8lab.train import train
@@ -192,23 +194,91 @@ def test_amax_all_reduce_makes_tensorwise_match_tighter():
     assert with_reduce["abs_diff"].max() <= CURVE and without["abs_diff"].max() <= CURVE
 
 
-def test_a_failing_rank_fails_the_run_quickly():
+def test_a_failing_rank_fails_the_run_quickly_and_leaves_out_as_it_was(tmp_path):
+    out = tmp_path / "losses.json"
+    out.write_text("the user's earlier results")
     t0 = time.perf_counter()
     with pytest.raises(DistributedRunError, match=r"root cause: rank 1.*injected failure") as err:
-        run_distributed("tensorwise", steps=8, stream=None, fail_rank=1, fail_step=2)
+        run_distributed("tensorwise", steps=8, stream=None, fail_rank=1, fail_step=2, out=out)
     assert time.perf_counter() - t0 < 60  # measured ~6 s
     assert err.value.returncode != 0
     assert _alive(err.value.run_dir) == []
+    assert not Path(err.value.run_dir).exists()
+    assert out.read_text() == "the user's earlier results" and list(tmp_path.iterdir()) == [out]
 
 
-def test_a_hanging_rank_is_killed_at_the_timeout():
+@pytest.mark.parametrize("process_groups", [True, False], ids=["posix", "without-process-groups"])
+def test_a_hanging_rank_is_killed_at_the_timeout(monkeypatch, process_groups):
+    """Without process groups (Windows has no os.killpg / os.setsid, nor SIGKILL) the launcher
+    must still end every process: through the watchdog, then by pid."""
+    if not process_groups:
+        for name in ("killpg", "setsid"):
+            monkeypatch.delattr(os, name)
+        monkeypatch.delattr(signal, "SIGKILL")
     t0 = time.perf_counter()
     with pytest.raises(DistributedRunError, match=r"did not finish within timeout_s=10") as err:
         run_distributed("tensorwise", steps=8, stream=None, fail_rank=1, fail_step=0, fail_mode="hang",
                         timeout_s=10)
-    assert time.perf_counter() - t0 < 30  # the timeout, then at most 5 s of SIGTERM grace
+    assert time.perf_counter() - t0 < 40  # the timeout, then at most 5 s of SIGTERM grace (11 s without groups)
     time.sleep(0.5)
     assert _alive(err.value.run_dir) == []
+
+
+def test_a_killed_notebook_kernel_leaves_no_run_behind(tmp_path):
+    """A kernel killed (or restarted) mid-run: torchrun runs in a session of its own, so nothing
+    signals it; the watchdog sees the kernel's end of its pipe close and ends the run, and the
+    scratch folder goes too."""
+    code = ("from fp8lab.distributed import run_distributed\n"
+            "run_distributed('tensorwise', steps=8, stream=lambda line: print(line, flush=True), fail_rank=1,\n"
+            "                fail_step=0, fail_mode='hang', timeout_s=300)\n")
+    kernel = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)})
+    run_dirs: list[Path] = []
+    try:
+        deadline = time.monotonic() + 120
+        for line in kernel.stdout:  # until rank 1 hangs (rank 0 then waits for it in a collective)
+            if "injected failure" in line or time.monotonic() > deadline:
+                break
+        run_dirs = list(tmp_path.glob("fp8lab-dist-*"))
+        assert len(run_dirs) == 1 and _alive(str(run_dirs[0])), "the run did not start"
+        kernel.kill()  # SIGKILL, as a kernel restart ends a kernel: no cleanup of its own runs
+        kernel.wait()
+        deadline = time.monotonic() + 30  # the watchdog: SIGTERM, then SIGKILL after 5 s
+        while (_alive(str(run_dirs[0])) or run_dirs[0].exists()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _alive(str(run_dirs[0])) == [], "processes of the run outlived the kernel"
+        assert not run_dirs[0].exists(), "the run's scratch folder outlived the kernel"
+    finally:
+        kernel.kill()
+        for run_dir in run_dirs:  # whatever a failure above left running
+            for pid in _alive(str(run_dir)):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_the_worker_flag_outside_torchrun_says_what_to_run(monkeypatch, capsys):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["--worker"]) == 2
+    err = capsys.readouterr().err
+    assert "torchrun" in err and "RANK" in err and "python -m fp8lab.distributed --nproc" in err
+    assert "Traceback" not in err and "KeyError" not in err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "soon"])
+def test_the_timeout_must_be_a_positive_number_of_seconds(value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--timeout", value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--timeout" in err and "positive" in err and "number of seconds" in err, err
+    with pytest.raises(ValueError, match="positive, finite number of seconds"):
+        run_distributed(steps=1, stream=None, timeout_s=float(value) if value != "soon" else -1.0)
+
+
+def test_out_in_a_missing_folder_is_refused_before_the_run(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        run_distributed(steps=1, stream=None, out=tmp_path / "no-such-folder" / "losses.json")
 
 
 @pytest.mark.slow

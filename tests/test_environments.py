@@ -1,29 +1,40 @@
-"""The three places that name versions agree: pyproject.toml (the pins), environment.yml (local
-conda users) and binder/environment.yml (mybinder.org); and binder/postBuild fails loudly.
+"""The places that name versions agree: constraints.txt (the lab's exact versions), pyproject.toml
+(the ranges the package accepts), environment.yml (local conda users) and binder/environment.yml
+(mybinder.org); the Python floor is what the locked packages need; `make lab` installs no test
+tools; binder/postBuild fails loudly and binder/start applies the lab's Jupyter configuration.
 
 Each conda environment must name exactly the packages of pyproject's dependencies and `lab`
-extra (test tools stay out), at the same versions, whether it takes them from conda or pip.
+extra (test tools stay out), at constraints.txt's versions, whether from conda or pip.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml  # PyYAML: a dependency of jupyter_server (via jupyter-events), so always here
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, vendored by pip
-    from pip._vendor import tomli as tomllib
+try:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+except ImportError:  # the same library, vendored by pip
+    from pip._vendor.packaging.specifiers import SpecifierSet
+    from pip._vendor.packaging.version import Version
+
 
 REPO = Path(__file__).resolve().parent.parent
+LOCK = REPO / "constraints.txt"
 ENVIRONMENTS = ["environment.yml", "binder/environment.yml"]
 # conda-forge names that differ from the PyPI name of the same project
 CONDA_TO_PYPI = {"matplotlib-base": "matplotlib", "pytorch": "torch"}
 NOT_PINNED_HERE = {"python", "pip"}
+REQUIREMENT = re.compile(r"([A-Za-z0-9_.\-]+)\s*([<>=!~][^;]*)?")
 
 
 def _name(name: str) -> str:
@@ -31,14 +42,40 @@ def _name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def pyproject_pins() -> dict[str, str]:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+def project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def requirements(*groups: str) -> dict[str, SpecifierSet]:
+    """{package: range} of pyproject's groups: "dependencies" or an extra's name."""
+    proj = project()
+    found = {}
+    for group in groups:
+        for line in proj["dependencies"] if group == "dependencies" else proj["optional-dependencies"][group]:
+            m = REQUIREMENT.fullmatch(line.strip())
+            assert m, f"pyproject.toml: cannot read {line!r}"
+            found[_name(m[1])] = SpecifierSet(m[2] or "")
+    return found
+
+
+def locked() -> dict[str, str]:
+    """{package: version} from constraints.txt."""
     pins = {}
-    for requirement in [*project["dependencies"], *project["optional-dependencies"]["lab"]]:
-        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", requirement)
-        assert m, f"pyproject.toml: {requirement!r} is not pinned with =="
+    for line in LOCK.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", line)
+        assert m, f"constraints.txt: {line!r} is not an exact pin (name==version)"
+        assert _name(m[1]) not in pins, f"constraints.txt names {m[1]} twice"
         pins[_name(m[1])] = m[2]
     return pins
+
+
+def lab_pins() -> dict[str, str]:
+    """The locked versions of the package's dependencies and the lab extra (what conda users get)."""
+    lock = locked()
+    return {name: lock[name] for name in requirements("dependencies", "lab")}
 
 
 def environment_pins(path: Path) -> tuple[dict[str, str], dict]:
@@ -69,16 +106,89 @@ def environment_pins(path: Path) -> tuple[dict[str, str], dict]:
     return pins, env
 
 
+def test_constraints_lock_every_requirement_inside_its_range():
+    """One exact version per package pyproject names, inside pyproject's range; the ranges are
+    ranges (a floor and a ceiling), not pins, so `pip install fp8lab` keeps a user's own torch."""
+    ranges = requirements("dependencies", "lab", "test")
+    lock = locked()
+    assert sorted(lock) == sorted(ranges), (
+        f"constraints.txt and pyproject.toml name different packages: only locked {sorted(set(lock) - set(ranges))}, "
+        f"not locked {sorted(set(ranges) - set(lock))}")
+    for name, spec in ranges.items():
+        operators = {s.operator for s in spec}
+        assert "==" not in operators and "===" not in operators, f"pyproject.toml pins {name} exactly: {spec}"
+        assert operators & {">=", "~="}, f"pyproject.toml: {name} {spec} has no floor"
+        if name != "setuptools":  # a build tool: any newer one will do
+            assert operators & {"<", "~="}, f"pyproject.toml: {name} {spec} has no ceiling"
+        assert Version(lock[name]) in spec, f"constraints.txt's {name}=={lock[name]} is outside pyproject's {spec}"
+
+
+def test_this_environment_has_the_locked_versions():
+    """`make setup` installed exactly constraints.txt (torch 2.13.0, not whatever pip prefers)."""
+    lock = locked()
+    differ = {}
+    for name, version in lock.items():
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            differ[name] = (version, "not installed")
+            continue
+        if Version(installed).base_version != Version(version).base_version:  # 2.13.0+cpu is 2.13.0
+            differ[name] = (version, installed)
+    assert not differ, f"(locked, installed) differ: {differ}; run `make clean setup`"
+
+
+def test_python_floor_is_what_the_locked_packages_need():
+    """requires-python's floor admits every locked package (their own Requires-Python), and one
+    version lower would not: the claim is neither too generous nor too strict."""
+    spec = SpecifierSet(project()["requires-python"])
+    (floor,) = [Version(s.version) for s in spec if s.operator == ">="]
+    below = Version(f"{floor.major}.{floor.minor - 1}")
+    needs_floor = []
+    for name in locked():
+        requires = metadata.metadata(name).get("Requires-Python")
+        if not requires:
+            continue
+        assert floor in SpecifierSet(requires), f"{name} needs Python {requires}, but fp8lab claims {spec}"
+        if below not in SpecifierSet(requires):
+            needs_floor.append(name)
+    assert needs_floor, f"every locked package runs on Python {below}: lower requires-python"
+    assert Version(".".join(map(str, sys.version_info[:3]))) in spec
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
+    assert tool["ruff"]["target-version"] == f"py{floor.major}{floor.minor}"
+    assert f"PYTHON_FLOOR := {floor.major}.{floor.minor}" in (REPO / "Makefile").read_text()
+    for relpath in ENVIRONMENTS:
+        env = yaml.safe_load((REPO / relpath).read_text())
+        (python,) = [d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python")]
+        assert Version(python.split("=")[-1]) in spec, f"{relpath} asks for {python}"
+
+
+def _dry_run(target: str, tmp_path: Path) -> list[str]:
+    """The pip install commands `make TARGET` would run on a machine without .venv."""
+    out = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    return [line for line in out.splitlines() if " pip install" in line and "--upgrade pip" not in line]
+
+
+@pytest.mark.skipif(not any(os.access(Path(d) / "make", os.X_OK) for d in os.get_exec_path()), reason="no make")
+def test_make_lab_installs_the_lab_without_test_tools(tmp_path):
+    (lab,) = _dry_run("lab", tmp_path)
+    assert "-c constraints.txt" in lab and lab.endswith('-e ".[lab]"'), lab
+    for target in ("setup", "test"):
+        (dev,) = _dry_run(target, tmp_path)
+        assert "-c constraints.txt" in dev and dev.endswith('-e ".[lab,test]"'), dev
+
+
 @pytest.mark.parametrize("relpath", ENVIRONMENTS)
-def test_conda_environment_pins_equal_pyproject(relpath):
-    expected = pyproject_pins()
+def test_conda_environment_pins_equal_the_lock(relpath):
+    expected = lab_pins()
     found, env = environment_pins(REPO / relpath)
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
     differ = {k: (expected[k], found[k]) for k in set(expected) & set(found) if expected[k] != found[k]}
     assert not missing and not extra and not differ, (
-        f"{relpath} disagrees with pyproject.toml: missing {missing}, not in pyproject {extra}, "
-        f"versions (pyproject, {relpath}) {differ}"
+        f"{relpath} disagrees with constraints.txt: missing {missing}, not the package's or the lab's {extra}, "
+        f"versions (constraints.txt, {relpath}) {differ}"
     )
     assert env["channels"][0] == "conda-forge"
 
@@ -110,3 +220,17 @@ def test_readme_binder_link_opens_notebook_00():
     m = re.search(r"https://mybinder\.org/v2/gh/([^/\s]+)/([^/\s]+)/HEAD\?urlpath=([^)\s]+)", readme)
     assert m, "README.md has no mybinder.org link"
     assert m[3] == "lab/tree/notebooks/00_setup_check.ipynb"
+
+
+def test_binder_start_puts_the_labs_jupyter_config_first():
+    """repo2docker runs binder/start before Jupyter: the lab's configuration (no news pop-up)
+    joins JUPYTER_CONFIG_PATH ahead of what was there, and the command runs."""
+    from fp8lab.lab import CONFIG_DIR
+
+    start = REPO / "binder" / "start"
+    assert start.stat().st_mode & 0o111, "binder/start must be executable"
+    code = "import os; print(os.environ['JUPYTER_CONFIG_PATH'])"
+    out = subprocess.run(["bash", str(start), sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "JUPYTER_CONFIG_PATH": "/elsewhere"}, check=True).stdout.strip()
+    assert out.split(os.pathsep) == [str(CONFIG_DIR), "/elsewhere"]
+    assert (CONFIG_DIR / "labconfig" / "default_setting_overrides.json").exists()

@@ -21,7 +21,7 @@ PEAK = "import resource; print('PEAK_RSS_MB', resource.getrusage(resource.RUSAGE
 
 def test_the_notebook_plan_is_complete():
     expected = ["00_setup_check", "01_fp8_formats", "02_per_tensor_scaling", "03_delayed_scaling",
-                "04_per_block_scaling", "05_fp8_gemm", "06_training_live", "07_beyond_one_machine"]
+                "04_per_block_scaling", "05_fp8_gemm", "06_training_live", "07_beyond_one_machine", "08_your_model"]
     assert [n for n in NAMES if n in expected] == [n for n in expected if n in NAMES]
     assert set(expected) - {"07_beyond_one_machine"} <= set(NAMES)
 
@@ -48,11 +48,10 @@ def test_notebooks_import_and_define_nothing_reusable(path):
             assert "ex.check_" in src, f"a definition outside an exercise: {src[:60]!r}"
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "## Summary" in text
-    if path.stem != "07_beyond_one_machine":
-        assert "**Next:**" in text
+    assert "**Next:**" in text
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in {"01", "02", "03", "04", "05", "06"}],
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in {"01", "02", "03", "04", "05", "06", "08"}],
                          ids=lambda p: p.stem)
 def test_every_workshop_notebook_has_an_exercise_with_a_hint_and_a_solution(path):
     src = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)

@@ -1,0 +1,305 @@
+"""fp8lab.kernels' build cache: private, never loads what others could have written, heals a
+corrupt library, tidies killed builds and old ones, and builds where a Mac's compiler would.
+
+Each test loads the kernels afresh (kernels._load.__wrapped__, not the process's cached load)
+from a cache of its own (XDG_CACHE_HOME in tmp_path). Where only the cache's handling is under
+test, the cache is seeded with a copy of this session's library, or a stub stands in for
+_kernels.c (a tenth of a second to build); the tests of other compilers build the real source
+(~3-6 s each on 2 busy cores). A library is loaded at most once per path in a process (the dynamic
+loader would hand back the first copy), so each test makes its state before its one load.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp8lab import E2M1, E4M3, E5M2, PerBlock, PerRow, PerTensor, kernels, quantize
+
+COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
+
+
+def _session_library() -> Path:
+    """The library this session loaded (in the default cache, read before any test moves it)."""
+    name = re.search(r"kernels-[0-9a-f]{16}\.so", kernels.status()[1])
+    return kernels._cache_dir() / name[0] if name else Path("/nonexistent")
+
+
+SESSION_LIBRARY = _session_library()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty kernel cache of this test's own (not yet created)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "fp8lab"
+
+
+def _load() -> tuple[object, str]:
+    return kernels._load.__wrapped__()
+
+
+def _seed(cache: Path, mode: int = 0o700) -> Path:
+    """The session's library copied into `cache` under the name a load here looks for."""
+    cache.mkdir(parents=True, mode=0o700, exist_ok=True)
+    target = cache / SESSION_LIBRARY.name
+    shutil.copyfile(SESSION_LIBRARY, target)
+    target.chmod(mode)
+    return target
+
+
+@pytest.fixture
+def stub_source(tmp_path, monkeypatch) -> None:
+    """Build a stub instead of _kernels.c (a tenth of a second instead of seconds): every function
+    _kernels.c exports, doing nothing. For tests of the cache, where what is built is immaterial."""
+    names = sorted(set(re.findall(r"^[A-Za-z][\w \t*]*\b(fp8lab_\w+)\s*\(", kernels._SOURCE.read_text(), re.M)))
+    assert "fp8lab_openmp" in names and "fp8lab_quantize" in names, names
+    stub = tmp_path / "stub_kernels.c"
+    stub.write_text("".join(f"int {name}(void) {{ return 0; }}\n" for name in names))
+    monkeypatch.setattr(kernels, "_SOURCE", stub)
+
+
+def _first_choice() -> Path:
+    """The library a load tries first: native code, with torch's OpenMP where it can share it."""
+    return kernels._library_path(COMPILER, kernels._FLAGS + kernels._NATIVE + kernels._openmp_flags(COMPILER))
+
+
+def _script(path: Path, body: str) -> str:
+    """A fake compiler: a shell script that runs the real one unless `body` decides otherwise."""
+    path.write_text(f"#!/bin/sh\n{body}\nexec {COMPILER} \"$@\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def _agrees_with_torch(lib, monkeypatch) -> None:
+    """The library computes the torch code's codes and scales, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 256, generator=g) * torch.exp2(torch.randint(-20, 20, (300, 256), generator=g).float())
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "_load", lambda: (lib, "the library under test"))
+        assert kernels.enabled(x)
+        for granularity in (PerTensor(), PerRow(), PerBlock(1, 32), PerBlock(128, 128)):
+            for kw in ({"fmt": E4M3}, {"fmt": E5M2, "scale_rule": "rceil"}, {"fmt": E2M1, "scale_fmt": E4M3}):
+                got = quantize(x, granularity=granularity, **kw)
+                with kernels.disabled():
+                    want = quantize(x, granularity=granularity, **kw)
+                assert torch.equal(got.data.view(torch.uint8), want.data.view(torch.uint8)), (granularity, kw)
+                assert torch.equal(got.scale.view(torch.int32), want.scale.view(torch.int32)), (granularity, kw)
+
+
+# ---- a private cache ---------------------------------------------------------------------------------------
+
+
+def test_a_new_cache_is_private_whatever_the_umask(cache, stub_source):
+    old = os.umask(0o002)  # a shared lab PC's: new files group-writable
+    try:
+        lib, why = _load()
+    finally:
+        os.umask(old)
+    assert lib is not None, why
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert "private" not in why, "created open, then closed: others could enter it in between"
+    (library,) = cache.glob("kernels-*.so")
+    assert stat.S_IMODE(library.stat().st_mode) & 0o077 == 0, oct(library.stat().st_mode)
+
+
+def test_an_open_cache_of_ours_is_made_private(cache):
+    _seed(cache)
+    cache.chmod(0o777)
+    lib, why = _load()
+    assert lib is not None, why
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert f"made {cache} private (it was mode 777)" in why
+
+
+def test_a_cache_of_another_users_is_refused(cache, monkeypatch):
+    _seed(cache)
+    if os.geteuid() == 0:
+        os.chown(cache, 65534, 65534)
+        owner = 65534
+    else:  # (not root: the cache is ours, so this process pretends to be someone else)
+        me = os.geteuid()
+        monkeypatch.setattr(os, "geteuid", lambda: me + 1)
+        owner = me
+    lib, why = _load()
+    assert lib is None
+    assert f"the kernel cache {cache} belongs to uid {owner}, not to you" in why
+    assert "quantization runs in torch" in why and "XDG_CACHE_HOME" in why
+
+
+@pytest.mark.parametrize("who", ["group-writable", "another user's"])
+def test_a_cached_library_others_could_have_written_is_never_loaded(cache, tmp_path, stub_source, who):
+    """A library that runs code when loaded (a constructor), planted where the build would be:
+    it must be replaced by a fresh build, never loaded."""
+    if who == "another user's" and os.geteuid() != 0:
+        pytest.skip("making a file another user's needs root (chown)")
+    marker = tmp_path / "planted-library-ran"
+    source = tmp_path / "planted.c"
+    source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void planted(void) '
+                      f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n'
+                      "int fp8lab_openmp(void) { return 0; }\n")
+    cache.mkdir(parents=True, mode=0o700)
+    planted = _first_choice()
+    subprocess.run([COMPILER, "-shared", "-fPIC", str(source), "-o", str(planted)], check=True, timeout=60)
+    if who == "group-writable":
+        planted.chmod(0o775)
+        reason = "is writable by group (mode 775)"
+    else:
+        planted.chmod(0o755)
+        os.chown(planted, 65534, 65534)
+        reason = "belongs to uid 65534, not to you"
+    lib, why = _load()
+    assert not marker.exists(), "the planted library was loaded"
+    assert lib is not None and f"rebuilt {planted.name}, not loaded: {planted} {reason}" in why, why
+    st = planted.stat()
+    assert st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o022 == 0
+    assert hasattr(lib, "fp8lab_quantize")
+
+
+def test_without_posix_owners_the_checks_stand_aside(cache, monkeypatch):
+    """Windows has no geteuid (nor meaningful mode bits): the cache loads without the checks."""
+    _seed(cache)
+    monkeypatch.delattr(os, "geteuid")
+    lib, why = _load()
+    assert lib is not None, why
+
+
+# ---- a corrupt library, a failed load ----------------------------------------------------------------------
+
+
+def test_a_corrupt_cached_library_is_rebuilt_once(cache, stub_source):
+    """A truncated or garbled library (a full disk, a copy cut short) must not mean a permanent
+    fallback to torch under a message about building."""
+    cache.mkdir(parents=True, mode=0o700)
+    corrupt = _first_choice()
+    corrupt.write_bytes(b"\x7fELF" + bytes(100))
+    corrupt.chmod(0o700)
+    lib, why = _load()
+    assert lib is not None, why
+    assert f"rebuilt {corrupt.name}: the cached one did not load" in why
+    assert corrupt.read_bytes()[:4] == b"\x7fELF" and corrupt.stat().st_size > 104
+
+
+def test_a_library_that_never_loads_is_reported_as_such(cache, tmp_path, monkeypatch):
+    """A compiler whose output never loads: the reason names the load, not the build."""
+    garbage = _script(tmp_path / "cc", 'for a in "$@"; do if [ "$prev" = -o ]; then echo junk > "$a"; exit 0; fi; '
+                                       'prev="$a"; done')
+    monkeypatch.setenv("CC", garbage)
+    lib, why = _load()
+    assert lib is None
+    assert why.startswith("loading the CPU kernels failed (loading the freshly built kernels-"), why
+    assert "quantization runs in torch" in why
+
+
+# ---- killed builds and old builds --------------------------------------------------------------------------
+
+
+def test_a_killed_build_leaves_no_temporary_behind(cache, tmp_path):
+    """A process killed while compiling leaves its temporary; the next load removes it."""
+    slow = _script(tmp_path / "cc", 'case " $* " in *" -o "*) sleep 60;; esac')
+    proc = subprocess.Popen([sys.executable, "-c", "from fp8lab import kernels; kernels.status()"],
+                            env={**os.environ, "CC": slow, "XDG_CACHE_HOME": str(cache.parent)},
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(cache.glob(".build-*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert list(cache.glob(".build-*")), "the build never started"
+    _seed(cache)
+    lib, why = _load()
+    assert lib is not None, why
+    assert list(cache.glob(".build-*")) == []
+
+
+def test_temporaries_of_builds_still_running_stay(cache):
+    _seed(cache)
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
+    live = cache / f".build-{host}-{os.getpid()}-abcdefgh.so"  # this process: a build in progress
+    elsewhere = cache / ".build-another-machine-1-abcdefgh.so"  # a shared home: can't tell, keep
+    fresh_legacy, old_legacy = cache / "tmpabcdefgh.so", cache / "tmpzyxwvuts.so"  # (names before 2026-12)
+    for path in (live, elsewhere, fresh_legacy, old_legacy):
+        path.write_bytes(b"")
+    hour_ago = time.time() - 3600
+    os.utime(old_legacy, (hour_ago, hour_ago))
+    lib, why = _load()
+    assert lib is not None, why
+    assert live.exists() and elsewhere.exists() and fresh_legacy.exists()
+    assert not old_legacy.exists()
+
+
+def test_a_vendored_openmp_copy_leaves_torchs_in_use(monkeypatch):
+    """scikit-learn's wheel maps a libgomp of its own (libgomp-<hash>.so, a name -fopenmp code never
+    asks for): the kernels still share torch's runtime. (CI failed here: once a notebook or test had
+    imported scikit-learn, a second load built another library, without OpenMP.)"""
+    mapped = {n for n in kernels._openmp_libraries() if os.path.basename(n).startswith("libgomp.so")}
+    monkeypatch.setattr(kernels, "_openmp_libraries", lambda: mapped)
+    if not kernels._openmp_flags(COMPILER):
+        pytest.skip(f"torch's OpenMP is not shared here (mapped: {sorted(mapped)})")
+    vendored = "/site-packages/scikit_learn.libs/libgomp-e985bcbb.so.1.0.0"
+    monkeypatch.setattr(kernels, "_openmp_libraries", lambda: mapped | {vendored})
+    assert kernels._openmp_flags(COMPILER) == ("-fopenmp",)
+    monkeypatch.setattr(kernels, "_openmp_libraries", lambda: mapped | {"/opt/other/libgomp.so.1"})
+    assert kernels._openmp_flags(COMPILER) == ()  # two runtimes answer to the soname: can't tell which
+
+
+def test_old_builds_are_pruned(cache):
+    loaded = _seed(cache)
+    now = time.time()
+    recent = [cache / f"kernels-{i:016x}.so" for i in range(20)]
+    ancient = [cache / f"kernels-{i:016x}.so" for i in range(100, 103)]
+    for age, path in [*((60.0 * (i + 1), p) for i, p in enumerate(recent)), *((40 * 86400.0, p) for p in ancient)]:
+        path.write_bytes(b"")
+        os.utime(path, (now - age, now - age))
+    lib, why = _load()
+    assert lib is not None, why
+    kept = sorted(cache.glob("kernels-*.so"))
+    assert len(kept) == kernels._KEEP_BUILDS
+    assert set(kept) == {loaded, *recent[: kernels._KEEP_BUILDS - 1]}
+
+
+# ---- compilers other than this machine's gcc ---------------------------------------------------------------
+
+
+def test_a_compiler_that_refuses_native_code_and_openmp_still_builds(cache, tmp_path, monkeypatch):
+    """Apple clang on arm64: no OpenMP without Homebrew's libomp, and some versions refuse
+    -march=native. The kernels build without both and status() says why."""
+    mac = _script(tmp_path / "cc", 'for a in "$@"; do case "$a" in\n'
+                  "  -march=native) echo \"clang: error: the clang compiler does not support '-march=native'\" >&2;"
+                  " exit 1;;\n"
+                  "  -fopenmp) echo \"clang: error: unsupported option '-fopenmp'\" >&2; exit 1;;\n"
+                  "esac; done")
+    monkeypatch.setenv("CC", mac)
+    lib, why = _load()
+    assert lib is not None, why
+    assert "without -march=native (clang: error: the clang compiler does not support '-march=native')" in why
+    if kernels._openmp_flags(COMPILER):  # where the real compiler would have shared torch's OpenMP
+        assert "without OpenMP (clang: error: unsupported option '-fopenmp')" in why
+    assert lib.fp8lab_openmp() == 0 and "POSIX threads" in why
+    _agrees_with_torch(lib, monkeypatch)
+
+
+def test_clang_builds_the_same_kernels(cache, monkeypatch):
+    """Debian's clang stands in for a Mac's (.ci/run installs it; skipped where it is missing)."""
+    clang = shutil.which("clang")
+    if clang is None:
+        pytest.skip("clang is not installed (Debian: apt-get install clang; .ci/run installs it)")
+    monkeypatch.setenv("CC", clang)
+    lib, why = _load()
+    assert lib is not None, why
+    assert "built with clang" in why
+    _agrees_with_torch(lib, monkeypatch)
