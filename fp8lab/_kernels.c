@@ -1,10 +1,17 @@
 /* fp8lab's CPU kernels: quantization fused into single passes over memory.
 
-   The torch code in quantize.py / gemm.py is the definition; these loops compute the same
-   numbers (tests/test_kernels.py proves it bit for bit) in one pass where torch needs five
+   The torch code (scaling.amax_per_block, scaling.scale_from_amax, formats.cast, and
+   quantize.quantize_with, which strings them together) is the definition; these loops compute
+   the same bits (tests/test_kernels.py proves it) in one pass where torch needs five
    (multiply, clamp, cast, widen, fold), each allocating a temporary. Built on first use by
    fp8lab/kernels.py with the system C compiler and called through ctypes; without a
    compiler fp8lab runs the torch code, and `python -m fp8lab doctor` says why.
+
+   Formats and scale rules are data, as in Python: every number that describes a format
+   (mantissa bits, smallest normal, largest value, NaN code, width) or a rule arrives in one
+   fp8lab_params block that kernels.py fills from FloatFormat and SCALE_RULES. Nothing here
+   knows E4M3 from E5M2. Every entry point checks the block's size and its shapes first and
+   returns a negative code instead of touching memory when they are inconsistent.
 
    Layout: x is a contiguous float32 [M, K] cut into blocks of r rows x c columns (the last
    blocks may be partial: that is the zero padding of scaling.padded_blocks, which never
@@ -20,6 +27,73 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- the parameter block (fp8lab/kernels.py: _Format, _Params; same fields, same order) ---------------- */
+
+/* a FloatFormat, as the loops need it (signed, with subnormals) */
+typedef struct {
+    int32_t bits;          /* width of one code (storage formats: 8, one code per byte) */
+    int32_t mantissa_bits; /* FloatFormat.mantissa_bits */
+    int32_t min_exponent;  /* log2(FloatFormat.min_normal) = 1 - bias */
+    float max_value;       /* FloatFormat.max_value */
+    uint32_t nan_code;     /* the code torch writes for a positive NaN; the sign bit is added */
+} fp8lab_format;
+
+/* scaling.SCALE_RULES, in its order; kernels.py compares its names with fp8lab_rule_names() */
+enum { RULE_EXACT, RULE_RCEIL, RULE_FLOOR, RULE_COUNT };
+static const char RULE_NAMES[] = "exact rceil floor";
+
+typedef struct {
+    int64_t size;                       /* sizeof(fp8lab_params) as kernels.py laid it out */
+    int64_t M, K, r, c;                 /* x[M, K] in blocks of r x c (1 <= r <= max(M, 1), same for c) */
+    int64_t blocks;                     /* ceil(M/r) * ceil(K/c): the length of amax, scale, inverse */
+    fp8lab_format element;              /* the elements' format */
+    fp8lab_format storage;              /* the format whose bytes hold the codes (E2M1 in E4M3 bytes) */
+    fp8lab_format scale_format;         /* round_scales: the block scales' format (NVFP4: E4M3) */
+    int32_t rule;                       /* RULE_*: the index of the rule in scaling.SCALE_RULES */
+    int32_t round_scales;               /* exact scales rounded to scale_format, clamped to its normal range */
+    int32_t two_level;                  /* ... under a per-tensor scale amax / (scale max * element max) */
+    int32_t exponent_min, exponent_max; /* power-of-two scales 2^e: e clamped to this range */
+    double max_eff;                     /* element max / 2^margin */
+    float min_inverse;                  /* "exact": the smallest inverse (its scale 1 / inverse stays finite) */
+    float min_tensor_scale;             /* two-level: the smallest tensor scale (inverses stay finite) */
+    int32_t fold;                       /* values times their block's scale */
+    int32_t count;                      /* count the clipped and the flushed elements */
+    double clip_limit;                  /* |x| / scale beyond this clipped (FloatFormat.clip_threshold) */
+    const float *x;                     /* [M, K] */
+    const float *given_amax;            /* [blocks] the amaxes to scale with, or NULL: x's own */
+    float *amax;                        /* [blocks] x's own block amaxes (written) */
+    float *scale, *inverse;             /* [blocks] (written by scales; read by the cast) */
+    uint8_t *codes;                     /* [M, K] storage bytes (written) */
+    float *values;                      /* [M, K] or NULL (written) */
+    float tensor_scale;                 /* two-level: written */
+    float scale_range[2];               /* smallest and largest scale (written by quantize) */
+    int64_t counts[2];                  /* clipped, flushed (written by quantize if count) */
+} fp8lab_params;
+
+enum { OK = 0, INFINITE_AMAX = 1, BAD_SIZE = -1, BAD_SHAPE = -2, BAD_FORMAT = -3, BAD_RULE = -4 };
+
+const char *fp8lab_rule_names(void) { return RULE_NAMES; }
+
+static int check_format(fp8lab_format f) {
+    return f.mantissa_bits >= 0 && f.mantissa_bits <= 22 && f.min_exponent >= -126 && f.min_exponent <= 127 &&
+           f.max_value > 0.0f && f.max_value <= FLT_MAX;
+}
+
+/* the block and its shapes, before anything is read */
+static int check(const fp8lab_params *p) {
+    if (p == NULL || p->size != (int64_t)sizeof(fp8lab_params)) return BAD_SIZE;
+    if (p->M < 0 || p->K < 0 || p->r < 1 || p->c < 1 || p->r > (p->M > 1 ? p->M : 1) || p->c > (p->K > 1 ? p->K : 1))
+        return BAD_SHAPE;
+    if (p->blocks != ((p->M + p->r - 1) / p->r) * ((p->K + p->c - 1) / p->c)) return BAD_SHAPE;
+    if (!check_format(p->element) || !check_format(p->storage) || p->storage.bits != 8 || p->storage.nan_code > 0x7Fu)
+        return BAD_FORMAT;
+    if (p->round_scales && !check_format(p->scale_format)) return BAD_FORMAT;
+    if (p->rule < 0 || p->rule >= RULE_COUNT || p->exponent_min > p->exponent_max || p->exponent_min < -127 ||
+        p->exponent_max > 127)
+        return BAD_RULE;
+    return OK;
+}
+
 /* blocks narrower than this are walked a whole row at a time, with per-column state */
 #define NARROW 32
 
@@ -33,6 +107,8 @@ static void expand_row(const float *s, int64_t K, int64_t c, float *sk) {
 
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* ---- amax ------------------------------------------------------------------------------------------------------ */
 
 /* max |x| over each block -> amax[MB * KB]; a NaN in a block makes its amax NaN.
    Nonnegative floats order as their bit patterns, and every NaN's |bits| exceed inf's,
@@ -98,39 +174,40 @@ static void block_amax_serial(const float *x, int64_t M, int64_t K, int64_t r, i
     }
 }
 
-/* The element format (m mantissa bits, smallest normal 2^emin, largest value maxval; all
-   three formats here have subnormals) and the byte format its codes are stored in
-   (float8_e4m3fn or float8_e5m2; E2M1 values are stored as E4M3 bytes). */
+/* ---- the cast ----------------------------------------------------------------------------------------------- */
+
+/* an element format and the byte format its codes are stored in, as the cast needs them */
 typedef struct {
     uint32_t max_bits, min_normal_bits, shift_bits, drop; /* the element format */
     uint32_t s_min_normal_bits, s_shift_bits, s_drop;     /* the storage format */
-    int same;                                              /* storage is the element format */
+    uint32_t nan_code, sign_shift;                        /* the storage format's NaN and sign bit */
+    int same;                                             /* storage is the element format */
 } fmt_t;
 
-static fmt_t make_fmt(int m_bits, int emin, float maxval, int storage) {
+static fmt_t make_fmt(fp8lab_format e, fp8lab_format s) {
     fmt_t f;
-    int s_mbits = storage == 0 ? 3 : 2, s_emin = storage == 0 ? -6 : -14;
-    f.max_bits = bits_of(maxval);
-    f.min_normal_bits = bits_of(ldexpf(1.0f, emin));
-    f.shift_bits = (uint32_t)(23 - m_bits) << 23;
-    f.drop = 23u - (uint32_t)m_bits;
-    f.s_min_normal_bits = bits_of(ldexpf(1.0f, s_emin));
-    f.s_shift_bits = (uint32_t)(23 - s_mbits) << 23;
-    f.s_drop = 23u - (uint32_t)s_mbits;
-    f.same = m_bits == s_mbits && emin == s_emin;
+    f.max_bits = bits_of(e.max_value);
+    f.min_normal_bits = bits_of(ldexpf(1.0f, e.min_exponent));
+    f.shift_bits = (uint32_t)(23 - e.mantissa_bits) << 23;
+    f.drop = 23u - (uint32_t)e.mantissa_bits;
+    f.s_min_normal_bits = bits_of(ldexpf(1.0f, s.min_exponent));
+    f.s_shift_bits = (uint32_t)(23 - s.mantissa_bits) << 23;
+    f.s_drop = 23u - (uint32_t)s.mantissa_bits;
+    f.nan_code = s.nan_code;
+    f.sign_shift = 32u - (uint32_t)s.bits;
+    f.same = e.mantissa_bits == s.mantissa_bits && e.min_exponent == s.min_exponent;
     return f;
 }
 
-/* cast(t) for one element: float arithmetic and integer selects only, so loops of it
-   vectorize. Rounding is nearest, ties to even, by the float32 add itself (the default
-   rounding mode, which torch assumes too): with
-   big = 2^(e + 23 - m), e the binade of |t| (emin below the normal range), float32's ulp
-   at big is the format's grid step at |t|, so |t| + big rounds |t| onto the grid and
-   subtracting big is exact (a carry into the next binade is the right answer). The same
-   sum counts the grid steps: bits(|t| + big) - bits(big) = |r| / 2^(e - m), which is the
-   significand with its leading bit, so adding (e - emin) << m gives the code, subnormals
-   and the carry included. Beyond maxval saturates; NaN stays NaN (code 0x7F with t's sign,
-   as torch writes it). */
+/* cast(t) for one element (formats.cast's twin): float arithmetic and integer selects only,
+   so loops of it vectorize. Rounding is nearest, ties to even, by the float32 add itself (the
+   default rounding mode, which torch assumes too): with big = 2^(e + 23 - m), e the binade of
+   |t| (emin below the normal range), float32's ulp at big is the format's grid step at |t|,
+   so |t| + big rounds |t| onto the grid and subtracting big is exact (a carry into the next
+   binade is the right answer). The same sum counts the grid steps: bits(|t| + big) - bits(big)
+   = |r| / 2^(e - m), which is the significand with its leading bit, so adding (e - emin) << m
+   gives the code, subnormals and the carry included. Beyond the largest value (inf included)
+   saturates; NaN stays NaN (the storage format's NaN code with t's sign, as torch writes it). */
 static inline void cast_one(float t, fmt_t f, uint8_t *code_out, float *value_out) {
     uint32_t tb = bits_of(t);
     uint32_t sign = tb & 0x80000000u;
@@ -151,8 +228,8 @@ static inline void cast_one(float t, fmt_t f, uint8_t *code_out, float *value_ou
         uint32_t sbig = seb + f.s_shift_bits;
         code = bits_of(r + float_of(sbig)) - sbig + ((seb - f.s_min_normal_bits) >> f.s_drop);
     }
-    code = nan ? 0x7Fu : code;
-    *code_out = (uint8_t)(code | (sign >> 24));
+    code = nan ? f.nan_code : code;
+    *code_out = (uint8_t)(code | (sign >> f.sign_shift));
     *value_out = float_of(nan ? tb : (bits_of(r) | sign));
 }
 
@@ -185,14 +262,13 @@ static void run_cast_per_element(const float *x, int64_t n, const float *s, cons
     }
 }
 
-/* codes[M, K] = storage bytes of cast(x * inv[block], fmt), saturating at +-maxval, NaN
-   staying NaN (code 0x7F with x's sign, as torch writes it); values[M, K] (unless NULL) =
-   the same numbers as float32, times fold[block] where fold is not NULL (the block
-   scales, for a GEMM that folds them). inv_count 1: one inverse scale (and fold) for all. */
+/* codes[M, K] = storage bytes of cast(x * inv[block], fmt); values[M, K] (unless NULL) = the
+   same numbers as float32, times fold[block] where fold is not NULL (the block scales, for a
+   GEMM that folds them). inv_count 1: one inverse scale (and fold) for all. row0: the index of
+   x's first row in the whole tensor (a part of it, split over threads). */
 static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K, int64_t r, int64_t c,
-                              const float *inv, int64_t inv_count, const float *fold, int m_bits, int emin,
-                              float maxval, int storage, uint8_t *codes, float *values) {
-    fmt_t f = make_fmt(m_bits, emin, maxval, storage);
+                              const float *inv, int64_t inv_count, const float *fold, fmt_t f, uint8_t *codes,
+                              float *values) {
     int64_t KB = (K + c - 1) / c;
     if (inv_count == 1) { /* one scale: the whole tensor is one run */
         run_cast(x, M * K, inv[0], fold ? fold[0] : 1.0f, f, codes, values);
@@ -231,33 +307,6 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
             int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, b = ((row0 + m) / r) * KB + j;
             run_cast(x + m * K + k0, k1 - k0, inv[b], fold ? fold[b] : 1.0f, f, codes + m * K + k0,
                      values ? values + m * K + k0 : NULL);
-        }
-    }
-}
-
-/* out[M, K] = v[M, K] * s[block]: per-block scales folded into the values. */
-static void block_mul_serial(const float *v, int64_t row0, int64_t M, int64_t K, int64_t r, int64_t c,
-                             const float *s, float *out) {
-    int64_t KB = (K + c - 1) / c;
-    if (c < NARROW) { /* narrow blocks: each column's scale, once per block row */
-        float *sk = (float *)malloc((size_t)K * sizeof(float));
-        if (sk) {
-            for (int64_t m = 0; m < M; m++) {
-                if (m == 0 || (row0 + m) % r == 0) expand_row(s + ((row0 + m) / r) * KB, K, c, sk);
-                for (int64_t k = 0; k < K; k++) out[m * K + k] = v[m * K + k] * sk[k];
-            }
-            free(sk);
-            return;
-        }
-    }
-    for (int64_t m = 0; m < M; m++) {
-        const float *row = v + m * K;
-        const float *srow = s + ((row0 + m) / r) * KB;
-        float *orow = out + m * K;
-        for (int64_t j = 0; j < KB; j++) {
-            float sj = srow[j];
-            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
-            for (int64_t k = k0; k < k1; k++) orow[k] = row[k] * sj;
         }
     }
 }
@@ -305,28 +354,30 @@ int fp8lab_openmp(void) {
 }
 
 typedef struct {
-    int kind; /* 0 amax, 1 scale_cast, 2 block_mul */
+    int kind; /* 0 amax, 1 scale_cast */
     const float *x; int64_t row0, M, K, r, c; /* row0: the first row's index in the whole tensor */
-    const float *inv; int64_t inv_count; const float *fold; int m_bits, emin; float maxval; int storage;
-    uint8_t *codes; float *values; float *amax; float *out;
+    const float *inv; int64_t inv_count; const float *fold; fmt_t f;
+    uint8_t *codes; float *values; float *amax;
 } task_t;
 
 static void *run_task(void *p) {
     task_t *t = (task_t *)p;
     if (t->kind == 0) block_amax_serial(t->x, t->M, t->K, t->r, t->c, t->amax);
-    else if (t->kind == 1)
-        scale_cast_serial(t->x, t->row0, t->M, t->K, t->r, t->c, t->inv, t->inv_count, t->fold, t->m_bits,
-                          t->emin, t->maxval, t->storage, t->codes, t->values);
-    else block_mul_serial(t->x, t->row0, t->M, t->K, t->r, t->c, t->inv, t->out);
+    else scale_cast_serial(t->x, t->row0, t->M, t->K, t->r, t->c, t->inv, t->inv_count, t->fold, t->f, t->codes,
+                           t->values);
     return NULL;
 }
 
 static void run_split(task_t base) {
+    if (base.M == 0 || base.K == 0) {
+        if (base.kind == 0) run_task(&base); /* (the amaxes of empty blocks: 0) */
+        return;
+    }
     int64_t MB = (base.M + base.r - 1) / base.r, KB = (base.K + base.c - 1) / base.c;
     /* one block row (per tensor, or one block per column): amaxes of row ranges, combined */
     int one_row = MB == 1;
-    /* amaxes split by block rows (or by rows, for one block row); the casts and products by
-       rows (each part knows its first row, so a block row may straddle two parts) */
+    /* amaxes split by block rows (or by rows, for one block row); the casts by rows (each
+       part knows its first row, so a block row may straddle two parts) */
     int64_t unit = base.kind == 0 && !one_row ? base.r : 1;
     int64_t units = unit == 1 ? base.M : MB;
     int64_t n = threads_for(base.M * base.K, units);
@@ -346,7 +397,6 @@ static void run_split(task_t base) {
         if (base.kind == 0 && one_row) { t.r = t.M; t.amax = partial + i * KB; } /* one block row of its own */
         if (base.kind == 0 && !one_row) { t.row0 = 0; t.amax = base.amax + b0 * KB; }
         if (base.kind == 1) { t.codes = base.codes + m0 * base.K; t.values = base.values ? base.values + m0 * base.K : NULL; }
-        if (base.kind == 2) t.out = base.out + m0 * base.K;
         tasks[i] = t;
     }
 #ifdef _OPENMP
@@ -372,158 +422,146 @@ static void run_split(task_t base) {
     if (partial != partial_one) free(partial);
 }
 
-/* max |x| over each block -> amax[MB * KB]; a NaN in a block makes its amax NaN */
-void fp8lab_block_amax(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, float *amax) {
+static void block_amax(const fp8lab_params *p, float *amax) {
     task_t t = {0};
-    t.kind = 0; t.x = x; t.M = M; t.K = K; t.r = r; t.c = c; t.amax = amax;
+    t.kind = 0; t.x = p->x; t.M = p->M; t.K = p->K; t.r = p->r; t.c = p->c; t.amax = amax;
     run_split(t);
 }
 
-/* codes (and values, unless NULL) of cast(x * inv[block], fmt): see scale_cast_serial */
-void fp8lab_scale_cast(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *inv,
-                       int64_t inv_count, const float *fold, int m_bits, int emin, float maxval, int storage,
-                       uint8_t *codes, float *values) {
+static void scale_cast(const fp8lab_params *p, const float *inverse, int64_t inv_count, const float *fold) {
     task_t t = {0};
-    t.kind = 1; t.x = x; t.M = M; t.K = K; t.r = r; t.c = c; t.inv = inv; t.inv_count = inv_count; t.fold = fold;
-    t.m_bits = m_bits; t.emin = emin; t.maxval = maxval; t.storage = storage; t.codes = codes; t.values = values;
+    t.kind = 1; t.x = p->x; t.M = p->M; t.K = p->K; t.r = p->r; t.c = p->c; t.inv = inverse;
+    t.inv_count = inv_count; t.fold = fold; t.f = make_fmt(p->element, p->storage); t.codes = p->codes;
+    t.values = p->values;
     run_split(t);
 }
 
-/* out[M, K] = v[M, K] * s[block] */
-void fp8lab_block_mul(const float *v, int64_t M, int64_t K, int64_t r, int64_t c, const float *s, float *out) {
-    task_t t = {0};
-    t.kind = 2; t.x = v; t.M = M; t.K = K; t.r = r; t.c = c; t.inv = s; t.inv_count = 2; t.out = out;
-    run_split(t);
-}
+/* ---- scales (scaling.scale_from_amax's twin, same arithmetic) ------------------------------------------------ */
 
 /* 2^e for e in [-149, 127], exactly */
-static inline float pow2(int e) {
+static inline float pow2(int32_t e) {
     return e >= -126 ? float_of((uint32_t)(e + 127) << 23) : float_of(1u << (e + 149));
 }
 
-/* scale and inverse per block from its amax (scaling.scale_from_amax, same arithmetic):
-   rule 0 "exact": inverse = float32(min(max_eff / double(amax), FLT_MAX)), scale = 1 / inverse;
-   rule 1 "rceil", 2 "floor": powers of two 2^e, e clamped to [lo, hi], from frexp's exact
-   exponent. amax 0 gives 1 and 1; NaN gives NaN. */
-static void pow2_scale(float a, int rule, int max_exp, float max_mant, int floor_log2_max, int lo, int hi,
-                       float *scale, float *inverse) {
-    /* scalar version for the rare amaxes that are not normal floats (subnormal, inf) */
-    int exp = 0;
-    float mant = isinf(a) ? a : frexpf(a, &exp); /* torch.frexp(inf) = (inf, 0) */
-    int e = rule == 2 ? (exp - 1) - floor_log2_max : exp - max_exp + (mant > max_mant);
-    e = e < lo ? lo : (e > hi ? hi : e);
-    *scale = pow2(e);
-    *inverse = pow2(-e);
-}
-
-void fp8lab_scales(const float *amax, int64_t n, int rule, double max_eff, int lo, int hi,
-                   float *scale, float *inverse) {
-    int max_exp;
-    float max_mant = (float)frexp(max_eff, &max_exp);
-    int floor_log2_max = (int)floor(log2(max_eff));
-    if (rule == 0) {
+/* scale and inverse per block from its amax, for every rule:
+   "exact"  inverse = float32(clamp(max_eff / double(amax), min_inverse, FLT_MAX)), scale = 1 / inverse;
+            with round_scales (NVFP4): scale = round to scale_format of clamp(amax / max_eff [/ tensor
+            scale], its smallest normal, its largest value), inverse = (1 / tensor scale) / scale, the
+            tensor scale max(amax of all / (scale_format max * element max), min_tensor_scale), 1 where
+            that amax is 0 or NaN;
+   "rceil"  2^e, e = ceil(log2(amax / max_eff)); "floor" 2^e, e = floor(log2 amax) - floor(log2 max_eff):
+            e from frexp's exact exponent, clamped to [exponent_min, exponent_max].
+   amax 0 gives scale 1 and inverse 1; NaN gives NaN and NaN. */
+static void block_scales(const fp8lab_params *p, const float *amax, int64_t n, float *scale, float *inverse,
+                         float *tensor_scale) {
+    double max_eff = p->max_eff;
+    if (p->rule == RULE_EXACT && p->round_scales) {
+        fmt_t sf = make_fmt(p->scale_format, p->scale_format);
+        float lo = ldexpf(1.0f, p->scale_format.min_exponent), hi = p->scale_format.max_value;
+        float ts = 1.0f;
+        if (p->two_level) {
+            uint32_t top = 0u; /* the largest amax; NaN's bits are the largest */
+            for (int64_t i = 0; i < n; i++) top = bits_of(amax[i]) > top ? bits_of(amax[i]) : top;
+            float all = float_of(top);
+            float t = all / (p->scale_format.max_value * p->element.max_value);
+            t = t < p->min_tensor_scale ? p->min_tensor_scale : t;
+            ts = all > 0.0f ? t : 1.0f;
+            *tensor_scale = ts;
+        }
+        float inv_ts = 1.0f / ts;
+        uint8_t code;
+        for (int64_t i = 0; i < n; i++) {
+            float a = amax[i];
+            float ideal = a / (float)max_eff;
+            if (p->two_level) ideal = ideal / ts;
+            ideal = ideal < lo ? lo : (ideal > hi ? hi : ideal); /* NaN stays */
+            float sc;
+            cast_one(ideal, sf, &code, &sc);
+            sc = a != a ? NAN : sc;
+            scale[i] = sc;
+            inverse[i] = inv_ts / sc;
+        }
+        return;
+    }
+    if (p->rule == RULE_EXACT) {
+        double lo = (double)p->min_inverse;
         for (int64_t i = 0; i < n; i++) {
             float a = amax[i];
             double q = max_eff / (double)a;
-            float inv = (float)(q > FLT_MAX ? (double)FLT_MAX : q); /* NaN stays NaN */
-            inv = a == 0.0f ? 1.0f : inv;
+            q = q > (double)FLT_MAX ? (double)FLT_MAX : (q < lo ? lo : q); /* NaN stays NaN */
+            float inv = a == 0.0f ? 1.0f : (float)q;
             inverse[i] = inv;
             scale[i] = 1.0f / inv;
         }
         return;
     }
-    /* powers of two, branch-free for normal amaxes (frexp read from the bits) */
-    for (int64_t i = 0; i < n; i++) {
+    /* powers of two: e from frexp(amax) = (mant, exp), mant in [0.5, 1): floor(log2 amax) = exp - 1 */
+    int max_exp;
+    float max_mant = (float)frexp(max_eff, &max_exp);
+    int32_t floor_log2_max = (int32_t)floor(log2(max_eff)), lo = p->exponent_min, hi = p->exponent_max;
+    int floor_rule = p->rule == RULE_FLOOR;
+    for (int64_t i = 0; i < n; i++) { /* branch-free for normal amaxes (frexp read from the bits) */
         uint32_t u = bits_of(amax[i]);
         int32_t biased = (int32_t)((u >> 23) & 0xFFu);
         int32_t exp = biased - 126;
         float mant = float_of((u & 0x807FFFFFu) | (126u << 23));
-        int32_t e = rule == 2 ? (exp - 1) - floor_log2_max : exp - max_exp + (mant > max_mant);
+        int32_t e = floor_rule ? (exp - 1) - floor_log2_max : exp - max_exp + (mant > max_mant);
         e = e < lo ? lo : (e > hi ? hi : e);
-        /* e and -e lie in [-127, 127]; 2^-127 is float32's subnormal 0x00400000 */
-        uint32_t sb = e >= -126 ? (uint32_t)(e + 127) << 23 : 0x00400000u;
-        uint32_t ib = e <= 126 ? (uint32_t)(127 - e) << 23 : 0x00400000u;
-        int special = biased == 0 || biased == 0xFF;                         /* 0, subnormal, inf, NaN */
-        scale[i] = float_of(special ? 0x3F800000u : sb);
-        inverse[i] = float_of(special ? 0x3F800000u : ib);
+        int special = biased == 0 || biased == 0xFF; /* 0, subnormal, inf, NaN: below */
+        scale[i] = special ? 1.0f : pow2(e);
+        inverse[i] = special ? 1.0f : pow2(-e);
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* the rare amaxes that are not normal floats */
         float a = amax[i];
         uint32_t biased = (bits_of(a) >> 23) & 0xFFu;
         if (biased != 0u && biased != 0xFFu) continue;
-        if (a != a) { scale[i] = NAN; inverse[i] = NAN; }
-        else if (a != 0.0f) pow2_scale(a, rule, max_exp, max_mant, floor_log2_max, lo, hi, scale + i, inverse + i);
+        if (a != a) { scale[i] = NAN; inverse[i] = NAN; continue; }
+        if (a == 0.0f) continue;
+        int exp = 0;
+        float mant = isinf(a) ? a : frexpf(a, &exp); /* torch.frexp(inf) = (inf, 0) */
+        int32_t e = floor_rule ? (exp - 1) - floor_log2_max : exp - max_exp + (mant > max_mant);
+        e = e < lo ? lo : (e > hi ? hi : e);
+        scale[i] = pow2(e);
+        inverse[i] = pow2(-e);
     }
 }
 
-/* NVFP4's E4M3 block scales (quantize.py, scale_fmt=E4M3, same arithmetic): ideal =
-   amax / max_eff, divided by the tensor scale amax_all / (448 * elem_max) when two_level
-   (tensor scale 1 if that amax is 0 or NaN), clamped to [2^-6, 448] and rounded to E4M3;
-   a NaN amax gives a NaN scale. inverse = (1 / tensor scale) / scale. */
-static void e4m3_scales(const float *amax, int64_t n, float max_eff, float elem_max, int two_level,
-                        float *tensor_scale, float *scale, float *inverse) {
-    float ts = 1.0f;
-    if (two_level) {
-        uint32_t hi = 0u; /* the largest amax; NaN's bits are the largest */
-        for (int64_t i = 0; i < n; i++) hi = bits_of(amax[i]) > hi ? bits_of(amax[i]) : hi;
-        float all = float_of(hi);
-        ts = all > 0.0f ? all / (448.0f * elem_max) : 1.0f;
-        *tensor_scale = ts;
-    }
-    float inv_ts = 1.0f / ts;
-    for (int64_t i = 0; i < n; i++) {
-        float a = amax[i];
-        float ideal = a / max_eff;
-        if (two_level) ideal = ideal / ts;
-        ideal = ideal < 0.015625f ? 0.015625f : (ideal > 448.0f ? 448.0f : ideal); /* NaN stays */
-        uint32_t u = bits_of(ideal); /* a normal E4M3 value after the clamp: round the mantissa */
-        u = (u + ((1u << 19) - 1u) + ((u >> 20) & 1u)) & ~((1u << 20) - 1u);
-        float sc = a != a ? NAN : float_of(u);
-        scale[i] = sc;
-        inverse[i] = inv_ts / sc;
-    }
+/* ---- the entry points: each takes one fp8lab_params and checks it first ------------------------------------ */
+
+/* scaling.amax_per_block's twin: p->amax = max |x| per block */
+int fp8lab_block_amax(fp8lab_params *p) {
+    int bad = check(p);
+    if (bad) return bad;
+    block_amax(p, p->amax);
+    return OK;
 }
 
-/* quantize() in one call where the scales come from x's own amaxes (float32, E8M0, or
-   E4M3 with rule 3 and 4): block amaxes, scales by the rule, then the scale-and-cast (values folded with
-   the scales if fold is set), and scale_range = the smallest and largest scale (both NaN if
-   one is, as torch.aminmax). Returns 1, having written only the amaxes, if one of them is
-   infinite (the caller raises), else 0. */
-int fp8lab_quantize(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, int rule, double max_eff,
-                    int lo, int hi, int m_bits, int emin, float maxval, int storage,
-                    float *amax, float *scale, float *inverse, uint8_t *codes, float *values, int fold,
-                    float *tensor_scale, float *scale_range) {
-    int64_t n = ((M + r - 1) / r) * ((K + c - 1) / c);
-    fp8lab_block_amax(x, M, K, r, c, amax);
-    const uint32_t *amax_bits = (const uint32_t *)amax;
-    uint32_t inf = 0u; /* amaxes are >= 0 or NaN: an infinite one has the bits of +inf */
-    for (int64_t i = 0; i < n; i++) inf |= amax_bits[i] == 0x7F800000u;
-    if (inf) return 1;
-    if (rule >= 3) /* 3: E4M3 block scales, 4: the same under a tensor scale (NVFP4) */
-        e4m3_scales(amax, n, (float)max_eff, maxval, rule == 4, tensor_scale, scale, inverse);
-    else
-        fp8lab_scales(amax, n, rule, max_eff, lo, hi, scale, inverse);
-    fp8lab_scale_cast(x, M, K, r, c, inverse, n, fold ? scale : NULL, m_bits, emin, maxval, storage, codes, values);
-    /* scales are positive or NaN: they order as their bits, and NaN's bits exceed every
-       number's, so integer min and max (which vectorize) find them */
-    const uint32_t *scale_bits = (const uint32_t *)scale;
-    uint32_t smallest = 0xFFFFFFFFu, largest = 0u;
-    for (int64_t i = 0; i < n; i++) {
-        smallest = scale_bits[i] < smallest ? scale_bits[i] : smallest;
-        largest = scale_bits[i] > largest ? scale_bits[i] : largest;
-    }
-    int nan = largest > 0x7F800000u;
-    scale_range[0] = nan ? NAN : float_of(smallest);
-    scale_range[1] = nan ? NAN : float_of(largest);
-    return 0;
+/* scaling.scale_from_amax's twin: p->scale, p->inverse (and p->tensor_scale) from p->given_amax */
+int fp8lab_scales(fp8lab_params *p) {
+    int bad = check(p);
+    if (bad) return bad;
+    block_scales(p, p->given_amax, p->blocks, p->scale, p->inverse, &p->tensor_scale);
+    return OK;
+}
+
+/* formats.cast's twin, scaled: p->codes (and p->values) of cast(x * p->inverse[block], element) */
+int fp8lab_cast(fp8lab_params *p) {
+    int bad = check(p);
+    if (bad) return bad;
+    scale_cast(p, p->inverse, p->blocks, NULL);
+    return OK;
 }
 
 /* For the monitor (metrics.overflow_fraction / underflow_fraction, same arithmetic):
-   counts[0] = elements with double(|x|) / double(scale[block]) > limit (they clipped),
-   counts[1] = nonzero elements whose code is a zero (they flushed). */
-void fp8lab_clip_flush_counts(const float *x, int64_t M, int64_t K, int64_t r, int64_t c, const float *s,
-                              int64_t s_count, const uint8_t *codes, double limit, int64_t *counts) {
-    int64_t KB = (K + c - 1) / c, clipped = 0, flushed = 0;
+   counts[0] = elements with double(|x|) / double(scale[block] * tensor scale) > clip_limit (they
+   clipped), counts[1] = nonzero elements whose code is a zero (they flushed). */
+static void clip_flush_counts(fp8lab_params *p) {
+    int64_t M = p->M, K = p->K, r = p->r, c = p->c, KB = (K + c - 1) / c, clipped = 0, flushed = 0;
+    const float *x = p->x, *s = p->scale;
+    const uint8_t *codes = p->codes;
+    float ts = p->two_level ? p->tensor_scale : 1.0f;
+    double limit = p->clip_limit;
+    uint32_t magnitude = (1u << (p->storage.bits - 1)) - 1u;
 #ifdef _OPENMP
 #pragma omp parallel for if (threads_for(M * K, M) > 1) num_threads(threads_for(M * K, M)) \
     reduction(+ : clipped, flushed)
@@ -531,20 +569,51 @@ void fp8lab_clip_flush_counts(const float *x, int64_t M, int64_t K, int64_t r, i
     for (int64_t m = 0; m < M; m++) {
         for (int64_t j = 0; j < KB; j++) {
             int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
-            double sd = (double)(s_count == 1 ? s[0] : s[(m / r) * KB + j]);
+            double sd = (double)(s[(m / r) * KB + j] * ts);
             const float *xr = x + m * K;
             const uint8_t *cr = codes + m * K;
             int64_t cl = 0, fl = 0;
             for (int64_t k = k0; k < k1; k++) {
                 cl += fabs((double)xr[k]) / sd > limit;
-                fl += (xr[k] != 0.0f) & ((cr[k] & 0x7F) == 0);
+                fl += (xr[k] != 0.0f) & ((cr[k] & magnitude) == 0);
             }
             clipped += cl;
             flushed += fl;
         }
     }
-    counts[0] = clipped;
-    counts[1] = flushed;
+    p->counts[0] = clipped;
+    p->counts[1] = flushed;
+}
+
+/* quantize() in one call: x's own block amaxes (p->amax), scales from them or from p->given_amax,
+   the scale-and-cast (values folded with the scales if p->fold), the smallest and largest scale
+   (both NaN if one is, as torch.aminmax), and the clipped and flushed counts if p->count.
+   Returns INFINITE_AMAX, having written only the amaxes, if x holds an infinity (the caller
+   raises), else OK (or a negative code, having written nothing, for an inconsistent block). */
+int fp8lab_quantize(fp8lab_params *p) {
+    int bad = check(p);
+    if (bad) return bad;
+    int64_t n = p->blocks;
+    block_amax(p, p->amax);
+    const uint32_t *amax_bits = (const uint32_t *)p->amax;
+    uint32_t inf = 0u; /* amaxes are >= 0 or NaN: an infinite one has the bits of +inf */
+    for (int64_t i = 0; i < n; i++) inf |= amax_bits[i] == 0x7F800000u;
+    if (inf) return INFINITE_AMAX;
+    block_scales(p, p->given_amax ? p->given_amax : p->amax, n, p->scale, p->inverse, &p->tensor_scale);
+    scale_cast(p, p->inverse, n, p->fold ? p->scale : NULL);
+    /* scales are positive or NaN: they order as their bits, and NaN's bits exceed every
+       number's, so integer min and max (which vectorize) find them */
+    const uint32_t *scale_bits = (const uint32_t *)p->scale;
+    uint32_t smallest = 0xFFFFFFFFu, largest = 0u;
+    for (int64_t i = 0; i < n; i++) {
+        smallest = scale_bits[i] < smallest ? scale_bits[i] : smallest;
+        largest = scale_bits[i] > largest ? scale_bits[i] : largest;
+    }
+    int nan = largest > 0x7F800000u;
+    p->scale_range[0] = nan ? NAN : float_of(smallest);
+    p->scale_range[1] = nan ? NAN : float_of(largest);
+    if (p->count) clip_flush_counts(p);
+    return OK;
 }
 
 /* out[m, n] *= a[m] * b[n] (the product rounded to float32 first, as torch forms the

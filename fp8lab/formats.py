@@ -1,7 +1,8 @@
 """Floating-point formats as data, and the reference cast into them.
 
 Public: FloatFormat, the constants E4M3, E5M2, E8M0, E2M1 (plus BF16 and FP16 for
-comparison), FORMATS, get_format(name), cast(x, fmt), cast_reference(x, fmt), widen(data).
+comparison), FORMATS, get_format(name), widen(data), and the cast in two twins with one
+signature and one test: cast_reference(x, fmt) (the teaching version) and cast(x, fmt) (fast).
 A format is described by its bit fields; every derived number (max, smallest normal,
 smallest subnormal, the list of values) is computed from them, never typed in.
 Notebook 01 introduces this file: click bits, see values, compare the number lines.
@@ -200,6 +201,18 @@ class FloatFormat:
         return math.floor(math.log2(self.max_value))
 
     @property
+    def clip_threshold(self) -> float:
+        """max_value plus half the top binade's step: magnitudes beyond it would round past
+        max_value without saturation (they clip); up to it they round to max_value anyway."""
+        return self.max_value + 0.5 * 2.0 ** (self.max_exponent - self.mantissa_bits)
+
+    @property
+    def nan_code(self) -> int | None:
+        """The code of a positive NaN as torch writes it (the largest one), or None without NaN."""
+        positive = [c for c in self.nan_codes if not (self.signed and c >> (self.bits - 1))]
+        return max(positive) if positive else None
+
+    @property
     def dynamic_range_binades(self) -> float:
         """log2(max_value / min_subnormal): how many powers of two the format spans."""
         return math.log2(self.max_value / self.min_subnormal)
@@ -268,12 +281,26 @@ def _check_float(x: torch.Tensor) -> None:
         raise TypeError(
             f"expected a real floating-point tensor (float32, bfloat16, float16, float64), got {x.dtype}"
         )
+    if x.device.type == "meta":
+        raise ValueError(
+            f"x is a meta tensor (shape {tuple(x.shape)}, no values): quantizing needs the values; "
+            "materialize it first (e.g. torch.empty_like(x, device='cpu'), or load the weights)"
+        )
 
 
-def cast_reference(x: torch.Tensor, fmt: FloatFormat | str) -> torch.Tensor:
+def _out_dtype(fmt: FloatFormat, dtype: torch.dtype) -> torch.dtype:
+    if dtype not in (torch.float32, fmt.storage_dtype):
+        raise ValueError(
+            f"cast returns float32 values or {fmt.name}'s storage dtype {fmt.storage_dtype}, not {dtype}"
+        )
+    return dtype
+
+
+def cast_reference(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Round every element of x to `fmt`: nearest, ties to even; saturate; NaN stays NaN.
 
-    The teaching version, in plain float32 arithmetic on the bit pattern, for any format:
+    The teaching version, in plain float arithmetic on the bit pattern, for any format
+    (cast is its fast twin: same signature, same answers, one test):
       1. clamp |x| to max_value (this is the saturation, and sends +-inf to +-max_value);
       2. below min_normal, round |x| / min_subnormal to an integer (ties to even), since
          subnormals are evenly spaced;
@@ -281,10 +308,12 @@ def cast_reference(x: torch.Tensor, fmt: FloatFormat | str) -> torch.Tensor:
          half an ulp (minus one, plus the kept last bit) to the bit pattern and truncating;
          a carry into the exponent is the right answer.
     Unsigned formats (E8M0) have no sign or zero: negative and zero inputs give NaN; values
-    below its smallest value round to it. Returns float32.
+    below its smallest value round to it. Returns the rounded values as `dtype`: float32, or
+    fmt.storage_dtype (the codes quantize keeps: every value of fmt is exact in both).
     """
     fmt = get_format(fmt)
     _check_float(x)
+    dtype = _out_dtype(fmt, dtype)
     if fmt.mantissa_bits > 23 or fmt.exponent_bits > 8:
         raise ValueError(f"{fmt.name} is wider than float32; nothing to round")
     # float64 holds every float32 exactly and has no subnormals in our range, so one bit
@@ -311,19 +340,34 @@ def cast_reference(x: torch.Tensor, fmt: FloatFormat | str) -> torch.Tensor:
         out = torch.copysign(out, x)  # keeps -0
     else:
         out = torch.where(x > 0, out, math.nan)
-    return torch.where(torch.isnan(x), x, out).to(torch.float32)
+    return torch.where(torch.isnan(x), x, out).to(torch.float32).to(dtype)
 
 
-def _torch_native_cast_ok(fmt: FloatFormat) -> bool:
-    # torch's own float32 -> E4M3 / E5M2 / bf16 / fp16 casts round to nearest even; after an
-    # explicit clamp to +-max they agree with cast_reference (tests/test_formats.py proves it).
-    return fmt.name in ("e4m3", "e5m2", "bf16", "fp16")
+# torch's own float32 -> E4M3 / E5M2 / bf16 / fp16 casts round to nearest even; after an explicit
+# clamp to +-max they agree with cast_reference (tests/test_formats.py proves it)
+_TORCH_ROUNDS = ("e4m3", "e5m2", "bf16", "fp16")
 
 
-def _cast_by_step(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
-    # |x| rounded on the grid of its binade: step = 2^(max(floor(log2|x|), emin) - m); |x| / step
-    # and * step are exact (powers of two), torch.round is half-to-even on the step count,
-    # which is the code's parity (with no mantissa bits, the even neighbour is the upper one)
+def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Round x to `fmt` (nearest, ties to even; beyond max_value -> +-max_value; NaN stays NaN).
+
+    The fast twin of cast_reference (same signature, same answers, one test), in float32:
+    where torch has a cast to fmt (E4M3, E5M2, bf16, fp16) it clamps to +-max_value and uses
+    torch's (round to nearest even); elsewhere (E2M1, E8M0) it rounds |x| on the grid of its
+    binade: step = 2^(max(floor(log2|x|), emin) - m), so |x| / step and * step are exact and
+    torch.round rounds half to even on the step count, which is the code's parity (with no
+    mantissa bits, the even neighbour is the upper one). Saturation is explicit because
+    torch's casts differ: float32 -> float8_e4m3fn saturates, -> float8_e5m2 does not
+    (1e6 -> inf); fp8lab models saturating hardware (satfinite) for every format.
+    Returns the rounded values as `dtype`: float32, or fmt.storage_dtype (the codes).
+    """
+    fmt = get_format(fmt)
+    _check_float(x)
+    dtype = _out_dtype(fmt, dtype)
+    x = x.to(torch.float32)
+    if fmt.name in _TORCH_ROUNDS:
+        codes = x.clamp(-fmt.max_value, fmt.max_value).to(fmt.torch_dtype)
+        return codes if dtype == codes.dtype else widen(codes)
     a = x.abs().clamp(max=fmt.max_value)
     if not fmt.has_subnormals:
         a = a.clamp(min=fmt.min_normal)
@@ -331,26 +375,9 @@ def _cast_by_step(x: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
     emin = 1 - fmt.bias if fmt.has_subnormals else -fmt.bias
     step = torch.ldexp(torch.ones_like(a), (e - 1).clamp(min=emin) - fmt.mantissa_bits)
     out = torch.round(a / step) * step
-    if fmt.signed:
-        return torch.copysign(out, x)
-    return torch.where(x > 0, out, math.nan)  # unsigned: no sign, no zero (NaN stays NaN too)
-
-
-def cast(x: torch.Tensor, fmt: FloatFormat | str) -> torch.Tensor:
-    """Round x to `fmt` (nearest, ties to even; beyond max_value -> +-max_value; NaN stays NaN).
-
-    Returns float32 holding the rounded values. Same answer as `cast_reference`, faster:
-    for E4M3 and E5M2 this clamps and then uses torch's own cast; for E2M1 and E8M0 it
-    rounds on each binade's grid in float32. Saturation is explicit because torch's casts
-    differ: float32 -> float8_e4m3fn saturates, -> float8_e5m2 does not (1e6 -> inf).
-    fp8lab models saturating hardware (satfinite) for every format.
-    """
-    fmt = get_format(fmt)
-    _check_float(x)
-    x = x.to(torch.float32)
-    if not _torch_native_cast_ok(fmt):
-        return _cast_by_step(x, fmt)
-    return widen(x.clamp(-fmt.max_value, fmt.max_value).to(fmt.torch_dtype))
+    # unsigned: no sign, no zero (NaN stays NaN too)
+    out = torch.copysign(out, x) if fmt.signed else torch.where(x > 0, out, math.nan)
+    return out.to(dtype)
 
 
 def widen(data: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,6 @@ Notebook 05 introduces this file; `python -m fp8lab doctor` prints the backend t
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ from fp8lab.formats import E2M1, E4M3, E5M2, E8M0
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import Recipe, get_recipe
 from fp8lab.scaling import PerBlock, PerRow, PerTensor
-from fp8lab.timing import timed
 
 __all__ = [
     "BACKENDS",
@@ -174,7 +172,7 @@ def _tensor_factor(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor |
     return (ta if ta is not None else one) * (tb if tb is not None else one)
 
 
-# ---- emulation: the reference -------------------------------------------------------------------------
+# ---- emulation ------------------------------------------------------------------------------------------
 
 
 def _segments(k: int, width_a: int, width_b: int) -> int:
@@ -182,13 +180,40 @@ def _segments(k: int, width_a: int, width_b: int) -> int:
     return math.gcd(width_a, width_b) if width_a < k or width_b < k else k
 
 
-def _emulated_reference(
-    a_q: QuantizedTensor, b_q: QuantizedTensor, accumulation: AccumulatorModel | None
+def emulated_mm(
+    a_q: QuantizedTensor,
+    b_q: QuantizedTensor,
+    *,
+    emulation: str = "fast",
+    accumulation: AccumulatorModel | None = None,
 ) -> torch.Tensor:
-    """The teaching version: per K segment, exact products summed in fp32, then scaled.
+    """Emulated FP8 GEMM of a_q[M, K] and b_q[N, K] (b in its [N, K] layout): out[M, N] float32.
 
-    out[m, n] = sum_s  (sum_{k in s} a[m, k] * b[n, k]) * sa[m, s] * sb[n, s]
+    The definition, the hardware's order for per-block scaling (the code after the switch):
+        out[m, n] = sum_s (sum_{k in s} a[m, k] * b[n, k]) * sa[m, s] * sb[n, s]   (* tensor scales)
+    over the K segments s on which both operands' scales are constant: exact products (FP8
+    values times FP8 values fit float32), summed in fp32 within a segment, each partial sum
+    scaled and added in fp32. With `accumulation`, the scaled products go through the
+    AccumulatorModel (a limited-precision tensor-core accumulator) instead.
+    emulation "fast" (the default) runs the fast twin, _emulated_fast, where it applies: block
+    scales folded into the values and one fp32 GEMM over all of K. "reference" runs the
+    definition. Both equal dequantize(a_q) @ dequantize(b_q).T up to fp32 rounding: the Higham
+    bound |out - exact| <= gamma * (|a| @ |b|.T), gamma = (K + 2) u / (1 - (K + 2) u),
+    u = 2^-24, plus u * |exact| for folding float32 scales (tests/test_gemm.py, one test for both).
     """
+    if emulation not in EMULATIONS:
+        raise ValueError(f"unknown emulation {emulation!r}; valid: {', '.join(EMULATIONS)}")
+    if a_q.shape[1] != b_q.shape[1]:
+        raise ValueError(
+            f"operands must share K: a_q is {tuple(a_q.shape)} (M, K), b_q is {tuple(b_q.shape)} (N, K); "
+            "quantize b as b.t() (its [N, K] layout), e.g. with fp8lab.gemm.quantize_operands"
+        )
+    if emulation == "fast" and accumulation is None:  # the one switch: the fast twin where it applies
+        on_cpu = a_q.data.device.type == "cpu"
+        out = _emulated_fast(a_q, b_q, kernels.scale_outer_ if on_cpu and kernels.engine().kernels else _scale_outer_)
+        if out is not None:
+            return out
+
     a = a_q.values()  # (M, K) exact FP8 values, float32
     b = b_q.values()  # (N, K)
     m, k = a.shape
@@ -211,152 +236,59 @@ def _emulated_reference(
     return out if factor is None else out * factor
 
 
-# ---- emulation: the fast path ------------------------------------------------------------------------------
+def _scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """out[M, N] *= a[M, None] * b[None, N] (the factor rounded to float32 first, as the reference
+    forms it); fp8lab.kernels.scale_outer_ is its twin (the same bits without the [M, N] factor)."""
+    return out.mul_(a[:, None] * b[None, :])
 
 
-def _significant_bits(fmt) -> int:
-    return fmt.mantissa_bits + 1
+def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor, scale_outer_=_scale_outer_) -> torch.Tensor | None:
+    """emulated_mm's fast twin: one fp32 GEMM over all of K.
 
-
-def _fold(q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor | None, bool, float, float]:
-    """An operand as float32 values ready for one GEMM over all of K.
-
-    Returns (values[R, K], post_scale or None, exact_in_bf16, lo, hi). Scales that vary
-    along K are folded into the values: exactly when the product of an element and its
-    scale fits in bfloat16's 8 significant bits (power-of-two scales; E4M3 block scales
-    times E4M3 or E2M1 elements); otherwise in float32 with one rounding per element.
-    Scales constant along K are returned as post_scale (0-d per tensor, [R] per row) and
-    applied to the GEMM's output.
-    lo and hi bound the magnitudes of the nonzero values (from the format and the scales).
+    Scales that vary along K (blocks narrower than K) are folded into the operand's values
+    (QuantizedTensor.scaled_values: exact for power-of-two scales and for E4M3 scales of E4M3
+    or E2M1 elements, else one float32 rounding per element); scales constant along K (per
+    tensor, per row) are applied to the output, sa[m] * sb[n], as the reference and the
+    hardware's epilogue form them (scale_outer_: torch's or the kernel's, the same bits).
+    Equal to the reference up to the order of fp32 additions (and that rounding). None where
+    folded products could leave float32's normal range: the reference runs instead.
     """
-    g, k = q.granularity, q.shape[1]
-    if not isinstance(g, PerBlock) or g.cols >= k:  # one scale per row (or tensor): apply after the GEMM
-        post = q.scale.reshape(()) if isinstance(g, PerTensor) else _k_blocks(q)[0][:, 0]
-        return q.values(), post, True, q.fmt.min_subnormal, q.fmt.max_value
-    pow2 = q.scale_rule in ("rceil", "floor") or q.scale_fmt is E8M0
-    e4m3_scales = q.scale_fmt is E4M3 and _significant_bits(q.fmt) + _significant_bits(E4M3) <= 8
-    values = q._scaled if q._scaled is not None else _scaled_values(q)  # the kernel may have folded them
-    smallest, largest = q.scale_range()
-    lo = q.fmt.min_subnormal * smallest
-    hi = q.fmt.max_value * largest
-    return values, None, pow2 or e4m3_scales, lo, hi
-
-
-def _scaled_values(q: QuantizedTensor) -> torch.Tensor:
-    """values * block scale of a per-block q, float32 [R, K]."""
-    values, g = q.values(), q.granularity
-    if kernels.enabled(values):  # one pass, from the block scales as they are
-        return kernels.block_mul(values, (g.rows, g.cols), q.scale)
-    if kernels.enabled(values.t()):  # a transposed QuantizedTensor: in its own layout
-        return kernels.block_mul(values.t(), (g.cols, g.rows), q.scale.t()).t()
-    s, width = _k_blocks(q)
-    return values * s.repeat_interleave(width, 1)[:, : q.shape[1]]
-
-
-@contextlib.contextmanager
-def _bf16_fpmath():
-    """float32 matmuls that compute with bfloat16 inputs and fp32 accumulation (oneDNN)."""
-    mk = torch.backends.mkldnn
-    old = mk.matmul.fp32_precision
-    mk.matmul.fp32_precision = "bf16"
-    try:
-        yield
-    finally:
-        mk.matmul.fp32_precision = old
-
-
-@lru_cache(maxsize=1)
-def bf16_fast_path() -> tuple[bool, str]:
-    """Does this CPU run an fp32 GEMM faster with bf16 inputs (fp32 accumulation), and
-    exactly? Probed once (~0.2 s): a correctness check and a timing at 1024^3."""
-    mk = getattr(torch.backends, "mkldnn", None)
-    if mk is None or not mk.is_available() or not hasattr(mk, "matmul"):
-        return False, "no oneDNN in this torch build"
-    try:
-        g = torch.Generator().manual_seed(0)
-        # exact check: bf16-representable inputs whose sums need fp32's 24 bits
-        a = torch.randn(64, 256, generator=g).to(torch.float8_e4m3fn).float()
-        b = torch.randn(64, 256, generator=g).to(torch.float8_e4m3fn).float()
-        exact = (a.double() @ b.double().t()).float()
-        with _bf16_fpmath():
-            got = a @ b.t()
-        if (got - exact).abs().max() > 1e-4 * exact.abs().max():
-            return False, "bf16 matmul mode is not accumulating in fp32 here"
-        x = torch.randn(1024, 1024, generator=g).to(torch.float8_e4m3fn).float()
-        y = torch.randn(1024, 1024, generator=g).to(torch.float8_e4m3fn).float()
-
-        t32 = min(timed(lambda: x @ y.t()))
-        with _bf16_fpmath():
-            t16 = min(timed(lambda: x @ y.t()))
-        if t16 < 0.9 * t32:
-            return True, f"oneDNN's bf16 math mode: {t32 / t16:.1f}x the fp32 GEMM at 1024^3"
-        return False, f"bf16 inputs are not faster here ({t32 / t16:.2f}x)"
-    except (RuntimeError, AttributeError) as err:  # old torch without the setting
-        return False, f"bf16 matmul mode unavailable ({err})"
-
-
-def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
-    """The fast version: one GEMM over all of K on scale-folded values.
-
-    Equal to the reference up to the order of fp32 additions (and one rounding per element
-    where float32 scales are folded): see emulated_mm for the bound. Falls back to the
-    reference where folding could underflow or overflow float32 products.
-    """
-    a, post_a, exact_a, lo_a, hi_a = _fold(a_q)
-    b, post_b, exact_b, lo_b, hi_b = _fold(b_q)
+    operands = []
+    for q in (a_q, b_q):  # each as (values[R, K], scale per row or tensor or None, smallest, largest magnitude)
+        if isinstance(q.granularity, PerBlock) and q.block_shape[1] < q.shape[1]:
+            smallest, largest = q.scale_range()
+            operands.append((q.scaled_values(), None, q.fmt.min_subnormal * smallest, q.fmt.max_value * largest))
+        else:
+            post = q.scale.reshape(()) if isinstance(q.granularity, PerTensor) else _k_blocks(q)[0][:, 0]
+            operands.append((q.values(), post, q.fmt.min_subnormal, q.fmt.max_value))
+    (a, post_a, lo_a, hi_a), (b, post_b, lo_b, hi_b) = operands
     if not (lo_a * lo_b >= 2.0**-126 and hi_a * hi_b * a.shape[1] < 2.0**126):
-        return _emulated_reference(a_q, b_q, None)  # folded products would leave float32's normal range
-    if a.device.type == "cpu" and exact_a and exact_b and bf16_fast_path()[0]:
-        with _bf16_fpmath():  # inputs exact in bf16, products and sums in fp32
-            out = a @ b.t()
-    else:
-        out = a @ b.t()
-    # one scale factor per output, sa[m] * sb[n], as the reference (and the hardware
-    # epilogue) forms it; per-tensor scales are 0-d, so an [M, N] factor exists only when
-    # both operands scale per row, and the kernel applies that one without building it
-    col = post_a[:, None] if post_a is not None and post_a.dim() else post_a  # (M, 1) or 0-d
-    row = post_b[None, :] if post_b is not None and post_b.dim() else post_b  # (1, N) or 0-d
-    if col is not None and row is not None and col.dim() and row.dim() and kernels.enabled(out):
-        kernels.scale_outer_(out, post_a, post_b)
-    elif col is not None and row is not None:
-        out.mul_(col * row)
-    elif col is not None or row is not None:
-        out.mul_(col if col is not None else row)
+        return None  # folded products would leave float32's normal range
+    out = a @ b.t()  # (M, N)
+    # one scale factor per output, sa[m] * sb[n]; per-tensor scales are 0-d, so an [M, N] factor
+    # exists only when both operands scale per row
+    if post_a is not None and post_b is not None and post_a.dim() and post_b.dim():
+        scale_outer_(out, post_a, post_b)
+    elif post_a is not None and post_b is not None:
+        out.mul_((post_a[:, None] if post_a.dim() else post_a) * (post_b[None, :] if post_b.dim() else post_b))
+    elif post_a is not None:
+        out.mul_(post_a[:, None] if post_a.dim() else post_a)
+    elif post_b is not None:
+        out.mul_(post_b[None, :] if post_b.dim() else post_b)
     factor = _tensor_factor(a_q, b_q)
     return out if factor is None else out.mul_(factor)
 
 
-def emulated_mm(
-    a_q: QuantizedTensor,
-    b_q: QuantizedTensor,
-    *,
-    emulation: str = "fast",
-    accumulation: AccumulatorModel | None = None,
-) -> torch.Tensor:
-    """Emulated FP8 GEMM of a_q[M, K] and b_q[N, K] (b in its [N, K] layout): out[M, N] float32.
+def bf16_fast_path() -> tuple[bool, str]:
+    """Whether the fast emulation runs its GEMM with bfloat16 inputs (oneDNN's bf16 math mode), and why.
 
-    "reference": exact products, summed in fp32 per K segment (where both operands' scales
-                 are constant), each partial sum scaled and added in fp32: the hardware's
-                 order for per-block scaling.
-    "fast":      scales folded into the values (exactly where they fit in bf16) and one GEMM
-                 over all of K, in oneDNN's bf16 math mode (fp32 accumulation) where the
-                 operands are exact in bf16 and that mode is faster here (probed once), else
-                 in fp32.
-    Both equal dequantize(a_q) @ dequantize(b_q).T up to fp32 rounding: the Higham bound
-    |out - exact| <= gamma * (|a| @ |b|.T), gamma = (K + 2) u / (1 - (K + 2) u), u = 2^-24,
-    plus u * |exact| for folding float32 scales. With `accumulation`, the reference path
-    runs through the AccumulatorModel (fast is not available there).
+    Never, decided here for every process: on the CPU torch offers bf16 inputs with fp32
+    accumulation only through oneDNN's process-wide fp32 precision setting, and flipping it
+    around a GEMM would make another thread's fp32 matmuls (the training panel runs in one)
+    silently compute in bf16. The fast emulation runs fp32 GEMMs: exact products, fp32 sums.
     """
-    if emulation not in EMULATIONS:
-        raise ValueError(f"unknown emulation {emulation!r}; valid: {', '.join(EMULATIONS)}")
-    if a_q.shape[1] != b_q.shape[1]:
-        raise ValueError(
-            f"operands must share K: a_q is {tuple(a_q.shape)} (M, K), b_q is {tuple(b_q.shape)} (N, K); "
-            "quantize b as b.t() (its [N, K] layout), e.g. with fp8lab.gemm.quantize_operands"
-        )
-    if accumulation is not None or emulation == "reference":
-        return _emulated_reference(a_q, b_q, accumulation)
-    return _emulated_fast(a_q, b_q)
+    return False, ("oneDNN's bf16 math mode is a process-wide setting, which fp8lab never flips "
+                   "(another thread's fp32 matmuls would run in bf16)")
 
 
 @lru_cache(maxsize=64)

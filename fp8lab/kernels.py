@@ -1,15 +1,17 @@
 """Fused CPU kernels for quantization, built from _kernels.c on first use.
 
-Public: status() -> (bool, reason), enabled(), disabled() (a context manager),
-block_amax(x2d, block), scales(amax, rule, max_eff, exponent_range),
-scale_cast(x2d, block, inverse, fmt), block_mul(v, block, s), quantize(...) (the three at once),
-clip_flush_counts(x2d, block, scale, codes, limit) (the monitor's overflow and underflow),
+Public: engine() (the one switch: C kernels or torch code, decided once per process),
+disabled() (a context manager: the torch code in this thread), enabled(), status() -> (bool, reason),
+quantize(x2d, block, parameters(args), amax) (quantize_with's torch code in one call), the twins
+amax_per_block, scale_from_amax and cast (the torch definitions' signatures, by the kernels),
 scale_outer_(out, a, b) (per-row scales of both operands applied to a GEMM's output),
 keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
 
 quantize.py and gemm.py define the numbers in torch; on the CPU they call these kernels,
 which compute the same bits in one pass over memory instead of five passes with a fresh
-temporary each (tests/test_kernels.py checks every result against the torch code). The
+temporary each (tests/test_kernels.py checks every result against the torch code). Formats
+and rules reach C as data, in one parameter block (_Params) filled from FloatFormat and
+SCALE_RULES; every call checks the sizes it passes, and the C side checks them again. The
 library is compiled once per source version with the system C compiler (`cc`, ~1 s) into
 ~/.cache/fp8lab (or $XDG_CACHE_HOME/fp8lab) and loaded with ctypes. Without a compiler,
 or with FP8LAB_KERNELS=0, everything runs in torch and status() says why. The cache is
@@ -30,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import math
 import os
 import platform
 import re
@@ -39,24 +42,30 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from fp8lab import settings
+from fp8lab.formats import E4M3, E5M2, FloatFormat, _check_float, get_format
+from fp8lab.scaling import SCALE_RULES, Granularity, ScaleArgs, Scales, as_2d, check_scale_args
 
 __all__ = [
-    "block_amax",
-    "block_mul",
-    "clip_flush_counts",
+    "EAGER_VALUES",
+    "Engine",
+    "amax_per_block",
+    "cast",
     "disabled",
     "enabled",
+    "engine",
     "keep_freed_memory",
+    "parameters",
     "quantize",
-    "scale_cast",
+    "scale_from_amax",
     "scale_outer_",
-    "scales",
     "status",
 ]
 
@@ -65,7 +74,9 @@ _SOURCE = Path(__file__).with_name("_kernels.c")
 # -fno-trapping-math lets the loops vectorize (nothing here reads floating-point flags)
 _FLAGS = ("-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math")
 _NATIVE = ("-march=native",)
-STORAGE = {torch.float8_e4m3fn: 0, torch.float8_e5m2: 1}  # the code dtypes scale_cast writes
+STORAGE = {torch.float8_e4m3fn: E4M3, torch.float8_e5m2: E5M2}  # the code dtypes, and the formats of their bytes
+# a parameter block's code dtype, by its storage format's mantissa bits (3: E4M3 bytes, 2: E5M2 bytes)
+STORAGE_OF = {fmt.mantissa_bits: dtype for dtype, fmt in STORAGE.items()}
 _local = threading.local()
 
 
@@ -305,21 +316,81 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     return lib, f"fused CPU kernels ({path.name}, {built}; {threads})" + "".join(f"; {n}" for n in notes)
 
 
+# ---- the parameter block: formats and rules as data (_kernels.c: fp8lab_format, fp8lab_params) ------------
+
+
+class _Format(ctypes.Structure):
+    """A FloatFormat as _kernels.c reads it (fp8lab_format)."""
+
+    _fields_ = [("bits", ctypes.c_int32), ("mantissa_bits", ctypes.c_int32), ("min_exponent", ctypes.c_int32),
+                ("max_value", ctypes.c_float), ("nan_code", ctypes.c_uint32)]
+
+    @classmethod
+    def of(cls, fmt: FloatFormat) -> _Format:
+        return cls(fmt.bits, fmt.mantissa_bits, round(math.log2(fmt.min_normal)), fmt.max_value, fmt.nan_code or 0)
+
+
+_p, _f32p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)
+
+
+class _Params(ctypes.Structure):
+    """One call's parameters (fp8lab_params in _kernels.c: same fields, same order; the C side
+    compares `size` with its own sizeof before reading anything else)."""
+
+    _fields_ = [
+        ("size", ctypes.c_int64), ("M", ctypes.c_int64), ("K", ctypes.c_int64), ("r", ctypes.c_int64),
+        ("c", ctypes.c_int64), ("blocks", ctypes.c_int64),
+        ("element", _Format), ("storage", _Format), ("scale_format", _Format),
+        ("rule", ctypes.c_int32), ("round_scales", ctypes.c_int32), ("two_level", ctypes.c_int32),
+        ("exponent_min", ctypes.c_int32), ("exponent_max", ctypes.c_int32), ("max_eff", ctypes.c_double),
+        ("min_inverse", ctypes.c_float), ("min_tensor_scale", ctypes.c_float),
+        ("fold", ctypes.c_int32), ("count", ctypes.c_int32), ("clip_limit", ctypes.c_double),
+        ("x", _p), ("given_amax", _p), ("amax", _p), ("scale", _p), ("inverse", _p), ("codes", _p), ("values", _p),
+        ("tensor_scale", ctypes.c_float), ("scale_range", ctypes.c_float * 2), ("counts", ctypes.c_int64 * 2),
+    ]
+
+
+_REFUSED = {
+    -1: "the parameter block's layout differs between fp8lab/kernels.py and _kernels.c",
+    -2: "inconsistent shapes (x[M, K], blocks r x c within it, the number of blocks)",
+    -3: "a format the kernels cannot take",
+    -4: "an unknown scale rule or exponent range",
+}
+
+
+def parameters(args: ScaleArgs) -> bytes | None:
+    """The parameter block for quantizing with these (checked) scale settings, as bytes (a
+    QuantizeSpec keeps them: immutable, copyable): the element format, the format its codes are
+    stored in, the scale rule and its constants, all from FloatFormat and SCALE_RULES. None
+    where the kernels do not store the format (their codes are E4M3 or E5M2 bytes)."""
+    fmt = args.fmt
+    if fmt.storage_dtype not in STORAGE or not (fmt.signed and fmt.has_subnormals):
+        return None
+    storage = STORAGE[fmt.storage_dtype]
+    e4m3 = args.scale_fmt if args.scale_fmt is not None and args.scale_fmt.name == "e4m3" else None
+    lo, hi = args.exponent_range
+    p = _Params(size=ctypes.sizeof(_Params), element=_Format.of(fmt), storage=_Format.of(storage),
+                rule=SCALE_RULES.index(args.scale_rule), round_scales=e4m3 is not None, two_level=args.two_level,
+                exponent_min=lo, exponent_max=hi, max_eff=args.max_eff, min_inverse=args.min_inverse,
+                min_tensor_scale=args.min_tensor_scale, clip_limit=fmt.clip_threshold)
+    if e4m3 is not None:
+        p.scale_format = _Format.of(e4m3)
+    return bytes(p)
+
+
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     """The C functions' argument and result types, set on a loaded library."""
-    # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
-    p, i64, i32, f32, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_double
+    params = ctypes.POINTER(_Params)
     signatures = {
-        "fp8lab_block_amax": ([p, i64, i64, i64, i64, p], None),
-        "fp8lab_scales": ([p, i64, i32, f64, i32, i32, p, p], None),
-        "fp8lab_scale_cast": ([p, i64, i64, i64, i64, p, i64, p, i32, i32, f32, i32, p, p], None),
-        "fp8lab_block_mul": ([p, i64, i64, i64, i64, p, p], None),
-        "fp8lab_quantize": ([p, i64, i64, i64, i64, i32, f64, i32, i32, i32, i32, f32, i32, p, p, p, p, p, i32,
-                             p, p], i32),
-        "fp8lab_set_threads": ([i32], None),
-        "fp8lab_openmp": ([], i32),
-        "fp8lab_clip_flush_counts": ([p, i64, i64, i64, i64, p, i64, p, f64, p], None),
-        "fp8lab_scale_outer": ([p, i64, i64, p, p], None),
+        "fp8lab_quantize": ([params], ctypes.c_int),
+        "fp8lab_block_amax": ([params], ctypes.c_int),
+        "fp8lab_scales": ([params], ctypes.c_int),
+        "fp8lab_cast": ([params], ctypes.c_int),
+        "fp8lab_rule_names": ([], ctypes.c_char_p),
+        "fp8lab_set_threads": ([ctypes.c_int], None),
+        "fp8lab_openmp": ([], ctypes.c_int),
+        # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
+        "fp8lab_scale_outer": ([_p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
@@ -331,6 +402,42 @@ def status() -> tuple[bool, str]:
     """(are the fused CPU kernels in use, a one-line reason)."""
     lib, reason = _load()
     return lib is not None, reason
+
+
+# ---- the one switch --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What computes quantization (and the per-row epilogue of emulated GEMMs) on CPU tensors:
+    fp8lab's C kernels, or the torch code that defines every number. Decided once per process
+    (engine()), said by `python -m fp8lab doctor`, `bench` and notebook 00; quantize_with and
+    emulated_mm each ask it in one place. The two give the same bits (tests/test_kernels.py)."""
+
+    kernels: bool
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+_TORCH = Engine(False, "torch code (fp8lab.kernels.disabled() in this thread)")
+
+
+@lru_cache(maxsize=1)
+def _process_engine() -> Engine:
+    lib, reason = _load()
+    if lib is None:
+        return Engine(False, reason)
+    names = tuple(lib.fp8lab_rule_names().decode().split())
+    if names != SCALE_RULES:  # the C enum and SCALE_RULES must name the same rules in the same order
+        return Engine(False, f"_kernels.c's scale rules {names} are not SCALE_RULES {SCALE_RULES}: torch code")
+    return Engine(True, reason)
+
+
+def engine() -> Engine:
+    """The engine of this process (decided once), or the torch code inside `with disabled():`."""
+    return _TORCH if getattr(_local, "off", False) else _process_engine()
 
 
 @contextlib.contextmanager
@@ -345,19 +452,48 @@ def disabled():
 
 
 def enabled(*tensors: torch.Tensor) -> bool:
-    """Whether the kernels apply: built, not disabled here, CPU float32 contiguous inputs."""
-    if getattr(_local, "off", False) or _load()[0] is None:
-        return False
-    return all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+    """Whether the kernels apply: the engine's choice here, and CPU float32 contiguous inputs."""
+    return engine().kernels and all(
+        t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
 
 
-def block_amax(x2d: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
-    """max|x| per (r, c) block of x[M, K] -> [ceil(M/r), ceil(K/c)] float32 (NaN propagates)."""
-    m, k = x2d.shape
+# ---- the calls: each checks what it passes, and the C side checks it again --------------------------------------
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _input(x2d: torch.Tensor) -> torch.Tensor:
+    if not (isinstance(x2d, torch.Tensor) and x2d.dim() == 2 and x2d.dtype == torch.float32
+            and x2d.device.type == "cpu" and x2d.is_contiguous()):
+        raise ValueError("fp8lab.kernels takes a contiguous 2-D float32 CPU tensor")
+    return x2d
+
+
+def _block_params(template: bytes, x2d: torch.Tensor, block: tuple[int, int]) -> _Params:
+    """template (formats and rule) with x[M, K] and its r x c blocks, checked: 1 <= r <= M, 1 <= c <= K."""
+    m, k = _input(x2d).shape
     r, c = block
-    out = torch.empty(-(-m // r), -(-k // c), dtype=torch.float32)
-    _load()[0].fp8lab_block_amax(x2d.data_ptr(), m, k, r, c, out.data_ptr())
-    return out
+    if not (isinstance(r, int) and isinstance(c, int) and 1 <= r <= max(m, 1) and 1 <= c <= max(k, 1)):
+        raise ValueError(f"blocks must lie within x[{m}, {k}]: got {r} x {c} (clamp them: Granularity.block_shape)")
+    p = _Params.from_buffer_copy(template)
+    p.M, p.K, p.r, p.c, p.blocks, p.x = m, k, r, c, -(-m // r) * -(-k // c), x2d.data_ptr()
+    return p
+
+
+def _run(name: str, p: _Params) -> int:
+    code = getattr(_load()[0], name)(ctypes.byref(p))
+    if code < 0:
+        raise RuntimeError(f"fp8lab kernel {name} refused the call: {_REFUSED.get(code, code)}")
+    return code
+
+
+def _per_block(p: _Params, t: torch.Tensor | None) -> torch.Tensor | None:
+    if t is not None and not (t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+                              and t.numel() == p.blocks):
+        raise ValueError(f"expected {p.blocks} float32 values, one per block, got {t.numel()} {t.dtype}")
+    return t
 
 
 # values (float32) are written alongside the codes up to this size, where a GEMM will soon
@@ -366,100 +502,103 @@ def block_amax(x2d: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
 EAGER_VALUES = 1 << 22
 
 
-def _values_buffer(m: int, k: int) -> torch.Tensor | None:
-    return torch.empty(m, k) if m * k <= EAGER_VALUES else None  # (float32, the default)
+class Fused(NamedTuple):
+    """What one quantize call returns: codes [M, K] (storage dtype); values [M, K] float32 (times
+    their block scale if folded; None beyond EAGER_VALUES elements); scale and amax (the amax the
+    scales came from: given, or x's own) [ceil(M/r), ceil(K/c)]; tensor_scale (0-d, two-level,
+    else None); scale_range (smallest, largest scale); counts (clipped, flushed) or None."""
+
+    codes: torch.Tensor
+    values: torch.Tensor | None
+    scale: torch.Tensor
+    amax: torch.Tensor
+    tensor_scale: torch.Tensor | None
+    scale_range: tuple[float, float]
+    counts: tuple[int, int] | None
 
 
-def scale_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt,
-               storage: torch.dtype, fold: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(codes, values) of cast(x * inverse[block], fmt): codes in `storage`, values float32
-    (times fold[block] if given: the scales folded in; None beyond EAGER_VALUES elements).
-
-    inverse: one float32 per block ([ceil(M/r), ceil(K/c)]) or a single one (any shape).
-    fmt: the element FloatFormat (E4M3, E5M2, or E2M1 stored as E4M3 bytes).
-    """
-    m, k = x2d.shape
-    r, c = block
-    inv = inverse.to(torch.float32).contiguous()
-    codes = torch.empty(m, k, dtype=storage)
-    vals = _values_buffer(m, k)
-    emin = 1 - fmt.bias
-    fold = fold.to(torch.float32).contiguous() if fold is not None else None
-    _load()[0].fp8lab_scale_cast(
-        x2d.data_ptr(), m, k, r, c, inv.data_ptr(), inv.numel(), fold.data_ptr() if fold is not None else None,
-        fmt.mantissa_bits, emin, fmt.max_value, STORAGE[storage], codes.data_ptr(),
-        vals.data_ptr() if vals is not None else None,
-    )
-    return codes, vals
+def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: torch.Tensor | None = None, *,
+             fold: bool = False, count: bool = False) -> Fused | None:
+    """quantize_with's torch code in one call (template: parameters(...) for its settings): x's
+    block amaxes, scales from them (or from `amax`, one per block), the cast, the scale range,
+    and with count=True the clipped and flushed counts. None if x holds an infinity (the caller
+    explains)."""
+    p = _block_params(template, x2d, block)
+    mb, kb = -(-p.M // p.r), -(-p.K // p.c)
+    own, scale, inverse = torch.empty(mb, kb), torch.empty(mb, kb), torch.empty(mb, kb)  # (float32: the default)
+    codes = torch.empty(p.M, p.K, dtype=STORAGE_OF[p.storage.mantissa_bits])
+    values = torch.empty(p.M, p.K) if p.M * p.K <= EAGER_VALUES else None
+    given = _per_block(p, None if amax is None else amax.contiguous())
+    p.given_amax, p.amax, p.scale, p.inverse = _ptr(given), own.data_ptr(), scale.data_ptr(), inverse.data_ptr()
+    p.codes, p.values, p.fold, p.count = codes.data_ptr(), _ptr(values), fold, count
+    if _run("fp8lab_quantize", p):
+        return None
+    tensor_scale = torch.tensor(p.tensor_scale) if p.two_level else None
+    return Fused(codes, values, scale, own if given is None else given, tensor_scale,
+                 (p.scale_range[0], p.scale_range[1]), (p.counts[0], p.counts[1]) if count else None)
 
 
-_RULE_CODES = {"exact": 0, "rceil": 1, "floor": 2, "e4m3": 3, "e4m3 two-level": 4}  # as _kernels.c numbers them
+# ---- the twins: the torch definitions' signatures, computed by the kernels (tests compare each pair) -----------
 
 
-def scales(amax: torch.Tensor, rule: str, max_eff: float, exponent_range: tuple[int, int]):
-    """(scale, inverse) like amax from scaling.scale_from_amax's arithmetic, in one pass."""
-    a = amax.to(torch.float32).contiguous()
-    scale, inverse = torch.empty_like(a), torch.empty_like(a)
-    _load()[0].fp8lab_scales(a.data_ptr(), a.numel(), _RULE_CODES[rule], max_eff, *exponent_range,
-                             scale.data_ptr(), inverse.data_ptr())
-    return scale, inverse
+def _template(fmt: FloatFormat | str, scale_rule: str = "exact", margin: int = 0,
+              scale_fmt: FloatFormat | str | None = None, two_level: bool = False) -> bytes:
+    p = parameters(check_scale_args(fmt, scale_rule, margin, scale_fmt, two_level))
+    if p is None:
+        raise ValueError(f"the kernels store e4m3, e5m2 and e2m1 codes, not {get_format(fmt).name}")
+    return p
 
 
-def block_mul(v: torch.Tensor, block: tuple[int, int], s: torch.Tensor) -> torch.Tensor:
-    """v[M, K] * s[block] (s: [ceil(M/r), ceil(K/c)] float32) -> float32 [M, K]."""
-    m, k = v.shape
-    r, c = block
-    s = s.to(torch.float32).contiguous()
-    out = torch.empty(m, k, dtype=torch.float32)
-    _load()[0].fp8lab_block_mul(v.data_ptr(), m, k, r, c, s.data_ptr(), out.data_ptr())
+def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
+    """scaling.amax_per_block, by the kernel: max|x| per block, [ceil(M/rows), ceil(K/cols)] float32."""
+    x2d = as_2d(x, granularity).to(torch.float32).contiguous()
+    if x2d.numel() == 0:
+        raise ValueError("cannot scale an empty tensor")
+    p = _block_params(_template("e4m3"), x2d, granularity.block_shape(tuple(x2d.shape)))
+    out = torch.empty(-(-p.M // p.r), -(-p.K // p.c))
+    p.amax = out.data_ptr()
+    _run("fp8lab_block_amax", p)
     return out
 
 
-def quantize(x2d: torch.Tensor, block: tuple[int, int], fmt, rule: str, max_eff: float,
-             exponent_range: tuple[int, int] = (-126, 127), fold: bool = False):
-    """quantize() from x's own amaxes in one call: (codes, values, scale, inverse, amax,
-    tensor_scale, (smallest scale, largest scale)), or None if an amax is infinite (the
-    caller explains). rule: a scale rule (scales as scales()), or "e4m3" / "e4m3 two-level"
-    for NVFP4's E4M3 block scales (the latter under a per-tensor scale, else tensor_scale is
-    None). Codes and values as scale_cast() (with fold: values times their block's scale)."""
-    m, k = x2d.shape
-    r, c = block
-    mb, kb = -(-m // r), -(-k // c)
-    # (torch.empty's float32 default is cheaper than naming it: this runs per GEMM operand)
-    amax, scale, inverse = torch.empty(mb, kb), torch.empty(mb, kb), torch.empty(mb, kb)
-    tensor_scale = torch.empty(()) if rule == "e4m3 two-level" else None
-    storage = fmt.storage_dtype
-    codes = torch.empty(m, k, dtype=storage)
-    vals = _values_buffer(m, k)
-    scale_range = (ctypes.c_float * 2)()
-    bad = _load()[0].fp8lab_quantize(
-        x2d.data_ptr(), m, k, r, c, _RULE_CODES[rule], max_eff, *exponent_range, fmt.mantissa_bits, 1 - fmt.bias,
-        fmt.max_value, STORAGE[storage], amax.data_ptr(), scale.data_ptr(), inverse.data_ptr(),
-        codes.data_ptr(), vals.data_ptr() if vals is not None else None, int(fold),
-        tensor_scale.data_ptr() if tensor_scale is not None else None, scale_range,
-    )
-    return None if bad else (codes, vals, scale, inverse, amax, tensor_scale, (scale_range[0], scale_range[1]))
+def scale_from_amax(amax: torch.Tensor, fmt: FloatFormat | str = "e4m3", scale_rule: str = "exact", margin: int = 0,
+                    scale_fmt: FloatFormat | str | None = None, two_level: bool = False) -> Scales:
+    """scaling.scale_from_amax, by the kernel: Scales(scale, inverse, tensor_scale), shaped like amax."""
+    a = amax.to(torch.float32).contiguous()
+    flat = a.reshape(1, -1)
+    p = _block_params(_template(fmt, scale_rule, margin, scale_fmt, two_level), flat, (1, 1))
+    scale, inverse = torch.empty_like(a), torch.empty_like(a)
+    p.given_amax, p.scale, p.inverse = flat.data_ptr(), scale.data_ptr(), inverse.data_ptr()
+    _run("fp8lab_scales", p)
+    return Scales(scale, inverse, torch.tensor(p.tensor_scale) if p.two_level else None)
+
+
+def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """formats.cast, by the kernel's cast (the one quantize runs), for e4m3, e5m2 and e2m1."""
+    fmt = get_format(fmt)
+    _check_float(x)
+    if dtype not in (torch.float32, fmt.storage_dtype):
+        raise ValueError(f"cast returns float32 values or {fmt.name}'s storage dtype {fmt.storage_dtype}, not {dtype}")
+    flat = x.to(torch.float32).contiguous().reshape(1, -1)
+    one = torch.ones(1)
+    p = _block_params(_template(fmt), flat, (1, max(flat.shape[1], 1)))
+    codes, values = torch.empty(flat.shape, dtype=fmt.storage_dtype), torch.empty(flat.shape)
+    p.inverse, p.codes, p.values = one.data_ptr(), codes.data_ptr(), values.data_ptr()
+    if flat.numel():
+        _run("fp8lab_cast", p)
+    return (values if dtype == torch.float32 else codes).reshape(x.shape)
 
 
 def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """out *= outer(a, b), in place, without making the [M, N] factor matrix (same bits)."""
+    """out[M, N] *= outer(a[M], b[N]), in place, without making the [M, N] factor matrix: the same
+    bits as out.mul_(a[:, None] * b[None, :]) (its torch twin, in fp8lab.gemm)."""
     a, b = a.to(torch.float32).contiguous(), b.to(torch.float32).contiguous()
+    if not (out.dim() == 2 and out.dtype == torch.float32 and out.is_contiguous() and out.device.type == "cpu"
+            and a.numel() == out.shape[0] and b.numel() == out.shape[1]):
+        raise ValueError(f"scale_outer_ takes out[M, N] float32 contiguous, a[M], b[N]: got {tuple(out.shape)}, "
+                         f"{a.numel()}, {b.numel()}")
     _load()[0].fp8lab_scale_outer(out.data_ptr(), out.shape[0], out.shape[1], a.data_ptr(), b.data_ptr())
     return out
-
-
-def clip_flush_counts(x2d: torch.Tensor, block: tuple[int, int], scale: torch.Tensor, codes: torch.Tensor,
-                      limit: float) -> tuple[int, int]:
-    """(elements that clipped, nonzero elements that flushed to zero): metrics' overflow and
-    underflow counts in one pass. scale: float32 per block (tensor scale folded in)."""
-    m, k = x2d.shape
-    r, c = block
-    s = scale.to(torch.float32).contiguous()
-    counts = torch.zeros(2, dtype=torch.int64)
-    _load()[0].fp8lab_clip_flush_counts(x2d.data_ptr(), m, k, r, c, s.data_ptr(), s.numel(),
-                                        codes.contiguous().data_ptr(), limit, counts.data_ptr())
-    clipped, flushed = counts.tolist()
-    return clipped, flushed
 
 
 @lru_cache(maxsize=1)

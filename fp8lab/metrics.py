@@ -15,7 +15,6 @@ import math
 
 import torch
 
-from fp8lab import kernels
 from fp8lab.quantize import QuantizedTensor
 
 __all__ = [
@@ -113,27 +112,20 @@ def _scaled_magnitude(x: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
     return x.detach().double().abs() / q.expanded_scale().double()
 
 
-def _clip_limit(q: QuantizedTensor) -> float:
-    # without saturation these would have rounded beyond max_value: |x| / scale above max_value
-    # plus half an ulp of the top binade
-    fmt = q.fmt
-    return fmt.max_value + 0.5 * 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)
-
-
 def _clipped(x: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
-    return _scaled_magnitude(x, q) > _clip_limit(q)
+    # without saturation these would have rounded beyond max_value: |x| / scale above max_value
+    # plus half an ulp of the top binade (FloatFormat.clip_threshold)
+    return _scaled_magnitude(x, q) > q.fmt.clip_threshold
 
 
 def overflow_underflow(x: torch.Tensor, q: QuantizedTensor) -> tuple[float, float]:
-    """(overflow_fraction, underflow_fraction) of x quantized as q, in one pass where the
-    CPU kernels apply (the Monitor's per-step statistics); the same numbers either way."""
-    x2d = x.detach().reshape(q.shape)
-    if (kernels.enabled(x2d) and q.data.is_contiguous() and q.data.dtype in kernels.STORAGE
-            and x2d.dim() == 2):
-        scale = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
-        block = q.block_shape
-        clipped, flushed = kernels.clip_flush_counts(x2d, block, scale, q.data.view(torch.uint8), _clip_limit(q))
-        return clipped / x2d.numel(), flushed / x2d.numel()
+    """(overflow_fraction, underflow_fraction) of x quantized as q: the Monitor's per-step
+    statistics. Read from q.counts where quantize counted them in its own pass (asked with
+    count=True, on the CPU kernels); else computed here. The same numbers either way."""
+    if q.counts is not None:
+        clipped, flushed = q.counts
+        n = max(q.data.numel(), 1)
+        return clipped / n, flushed / n
     return overflow_fraction(x, q), underflow_fraction(x, q)
 
 

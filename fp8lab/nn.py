@@ -143,11 +143,12 @@ def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling
             current = amax_per_block(t, scaling.granularity)
         past = history.amax()
         amax = current.reshape(()) if past is None else torch.tensor(past, dtype=torch.float32, device=t.device)
-    q = scaling.quantize(t, amax=amax)
+    monitoring = state.monitor is not None and state.monitor.active()
+    q = scaling.quantize(t, amax=amax, count=monitoring)  # (count: the Monitor's clip and flush counts)
     if history is not None and role not in state.recorded:
         state.recorded.add(role)  # once per step, at the role's first GEMM
         history.record(float(current.max()))
-    if state.monitor is not None and state.monitor.active():
+    if monitoring:
         state.monitor.record(state.name, gemm, role, t, q)
     return q
 
@@ -266,8 +267,8 @@ class _FP8LinearFunction(torch.autograd.Function):
         else:
             ctx.q_x, ctx.q_w = _fprop_operands(state, x2, weight)
             out = _mm(state, ctx.q_x, ctx.q_w, "fprop").to(x.dtype)
-            if bias is not None:
-                out = out.add_(bias) if out.dtype == bias.dtype else out + bias
+            if bias is not None:  # (in the input's dtype: a float16 input gives a float16 output)
+                out = out.add_(bias.to(out.dtype))
         ctx.save_for_backward(x2, weight)
         return out.reshape(*x.shape[:-1], weight.shape[0])
 
@@ -346,6 +347,11 @@ class FP8Linear(nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """y[..., N] = x[..., K] @ weight.T + bias, in x's dtype (a floating-point input)."""
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"FP8Linear takes a floating-point input (float32, bfloat16, float16), got "
+                            f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}; "
+                            "convert integer data (token ids go through an nn.Embedding first)")
         state = _LayerState(self.layer_name, self.recipe, self.histories, self.monitor, self.backend,
                             self.amax_reducer)
         return _FP8LinearFunction.apply(x, self.weight, self.bias, state)
@@ -389,6 +395,8 @@ def convert(
     The model is deep-copied unless inplace=True. Parameters are shared with the copy's
     Linear layers, so build the optimizer after converting.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"convert takes a torch.nn.Module, got {type(model).__name__}")
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     if amax_reducer is not None and engine != "fp8lab":

@@ -5,29 +5,28 @@ settings checked once, then applied: what a training step calls).
 x[M, K] -> data[M, K] (the format's codes) and scale[ceil(M/rows), ceil(K/cols)]
 (float32 dequantization multipliers): x ~= data.float() * scale, broadcast per block.
 NVFP4 adds a second, per-tensor float32 factor: x ~= data * scale * tensor_scale.
+The definition is three steps in torch (quantize_with): scaling.amax_per_block,
+scaling.scale_from_amax (every scale rule), formats.cast; on the CPU fp8lab.kernels does the
+same in one pass, chosen in one place (quantize_with's first lines).
 Notebook 02 introduces quantize; 04 the block shapes; 01 the codes.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
 
 from fp8lab import kernels
-from fp8lab.formats import E2M1, E4M3, E8M0, FloatFormat, _check_float, cast, get_format, widen
+from fp8lab.formats import E2M1, E4M3, FloatFormat, _check_float, cast, get_format, widen
 from fp8lab.scaling import (
-    SCALE_RULES,
     AmaxHistory,
     Granularity,
     PerBlock,
     PerTensor,
     amax_per_block,
     as_2d,
-    cast_scale_e4m3,
-    check_margin,
     check_scale_args,
     padded_blocks,
     parse_granularity,
@@ -41,16 +40,43 @@ __all__ = ["QuantizeSpec", "QuantizedTensor", "quantize", "quantize_delayed", "q
 _CHUNK_ELEMENTS = 1 << 18
 
 
+@dataclass(eq=False)
+class Derived:
+    """What a QuantizedTensor derives from its codes and scales: computed once, when first asked
+    for, or written by quantize's kernel in the same pass where that was nearly free. The only
+    mutable part of a QuantizedTensor; filling it changes no number, only when it is computed.
+
+    values:      data as float32, data's shape (QuantizedTensor.values())
+    scaled:      values times each element's block scale, tensor_scale left out, float32, data's
+                 shape (QuantizedTensor.scaled_values(): what an emulated GEMM multiplies where
+                 the scales vary along its contraction)
+    scale_range: (smallest, largest) block scale (QuantizedTensor.scale_range())
+    """
+
+    values: torch.Tensor | None = None
+    scaled: torch.Tensor | None = None
+    scale_range: tuple[float, float] | None = None
+
+    def t(self) -> Derived:
+        return Derived(None if self.values is None else self.values.t(),
+                       None if self.scaled is None else self.scaled.t(), self.scale_range)
+
+
 @dataclass(frozen=True, eq=False)
 class QuantizedTensor:
-    """A tensor in a low-precision format with per-block scales.
+    """A tensor in a low-precision format with per-block scales (checked on construction).
 
     data:  x's shape, dtype fmt.storage_dtype (float8_e4m3fn / float8_e5m2; E2M1 values
            are kept unpacked, one per byte, in float8_e4m3fn, which holds each exactly)
     scale: float32 dequantization multipliers; () per tensor, (M, 1) per row,
-           (ceil(M/rows), ceil(K/cols)) per block
+           (ceil(M/rows), ceil(K/cols)) per block (blocks clamped to the tensor)
     tensor_scale: a second float32 factor (0-d) for two-level scaling (NVFP4), else None
     amax:  the amax each scale was computed from (same shape as scale)
+    counts: (clipped, flushed) element counts, where quantize was asked to count them (the
+           Monitor does) and its kernel ran; None otherwise (metrics then count from x)
+    derived: values, scale-folded values and the scale range, computed once (see Derived)
+    A hand-built QuantizedTensor is checked like quantize's: a wrong dtype, device or scale
+    shape raises ValueError here, never garbage later.
     """
 
     data: torch.Tensor
@@ -62,25 +88,66 @@ class QuantizedTensor:
     tensor_scale: torch.Tensor | None = None
     amax: torch.Tensor | None = None
     margin: int = 0
-    _values: torch.Tensor | None = field(default=None, repr=False)
-    # values * block scale (without tensor_scale): what an emulated GEMM multiplies where the
-    # scales vary along its contraction; written by the quantize kernel where it is cheap
-    _scaled: torch.Tensor | None = field(default=None, repr=False)
-    _scale_range: tuple[float, float] | None = field(default=None, repr=False)
+    counts: tuple[int, int] | None = None
+    derived: Derived = field(default_factory=Derived, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, torch.Tensor) or not isinstance(self.scale, torch.Tensor):
+            raise TypeError("QuantizedTensor: data and scale must be torch.Tensors")
+        if not isinstance(self.fmt, FloatFormat) or not isinstance(self.granularity, Granularity):
+            raise TypeError("QuantizedTensor: fmt must be a FloatFormat and granularity a Granularity "
+                            "(fp8lab.get_format, fp8lab.parse_granularity)")
+        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.tensor_scale is not None)
+        if self.data.dtype != self.fmt.storage_dtype:
+            raise ValueError(f"QuantizedTensor: {self.fmt.name} data is stored as {self.fmt.storage_dtype}, "
+                             f"got {self.data.dtype}")
+        shape = self.granularity.scale_shape(tuple(as_2d(self.data, self.granularity).shape))
+        for name, t in (("scale", self.scale), ("amax", self.amax)):
+            if t is None:
+                continue
+            if t.dtype != torch.float32 or t.device != self.data.device or tuple(t.shape) != shape:
+                raise ValueError(
+                    f"QuantizedTensor: {name} must be float32 on {self.data.device}, shaped {shape} for "
+                    f"{self.granularity.label} blocks of data {tuple(self.data.shape)}; got {t.dtype} on {t.device}, "
+                    f"shaped {tuple(t.shape)}")
+        ts = self.tensor_scale
+        if ts is not None and (ts.dtype != torch.float32 or ts.device != self.data.device or ts.dim() != 0):
+            raise ValueError("QuantizedTensor: tensor_scale must be a 0-d float32 tensor on data's device")
 
     def scale_range(self) -> tuple[float, float]:
         """(smallest, largest) block scale, without tensor_scale; both NaN if a scale is NaN.
-        Found by the quantize kernel where it ran, else computed once and cached."""
-        if self._scale_range is None:
+        Found by the quantize kernel where it ran, else computed once (Derived)."""
+        if self.derived.scale_range is None:
             smallest, largest = torch.aminmax(self.scale)
-            object.__setattr__(self, "_scale_range", (float(smallest), float(largest)))
-        return self._scale_range
+            self.derived.scale_range = (float(smallest), float(largest))
+        return self.derived.scale_range
 
     def values(self) -> torch.Tensor:
-        """data as float32 (the element values before scaling), computed once and cached."""
-        if self._values is None:
-            object.__setattr__(self, "_values", widen(self.data))
-        return self._values
+        """data as float32 (the element values before scaling), computed once (Derived)."""
+        if self.derived.values is None:
+            self.derived.values = widen(self.data)
+        return self.derived.values
+
+    def scaled_values(self) -> torch.Tensor:
+        """values times each element's block scale (tensor_scale left out), float32, data's shape and
+        layout (a GEMM's summation order may follow it): what an emulated GEMM multiplies where the
+        scales vary along K. Computed once (Derived)."""
+        if self.derived.scaled is None:
+            scaled = self._times_block_scales(self.values())
+            if self.data.dim() == 2 and not self.data.is_contiguous() and self.data.t().is_contiguous():
+                scaled = scaled.t().contiguous().t()  # a transposed view, laid out as the kernel writes it
+            self.derived.scaled = scaled
+        return self.derived.scaled
+
+    def _times_block_scales(self, data: torch.Tensor) -> torch.Tensor:
+        if self.scale.dim() == 0:
+            return data * self.scale
+        d2 = as_2d(data, self.granularity)
+        blocks = padded_blocks(d2, self.block_shape)  # (MB, r, KB, c)
+        out = blocks * self.scale[:, None, :, None]
+        m, k = d2.shape
+        # contiguous, as the kernel writes it: a GEMM's summation order may follow the layout
+        return out.reshape(blocks.shape[0] * blocks.shape[1], -1)[:m, :k].contiguous().reshape(self.shape)
 
     def t(self, granularity: Granularity | None = None) -> QuantizedTensor:
         """The transpose, sharing data and scales: q[M, K] -> q.t()[K, M].
@@ -104,11 +171,8 @@ class QuantizedTensor:
             if gran.block_shape(tuple(self.shape[::-1])) != granularity.block_shape(tuple(self.shape[::-1])):
                 raise ValueError(f"the transpose's blocks are {gran.label}, not {granularity.label}")
             gran = granularity
-        return QuantizedTensor(
-            self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt, self.tensor_scale, amax,
-            self.margin, self._values.t() if self._values is not None else None,
-            self._scaled.t() if self._scaled is not None else None, self._scale_range,
-        )
+        return QuantizedTensor(self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt,
+                               self.tensor_scale, amax, self.margin, self.counts, self.derived.t())
 
     def to(self, device: torch.device | str) -> QuantizedTensor:
         """The same codes and scales on another device (cached float32 copies are not moved)."""
@@ -120,8 +184,8 @@ class QuantizedTensor:
             return None if t is None else t.to(device)
 
         return QuantizedTensor(move(self.data), move(self.scale), self.fmt, self.granularity, self.scale_rule,
-                               self.scale_fmt, move(self.tensor_scale), move(self.amax), self.margin,
-                               _scale_range=self._scale_range)
+                               self.scale_fmt, move(self.tensor_scale), move(self.amax), self.margin, self.counts,
+                               Derived(scale_range=self.derived.scale_range))
 
     @property
     def shape(self) -> torch.Size:
@@ -146,21 +210,12 @@ class QuantizedTensor:
 
     def dequantize(self) -> torch.Tensor:
         """data * scale (* tensor_scale), float32, the original shape."""
-        if self._scaled is not None:  # the same products, made by the quantize kernel
-            out = self._scaled
-            return (out * self.tensor_scale if self.tensor_scale is not None else out.clone()).reshape(self.shape)
-        data = self.values()
-        if self.scale.dim() == 0:
-            out = data * self.scale
-        else:
-            d2 = as_2d(data, self.granularity)
-            blocks = padded_blocks(d2, self.block_shape)  # (MB, r, KB, c)
-            out = blocks * self.scale[:, None, :, None]
-            m, k = d2.shape
-            out = out.reshape(blocks.shape[0] * blocks.shape[1], -1)[:m, :k]
-        if self.tensor_scale is not None:
-            out = out * self.tensor_scale
-        return out.reshape(self.shape)
+        out = self.derived.scaled  # the same products, where the quantize kernel (or a GEMM) made them
+        if out is None:
+            out = self._times_block_scales(self.values())
+        elif self.tensor_scale is None:
+            out = out.clone()
+        return out * self.tensor_scale if self.tensor_scale is not None else out
 
     def codes(self) -> torch.Tensor:
         """The element codes as uint8 (E2M1: 4-bit codes 0..15, sign in bit 3)."""
@@ -219,41 +274,34 @@ _E2M1_FROM_E4M3_BYTE = _e2m1_codes(torch.arange(256, dtype=torch.uint8).view(tor
 # ---- the scale-and-cast loop ------------------------------------------------------------------------
 
 
-def _scale_and_cast(
-    blocks: torch.Tensor, inverse: torch.Tensor, fmt: FloatFormat, out: torch.Tensor
-) -> None:
-    """out[...] = cast(blocks * inverse, fmt), in cache-sized chunks of block rows.
+def _scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """data[M, K] = cast(x * inverse[block], fmt) in fmt.storage_dtype, in cache-sized chunks of block rows.
 
-    blocks: (MB, r, KB, c) float32; inverse: (MB, 1, KB, 1) or a 0-d tensor;
-    out: same shape as blocks, dtype fmt.storage_dtype. Saturation is explicit (clamp to
-    +-max) because torch's casts don't all saturate (E5M2 doesn't; E4M3 doesn't before
-    torch 2.12). Where torch has no cast for fmt (E2M1), the reference cast runs instead.
+    x2d: [M, K] float32; inverse: [ceil(M/r), ceil(K/c)] float32 (or one value).
     """
-    mb = blocks.shape[0]
-    per_row = max(blocks[0].numel(), 1)
+    m, k = x2d.shape
+    if inverse.numel() == 1:  # one scale: any layout will do, so cut x into rows that chunk well
+        width = 1024 if x2d.numel() % 1024 == 0 else k
+        blocks, inv = x2d.reshape(-1, 1, 1, width), inverse.reshape(())  # (rows, 1, 1, width)
+    else:
+        blocks, inv = padded_blocks(x2d, block), inverse[:, None, :, None]  # (MB, r, KB, c), (MB, 1, KB, 1)
+    out = torch.empty(blocks.shape, dtype=fmt.storage_dtype, device=x2d.device)
+    mb, per_row = blocks.shape[0], max(blocks[0].numel(), 1)
     # chunks keep the float32 temporary in the CPU's cache; a GPU does it in one pass
     step = max(1, _CHUNK_ELEMENTS // per_row) if blocks.device.type == "cpu" else mb
-    native = fmt.torch_dtype is not None and fmt.torch_dtype == fmt.storage_dtype
-    buf = torch.empty((min(step, mb), *blocks.shape[1:]), dtype=torch.float32, device=blocks.device)
     for start in range(0, mb, step):
         stop = min(start + step, mb)
-        tmp = buf[: stop - start]
-        inv = inverse if inverse.dim() == 0 else inverse[start:stop]
-        torch.mul(blocks[start:stop], inv, out=tmp)
-        tmp.clamp_(-fmt.max_value, fmt.max_value)  # NaN passes through
-        if native:
-            out[start:stop].copy_(tmp)  # torch's float32 -> fp8 cast: nearest even
-        else:
-            out[start:stop].copy_(cast(tmp, fmt))
+        out[start:stop] = cast(blocks[start:stop] * (inv if inv.dim() == 0 else inv[start:stop]), fmt,
+                               fmt.storage_dtype)
+    if inverse.numel() == 1:
+        return out.reshape(m, k)
+    data = out.reshape(blocks.shape[0] * blocks.shape[1], -1)  # (MB * r, KB * c)
+    return data if data.shape == (m, k) else data[:m, :k].contiguous()
 
 
 # ---- quantize -------------------------------------------------------------------------------------------
 
-
-def _check_no_inf(block_amax: torch.Tensor, x: torch.Tensor) -> None:
-    # the block amaxes are computed anyway: an infinite element shows up there as inf
-    if torch.isinf(block_amax).any():
-        _refuse_inf(x)
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 def _refuse_inf(x: torch.Tensor) -> None:
@@ -265,13 +313,46 @@ def _refuse_inf(x: torch.Tensor) -> None:
     )
 
 
+def _input_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
+    """x as the float32 [M, K] the granularity talks about, checked (detached: no autograd graph)."""
+    _check_float(x)
+    if x.dtype == torch.float64 and x.numel():  # values float32 cannot hold would read as infinities
+        beyond = (x.abs() > _FLOAT32_MAX) & torch.isfinite(x)
+        if bool(beyond.any()):
+            raise ValueError(
+                f"x has {int(beyond.sum())} value(s) beyond float32's range (largest |x| "
+                f"{float(x[beyond].abs().max()):.3g} > {_FLOAT32_MAX:.3g}): fp8lab quantizes in float32. "
+                "Divide x by a power of two first (and multiply the scales back), or clamp it.")
+    x32 = x.detach() if x.dtype == torch.float32 else x.detach().to(torch.float32)
+    x2d = as_2d(x32, granularity)
+    if x2d.numel() == 0:
+        raise ValueError("cannot quantize an empty tensor")
+    return x2d
+
+
+def _given_amax(amax: torch.Tensor | float, blocks: tuple[int, int], granularity: Granularity,
+                shape: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """An amax passed to quantize, checked: one per block (MB, KB), float32, each >= 0 and finite or NaN."""
+    a = torch.as_tensor(amax, dtype=torch.float32, device=device)
+    if a.numel() != blocks[0] * blocks[1]:
+        raise ValueError(
+            f"amax has {a.numel()} value(s) but {granularity.label} scaling of shape {tuple(shape)} has "
+            f"{blocks[0] * blocks[1]} block(s): pass one amax per block, shaped {blocks} "
+            "(a single amax is for per-tensor scaling, as in delayed scaling)")
+    bad = (a < 0) | torch.isinf(a)
+    if bool(bad.any()):
+        raise ValueError(f"an amax is max|x| over its block: finite and >= 0, got {a[bad].flatten()[0].item()!r} "
+                         "(NaN is allowed: it propagates to its block)")
+    return a.reshape(blocks)
+
+
 @dataclass(frozen=True)
 class QuantizeSpec:
     """quantize()'s settings, checked: what every call with them shares.
 
-    kernel_rule / kernel_args: how fp8lab.kernels.quantize computes these scales (its rule
-    name and (max_eff, exponent range) or (max_eff,)); None where the kernels don't store
-    this format. TensorScaling (recipes.py) keeps one, so a training step checks nothing twice.
+    kernel: fp8lab.kernels' parameter block for these settings (the formats and the rule as
+    data), or None where the kernels don't store this format. TensorScaling (recipes.py)
+    keeps one spec, so a training step checks nothing twice.
     """
 
     fmt: FloatFormat
@@ -280,8 +361,7 @@ class QuantizeSpec:
     margin: int
     scale_fmt: FloatFormat | None
     two_level: bool
-    kernel_rule: str | None
-    kernel_args: tuple
+    kernel: bytes | None = field(default=None, compare=False, repr=False)
 
 
 def quantize_spec(
@@ -299,30 +379,11 @@ def quantize_spec(
         return _spec_cached.__wrapped__(fmt, granularity, scale_rule, margin, scale_fmt, two_level)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
 def _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level) -> QuantizeSpec:
-    fmt = get_format(fmt)
-    granularity = parse_granularity(granularity)
-    if fmt is E8M0:
-        raise ValueError("E8M0 is a scale-only format (no sign, no zero); quantize elements to e4m3, e5m2 or e2m1")
-    if scale_rule not in SCALE_RULES:
-        raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
-    if scale_fmt is not None:
-        scale_fmt = get_format(scale_fmt)
-        if scale_fmt not in (E8M0, E4M3):
-            raise ValueError(f"scale_fmt must be None (float32), 'e8m0' or 'e4m3', got {scale_fmt.name}")
-    if two_level and scale_fmt is not E4M3:
-        raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
-    if scale_fmt is E4M3 and scale_rule != "exact":
-        raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
-    check_margin(margin)
-    if scale_fmt is E4M3:
-        rule, args = ("e4m3 two-level" if two_level else "e4m3"), (fmt.max_value / 2**margin,)
-    else:
-        rule, args = scale_rule, check_scale_args(fmt, scale_rule, margin, scale_fmt)[1:]
-    if fmt.storage_dtype not in kernels.STORAGE:
-        rule, args = None, ()
-    return QuantizeSpec(fmt, granularity, scale_rule, margin, scale_fmt, bool(two_level), rule, args)
+    args = check_scale_args(get_format(fmt), scale_rule, margin, scale_fmt, two_level)
+    return QuantizeSpec(args.fmt, parse_granularity(granularity), args.scale_rule, args.margin, args.scale_fmt,
+                        args.two_level, kernels.parameters(args))
 
 
 def quantize(
@@ -339,95 +400,58 @@ def quantize(
     """Quantize x to `fmt` with one scale per block of `granularity`.
 
     x[M, K] -> QuantizedTensor(data[M, K], scale[ceil(M/rows), ceil(K/cols)]), where
-    scale = amax / (fmt.max_value / 2**margin) for "exact" (see scale_from_amax for
-    "rceil" and "floor") and data = cast(x / scale, fmt), saturating at +-max_value.
+    scale = amax / (fmt.max_value / 2**margin) for "exact" (scaling.scale_from_amax has every
+    rule) and data = cast(x / scale, fmt), saturating at +-max_value.
 
     scale_fmt  None: float32 scales. E8M0: power-of-two scales (MX). E4M3: scales rounded
                to E4M3 (NVFP4), with two_level=True adding a per-tensor float32 scale
                amax / (448 * fmt.max_value) so the E4M3 block scales use their whole range.
     amax       use this amax instead of x's own: a scalar for per-tensor scaling (delayed
                scaling), or one per block, shaped like the scale (amaxes reduced across
-               data-parallel ranks, fp8lab.distributed). Values beyond it clip, and
-               metrics.overflow_fraction shows how many.
-    NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError.
-    Per-row and per-block need a 2-D x (reshape batches to (-1, K)).
+               data-parallel ranks, fp8lab.distributed); each finite and >= 0, or NaN. Values
+               beyond it clip, and metrics.overflow_fraction shows how many.
+    NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError, and
+    so does a float64 value beyond float32's range. Per-row and per-block need a 2-D x
+    (reshape batches to (-1, K)); a block larger than x is clamped to it. x may have any
+    float dtype; it is detached: the result carries no autograd graph (fp8lab.nn.FP8Linear
+    defines the gradients of FP8 training).
     """
     return quantize_with(x, quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level), amax)
 
 
-def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | float | None = None) -> QuantizedTensor:
-    """quantize(x, ...) with its settings checked beforehand (quantize_spec)."""
-    _check_float(x)
-    fmt, granularity, scale_rule, margin, scale_fmt = (
-        spec.fmt, spec.granularity, spec.scale_rule, spec.margin, spec.scale_fmt)
-    x32 = x.detach() if x.dtype == torch.float32 else x.detach().to(torch.float32)
-    x2d = as_2d(x32, granularity)
-    if x2d.numel() == 0:
-        raise ValueError("cannot quantize an empty tensor")
-    use_kernels = x2d.device.type == "cpu" and kernels.enabled()
-    if use_kernels:
-        x2d = x2d.contiguous()  # the kernels read rows in place (a no-op for most callers)
-    block = granularity.block_shape(tuple(x2d.shape))
+def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | float | None = None, *,
+                  count: bool = False) -> QuantizedTensor:
+    """quantize(x, ...) with its settings checked beforehand (quantize_spec).
 
-    if amax is None and spec.kernel_rule is not None and use_kernels:
-        # everything below in one call (fp8lab.kernels)
-        fold = _folds(granularity, block, x2d.shape)
-        fused = kernels.quantize(x2d, block, fmt, spec.kernel_rule, *spec.kernel_args, fold=fold)
+    The definition is the torch code at the end: the block amaxes, the scales
+    (scaling.scale_from_amax) and the cast (formats.cast). On the CPU, fp8lab.kernels computes
+    the same bits in one pass: this is the one place that chooses (kernels.engine(), decided
+    once per process). count=True also counts, in that pass, the elements that clipped and
+    flushed (QuantizedTensor.counts, for the Monitor); the torch code leaves that to metrics.
+    """
+    x2d = _input_2d(x, spec.granularity)
+    m, k = x2d.shape
+    block = spec.granularity.block_shape((m, k))  # never larger than x
+    blocks = (-(-m // block[0]), -(-k // block[1]))  # (MB, KB)
+    given = None if amax is None else _given_amax(amax, blocks, spec.granularity, (m, k), x2d.device)
+    fold = _folds(spec.granularity, block, (m, k))
+
+    if spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels:
+        fused = kernels.quantize(x2d.contiguous(), block, spec.kernel, given, fold=fold, count=count)
         if fused is None:
             _refuse_inf(x2d)  # the kernel found an infinite amax
-        data, values, scale, _, block_amax, tensor_scale, scale_range = fused
-        return _quantized(data if x.dim() == 2 else data.reshape(x.shape), scale, spec, tensor_scale, block_amax,
-                          values, fold, scale_range)
+        return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
+                          fused.scale_range, fused.counts)
 
-    if amax is None:
-        block_amax = amax_per_block(x2d, granularity)
-        _check_no_inf(block_amax, x2d)
-    else:
-        own = amax_per_block(x2d, granularity)  # (MB, KB)
-        _check_no_inf(own, x2d)
-        block_amax = torch.as_tensor(amax, dtype=torch.float32, device=x.device)
-        if block_amax.numel() != own.numel():
-            raise ValueError(
-                f"amax has {block_amax.numel()} value(s) but {granularity.label} scaling of shape "
-                f"{tuple(x2d.shape)} has {own.numel()} block(s): pass one amax per block, shaped {tuple(own.shape)} "
-                "(a single amax is for per-tensor scaling, as in delayed scaling)"
-            )
-        block_amax = block_amax.reshape(own.shape)
-
-    tensor_scale = None
-    if scale_fmt is E4M3:  # NVFP4-style: E4M3 block scales, optionally under a tensor scale
-        ideal = block_amax / (fmt.max_value / 2**margin)  # (MB, KB) float32
-        if spec.two_level:
-            tensor_amax = block_amax.amax()
-            tensor_scale = torch.where(tensor_amax > 0, tensor_amax / (E4M3.max_value * fmt.max_value), 1.0)
-            ideal = ideal / tensor_scale
-        scale = cast_scale_e4m3(ideal)
-        scale = torch.where(torch.isnan(block_amax), math.nan, scale)
-        # inverse as torchao's NVFP4 (and the MSLK kernel): (1 / tensor_scale) / block scale
-        inverse = (1.0 / tensor_scale if spec.two_level else torch.ones((), device=x.device)) / scale
-    else:
-        scale, inverse = scale_from_amax(block_amax, fmt, scale_rule, margin, scale_fmt)
-
-    m, k = x2d.shape
-    if use_kernels and spec.kernel_rule is not None:
-        # the same codes, and their float32 values, in one pass (fp8lab.kernels)
-        fold = _folds(granularity, block, x2d.shape)
-        data, values = kernels.scale_cast(x2d, block, inverse, fmt, fmt.storage_dtype, fold=scale if fold else None)
-        return _quantized(data.reshape(x.shape), scale, spec, tensor_scale, block_amax, values, fold)
-    if isinstance(granularity, PerTensor):
-        # one scale: any layout will do, so cut x into rows that chunk well
-        width = 1024 if x2d.numel() % 1024 == 0 else k
-        blocks = x2d.reshape(-1, 1, 1, width)  # (rows, 1, 1, width)
-        inv = inverse.reshape(())
-    else:
-        blocks = padded_blocks(x2d, block)  # (MB, r, KB, c)
-        inv = inverse[:, None, :, None]  # (MB, 1, KB, 1)
-    out = torch.empty(blocks.shape, dtype=fmt.storage_dtype, device=x.device)
-    _scale_and_cast(blocks, inv, fmt, out)
-    data = out.reshape(blocks.shape[0] * blocks.shape[1], -1)
-    if data.shape != (m, k) and not isinstance(granularity, PerTensor):
-        data = data[:m, :k].contiguous()
-    return _quantized(data.reshape(x.shape), scale, spec, tensor_scale, block_amax)
+    # the definition, in torch: each block's amax, its scale, the cast
+    own = amax_per_block(x2d, spec.granularity)  # (MB, KB)
+    if bool(torch.isinf(own).any()):
+        _refuse_inf(x2d)
+    block_amax = own if given is None else given
+    scale, inverse, tensor_scale = scale_from_amax(block_amax, spec.fmt, spec.scale_rule, spec.margin,
+                                                   spec.scale_fmt, spec.two_level)
+    data = _scale_and_cast(x2d, block, inverse, spec.fmt)
+    return _quantized(x, spec, data, scale, tensor_scale, block_amax)
 
 
 def _folds(granularity: Granularity, block: tuple[int, int], shape: tuple[int, int]) -> bool:
@@ -438,16 +462,16 @@ def _folds(granularity: Granularity, block: tuple[int, int], shape: tuple[int, i
     return isinstance(granularity, PerBlock) and block[0] < shape[0] and block[1] < shape[1]
 
 
-def _quantized(data, scale, spec: QuantizeSpec, tensor_scale, block_amax, values=None, folded=False,
-               scale_range=None) -> QuantizedTensor:
+def _quantized(x, spec: QuantizeSpec, data, scale, tensor_scale, block_amax, values=None, folded=False,
+               scale_range=None, counts=None) -> QuantizedTensor:
     if isinstance(spec.granularity, PerTensor):
         scale, block_amax = scale.reshape(()), block_amax.reshape(())
-    if values is not None and data.dim() != 2:
-        values = values.reshape(data.shape)
-    return QuantizedTensor(
-        data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale, block_amax,
-        spec.margin, None if folded else values, values if folded else None, scale_range,
-    )
+    if data.shape != x.shape:
+        data = data.reshape(x.shape)
+        values = None if values is None else values.reshape(x.shape)
+    derived = Derived(None if folded else values, values if folded else None, scale_range)
+    return QuantizedTensor(data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale,
+                           block_amax, spec.margin, counts, derived)
 
 
 def quantize_delayed(

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8lab.metrics import _clip_limit, overflow_fraction
+from fp8lab.metrics import overflow_fraction
 from fp8lab.nn import layer_gemms
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import Recipe, get_recipe
@@ -338,7 +338,7 @@ def _stats(src: _Source, q: QuantizedTensor, transposed: bool) -> dict[str, floa
 def _overflow(src: _Source, q: QuantizedTensor, transposed: bool) -> float:
     if q.amax is not None:
         scale = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
-        if bool((q.amax <= _clip_limit(q) * scale).all()):
+        if bool((q.amax <= q.fmt.clip_threshold * scale).all()):
             return 0.0  # every block's largest |x| fits: no element clipped
     return overflow_fraction(src.t.t() if transposed else src.t, q)
 

@@ -20,7 +20,7 @@ import torch
 
 from fp8lab.formats import E2M1, E4M3, E5M2, E8M0, FloatFormat, get_format
 from fp8lab.quantize import QuantizedTensor, QuantizeSpec, quantize_spec, quantize_with
-from fp8lab.scaling import SCALE_RULES, AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, parse_granularity
+from fp8lab.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, check_scale_args, parse_granularity
 
 __all__ = ["GEMMS", "RECIPES", "ROLES", "VARIANTS", "DelayedSpec", "Recipe", "TensorScaling", "get_recipe"]
 
@@ -50,10 +50,7 @@ class TensorScaling:
         object.__setattr__(self, "granularity", parse_granularity(self.granularity))
         if self.scale_fmt is not None:
             object.__setattr__(self, "scale_fmt", get_format(self.scale_fmt))
-        if self.scale_rule not in SCALE_RULES:
-            raise ValueError(f"unknown scale_rule {self.scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
-        if self.scale_fmt is E8M0 and self.scale_rule == "exact":
-            raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor'")
+        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.two_level)
 
     @cached_property
     def spec(self) -> QuantizeSpec:
@@ -61,9 +58,9 @@ class TensorScaling:
         return quantize_spec(self.fmt, self.granularity, self.scale_rule, self.margin, self.scale_fmt,
                              self.two_level)
 
-    def quantize(self, x: torch.Tensor, amax: torch.Tensor | None = None) -> QuantizedTensor:
-        """Quantize an operand x[rows, contraction] as this scaling says."""
-        return quantize_with(x, self.spec, amax)
+    def quantize(self, x: torch.Tensor, amax: torch.Tensor | None = None, count: bool = False) -> QuantizedTensor:
+        """Quantize an operand x[rows, contraction] as this scaling says (count: see quantize_with)."""
+        return quantize_with(x, self.spec, amax, count=count)
 
     def down_columns(self, rows: int) -> TensorScaling:
         """This scaling restated for x[rows, cols] when the operand is x^T[cols, rows]: the same

@@ -1,9 +1,11 @@
 """Which elements share a scale (granularity), and how a scale is chosen (scale rules).
 
 Public: PerTensor, PerRow, PerBlock(rows, cols), parse_granularity, amax_per_block,
-scale_from_amax, SCALE_RULES, AmaxHistory (delayed scaling).
+scale_from_amax (every scale rule, NVFP4's E4M3 block scales and tensor scale included),
+Scales, ScaleArgs / check_scale_args, SCALE_RULES, AmaxHistory (delayed scaling).
 Shapes: x[M, K] -> amax[ceil(M/rows), ceil(K/cols)]; PerRow is PerBlock(1, K) and
-PerTensor is PerBlock(M, K). `scale` is the dequantization multiplier: x ~= q * scale.
+PerTensor is PerBlock(M, K); a block larger than the tensor is clamped to it.
+`scale` is the dequantization multiplier: x ~= q * scale.
 Notebooks 02 (per tensor), 03 (delayed) and 04 (per block) introduce this file.
 """
 
@@ -12,23 +14,27 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal
+from functools import lru_cache
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from fp8lab import kernels
 from fp8lab.formats import E4M3, E8M0, FloatFormat, cast, get_format
 
 __all__ = [
+    "MAX_BLOCK",
     "SCALE_RULES",
     "AmaxHistory",
     "Granularity",
     "PerBlock",
     "PerRow",
     "PerTensor",
+    "ScaleArgs",
+    "Scales",
     "amax_per_block",
     "as_2d",
+    "check_scale_args",
     "parse_granularity",
     "scale_from_amax",
 ]
@@ -44,7 +50,7 @@ class Granularity:
     """Which region of x[M, K] shares one scale. Subclasses are frozen dataclasses."""
 
     def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
-        """(rows, cols) of one block for a 2-D tensor of `shape`."""
+        """(rows, cols) of one block for a 2-D tensor of `shape`, never larger than the tensor."""
         raise NotImplementedError
 
     def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -88,6 +94,11 @@ class PerRow(Granularity):
         return "per-row"
 
 
+# the largest block side PerBlock takes (a block is clamped to the tensor anyway; sides beyond
+# this are typos, and C's int64 would wrap them)
+MAX_BLOCK = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class PerBlock(Granularity):
     """One scale per rows x cols tile: x[M, K] -> scale[ceil(M/rows), ceil(K/cols)].
@@ -95,6 +106,10 @@ class PerBlock(Granularity):
     Examples: PerBlock(1, 128) is DeepSeek-V3's activation tile, PerBlock(128, 128) its
     weight block, PerBlock(1, 32) the MX block, PerBlock(1, 16) the NVFP4 block. Shapes
     that do not divide are padded with zeros internally (zeros never change an amax).
+    A block larger than the tensor is clamped to it: PerBlock(128, 128) on x[1, K] is
+    PerBlock(1, 128) there, and PerBlock(10**6, 10**6) on x[64, 256] is one block, per-tensor
+    in effect (the scale's shape says so: (1, 1); QuantizedTensor.block_shape gives the block
+    used). rows and cols: integers in 1..MAX_BLOCK (2**31 - 1).
     """
 
     rows: int
@@ -103,11 +118,11 @@ class PerBlock(Granularity):
     def __post_init__(self) -> None:
         for name in ("rows", "cols"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"PerBlock {name} must be a positive integer, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_BLOCK:
+                raise ValueError(f"PerBlock {name} must be a positive integer up to 2**31 - 1, got {v!r}")
 
     def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
-        return (self.rows, self.cols)
+        return (min(self.rows, max(shape[0], 1)), min(self.cols, max(shape[1], 1)))
 
     @property
     def label(self) -> str:
@@ -190,8 +205,6 @@ def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     if x2d.numel() == 0:
         raise ValueError("cannot scale an empty tensor")
     r, c = granularity.block_shape(tuple(x2d.shape))
-    if kernels.enabled(x2d):  # the same max in one vectorized pass (fp8lab.kernels)
-        return kernels.block_amax(x2d, (r, c))
     blocks = padded_blocks(x2d, (r, c))  # (MB, r, KB, c)
     # max(-min, max) reads x twice but never materialises |x|; reduce the contiguous
     # cols first, then the rows of each block, which is much faster than one strided pass
@@ -202,45 +215,116 @@ def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
         amax = amax.amax(dim=1)  # (MB, KB)
     else:
         amax = amax.squeeze(1)
-    # torch.maximum/amax propagate NaN, as wanted
-    return amax.to(torch.float32)
+    # torch.maximum/amax propagate NaN, as wanted; abs: a block of -0s has amax +0 (max|x|), not -0
+    return amax.to(torch.float32).abs()
 
 
 # ---- scale rules ---------------------------------------------------------------------------------
 
-
-def _pow2_exponent_range(scale_fmt: FloatFormat | None) -> tuple[int, int]:
-    # the exponents e for which both 2^e (the scale) and 2^-e (its inverse) are finite in
-    # float32; an E8M0 scale can also be 2^-127 (a float32 subnormal, whose inverse is fine)
-    if scale_fmt is E8M0:
-        return (-127, 127)
-    return (-126, 127)
+_FLOAT32 = torch.finfo(torch.float32)
 
 
-def check_margin(margin: int) -> None:
-    """A margin is a non-negative int: 2**margin of headroom below the format's max."""
-    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-        raise ValueError(f"margin must be a non-negative integer (a power of two of headroom), got {margin!r}")
+def _largest_margin(fmt: FloatFormat) -> int:
+    # beyond this, max_value / 2**margin is below the smallest subnormal: every value, the
+    # block's largest included, would flush to zero
+    return math.floor(math.log2(fmt.max_value / fmt.min_subnormal))
+
+
+@dataclass(frozen=True)
+class ScaleArgs:
+    """scale_from_amax's settings, checked (check_scale_args), with the constants its formulas use."""
+
+    fmt: FloatFormat
+    scale_rule: str
+    margin: int
+    scale_fmt: FloatFormat | None
+    two_level: bool
+
+    @property
+    def max_eff(self) -> float:
+        """The largest value the block's amax maps to: fmt.max_value / 2**margin."""
+        return self.fmt.max_value / 2**self.margin
+
+    @property
+    def exponent_range(self) -> tuple[int, int]:
+        """The exponents e of power-of-two scales 2^e: both 2^e and 2^-e finite in float32; an
+        E8M0 scale can also be 2^-127 (a float32 subnormal, whose inverse is fine)."""
+        if self.scale_fmt is E8M0:
+            return (-E8M0.bias, E8M0.max_exponent)  # (-127, 127)
+        return (round(math.log2(_FLOAT32.tiny)), math.floor(math.log2(_FLOAT32.max)))  # (-126, 127)
+
+    @property
+    def min_inverse(self) -> float:
+        """"exact": the smallest inverse scale, float32's smallest normal, so that scale = 1 / inverse stays finite."""
+        return _FLOAT32.tiny
+
+    @property
+    def min_tensor_scale(self) -> float:
+        """two_level: the smallest tensor scale, 2^-127 / the smallest block scale, so that every
+        inverse (1 / tensor_scale) / block scale stays finite in float32."""
+        return 2.0**-127 / self.scale_fmt.min_normal if self.scale_fmt is not None else 0.0
 
 
 def check_scale_args(
-    fmt: FloatFormat | str, scale_rule: str, margin: int, scale_fmt: FloatFormat | str | None
-) -> tuple[FloatFormat, float, tuple[int, int]]:
-    """scale_from_amax's arguments checked: (fmt, max_eff, exponent range of power-of-two scales)."""
+    fmt: FloatFormat | str = E4M3,
+    scale_rule: str = "exact",
+    margin: int = 0,
+    scale_fmt: FloatFormat | str | None = None,
+    two_level: bool = False,
+) -> ScaleArgs:
+    """scale_from_amax's (and quantize's) scale settings checked once; a clear error names the valid choices.
+
+    fmt: an element format (not E8M0); scale_rule: one of SCALE_RULES; margin: an integer
+    from 0 to the format's range (e4m3: 17, e5m2: 31, e2m1: 3; beyond it even the block's
+    largest value would flush to zero); scale_fmt: None (float32 scales), E8M0 (power-of-two
+    scales, "rceil" or "floor") or E4M3 (NVFP4's block scales, rounded from "exact" scales);
+    two_level: a per-tensor float32 scale above E4M3 block scales (NVFP4).
+    """
+    try:
+        return _checked(fmt, scale_rule, margin, scale_fmt, two_level)
+    except TypeError:  # an unhashable argument: check it uncached, for the error that explains it
+        return _checked.__wrapped__(fmt, scale_rule, margin, scale_fmt, two_level)
+
+
+@lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
+def _checked(fmt, scale_rule, margin, scale_fmt, two_level) -> ScaleArgs:
     fmt = get_format(fmt)
+    if fmt is E8M0:
+        raise ValueError("E8M0 is a scale-only format (no sign, no zero); quantize elements to e4m3, e5m2 or e2m1")
     if scale_rule not in SCALE_RULES:
         raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
-    check_margin(margin)
+    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+        raise ValueError(f"margin must be a non-negative integer (a power of two of headroom), got {margin!r}")
+    if margin > _largest_margin(fmt):
+        raise ValueError(
+            f"margin {margin} leaves {fmt.name} nothing: {fmt.max_value:g} / 2**{margin} is below its smallest "
+            f"value {fmt.min_subnormal:g}, so every value would flush to zero; use a margin of 0 to "
+            f"{_largest_margin(fmt)} for {fmt.name}")
     if scale_fmt is not None:
         scale_fmt = get_format(scale_fmt)
-        if scale_fmt is not E8M0:
-            raise ValueError(
-                f"scale_from_amax makes float32 or E8M0 scales, not {scale_fmt.name}; "
-                "E4M3 block scales are NVFP4's: use quantize(..., scale_fmt=E4M3)"
-            )
-        if scale_rule == "exact":
-            raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor', not 'exact'")
-    return fmt, fmt.max_value / 2**margin, _pow2_exponent_range(scale_fmt)
+        if scale_fmt not in (E8M0, E4M3):
+            raise ValueError(f"scale_fmt must be None (float32), 'e8m0' or 'e4m3', got {scale_fmt.name}")
+    if scale_fmt is E8M0 and scale_rule == "exact":
+        raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor', not 'exact'")
+    if scale_fmt is E4M3 and scale_rule != "exact":
+        raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
+    if two_level and scale_fmt is not E4M3:
+        raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
+    return ScaleArgs(fmt, scale_rule, margin, scale_fmt, bool(two_level))
+
+
+class Scales(NamedTuple):
+    """scale_from_amax's answer.
+
+    scale:        [blocks] float32, the dequantization multipliers (x ~= data * scale)
+    inverse:      [blocks] float32, what x is multiplied by before the cast: 1 / scale to float32
+                  rounding (1 / (scale * tensor_scale) for two-level scaling)
+    tensor_scale: 0-d float32 for two-level scaling (x ~= data * scale * tensor_scale), else None
+    """
+
+    scale: torch.Tensor
+    inverse: torch.Tensor
+    tensor_scale: torch.Tensor | None
 
 
 def scale_from_amax(
@@ -249,33 +333,53 @@ def scale_from_amax(
     scale_rule: str = "exact",
     margin: int = 0,
     scale_fmt: FloatFormat | str | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The scales for blocks with these amaxes: returns (scale, inverse), both float32.
+    two_level: bool = False,
+) -> Scales:
+    """The scales for blocks with these amaxes: Scales(scale, inverse, tensor_scale), shaped like amax.
 
-    scale is the dequantization multiplier; data = cast(x * inverse, fmt). With
-    max = fmt.max_value / 2**margin:
+    Every scale rule of fp8lab is here. scale is the dequantization multiplier; data =
+    cast(x * inverse, fmt). With max = fmt.max_value / 2**margin:
       "exact"  scale = amax / max. inverse = float32(max / amax) computed in float64, as
                torchao does, and scale = float32(1 / inverse): so scale * inverse == 1 to
-               float32 rounding and the codes match torchao's bit for bit.
+               float32 rounding and the codes match torchao's bit for bit. (The inverse is
+               kept within float32's normal range: [2^-126, float32 max].)
       "rceil"  scale = 2**ceil(log2(amax / max))   a power of two rounded up: never clips
       "floor"  scale = 2**(floor(log2(amax)) - floor(log2(max)))   the OCP MX rule: the
                block max can land up to 2x beyond max and clip (saturate)
+    scale_fmt None: float32 scales; E8M0: the power-of-two rules' scales in 2^-127..2^127 (MX);
+    E4M3 (NVFP4): the exact scale amax / max rounded to E4M3, kept within E4M3's normal range
+    [2^-6, 448]; with two_level, first divided by a per-tensor float32 scale
+    tensor_scale = max(amax) / (448 * fmt.max_value) (1 for an all-zero tensor, at least
+    ScaleArgs.min_tensor_scale), so that the E4M3 block scales use their whole range, and
+    inverse = (1 / tensor_scale) / scale, as torchao's NVFP4 computes it.
     An all-zero block (amax 0) gets scale 1. A NaN amax gives a NaN scale (the block
-    dequantizes to NaN). scale_fmt: None (float32 scales) or E8M0 (powers of two in
-    2^-127..2^127, "rceil" or "floor" only). E4M3 block scales (NVFP4) are made in quantize.
+    dequantizes to NaN).
     """
-    fmt, max_eff, exponent_range = check_scale_args(fmt, scale_rule, margin, scale_fmt)
+    args = check_scale_args(fmt, scale_rule, margin, scale_fmt, two_level)
+    fmt, max_eff = args.fmt, args.max_eff
     amax = amax.to(torch.float32)
-    if kernels.enabled(amax):  # the arithmetic below, in one pass (fp8lab.kernels)
-        return kernels.scales(amax, scale_rule, max_eff, exponent_range)
-    zero = amax == 0
+    zero, nan = amax == 0, torch.isnan(amax)
+
+    if args.scale_fmt is E4M3:  # NVFP4: exact scales rounded to E4M3, optionally under a tensor scale
+        ideal = amax / max_eff
+        tensor_scale = None
+        if args.two_level:
+            tensor_amax = amax.amax()
+            divisor = args.scale_fmt.max_value * fmt.max_value
+            tensor_scale = torch.where(tensor_amax > 0, (tensor_amax / divisor).clamp(min=args.min_tensor_scale), 1.0)
+            ideal = ideal / tensor_scale
+        scale = cast(ideal.clamp(min=args.scale_fmt.min_normal, max=args.scale_fmt.max_value), args.scale_fmt)
+        scale = torch.where(nan, math.nan, scale)
+        # inverse as torchao's NVFP4 (and the MSLK kernel): (1 / tensor_scale) / block scale
+        inverse = (1.0 / tensor_scale if args.two_level else torch.ones((), device=amax.device)) / scale
+        return Scales(scale, inverse, tensor_scale)
 
     if scale_rule == "exact":
-        # inverse = max / amax in float64, as torchao; an amax so small that this overflows
-        # float32 is treated as float32's largest inverse
-        inverse = (max_eff / amax.double()).clamp(max=torch.finfo(torch.float32).max).to(torch.float32)
+        # inverse = max / amax in float64, as torchao; an amax so small (or so large) that this
+        # leaves float32's normal range is treated as float32's largest (or smallest) inverse
+        inverse = (max_eff / amax.double()).clamp(min=args.min_inverse, max=_FLOAT32.max).to(torch.float32)
         inverse = torch.where(zero, 1.0, inverse)
-        return inverse.reciprocal(), inverse
+        return Scales(inverse.reciprocal(), inverse, None)
 
     # power-of-two rules, on exact exponents: amax = mant * 2**exp with mant in [0.5, 1)
     mant, exp = torch.frexp(amax)
@@ -285,19 +389,13 @@ def scale_from_amax(
     else:  # rceil: ceil(log2(amax / max_eff)), exact from the two mantissas
         max_mant, max_exp = math.frexp(max_eff)
         e = exp - max_exp + (mant > max_mant).to(exp.dtype)
-    lo, hi = _pow2_exponent_range(scale_fmt)
+    lo, hi = args.exponent_range
     e = e.clamp(lo, hi).to(torch.float32)
     scale = torch.where(zero, 1.0, torch.exp2(e))
     inverse = torch.where(zero, 1.0, torch.exp2(-e))
-    nan = torch.isnan(amax)
     scale = torch.where(nan, math.nan, scale)
     inverse = torch.where(nan, math.nan, inverse)
-    return scale, inverse
-
-
-def cast_scale_e4m3(scale: torch.Tensor) -> torch.Tensor:
-    """Round float32 block scales to E4M3 (NVFP4's block scales), kept above E4M3's min normal."""
-    return cast(scale.clamp(min=E4M3.min_normal, max=E4M3.max_value), E4M3)
+    return Scales(scale, inverse, None)
 
 
 # ---- delayed scaling -------------------------------------------------------------------------------
@@ -313,6 +411,11 @@ class AmaxHistory:
 
     The first step, with an empty history, uses the current amax (TE starts from scale 1
     instead; fp8lab calibrates on the first step so that step one is not an artefact).
+
+    A NaN amax (a NaN in the tensor) propagates, always: while it is in the history, "max"
+    gives NaN (every block then dequantizes to NaN, whatever else the history holds), and
+    "most_recent" gives NaN on the step after it. Amaxes are >= 0: a negative or infinite one
+    is refused with ValueError.
 
         hist = AmaxHistory(length=16, algo="max")
         amax = hist.amax_for_step(x)   # before quantizing
@@ -340,10 +443,13 @@ class AmaxHistory:
         return len(self._history)
 
     def amax(self) -> float | None:
-        """The amax this step's scale will use, or None before the first record."""
+        """The amax this step's scale will use, or None before the first record (NaN if a NaN is in play)."""
         if not self._history:
             return None
-        return max(self._history) if self.algo == "max" else self._history[-1]
+        if self.algo == "most_recent":
+            return self._history[-1]
+        # Python's max() keeps or drops a NaN depending on where it stands: NaN must win, always
+        return math.nan if any(math.isnan(a) for a in self._history) else max(self._history)
 
     def amax_for_step(self, x: torch.Tensor) -> torch.Tensor:
         """The amax to quantize x with: from the history, or x's own on the first step."""
@@ -353,11 +459,15 @@ class AmaxHistory:
         return torch.tensor(past, dtype=torch.float32, device=x.device)
 
     def record(self, x_or_amax: torch.Tensor | float) -> None:
-        """Append this step's amax (pass the tensor, or its amax)."""
+        """Append this step's amax (pass the tensor, or its amax: >= 0, or NaN)."""
         if isinstance(x_or_amax, torch.Tensor) and x_or_amax.numel() > 1:
             value = float(amax_per_block(x_or_amax, PerTensor()).max())
         else:
             value = float(x_or_amax)
+        if value < 0 or math.isinf(value):
+            raise ValueError(
+                f"an amax is max|x|: finite and >= 0 (or NaN, which propagates), got {value!r}"
+                + ("; x has an infinite value: replace it first (torch.nan_to_num)" if math.isinf(value) else ""))
         self._history.append(value)
 
     def reset(self) -> None:

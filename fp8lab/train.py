@@ -390,7 +390,8 @@ def train(
 ) -> TrainResult:
     """Train one model per recipe, side by side, from the same weights on the same batches.
 
-    recipes: FP8 recipe names (RECIPES, VARIANTS) and/or baselines "fp32", "bf16".
+    recipes: FP8 recipe names (RECIPES, VARIANTS) and/or baselines "fp32", "bf16" (a single
+            name or Recipe trains that one).
     batch: default 128 samples for the mlp, 32 sequences (1024 tokens) for the transformer.
     gain_schedule: step -> input gain (ToyMLP only): a mid-run change of activation size.
     keep_first_last / skip: linears kept in high precision (see fp8lab.nn.convert).
@@ -405,6 +406,8 @@ def train(
 
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
+    if isinstance(recipes, str | Recipe):  # one recipe, not a sequence of its letters
+        recipes = (recipes,)
     if batch is None:  # the transformer's batch holds 32 tokens per sequence
         batch = LESSON.batch if model == "mlp" else LESSON.batch // 4
     if steps < 1 or batch < 1:

@@ -8,7 +8,24 @@ import pytest
 import torch
 
 import fp8lab
+from fp8lab import kernels
 from fp8lab.formats import BF16, E2M1, E4M3, E5M2, E8M0, FP16, cast, cast_reference, get_format, widen
+
+
+def kernel_cast(x, fmt, dtype=torch.float32):
+    """The C kernels' cast (the one quantize runs), for the formats whose codes they store."""
+    if not kernels.engine().kernels:
+        pytest.skip(f"kernels not built here: {kernels.status()[1]}")
+    return kernels.cast(x, fmt, dtype)
+
+
+def _casts(formats):
+    """(fmt, impl) for the cast's twins, one signature and one test: cast_reference (teaching), cast (fast,
+    torch) and the kernels' cast (for the formats whose codes they store: e4m3, e5m2, e2m1)."""
+    return [pytest.param(fmt, impl, id=f"{fmt.name}-{name}")
+            for fmt in formats
+            for impl, name in ((cast, "cast"), (cast_reference, "cast_reference"), (kernel_cast, "kernels.cast"))
+            if impl is not kernel_cast or fmt.name in ("e4m3", "e5m2", "e2m1")]
 
 ORACLE = {
     "e4m3": ml_dtypes.float8_e4m3fn,
@@ -101,8 +118,7 @@ def _ml_dtypes_cast(x: torch.Tensor, fmt) -> np.ndarray:
     return a.astype(ORACLE[fmt.name]).astype(np.float32)
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
-@pytest.mark.parametrize("impl", [cast, cast_reference], ids=["cast", "cast_reference"])
+@pytest.mark.parametrize(("fmt", "impl"), _casts(FORMATS))
 def test_cast_matches_ml_dtypes_bit_exact(fmt, impl):
     x = _oracle_inputs(fmt)
     if not fmt.signed:  # E8M0: positive inputs only (no sign, no zero)
@@ -121,13 +137,19 @@ def test_cast_matches_ml_dtypes_bit_exact(fmt, impl):
     np.testing.assert_array_equal(ours[~nan].view(np.uint32), expected[~nan].view(np.uint32))
 
 
-@pytest.mark.parametrize("fmt", [E4M3, E5M2, E2M1, BF16, FP16], ids=lambda f: f.name)
-def test_fast_cast_equals_reference_cast(fmt):
+@pytest.mark.parametrize(("fmt", "impl"), _casts([E4M3, E5M2, E2M1, E8M0, BF16, FP16]))
+def test_every_cast_equals_the_reference_cast_as_values_and_as_codes(fmt, impl):
     x = _oracle_inputs(fmt, n_random=20_000, seed=1)
-    a, b = cast(x, fmt), cast_reference(x, fmt)
-    assert torch.equal(torch.isnan(a), torch.isnan(b))
-    ok = ~torch.isnan(a)
-    assert torch.equal(a[ok].view(torch.int32), b[ok].view(torch.int32))
+    want = cast_reference(x, fmt)
+    for dtype in (torch.float32, fmt.storage_dtype):  # the values, and the codes quantize keeps
+        got = impl(x, fmt, dtype)
+        assert got.dtype == dtype and got.shape == x.shape
+        a, b = got.float(), want
+        assert torch.equal(torch.isnan(a), torch.isnan(b))
+        ok = ~torch.isnan(a)
+        assert torch.equal(a[ok].view(torch.int32), b[ok].view(torch.int32))
+    with pytest.raises(ValueError, match="storage dtype"):
+        impl(x, fmt, torch.float64)
 
 
 def test_cast_saturates_and_keeps_nan():

@@ -6,10 +6,24 @@ import pytest
 import torch
 
 import fp8lab
-from fp8lab import E4M3, E5M2, RECIPES, AmaxHistory, PerBlock, PerTensor, quantize, quantize_delayed
+from fp8lab import E4M3, E5M2, RECIPES, AmaxHistory, PerBlock, PerTensor, kernels, quantize, quantize_delayed
 from fp8lab.metrics import overflow_fraction, relative_error, sqnr, subnormal_fraction, underflow_fraction
 from fp8lab.recipes import GEMMS, ROLES, VARIANTS, get_recipe
 from fp8lab.scaling import amax_per_block
+
+
+@pytest.fixture(scope="module", autouse=True, params=["kernels", "torch"])
+def path(request):
+    """Every test here runs twice: on the C kernels (where built) and on the torch code, the
+    definition (which the kernels' tests compare them with, but which these formulas pin)."""
+    if request.param == "torch":
+        with kernels.disabled():
+            yield request.param
+    elif not kernels.engine().kernels:
+        pytest.skip(f"kernels not built here: {kernels.status()[1]}")
+    else:
+        yield request.param
+
 
 # ---- delayed scaling -------------------------------------------------------------------------
 
@@ -105,6 +119,8 @@ def test_underflow_overflow_and_subnormal_fractions():
     assert overflow_fraction(x, q) == 0
     q = quantize(x.reshape(1, -1), E4M3, PerBlock(1, 10))  # per block, only the outlier's block suffers
     assert underflow_fraction(x, q) == pytest.approx(0.009)
+    zeros = torch.cat([torch.zeros(10), torch.ones(10)])  # zeros that stay zero did not flush
+    assert underflow_fraction(zeros, quantize(zeros, E4M3)) == 0
     y = torch.full((100,), 0.01)
     y[0] = 448.0
     q = quantize(y, E4M3)  # scale 1: 0.01 is a subnormal in E4M3 (< 2^-6)
@@ -149,6 +165,8 @@ def test_recipe_facts():
     assert bw.input.granularity == PerBlock(1, 128) and bw.weight.granularity == PerBlock(128, 128)
     assert bw.grad_output.granularity == PerBlock(1, 128)  # 128x128 gradients diverged (DeepSeek App. B.2)
     assert mx.input.granularity == PerBlock(1, 32) and mx.input.scale_fmt.name == "e8m0"
+    # every MX operand's E8M0 scale rounded up, as TE and cuBLAS do (the OCP floor can clip: FACTS.md)
+    assert all(getattr(mx, r).scale_rule == "rceil" and getattr(mx, r).granularity == PerBlock(1, 32) for r in ROLES)
     assert nv.input.fmt.name == "e2m1" and nv.input.scale_fmt is E4M3 and nv.input.two_level
 
 

@@ -1,0 +1,258 @@
+"""The mutation check fp8lab keeps (`make mutate`; not part of `make test`).
+
+Each mutation below is a plausible bug, one edit to the core (formats, scaling, quantize, the C
+kernels, gemm, nn, metrics, recipes, exercises). For each, a copy of the working tree gets the
+edit and runs the fast tests that guard that code (no slow, browser or GPU tests); the mutation
+is killed if they fail. Reports the score and the time; exits 1 if any mutation survives.
+
+    python tools/mutate.py                 # all of them
+    python tools/mutate.py -k cast -v      # those whose name contains "cast", with pytest's output
+    python tools/mutate.py --list
+
+The list includes the six survivors of issue 14's first mutation run (named "survivor: ...").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ["-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not browser and not gpu"]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to the repository root
+    old: str  # must occur exactly once in the file
+    new: str
+    tests: tuple[str, ...]  # pytest arguments: files, ::names or -k expressions
+
+
+def m(name: str, path: str, old: str, new: str, *tests: str) -> Mutation:
+    """A mutation; the hardening tests (quick, aimed) run first."""
+    return Mutation(name, path, old, new, tuple(sorted(tests, key=lambda t: t != HARD)))
+
+
+F, S, Q, K, C = "fp8lab/formats.py", "fp8lab/scaling.py", "fp8lab/quantize.py", "fp8lab/kernels.py", "fp8lab/_kernels.c"
+G, N, MT, R, X = "fp8lab/gemm.py", "fp8lab/nn.py", "fp8lab/metrics.py", "fp8lab/recipes.py", "fp8lab/exercises.py"
+T = "tests/"
+HARD = T + "test_hardening.py"
+
+MUTATIONS = [
+    # ---- formats: the cast and the format's numbers
+    m("cast_reference: ties away from zero", F, "bits = (bits + ((1 << (drop - 1)) - 1) + kept_lsb)",
+      "bits = (bits + ((1 << (drop - 1)) - 1) + 1)", T + "test_formats.py"),
+    m("cast: no saturation before torch's cast", F,
+      "codes = x.clamp(-fmt.max_value, fmt.max_value).to(fmt.torch_dtype)", "codes = x.to(fmt.torch_dtype)",
+      T + "test_formats.py"),
+    m("cast: no subnormal floor on the grid", F, "(e - 1).clamp(min=emin) - fmt.mantissa_bits",
+      "(e - 1) - fmt.mantissa_bits", T + "test_formats.py"),
+    m("min_subnormal off by one binade", F, "return math.ldexp(1.0, 1 - self.bias - self.mantissa_bits)",
+      "return math.ldexp(1.0, -self.bias - self.mantissa_bits)", T + "test_formats.py"),
+    m("widen: E4M3 scaled by 128, not 256", F, ".to(torch.float32).mul_(256.0)", ".to(torch.float32).mul_(128.0)",
+      T + "test_formats.py"),
+    m("clip threshold: a whole step above max", F, "self.max_value + 0.5 * 2.0 ** (self.max_exponent",
+      "self.max_value + 1.0 * 2.0 ** (self.max_exponent", T + "test_scaling_metrics_recipes.py",
+      T + "test_quantize.py"),
+    # ---- scaling: amax, the scale rules, delayed scaling, blocks
+    m("amax ignores negative values", S, "amax = torch.maximum(hi, lo.neg())", "amax = hi",
+      T + "test_scaling_metrics_recipes.py", T + "test_kernels.py"),
+    m("margin ignored", S, "return self.fmt.max_value / 2**self.margin", "return self.fmt.max_value",
+      T + "test_quantize.py"),
+    m("rceil: an exact power of two rounds up", S, "e = exp - max_exp + (mant > max_mant).to(exp.dtype)",
+      "e = exp - max_exp + (mant >= max_mant).to(exp.dtype)", T + "test_quantize.py"),
+    m("floor rule: ceil of log2(max)", S, "e = log2_floor_amax - math.floor(math.log2(max_eff))",
+      "e = log2_floor_amax - math.ceil(math.log2(max_eff))", T + "test_quantize.py"),
+    m("an all-zero block gets no scale 1", S, "        inverse = torch.where(zero, 1.0, inverse)\n", "",
+      T + "test_quantize.py"),
+    m("E4M3 block scales not kept above E4M3's smallest normal", S,
+      "cast(ideal.clamp(min=args.scale_fmt.min_normal, max=args.scale_fmt.max_value)",
+      "cast(ideal.clamp(max=args.scale_fmt.max_value)", T + "test_quantize.py"),
+    m("NVFP4 tensor scale without the E4M3 max", S, "divisor = args.scale_fmt.max_value * fmt.max_value",
+      "divisor = fmt.max_value", T + "test_kernels.py::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
+    m("survivor: replay counts the current amax", S, "used.append(a if past is None else past)",
+      "used.append(a if past is None else max(past, a))", T + "test_scaling_metrics_recipes.py", HARD),
+    m("amax history drops or keeps NaN by its place", S,
+      "return math.nan if any(math.isnan(a) for a in self._history) else max(self._history)",
+      "return max(self._history)", T + "test_scaling_metrics_recipes.py", HARD),
+    m("blocks not clamped to the tensor", S,
+      "return (min(self.rows, max(shape[0], 1)), min(self.cols, max(shape[1], 1)))", "return (self.rows, self.cols)",
+      T + "test_quantize.py", HARD),
+    m("margin not bounded by the format", S, "    if margin > _largest_margin(fmt):", "    if False:",
+      T + "test_quantize.py", HARD),
+    # ---- quantize
+    m("the torch code lets infinities through", Q, "    if bool(torch.isinf(own).any()):\n        _refuse_inf(x2d)",
+      "    pass", T + "test_quantize.py", T + "test_fuzz.py"),
+    m("a negative amax is accepted", Q, "bad = (a < 0) | torch.isinf(a)", "bad = torch.isinf(a)", HARD),
+    m("QuantizedTensor does not check its scale's shape", Q, "or tuple(t.shape) != shape:", ":",
+      T + "test_quantize.py", HARD),
+    m("dequantize forgets the tensor scale", Q,
+      "return out * self.tensor_scale if self.tensor_scale is not None else out", "return out", T + "test_quantize.py"),
+    m("torch scale-and-cast reuses the first chunk's inverses", Q, "(inv if inv.dim() == 0 else inv[start:stop])",
+      "(inv if inv.dim() == 0 else inv[: stop - start])",
+      T + "test_kernels.py::test_large_tensors_split_over_threads_give_the_same_bits"),
+    m("torch-folded values of a transposed operand in another layout", Q,
+      "                scaled = scaled.t().contiguous().t()  # a transposed view, laid out as the kernel writes it\n",
+      "", T + "test_kernels.py::test_matmul_of_transposed_weights_matches_with_and_without_kernels"),
+    # ---- the C kernels
+    m("survivor: C cast turns an overflowing product into NaN", C, "uint32_t nan = ab > 0x7F800000u;",
+      "uint32_t nan = ab >= 0x7F800000u;", HARD),
+    m("C exact rule: no floor on the inverse", C, "q = q > (double)FLT_MAX ? (double)FLT_MAX : (q < lo ? lo : q);",
+      "q = q > (double)FLT_MAX ? (double)FLT_MAX : q;", HARD,
+      T + "test_kernels.py::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
+    m("C amax of 32-wide blocks read 16 wide", C, "if (c == 32 && K % 32 == 0) { AMAX_ROWS(32) return; }",
+      "if (c == 32 && K % 32 == 0) { AMAX_ROWS(16) return; }", T + "test_kernels.py::test_block_amax_twins_agree"),
+    m("C two-level tensor scale not held above its minimum", C,
+      "t = t < p->min_tensor_scale ? p->min_tensor_scale : t;", "", HARD),
+    m("C scale range: the largest scale as the smallest", C,
+      "smallest = scale_bits[i] < smallest ? scale_bits[i] : smallest;",
+      "smallest = scale_bits[i] > smallest ? scale_bits[i] : smallest;",
+      T + "test_kernels.py::test_quantize_matches_the_torch_code_bit_for_bit"),
+    m("C counts zeros that were zero as flushed", C, "fl += (xr[k] != 0.0f) & ((cr[k] & magnitude) == 0);",
+      "fl += (cr[k] & magnitude) == 0;", T + "test_kernels.py::test_monitor_counts_match_the_metrics"),
+    m("C does not check the parameter block's size", C,
+      "if (p == NULL || p->size != (int64_t)sizeof(fp8lab_params)) return BAD_SIZE;", "if (p == NULL) return BAD_SIZE;",
+      HARD),
+    m("C narrow blocks index rows from the part, not the tensor", C,
+      "if (m == 0 || (row0 + m) % r == 0) {\n                    expand_row(inv + ((row0 + m) / r) * KB",
+      "if (m == 0 || m % r == 0) {\n                    expand_row(inv + ((row0 + m) / r) * KB",
+      T + "test_kernels.py::test_parts_may_split_a_block_row_and_any_thread_count_gives_the_same_bits"),
+    m("C per-row epilogue multiplies in another order", C,
+      "float factor = am * b[n];\n            row[n] = row[n] * factor;", "row[n] = row[n] * am * b[n];",
+      T + "test_kernels.py::test_per_row_scales_of_both_operands_match_with_and_without_kernels"),
+    m("kernels.py: E8M0 scales' exponent range as float32's", K,
+      "exponent_min=lo, exponent_max=hi", "exponent_min=-126, exponent_max=hi",
+      T + "test_kernels.py::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
+    # ---- the emulated GEMM
+    m("survivor: b's block scales indexed with a's block width", G,
+      "factor = sa[:, start // wa, None] * sb[None, :, start // wb]",
+      "factor = sa[:, start // wa, None] * sb[None, :, start // wa]", T + "test_gemm.py", HARD),
+    m("survivor: accumulator drops the last partial promotion interval", G,
+      "if end % interval == 0 or end >= k:", "if end % interval == 0:", T + "test_gemm.py", HARD),
+    m("fast GEMM drops a's per-row scale beside a folded b", G,
+      "    elif post_a is not None:\n        out.mul_(post_a[:, None] if post_a.dim() else post_a)\n",
+      "    elif post_a is not None:\n        pass\n", T + "test_gemm.py", HARD),
+    m("tensor scales: b's forgotten", G, "return (ta if ta is not None else one) * (tb if tb is not None else one)",
+      "return ta if ta is not None else one", T + "test_gemm.py"),
+    m("K segments of the larger block width", G,
+      "return math.gcd(width_a, width_b) if width_a < k or width_b < k else k",
+      "return max(width_a, width_b) if width_a < k or width_b < k else k", T + "test_gemm.py", HARD),
+    # ---- nn
+    m("survivor: delayed FP8Linear scales with the current amax", N,
+      "amax = current.reshape(()) if past is None else torch.tensor(past, dtype=torch.float32, device=t.device)",
+      "amax = current.reshape(())", T + "test_nn.py", HARD),
+    m("survivor: delayed FP8Linear records the amax it used", N, "history.record(float(current.max()))",
+      "history.record(float(amax.max()))", T + "test_nn.py", HARD),
+    m("transposed blocks keep their orientation", N,
+      "return PerBlock(g.cols, g.rows) if isinstance(g, PerBlock) else g",
+      "return PerBlock(g.rows, g.cols) if isinstance(g, PerBlock) else g",
+      T + "test_kernels.py::test_transposed_operands_equal_quantizing_the_transposed_copy", T + "test_nn.py"),
+    # ---- metrics
+    m("SQNR in amplitude dB", MT, "return 10.0 * math.log10(signal / noise)",
+      "return 20.0 * math.log10(signal / noise)", T + "test_scaling_metrics_recipes.py"),
+    m("underflow counts values that were zero", MT, "flushed = (x.detach() != 0) & (q.values() == 0)",
+      "flushed = q.values() == 0", T + "test_scaling_metrics_recipes.py"),
+    # ---- recipes
+    m("mxfp8 inputs with the OCP floor rule", R,
+      '"mxfp8",\n            TensorScaling(E4M3, PerBlock(1, 32), "rceil", E8M0)',
+      '"mxfp8",\n            TensorScaling(E4M3, PerBlock(1, 32), "floor", E8M0)',
+      T + "test_scaling_metrics_recipes.py", T + "test_export.py"),
+    # ---- exercises
+    m("survivor: check_scale accepts the reciprocal", X, "        if math.isclose(got, want, rel_tol=1e-5):\n",
+      "        if math.isclose(got, want, rel_tol=1e-5) or (want > 0 and math.isclose(got * want, 1, rel_tol=1e-4)):\n",
+      T + "test_exercises.py", HARD),
+]
+
+
+def _tree() -> list[str]:
+    """The working tree's files as git sees them (tracked, and untracked but not ignored)."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    return [line for line in out.splitlines() if (ROOT / line).is_file()]
+
+
+def _pytest(copy: Path, args: tuple[str, ...], env: dict, timeout: float) -> tuple[int, str, float]:
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", *FAST, *args], cwd=copy, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+        code, out = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as err:
+        code, out = -1, f"timed out after {timeout:.0f} s\n{err.stdout or ''}"
+    return code, out, time.perf_counter() - start
+
+
+def _first_failure(out: str) -> str:
+    for line in out.splitlines():
+        if line.startswith(("FAILED", "ERROR")):
+            return line.split(" - ")[0].replace("FAILED ", "").replace("ERROR ", "")[:90]
+    return out.strip().splitlines()[-1][:90] if out.strip() else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-k", default="", help="only mutations whose name contains this")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per mutation's test run")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print pytest's output of each run")
+    parser.add_argument("--no-baseline", action="store_true", help="skip running the tests on the unmutated copy")
+    args = parser.parse_args(argv)
+    chosen = [mu for mu in MUTATIONS if args.k.lower() in mu.name.lower()]
+    if args.list:
+        for mu in chosen:
+            print(f"{mu.path:<22} {mu.name}  [{' '.join(mu.tests)}]")
+        return 0
+    for mu in chosen:  # every edit must apply exactly once, or the list has gone stale
+        count = (ROOT / mu.path).read_text().count(mu.old)
+        if count != 1:
+            print(f"stale mutation {mu.name!r}: its text occurs {count} times in {mu.path}", file=sys.stderr)
+            return 2
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fp8lab-mutate-") as tmp:
+        copy, cache = Path(tmp) / "tree", Path(tmp) / "cache"
+        for rel in _tree():
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, copy / rel)
+        # the copy's fp8lab (not the editable install's), its own kernel cache, no bytecode left behind
+        env = {**os.environ, "PYTHONPATH": str(copy), "XDG_CACHE_HOME": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}
+        if not args.no_baseline:
+            selections = sorted({mu.tests for mu in chosen})
+            print(f"baseline: the {len(selections)} test selections on the unmutated copy ...", flush=True)
+            for tests in selections:
+                code, out, secs = _pytest(copy, tests, env, args.timeout)
+                if code != 0:
+                    print(f"the unmutated tree fails {' '.join(tests)} ({secs:.0f} s):\n{out[-3000:]}", file=sys.stderr)
+                    return 2
+        rows, survivors = [], []
+        for i, mu in enumerate(chosen, 1):
+            target = copy / mu.path
+            original = target.read_text()
+            target.write_text(original.replace(mu.old, mu.new, 1))
+            try:
+                code, out, secs = _pytest(copy, mu.tests, env, args.timeout)
+            finally:
+                target.write_text(original)
+            killed = code not in (0, 5)  # 5: no tests collected, which kills nothing
+            (rows if killed else survivors).append(mu)
+            verdict = "killed " if killed else "SURVIVED"
+            why = f"  ({_first_failure(out)})" if killed else ""
+            print(f"[{i:2}/{len(chosen)}] {verdict} {secs:6.1f} s  {mu.name}{why}", flush=True)
+            if args.verbose:
+                print(out)
+    total = time.perf_counter() - start
+    print(f"\nmutation score: {len(rows)}/{len(chosen)} killed by the fast tests in {total / 60:.1f} min"
+          + (f"; survivors: {', '.join(mu.name for mu in survivors)}" if survivors else ""))
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
