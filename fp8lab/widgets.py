@@ -3,12 +3,19 @@
 Public: one Panel per notebook figure (TimingPanel, BitsPanel, NumberLinePanel,
 PerTensorPanel, CliffPanel, DelayedPanel, BlockPanel, BlockSweepPanel, GemmPanel,
 AccumulationPanel, TrainingPanel, TrainingCliffPanel, DistributedPanel, ExportPanel, CostPanel),
-PANELS, Prediction (commit to a prediction, then reveal the measured answer), bench_widgets.
+PANELS, LIVE_PANELS, Prediction (commit to a prediction, then reveal the measured answer).
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute,
 redraw; returns the data it plotted, so tests can drive it without a browser) and
 `widget` (what the notebook shows). Plots are PNGs in an ipywidgets.Image, rendered
 without pyplot at 2x device pixels, so a background thread (notebook 06's live training)
 can redraw them and high-DPI screens show them sharp.
+
+Live panels (`Panel.live`) redraw while a slider is dragged (continuous_update); the
+expensive ones (timing, training, distributed) redraw on release and train on a button.
+A change from the browser never redraws in the kernel's message handler: it marks the
+panel stale and one drawing thread per panel redraws with the controls' newest values
+until nothing is stale (`Panel.request_redraw`), so values that arrive during a redraw
+replace each other and only the latest is drawn. The benchmark is `fp8lab.bench.bench_widgets`.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from fp8lab.settings import SMOKE, size
 from fp8lab.timing import timed
 
 __all__ = [
+    "LIVE_PANELS",
     "PANELS",
     "AccumulationPanel",
     "BitsPanel",
@@ -63,7 +71,7 @@ __all__ = [
     "TimingPanel",
     "TrainingCliffPanel",
     "TrainingPanel",
-    "bench_widgets",
+    "sweep_values",
 ]
 
 OUTLIERS = (0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
@@ -95,9 +103,14 @@ def _pct(v: float) -> str:
 
 
 class Panel:
-    """Controls, a figure and a text area; `update(**values)` recomputes and redraws."""
+    """Controls, a figure and a text area; `update(**values)` recomputes and redraws.
+
+    live=True: sliders send their value while dragged (continuous_update) and the plot follows;
+    live=False (panels whose redraw runs GEMMs, or whose controls set up a run that a button
+    starts): sliders send their value on release."""
 
     title = ""
+    live = True
     width, height, ncols = 6.0, 3.2, 1
     right = 0.6  # inches right of the last plot (a legend beside it needs more)
     bottom = 0.55  # inches below the plots (rotated tick labels need more)
@@ -111,9 +124,17 @@ class Panel:
         self._figure = None  # (figure, axes), reused: creating axes costs more than clearing them
         self._lock = threading.RLock()  # a background thread (live training) may redraw too
         self._thread: threading.Thread | None = None
+        # coalescing (request_redraw): `_stale` says a change arrived that no redraw has shown;
+        # `_drawer` is the one thread that redraws while anything is stale
+        self._slot = threading.Lock()
+        self._stale = False
+        self._drawer: threading.Thread | None = None
+        self.redraws = 0  # redraws made for browser changes (request_redraw), for tests
         for ctl in controls.values():
             if hasattr(ctl, "value"):
                 ctl.observe(self._on_change, names="value")
+            if hasattr(ctl, "continuous_update"):
+                ctl.continuous_update = self.live
             ctl.style.description_width = "initial"
         boxes = [W.HBox(list(controls.values())[i : i + 3]) for i in range(0, len(controls), 3)]
         self.widget = W.VBox([W.HTML(f"<b>{html.escape(self.title)}</b>"), *boxes, self.image, self.text])
@@ -202,7 +223,52 @@ class Panel:
 
     def _on_change(self, change) -> None:
         if not self._busy:
-            self.refresh()
+            self.request_redraw()
+
+    # -- coalescing: the kernel never queues stale redraws ---------------------------------
+    def request_redraw(self) -> None:
+        """Redraw with the controls' newest values, soon, without blocking the caller.
+
+        The kernel handles widget messages one at a time: a redraw run inside the handler
+        would make every value of a drag wait its turn and be drawn, stale, in order. Here the
+        handler only marks the panel stale; one drawing thread redraws, and after each redraw
+        draws again if anything changed meanwhile, reading the controls then. However many
+        values arrive during a redraw, one more redraw follows, with the last of them."""
+        with self._slot:
+            self._stale = True
+            if self._drawer is not None:
+                return  # the drawing thread sees `_stale` when its redraw ends
+            self._drawer = threading.Thread(target=self._draw_while_stale, name=f"{type(self).__name__} redraw",
+                                            daemon=True)
+            self._drawer.start()
+
+    def _draw_while_stale(self) -> None:
+        try:
+            while True:
+                with self._slot:
+                    if not self._stale:
+                        self._drawer = None
+                        return
+                    self._stale = False
+                self.redraws += 1
+                self.refresh()
+        except BaseException as err:  # shown in the panel, and raised to the thread's hook (the kernel logs it)
+            with self._slot:
+                self._drawer = None
+            self.text.value = f"<span style='color:#d55e00'><b>Redraw failed:</b> {html.escape(repr(err))}</span>"
+            raise
+
+    def wait_redrawn(self, timeout: float = 30.0) -> bool:
+        """Wait until the redraws that request_redraw started have finished; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._slot:
+                drawer = self._drawer
+            if drawer is None:
+                return True
+            drawer.join(max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline and drawer.is_alive():
+                return False
 
 
 def _select(options, value, description: str) -> W.Dropdown:
@@ -210,7 +276,7 @@ def _select(options, value, description: str) -> W.Dropdown:
 
 
 def _slider(options, value, description: str) -> W.SelectionSlider:
-    return W.SelectionSlider(options=list(options), value=value, description=description, continuous_update=False)
+    return W.SelectionSlider(options=list(options), value=value, description=description)
 
 
 def _outlier_options():
@@ -224,6 +290,7 @@ class TimingPanel(Panel):
     """fp32 and bf16 matmul beside the FP8 GEMM of a recipe, real or emulated, on this machine."""
 
     title = "GEMM timing on this machine"
+    live = False  # each redraw times GEMMs: on release only
     bottom = 0.75
 
     def __init__(self) -> None:
@@ -401,8 +468,7 @@ class NumberLinePanel(Panel):
         super().__init__(
             formats=W.SelectMultiple(options=["e4m3", "e5m2", "e2m1", "bf16", "fp16"], value=["e4m3", "e5m2", "bf16"],
                                      description="formats", rows=5),
-            window=W.IntRangeSlider(value=(-17, 17), min=-30, max=30, description="log2 range",
-                                    continuous_update=False),
+            window=W.IntRangeSlider(value=(-17, 17), min=-30, max=30, description="log2 range"),
         )
 
     def compute(self, formats, window) -> dict:
@@ -438,7 +504,7 @@ class PerTensorPanel(Panel):
             outliers=_slider(_outlier_options(), 0.0, "outlier channels"),
             fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
             rule=_select(RULES, "exact", "scale rule"),
-            margin=W.IntSlider(value=0, min=0, max=6, description="margin (powers of 2)", continuous_update=False),
+            margin=W.IntSlider(value=0, min=0, max=6, description="margin (powers of 2)"),
             normalize=W.Checkbox(value=False, description="normalize each channel first"),
         )
         self.shape = (size(128, 64), size(1024, 256))
@@ -548,7 +614,7 @@ class DelayedPanel(Panel):
             spike=_slider([(plots.magnitude(v), v) for v in (1, 2, 5, 20, 100, 1000, 1e4, 1e5)], 20, "spike (x)"),
             drift=_slider([0.0, 0.02, 0.05, 0.1], 0.0, "drift per step"),
             fmt=_select(("e4m3", "e5m2"), "e4m3", "format"),
-            margin=W.IntSlider(value=0, min=0, max=4, description="margin", continuous_update=False),
+            margin=W.IntSlider(value=0, min=0, max=4, description="margin"),
         )
         self.steps = 80  # longer than the longest history after the spike, so every length shows
 
@@ -638,7 +704,7 @@ class BlockSweepPanel(Panel):
             distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
             outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
             measure=_select(("ordinary channels", "all values"), "ordinary channels", "SQNR of"),
-            threshold=W.IntSlider(value=20, min=5, max=45, description="target SQNR (dB)", continuous_update=False),
+            threshold=W.IntSlider(value=20, min=5, max=45, description="target SQNR (dB)"),
         )
         self.shape = (size(16, 16), size(1024, 256))
         self._cache: dict[tuple, pd.DataFrame] = {}
@@ -747,7 +813,7 @@ class AccumulationPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__(
-            bits=W.IntSlider(value=14, min=8, max=24, description="accumulator bits", continuous_update=False),
+            bits=W.IntSlider(value=14, min=8, max=24, description="accumulator bits"),
             promote=_slider([("never", 0), ("32", 32), ("64", 64), ("128", 128), ("256", 256), ("512", 512)], 128,
                             "promote to fp32 every"),
             distribution=_select(("uniform", "normal"), "uniform", "inputs"),
@@ -793,6 +859,7 @@ class TrainingPanel(Panel):
     the plot, against the run it shows, until Start trains with them."""
 
     title = "live training: recipes side by side"
+    live = False  # its controls set up the next run; Start trains
     ncols, width, height, right = 2, 4.6, 3.3, 1.5
     RUN_CONTROLS = ("recipes", "model", "sinks", "steps", "history", "margin", "input_drop")
 
@@ -808,10 +875,9 @@ class TrainingPanel(Panel):
                                      description="recipes", rows=8),
             model=_select(("mlp", "transformer"), model, "model"),
             sinks=_slider(_outlier_options(), 0.0, "sink channels (outlier knob)"),
-            steps=W.IntSlider(value=size(LESSON.steps, 20), min=10, max=400, step=10, description="steps",
-                              continuous_update=False),
+            steps=W.IntSlider(value=size(LESSON.steps, 20), min=10, max=400, step=10, description="steps"),
             history=_slider([*HISTORIES, 1024], 16, "delayed: amax history"),
-            margin=W.IntSlider(value=0, min=0, max=4, description="delayed: margin", continuous_update=False),
+            margin=W.IntSlider(value=0, min=0, max=4, description="delayed: margin"),
             input_drop=W.Checkbox(value=False, description=f"input drops 1e5x at step {LESSON.gain_drop_step} (mlp)"),
             metric=_select(("underflow", "overflow", "amax"), "underflow", "monitor"),
             layer_input=_select(("input", "weight", "grad_output"), "input", "monitored tensor"),
@@ -1052,6 +1118,7 @@ class DistributedPanel(Panel):
     """One recipe trained in this process and on 2 processes (FSDP2 under torchrun), side by side."""
 
     title = "one process vs two (FSDP2): the same loss curve?"
+    live = False  # its controls set up the next run; Run trains
     ncols, width = 2, 4.6
 
     def __init__(self) -> None:
@@ -1061,7 +1128,7 @@ class DistributedPanel(Panel):
             recipe=_select([*RECIPES, "fp32"], "tensorwise", "recipe"),
             engine=_select(("fp8lab", "torchao"), "fp8lab", "engine"),
             amax_all_reduce=W.Checkbox(value=False, description="all-reduce amax over ranks"),
-            steps=W.IntSlider(value=size(12, 4), min=2, max=40, description="steps", continuous_update=False),
+            steps=W.IntSlider(value=size(12, 4), min=2, max=40, description="steps"),
         )
         self.run_button.on_click(lambda _: self.run(blocking=False))
         self.widget.children = (*self.widget.children[:-2], W.HBox([self.run_button]), self.log,
@@ -1152,36 +1219,6 @@ def sweep_values(panel: Panel) -> dict[str, list]:
         elif isinstance(ctl, W.FloatText):
             out[name] = [0.3, 1000.0, -2.5, ctl.value]
     return out
-
-
-def bench_widgets(size: int | None = None, rounds: int | None = None) -> list[dict]:
-    """Time from a control's new value to a finished redraw, per panel (Agg, PNG rendered)."""
-    import statistics
-
-    import fp8lab
-    from fp8lab.bench import print_table
-
-    fp8lab.setup(quiet=True)  # as the first cell of every notebook does
-    rows = []
-    for name, make in PANELS.items():
-        panel = make()
-        panel.refresh()
-        times = []
-        sweeps = sweep_values(panel)
-        defaults = panel.values()
-        for _ in range(rounds or 2):
-            for control, values in sweeps.items():
-                panel.update(**defaults)  # each control from the default state, as the tests sweep
-                for value in values:
-                    t0 = time.perf_counter()
-                    panel.update(**{control: value})
-                    times.append(time.perf_counter() - t0)
-        times.sort()
-        p95 = times[min(len(times) - 1, math.ceil(0.95 * len(times)) - 1)]
-        rows.append({"panel": name, "updates": len(times), "median ms": statistics.median(times) * 1e3,
-                     "p95 ms": p95 * 1e3, "max ms": times[-1] * 1e3})
-    print_table("widget update -> finished redraw (PNG, Agg), every value of every control", rows)
-    return rows
 
 
 # ---- prediction before reveal --------------------------------------------------------------------------------
@@ -1286,3 +1323,5 @@ class CostPanel(Panel):
 
 
 PANELS["cost"] = CostPanel
+# the panels whose sliders redraw while dragged
+LIVE_PANELS: tuple[str, ...] = tuple(name for name, make in PANELS.items() if getattr(make, "live", False))

@@ -303,3 +303,73 @@ def test_sweep_values_cover_every_control():
     for name, make in PANELS.items():
         panel = make()
         assert set(sweep_values(panel)) == {k for k, c in panel.controls.items() if hasattr(c, "value")}, name
+
+
+# ---- live while dragging (issue 17) ----------------------------------------------------------------------------
+
+
+def test_sliders_of_live_panels_update_while_dragged_and_expensive_ones_on_release():
+    import ipywidgets as W
+
+    from fp8lab.widgets import LIVE_PANELS
+
+    assert set(LIVE_PANELS) == set(PANELS) - {"timing", "training", "distributed"}
+    for name, make in PANELS.items():
+        panel = make()
+        sliders = [c for c in panel.controls.values() if isinstance(c, W.widgets.widget_int._Int | W.SelectionSlider
+                                                                        | W.IntRangeSlider) and hasattr(c, "readout")]
+        for ctl in panel.controls.values():
+            if hasattr(ctl, "continuous_update"):
+                assert ctl.continuous_update is (name in LIVE_PANELS), (name, ctl.description)
+        if name in ("per_tensor", "delayed", "block", "block_sweep", "gemm", "accumulation", "cost", "number_line"):
+            assert sliders and all(s.continuous_update for s in sliders), name
+
+
+def test_changes_during_a_redraw_coalesce_to_the_newest_value(monkeypatch):
+    """Thirty values arrive through the control's observer (as the browser's messages do) while a
+    redraw runs: one more redraw follows, with the last value; none of the stale ones is drawn."""
+    import threading
+
+    from fp8lab.widgets import PerTensorPanel
+
+    panel = PerTensorPanel()
+    panel.refresh()
+    gate, started, drawn = threading.Event(), threading.Event(), []
+    original = PerTensorPanel.compute
+
+    def slow(self, **values):
+        drawn.append(values["margin"])
+        started.set()
+        assert gate.wait(30), "the test never released the first redraw"
+        return original(self, **values)
+
+    monkeypatch.setattr(PerTensorPanel, "compute", slow)
+    margin = panel.controls["margin"]
+    margin.value = 1  # the first change starts a redraw, held in compute until the gate opens
+    assert started.wait(30), "a change did not start a redraw"
+    values = [2, 3, 4, 5, 6, 5, 4, 3, 2, 0] * 3 + [4]  # 31 changes while that redraw runs
+    t0 = time.perf_counter()
+    for v in values:
+        margin.value = v
+    handled = time.perf_counter() - t0
+    assert handled < 1.0, f"the change handler blocked for {handled:.2f} s: it must not redraw in line"
+    gate.set()
+    assert panel.wait_redrawn(30), "the redraws did not finish"
+    assert drawn == [1, values[-1]], f"stale values were drawn: {drawn}"
+    assert panel.redraws == 2 and panel.data["margin"] == values[-1]
+    assert "x 2^4" in panel.text.value  # what the learner reads: the scale formula with the last margin
+    monkeypatch.setattr(PerTensorPanel, "compute", original)
+    fresh = PerTensorPanel()
+    fresh.update(margin=values[-1])
+    assert panel.text.value == fresh.text.value, "the last redraw does not show the last value"
+
+
+def test_a_change_after_the_redraws_end_draws_again():
+    from fp8lab.widgets import AccumulationPanel
+
+    panel = AccumulationPanel()
+    panel.refresh()
+    for v in (10, 20):
+        panel.controls["bits"].value = v
+        assert panel.wait_redrawn(60)
+        assert panel.data["df"]["accumulation"].str.startswith(f"{v}-bit").any()
