@@ -87,6 +87,8 @@ SCALES = {
     "E8M0, floor (OCP MX)": ("floor", "e8m0", False),
     "E4M3 under an fp32 tensor scale (NVFP4)": ("exact", "e4m3", True),
 }
+SLIDERS = (W.SelectionSlider, W.SelectionRangeSlider, W.IntSlider, W.FloatSlider, W.FloatLogSlider, W.IntRangeSlider,
+           W.FloatRangeSlider)
 CSS_DPI = 72  # the panels' size on the page: a figure of w inches is w * 72 CSS pixels wide
 # the recipes whose activation scaling the outlier cliff compares (delayed: tensorwise's, one step late)
 CLIFF_RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4")
@@ -133,7 +135,7 @@ class Panel:
         for ctl in controls.values():
             if hasattr(ctl, "value"):
                 ctl.observe(self._on_change, names="value")
-            if hasattr(ctl, "continuous_update"):
+            if isinstance(ctl, SLIDERS):
                 ctl.continuous_update = self.live
             ctl.style.description_width = "initial"
         boxes = [W.HBox(list(controls.values())[i : i + 3]) for i in range(0, len(controls), 3)]
