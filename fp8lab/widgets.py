@@ -132,6 +132,7 @@ class Panel:
         self._stale = False
         self._drawer: threading.Thread | None = None
         self.redraws = 0  # redraws made for browser changes (request_redraw), for tests
+        self.drawn_values: dict | None = None
         for ctl in controls.values():
             if hasattr(ctl, "value"):
                 ctl.observe(self._on_change, names="value")
@@ -183,8 +184,10 @@ class Panel:
             return self._refresh()
 
     def _refresh(self) -> dict:
+        values = self.values()
+        self.drawn_values = values  # what the plot and text show (checked against the controls after a drag)
         try:
-            self.data = self.compute(**self.values())
+            self.data = self.compute(**values)
             fig, axes = self._axes()
             self.draw(self.data, axes)
             self.image.value = plots.to_png(fig, keep=True)

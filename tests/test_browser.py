@@ -59,11 +59,13 @@ class Expect:
     control_redraws: moving a slider (else picking another dropdown option) changes a plot
         drawn in the same cell's output.
     live_training: pressing "Start" makes a plot in that cell change at least twice while it runs.
+    drags: each live panel's first slider is dragged across its range with the mouse (live_cells).
     """
 
     widgets: bool = True
     control_redraws: bool = True
     live_training: bool = False
+    drags: bool = True
 
 
 # Per-notebook expectations, keyed by file stem; a notebook not listed gets Expect().
@@ -74,6 +76,25 @@ EXPECT = {
     "07_beyond_one_machine": Expect(control_redraws=False),
     "browser_fixture": Expect(live_training=True),
 }
+
+# Dragging a live panel's slider: its plot must change at least DRAG_MIN_FRAMES times while the mouse
+# moves, and show the final value within RELEASE_MS of the release.
+DRAG_STEPS, DRAG_STEP_S, DRAG_MIN_FRAMES, RELEASE_MS = 24, 0.08, 3, 300
+
+
+def live_cells(path: Path) -> list[int]:
+    """The cells of a notebook that display a live panel with a slider (fp8lab.widgets.LIVE_PANELS)."""
+    from fp8lab.widgets import LIVE_PANELS, PANELS, SLIDERS
+
+    live = {}
+    for name in LIVE_PANELS:
+        panel = PANELS[name]()
+        if any(isinstance(c, SLIDERS) for c in panel.controls.values()):
+            live[type(panel).__name__] = name
+    cells = json.loads(path.read_text())["cells"]
+    return [i for i, c in enumerate(cells) if c["cell_type"] == "code"
+            and any(re.search(rf"\b{cls}\(", "".join(c["source"])) for cls in live)]
+
 
 # The notebook's state from JupyterLab's own model (window.jupyterapp, exposed by
 # --LabApp.expose_app_in_browser): each cell's node is tagged data-fp8lab-cell=<index> so that
@@ -178,6 +199,46 @@ WATCH_JS = r"""cell => {
 }"""
 
 
+# Every plot signature the cell shows from now on, with the time it appeared (a drag's frames).
+DRAG_WATCH_JS = r"""cell => {
+  window.__fp8labFrames = [];
+  let last = window.__fp8labPlots(cell);
+  clearInterval(window.__fp8labDragWatch);
+  window.__fp8labDragWatch = setInterval(() => {
+    const s = window.__fp8labPlots(cell);
+    if (s === null || s === last) return;
+    window.__fp8labFrames.push({t: performance.now(), s});
+    last = s;
+  }, 20);
+}"""
+
+# Run code in the notebook's kernel; resolve with its stdout (and any error).
+KERNEL_EXEC_JS = r"""code => new Promise(resolve => {
+  const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  const future = kernel.requestExecute({code, silent: false, store_history: false});
+  let out = '';
+  future.onIOPub = msg => {
+    const c = msg.content;
+    if (msg.header.msg_type === 'stream') out += c.text;
+    else if (msg.header.msg_type === 'error') out += `ERROR ${c.ename}: ${c.evalue}`;
+  };
+  future.done.then(() => resolve(out), e => resolve(`ERROR ${e}`));
+})"""
+
+# In the kernel: after the redraws end, every panel's plot shows its controls' values.
+DRAWN_CHECK = """
+import gc as _gc
+from fp8lab.widgets import Panel as _Panel
+_stale = []
+for _p in [o for o in _gc.get_objects() if isinstance(o, _Panel)]:
+    if not _p.wait_redrawn(20):
+        _stale.append(f"{type(_p).__name__}: still redrawing")
+    elif _p.drawn_values is not None and _p.drawn_values != _p.values():
+        _stale.append(f"{type(_p).__name__}: shows {_p.drawn_values}, controls {_p.values()}")
+print("DRAWN", "ok" if not _stale else _stale)
+"""
+
+
 # ---------------------------------------------------------------- the server and the browser
 
 
@@ -224,6 +285,7 @@ def context(browser):
 
 
 TIMINGS: dict[str, dict[str, float]] = {}  # per notebook: seconds from opening to each step
+DRAGS: dict[str, list[dict]] = {}  # per notebook: what each drag showed
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -232,6 +294,8 @@ def write_timings():
     if TIMINGS:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         (SCREENSHOTS / "timings.json").write_text(json.dumps(TIMINGS, indent=1))
+    if DRAGS:
+        (SCREENSHOTS / "drags.json").write_text(json.dumps(DRAGS, indent=1))
 
 
 # ---------------------------------------------------------------- waiting and checking
@@ -260,6 +324,7 @@ class NotebookPage:
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}") if m.type == "error" else None)
         self.timings: dict[str, float] = {}
+        self.drag_report: list[dict] = []
         self.t0 = time.monotonic()
 
     def mark(self, name: str) -> None:
@@ -447,6 +512,53 @@ class NotebookPage:
             self.page.keyboard.press("ArrowLeft")  # it was at its maximum
             self.page.keyboard.press("ArrowLeft")
 
+    def drag_slider_and_watch(self, index: int) -> None:
+        """Drag the first slider of cell `index` with the mouse from its handle to the start of its
+        track, then to the end, in steps; release there. While the mouse moves the plot must change
+        at least DRAG_MIN_FRAMES times; after the release it must show the final value within
+        RELEASE_MS, and the kernel must say its plot shows the controls' values."""
+        slider = self.cell(index).locator(".widget-slider:not(.mod-disabled)").first
+        slider.scroll_into_view_if_needed()
+        handle, track = slider.locator(".noUi-handle").first, slider.locator(".noUi-base, .noUi-target").first
+        readout = slider.locator(".widget-readout").first
+        before = self.wait_plots_settle(index)
+        count = self.plot_count(index)
+        hb, tb = handle.bounding_box(), track.bounding_box()
+        assert hb and tb, f"{self.relpath}: cell {index}: the slider has no handle or track on screen"
+        y = hb["y"] + hb["height"] / 2
+        x0, left, right = hb["x"] + hb["width"] / 2, tb["x"] + 1, tb["x"] + tb["width"] - 1
+        self.cell(index).evaluate(DRAG_WATCH_JS)
+        mouse = self.page.mouse
+        mouse.move(x0, y)
+        mouse.down()
+        path = [x0 + (left - x0) * k / (DRAG_STEPS // 3) for k in range(1, DRAG_STEPS // 3 + 1)]
+        path += [left + (right - left) * k / DRAG_STEPS for k in range(1, DRAG_STEPS + 1)]
+        for x in path:
+            mouse.move(x, y)
+            time.sleep(DRAG_STEP_S)
+        released_at = self.page.evaluate("() => performance.now()")  # just before the release: conservative
+        mouse.up()
+        during = self.page.evaluate("t => window.__fp8labFrames.filter(f => f.t <= t).length", released_at)
+        self.wait_plots_settle(index, quiet=1.0, timeout=REDRAW_TIMEOUT, what="after the drag")
+        frames = self.page.evaluate("() => { clearInterval(window.__fp8labDragWatch); return window.__fp8labFrames; }")
+        final = readout.inner_text() if readout.count() else "?"
+        assert during >= DRAG_MIN_FRAMES, (
+            f"{self.relpath}: cell {index}: the plot changed {during} time(s) while the slider was dragged over "
+            f"{len(path) * DRAG_STEP_S:.1f} s, expected at least {DRAG_MIN_FRAMES} (continuous_update?)"
+            + self.context_for_failure())
+        assert frames and frames[-1]["s"] != before, f"{self.relpath}: cell {index}: the drag left the plot unchanged"
+        late = frames[-1]["t"] - released_at
+        assert late <= RELEASE_MS, (
+            f"{self.relpath}: cell {index}: the final value ({final}) showed {late:.0f} ms after the release "
+            f"(allowed {RELEASE_MS} ms; frames after the release: "
+            f"{[round(f['t'] - released_at) for f in frames if f['t'] > released_at]})")
+        shown = self.page.evaluate(KERNEL_EXEC_JS, DRAWN_CHECK)
+        assert "DRAWN ok" in shown, f"{self.relpath}: cell {index}: after the drag: {shown}"
+        self.assert_redrawn_in_place(index, count, "dragging a slider")
+        self.drag_report.append({"cell": index, "frames during drag": during, "final": final,
+                                 "final after release ms": round(late)})
+        self.mark(f"dragged cell {index}")
+
     def start_training_and_watch(self, widget_cells: list[int]) -> int:
         """Press Start; the plot in Start's cell must change at least twice while training runs."""
         for i in widget_cells:
@@ -497,6 +609,13 @@ def check_notebook(context, lab: Lab, path: Path, expect: Expect) -> None:
         if expect.control_redraws:
             shown = nb.change_a_control_and_see_a_redraw(state["widgetCells"])
             nb.assert_no_errors("after moving a control")
+        if expect.drags:
+            for index in live_cells(path):
+                nb.drag_slider_and_watch(index)
+                shown = index
+            nb.assert_no_errors("after dragging sliders")
+            if nb.drag_report:
+                DRAGS[nb.stem] = nb.drag_report
         if expect.live_training:
             shown = nb.start_training_and_watch(state["widgetCells"])
             nb.stop_training(shown)
