@@ -176,7 +176,7 @@ def bench_train(size: int | None = None, rounds: int | None = None, consecutive:
 LIVE_MEDIAN_MS, LIVE_P95_MS = 50.0, 100.0
 
 
-def bench_widgets(rounds: int | None = None) -> list[dict]:
+def bench_widgets(rounds: int | None = None, panels: tuple[str, ...] | None = None) -> list[dict]:
     """Time from a control's new value to a finished redraw (compute, draw, Agg render, PNG
     encode), per panel: every value of every control, each control swept from the panel's
     default state, `rounds` times (default 2), after `fp8lab.setup()` as in the notebooks.
@@ -190,7 +190,12 @@ def bench_widgets(rounds: int | None = None) -> list[dict]:
 
     fp8lab.setup(quiet=True)  # as the first cell of every notebook does
     rows = []
+    unknown = set(panels or ()) - set(PANELS)
+    if unknown:
+        raise ValueError(f"unknown panels {sorted(unknown)}; valid: {', '.join(PANELS)}")
     for name, make in PANELS.items():
+        if panels and name not in panels:
+            continue
         panel = make()
         panel.refresh()
         times = []

@@ -24,7 +24,8 @@ import html
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import ClassVar
 
 import ipywidgets as W
@@ -94,6 +95,26 @@ CSS_DPI = 72  # the panels' size on the page: a figure of w inches is w * 72 CSS
 CLIFF_RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4")
 
 
+TORCH_THREADS = torch.get_num_threads()  # the process's default, as the kernel started
+
+
+@contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    """torch (and fp8lab's kernels, on torch's OpenMP) with `n` threads in this thread only, then
+    as before; None: unchanged. A redraw's tensors are small (~1e5 elements): on 2 shared cores,
+    with the browser drawing the last frame, a 2-thread region waits for a core that is busy
+    (measured 2026-12-01: block 573 ms with 2 threads, 8 ms with 1; see the README)."""
+    before = torch.get_num_threads()
+    if n is None or n == before:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _metrics_html(rows: dict[str, str]) -> str:
     cells = "".join(f"<tr><td style='padding-right:12px'>{html.escape(k)}</td><td><b>{html.escape(v)}</b></td></tr>"
                     for k, v in rows.items())
@@ -113,6 +134,7 @@ class Panel:
 
     title = ""
     live = True
+    redraw_threads: int | None = 1  # torch threads for a redraw (None: the process's; the timing panel)
     width, height, ncols = 6.0, 3.2, 1
     right = 0.6  # inches right of the last plot (a legend beside it needs more)
     bottom = 0.55  # inches below the plots (rotated tick labels need more)
@@ -180,7 +202,7 @@ class Panel:
         return fig, axes
 
     def refresh(self) -> dict:
-        with self._lock:
+        with self._lock, _torch_threads(self.redraw_threads):
             return self._refresh()
 
     def _refresh(self) -> dict:
@@ -205,7 +227,12 @@ class Panel:
         if blocking:
             work()
             return None
-        self._thread = threading.Thread(target=work, daemon=True)
+
+        def in_thread() -> None:
+            torch.set_num_threads(TORCH_THREADS)  # the process's threads, whatever a redraw had set meanwhile
+            work()
+
+        self._thread = threading.Thread(target=in_thread, daemon=True)
         self._thread.start()
         return self._thread
 
@@ -296,6 +323,7 @@ class TimingPanel(Panel):
 
     title = "GEMM timing on this machine"
     live = False  # each redraw times GEMMs: on release only
+    redraw_threads = None  # it times this machine's GEMMs: with every thread torch uses
     bottom = 0.75
 
     def __init__(self) -> None:

@@ -369,3 +369,24 @@ def test_a_change_after_the_redraws_end_draws_again():
         panel.controls["bits"].value = v
         assert panel.wait_redrawn(60)
         assert panel.data["df"]["accumulation"].str.startswith(f"{v}-bit").any()
+
+
+def test_each_notebook_says_beside_each_panel_whether_it_is_live():
+    """The markdown cell before a panel's cell says "**Live:**" or "**Not live:**", as the panel is."""
+    import json
+    import re
+    from pathlib import Path
+
+    classes = {make.__name__: make.live for make in PANELS.values()}
+    checked = 0
+    for path in sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        for i, cell in enumerate(cells):
+            source = "".join(cell["source"])
+            shown = [c for c in classes if cell["cell_type"] == "code" and re.search(rf"\b{c}\(", source)]
+            for cls in shown:
+                prose = next("".join(c["source"]) for c in reversed(cells[:i]) if c["cell_type"] == "markdown")
+                word = "**Live:**" if classes[cls] else "**Not live:**"
+                assert word in prose, f"{path.name} cell {i} ({cls}): the prose before it does not say {word}"
+                checked += 1
+    assert checked >= 15, checked
