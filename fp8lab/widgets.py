@@ -10,7 +10,7 @@ redraw; returns the data it plotted, so tests can drive it without a browser) an
 without pyplot at 2x device pixels, so a background thread (notebook 06's live training)
 can redraw them and high-DPI screens show them sharp.
 
-Live panels (`Panel.live`) redraw while a slider is dragged (continuous_update); the
+Live panels (`Panel.live_sliders`) redraw while a slider is dragged (continuous_update); the
 expensive ones (timing, training, distributed) redraw on release and train on a button.
 A change from the browser never redraws in the kernel's message handler: it marks the
 panel stale and one drawing thread per panel redraws with the controls' newest values
@@ -128,12 +128,12 @@ def _pct(v: float) -> str:
 class Panel:
     """Controls, a figure and a text area; `update(**values)` recomputes and redraws.
 
-    live=True: sliders send their value while dragged (continuous_update) and the plot follows;
-    live=False (panels whose redraw runs GEMMs, or whose controls set up a run that a button
+    live_sliders=True: sliders send their value while dragged (continuous_update) and the plot follows;
+    live_sliders=False (panels whose redraw runs GEMMs, or whose controls set up a run that a button
     starts): sliders send their value on release."""
 
     title = ""
-    live = True
+    live_sliders: ClassVar[bool] = True
     redraw_threads: int | None = 1  # torch threads for a redraw (None: the process's; the timing panel)
     width, height, ncols = 6.0, 3.2, 1
     right = 0.6  # inches right of the last plot (a legend beside it needs more)
@@ -159,7 +159,7 @@ class Panel:
             if hasattr(ctl, "value"):
                 ctl.observe(self._on_change, names="value")
             if isinstance(ctl, SLIDERS):
-                ctl.continuous_update = self.live
+                ctl.continuous_update = self.live_sliders
             ctl.style.description_width = "initial"
         boxes = [W.HBox(list(controls.values())[i : i + 3]) for i in range(0, len(controls), 3)]
         self.widget = W.VBox([W.HTML(f"<b>{html.escape(self.title)}</b>"), *boxes, self.image, self.text])
@@ -322,7 +322,7 @@ class TimingPanel(Panel):
     """fp32 and bf16 matmul beside the FP8 GEMM of a recipe, real or emulated, on this machine."""
 
     title = "GEMM timing on this machine"
-    live = False  # each redraw times GEMMs: on release only
+    live_sliders = False  # each redraw times GEMMs: on release only
     redraw_threads = None  # it times this machine's GEMMs: with every thread torch uses
     bottom = 0.75
 
@@ -892,7 +892,7 @@ class TrainingPanel(Panel):
     the plot, against the run it shows, until Start trains with them."""
 
     title = "live training: recipes side by side"
-    live = False  # its controls set up the next run; Start trains
+    live_sliders = False  # its controls set up the next run; Start trains
     ncols, width, height, right = 2, 4.6, 3.3, 1.5
     RUN_CONTROLS = ("recipes", "model", "sinks", "steps", "history", "margin", "input_drop")
 
@@ -1151,7 +1151,7 @@ class DistributedPanel(Panel):
     """One recipe trained in this process and on 2 processes (FSDP2 under torchrun), side by side."""
 
     title = "one process vs two (FSDP2): the same loss curve?"
-    live = False  # its controls set up the next run; Run trains
+    live_sliders = False  # its controls set up the next run; Run trains
     ncols, width = 2, 4.6
 
     def __init__(self) -> None:
@@ -1357,4 +1357,4 @@ class CostPanel(Panel):
 
 PANELS["cost"] = CostPanel
 # the panels whose sliders redraw while dragged
-LIVE_PANELS: tuple[str, ...] = tuple(name for name, make in PANELS.items() if getattr(make, "live", False))
+LIVE_PANELS: tuple[str, ...] = tuple(name for name, make in PANELS.items() if make.live_sliders)

@@ -377,7 +377,7 @@ def test_each_notebook_says_beside_each_panel_whether_it_is_live():
     import re
     from pathlib import Path
 
-    classes = {make.__name__: make.live for make in PANELS.values()}
+    classes = {make.__name__: make.live_sliders for make in PANELS.values()}
     checked = 0
     for path in sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
