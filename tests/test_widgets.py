@@ -390,3 +390,30 @@ def test_each_notebook_says_beside_each_panel_whether_it_is_live():
                 assert word in prose, f"{path.name} cell {i} ({cls}): the prose before it does not say {word}"
                 checked += 1
     assert checked >= 15, checked
+
+
+@pytest.mark.parametrize("name", list(PANELS))
+def test_the_glyph_cache_renders_what_agg_renders(name):
+    """Every panel, at two values of every control: the panel's canvas (fp8lab.render, glyphs
+    kept) holds the same pixels as plain Agg drawing the same figure again."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from fp8lab.render import GlyphCacheCanvas, glyph_cache_stats
+
+    panel = _panel(name)
+    fig = panel._figure[0]
+    hits = glyph_cache_stats()["glyph hits"]
+    compared = 0
+    for control, values in sweep_values(panel).items():
+        for value in values[:2]:
+            if "error" in panel.update(**{control: value}):
+                continue  # explained in the text; nothing drawn
+            assert isinstance(fig.canvas, GlyphCacheCanvas), type(fig.canvas)
+            cached = np.asarray(fig.canvas.buffer_rgba()).copy()  # what the PNG was encoded from
+            plain = FigureCanvasAgg(fig)
+            plain.draw()
+            assert np.array_equal(cached, np.asarray(plain.buffer_rgba())), f"{name}.{control}={value!r}"
+            GlyphCacheCanvas(fig)  # the panel's canvas again
+            compared += 1
+    assert compared and glyph_cache_stats()["glyph hits"] > hits, "the glyph cache was never used"
