@@ -1,7 +1,7 @@
 """Agg rendering for the panels: matplotlib's Agg canvas with a cache of rendered glyphs.
 
 Public: GlyphCacheCanvas (a FigureCanvasAgg), glyph_cache_stats(). A panel's redraw spends
-most of its Agg time on text (measured 2026-12-01: ~60% of a render is FreeType laying out
+most of its Agg time on text (measured 2026-11-30: ~60% of a render is FreeType laying out
 and rasterizing the same tick labels and titles again), and its pixels do not depend on the
 pixels around them. This canvas keeps each string's layout and each glyph's bitmap, keyed
 by everything matplotlib renders them from (font file and face, size, dpi, hinting, the

@@ -103,7 +103,7 @@ def _torch_threads(n: int | None) -> Iterator[None]:
     """torch (and fp8lab's kernels, on torch's OpenMP) with `n` threads in this thread only, then
     as before; None: unchanged. A redraw's tensors are small (~1e5 elements): on 2 shared cores,
     with the browser drawing the last frame, a 2-thread region waits for a core that is busy
-    (measured 2026-12-01: block 573 ms with 2 threads, 8 ms with 1; see the README)."""
+    (measured 2026-11-30: block 573 ms with 2 threads, 8 ms with 1; see the README)."""
     before = torch.get_num_threads()
     if n is None or n == before:
         yield
