@@ -417,3 +417,29 @@ def test_the_glyph_cache_renders_what_agg_renders(name):
             GlyphCacheCanvas(fig)  # the panel's canvas again
             compared += 1
     assert compared and glyph_cache_stats()["glyph hits"] > hits, "the glyph cache was never used"
+
+
+def test_a_redraw_computes_with_one_torch_thread_and_the_timing_panel_with_all(monkeypatch):
+    import torch
+
+    from fp8lab.widgets import TORCH_THREADS, PerTensorPanel
+
+    seen_threads = []
+    original = PerTensorPanel.compute
+    monkeypatch.setattr(PerTensorPanel, "compute",
+                        lambda self, **v: (seen_threads.append(torch.get_num_threads()), original(self, **v))[1])
+    panel = PerTensorPanel()
+    panel.update(margin=2)  # in this thread
+    panel.controls["margin"].value = 3  # in the drawing thread
+    assert panel.wait_redrawn(60)
+    assert seen_threads == [1, 1]
+    assert torch.get_num_threads() == TORCH_THREADS  # restored after the redraw
+    timing = TimingPanel()
+    with monkeypatch.context() as m:
+        m.setattr(TimingPanel, "compute", lambda self, **v: {"threads": torch.get_num_threads()})
+        m.setattr(TimingPanel, "draw", lambda self, data, ax: None)
+        m.setattr(TimingPanel, "describe", lambda self, data: "")
+        assert timing.refresh()["threads"] == TORCH_THREADS
+    started = []
+    panel._launch(lambda: started.append(torch.get_num_threads()), blocking=False).join(30)
+    assert started == [TORCH_THREADS]  # a panel's training thread: the process's threads
