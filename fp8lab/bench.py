@@ -9,26 +9,16 @@ one run. Timed unit tests are never used for speed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import statistics
 from collections.abc import Callable
 
 import torch
 
 from fp8lab import kernels
-from fp8lab.doctor import cpu_name
+from fp8lab.timing import machine_line, time_interleaved
 from fp8lab.timing import print_table as timing_table
-from fp8lab.timing import time_interleaved
 
-__all__ = ["bench_gemm", "bench_gpu", "bench_quantize", "bench_train", "main", "print_table"]
-
-
-def machine_line() -> str:
-    cpu = cpu_name()
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    fused = "fused CPU kernels on" if kernels.status()[0] else "fused CPU kernels off"
-    return (f"{datetime.date.today().isoformat()}, {cpu}, {torch.get_num_threads()} threads, {gpu}, "
-            f"torch {torch.__version__}, {fused}")
+__all__ = ["bench_gemm", "bench_gpu", "bench_inspect", "bench_quantize", "bench_train", "main", "print_table"]
 
 
 def print_table(title: str, rows: list[dict], note: str = "") -> None:
@@ -41,7 +31,9 @@ def print_table(title: str, rows: list[dict], note: str = "") -> None:
 
 def bench_quantize(size: int = 4096, rounds: int = 20) -> list[dict]:
     """fp8lab's quantization of a size x size float32 tensor beside torchao's MX and a copy."""
-    from fp8lab import E4M3, E8M0, PerBlock, PerTensor, quantize
+    from fp8lab.formats import E4M3, E8M0
+    from fp8lab.quantize import quantize
+    from fp8lab.scaling import PerBlock, PerTensor
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(size, size, generator=g)
@@ -112,6 +104,41 @@ def bench_gemm(size: int = 2048, rounds: int = 7, recipes: tuple[str, ...] = ("t
             for name, ts in times.items()]
     print_table(f"GEMM {size}^3 on the CPU (median of {rounds}, interleaved; operands quantized beforehand)", rows,
                 f"fast path: {bf16_fast_path()[1]}")
+    return rows
+
+
+# ---- fp8lab.inspect -----------------------------------------------------------------------------------
+
+
+def bench_inspect(size: int | None = None, rounds: int | None = None) -> list[dict]:
+    """Seconds for inspect() on models of 100+ linears (`python -m fp8lab bench inspect`).
+
+    The models: 25 blocks of 4 linears (q/k/v-style fused in, out, MLP up and down) of width
+    `size` (default 64 and 128), 64 tokens, the five DEFAULT_RECIPES; median of `rounds`."""
+    import time
+
+    from torch import nn
+
+    from fp8lab.readiness import inspect
+
+    widths = (size,) if size else (64, 128)
+    rounds = rounds or 5
+    rows = []
+    for d in widths:
+        blocks = [nn.Sequential(nn.Linear(d, 3 * d), nn.Linear(3 * d, d), nn.Linear(d, 4 * d), nn.GELU(),
+                                nn.Linear(4 * d, d)) for _ in range(25)]
+        model = nn.Sequential(*blocks)
+        x = torch.randn(64, d, generator=torch.Generator().manual_seed(0))
+        times = []
+        report = inspect(model, x)  # warm-up
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            report = inspect(model, x)
+            times.append(time.perf_counter() - t0)
+        rows.append({"model": f"{len(report.layers)} linears, width {d}", "tokens": 64,
+                     "recipes": len(report.recipes), "rows": len(report.frame),
+                     "median s": statistics.median(times), "max s": max(times)})
+    print_table(f"fp8lab.inspect on 100-linear models (median of {rounds})", rows)
     return rows
 
 
@@ -409,8 +436,6 @@ def main(argv: list[str] | None = None) -> int:
 
             bench_widgets(**kw)
         elif name == "inspect":
-            from fp8lab.readiness import bench_inspect
-
             bench_inspect(**kw)
         elif name == "lessons":
             from fp8lab.train import lesson_table

@@ -266,7 +266,7 @@ def _first_line(text: str, limit: int = 200) -> str:
 
 @lru_cache(maxsize=1)
 def _load() -> tuple[ctypes.CDLL | None, str]:
-    if not settings.KERNELS:
+    if not settings.kernels_requested():
         return None, "off (FP8LAB_KERNELS=0): quantization runs in torch"
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:

@@ -66,6 +66,14 @@ class Derived:
 class QuantizedTensor:
     """A tensor in a low-precision format with per-block scales (checked on construction).
 
+    Frozen in what it means: no field is ever reassigned, and data, scale, tensor_scale and
+    amax are never written after construction. It caches, in place, in one declared field,
+    `derived` (see Derived): the float32 values, the scale-folded values and the scale range,
+    computed once from the codes when first asked for (or written by quantize's kernel in the
+    same pass). Caching changes no number. .t() and .to() hand their result the cache's
+    transposed or kept parts; dataclasses.replace would share it (pass derived=Derived()
+    when changing data or scales).
+
     data:  x's shape, dtype fmt.storage_dtype (float8_e4m3fn / float8_e5m2; E2M1 values
            are kept unpacked, one per byte, in float8_e4m3fn, which holds each exactly)
     scale: float32 dequantization multipliers; () per tensor, (M, 1) per row,
