@@ -428,7 +428,7 @@ def quantize(
 
 
 def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | float | None = None, *,
-                  count: bool = False) -> QuantizedTensor:
+                  count: bool = False, values: bool | None = None) -> QuantizedTensor:
     """quantize(x, ...) with its settings checked beforehand (quantize_spec).
 
     The definition is the torch code at the end: the block amaxes, the scales
@@ -436,6 +436,9 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     the same bits in one pass: this is the one place that chooses (kernels.engine(), decided
     once per process). count=True also counts, in that pass, the elements that clipped and
     flushed (QuantizedTensor.counts, for the Monitor); the torch code leaves that to metrics.
+    values=True has the kernel write the float32 values (scale-folded where a GEMM folds them)
+    in the same pass whatever the size, for an operand a GEMM reads next (None: up to
+    kernels.EAGER_VALUES elements; beyond, QuantizedTensor.values() widens the codes when asked).
     """
     x2d = _input_2d(x, spec.granularity)
     m, k = x2d.shape
@@ -445,7 +448,7 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     fold = _folds(spec.granularity, block, (m, k))
 
     if spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels:
-        fused = kernels.quantize(x2d.contiguous(), block, spec.kernel, given, fold=fold, count=count)
+        fused = kernels.quantize(x2d.contiguous(), block, spec.kernel, given, fold=fold, count=count, values=values)
         if fused is None:
             _refuse_inf(x2d)  # the kernel found an infinite amax
         return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,

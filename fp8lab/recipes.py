@@ -65,9 +65,10 @@ class TensorScaling:
         return quantize_spec(self.fmt, self.granularity, self.scale_rule, self.margin, self.scale_fmt,
                              self.two_level)
 
-    def quantize(self, x: torch.Tensor, amax: torch.Tensor | None = None, count: bool = False) -> QuantizedTensor:
-        """Quantize an operand x[rows, contraction] as this scaling says (count: see quantize_with)."""
-        return quantize_with(x, self.spec, amax, count=count)
+    def quantize(self, x: torch.Tensor, amax: torch.Tensor | None = None, count: bool = False,
+                 values: bool | None = None) -> QuantizedTensor:
+        """Quantize an operand x[rows, contraction] as this scaling says (count, values: see quantize_with)."""
+        return quantize_with(x, self.spec, amax, count=count, values=values)
 
     def down_columns(self, rows: int) -> TensorScaling:
         """This scaling restated for x[rows, cols] when the operand is x^T[cols, rows]: the same
@@ -81,14 +82,14 @@ class TensorScaling:
             cache[rows] = replace(self, granularity=down)
         return cache[rows]
 
-    def quantize_transposed(self, x: torch.Tensor) -> QuantizedTensor:
+    def quantize_transposed(self, x: torch.Tensor, values: bool | None = None) -> QuantizedTensor:
         """Quantize the operand x^T[cols, rows] as this scaling says, from x[rows, cols], without
         copying x^T: x is quantized down its columns (down_columns) and the result is the
         QuantizedTensor of x^T, code for code, as a transposed view (what a GEMM over x's rows
         needs: a weight b[K, N] for b^T[N, K], an activation x[M, K] for wgrad's x^T[K, M])."""
         if isinstance(self.granularity, PerTensor):
-            return self.quantize(x).t()
-        return self.down_columns(x.shape[0]).quantize(x).t(self.granularity)
+            return self.quantize(x, values=values).t()
+        return self.down_columns(x.shape[0]).quantize(x, values=values).t(self.granularity)
 
     @property
     def label(self) -> str:
