@@ -1,8 +1,46 @@
-"""fp8lab: learn and compare FP8 scaling strategies.
+"""fp8lab: learn and compare FP8 scaling strategies. Start with notebook 00.
 
-The map (imports flow down this list): formats -> scaling -> quantize -> recipes -> gemm
--> nn -> train; metrics, plots and widgets only consume. Start with notebook 00.
-fp8lab.inspect(model, batch, loss_fn) reports any model's FP8 readiness per layer (readiness.py, notebook 08).
+fp8lab.quantize(x, fmt, granularity) -> QuantizedTensor; fp8lab.matmul(a, b, recipe);
+fp8lab.nn.convert(model, recipe); fp8lab.inspect(model, batch, loss_fn) reports any model's
+FP8 readiness per layer (notebook 08). The map, bottom layer first: a module imports only
+modules listed before it (tests/test_architecture.py checks it; this file imports last).
+
+  no fp8lab imports
+    settings     FP8LAB_SMOKE and FP8LAB_KERNELS, read from the environment when asked
+    _watchdog    ends a torchrun job whose launcher died (standard library only)
+  numbers
+    formats      FloatFormat as data (E4M3, E5M2, E8M0, E2M1), the reference cast
+    scaling      granularities, amax per block, the scale rules, delayed scaling
+    kernels      the C fast path of quantize (formats and rules passed as data), chosen once
+    timing       timing helpers, the machine a measurement ran on
+    quantize     quantize(x, ...) -> QuantizedTensor, dequantize
+  FP8 training
+    metrics      SQNR, relative error, overflow / underflow / subnormal fractions
+    recipes      named recipes: format, granularity and scale rule per tensor role and GEMM
+    gemm         real (torch scaled_mm) and emulated FP8 GEMMs, the accumulation model
+    nn           FP8Linear, convert(model, recipe), the torchao bridge, the Monitor
+    train        toy models and tasks, train_step (the one step), recipes side by side
+  data and figures
+    data         synthetic tensors: distributions, outlier channels, spikes
+    realdata     real data shipped with Python: text, digits
+    anatomy      one value in a format: neighbours, gap, rounding
+    render       Agg that keeps rendered glyphs (the panels' PNGs, byte for byte)
+    plots        figures: take data and an optional ax, return the ax
+  built on training
+    export       a recipe written for torchao, TransformerEngine, torchtitan
+    readiness    fp8lab.inspect: any model's FP8 readiness per layer
+    cost         what each recipe costs: scale storage, amax, scale multiplies
+    distributed  FSDP2 under torchrun: the toy transformer on several processes
+    capstone     notebook 08's three models and the seed's claims
+    measured     training results shipped with the lab (the sink cliff, delayed recovery)
+  the edges
+    doctor       what this machine runs real and emulated, and why
+    exercises    check_*, hint_*, solution_* for the notebooks' exercises
+    widgets      ipywidgets panels: wiring only, no maths
+    answers      the answer key, computed from the panels
+    bench        `python -m fp8lab bench ...`: the project's benchmarks
+    lab          `make lab`: start JupyterLab
+    __main__     `python -m fp8lab doctor | lab | bench`
 """
 
 from fp8lab.export import export
@@ -31,7 +69,10 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
     seaborn theme); torch's global random seed (`seed`); the garbage collector (the objects
     imported so far are frozen, gc.freeze(), so that full collections don't stall a redraw);
     glibc's malloc thresholds (kernels.keep_freed_memory: freed blocks up to 32 MiB are kept for
-    reuse). Returns the status line (also printed unless quiet)."""
+    reuse); and it decides the CPU kernels once for the process (kernels.status: built or loaded
+    from the cache and loaded into the process, or off, reading FP8LAB_KERNELS now). It changes
+    no numerics setting of torch (no matmul precision, no oneDNN mode, no thread count).
+    Returns the status line (also printed unless quiet)."""
     import gc
 
     import torch
@@ -39,7 +80,7 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
     from fp8lab.kernels import keep_freed_memory
     from fp8lab.kernels import status as kernels_status
     from fp8lab.plots import use_theme
-    from fp8lab.settings import SMOKE
+    from fp8lab.settings import smoke
 
     use_theme()
     torch.manual_seed(seed)
@@ -55,7 +96,7 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
         where = "no GPU: FP8 GEMMs are emulated exactly on the CPU"
     kernels = "CPU kernels on" if kernels_status()[0] else "CPU kernels off (python -m fp8lab doctor says why)"
     line = f"fp8lab {__version__} | torch {torch.__version__} | {where} | {kernels}"
-    if SMOKE:
+    if smoke():
         line += " | smoke mode"
     if not quiet:
         print(line)

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fp8lab.measured import cliff_means, survivors
+
 __all__ = ["ANSWERS", "PREDICTIONS", "Answer", "PredictionSpec", "key", "magnitude", "main", "markdown", "survivors"]
 
 KEY_PATH = Path(__file__).resolve().parent.parent / "notebooks" / "ANSWERS.md"
@@ -458,37 +460,16 @@ def _q05_accumulation() -> Answer:
 # ---- 06 training -----------------------------------------------------------------------------------------------------
 
 
-def _cliff_means():
-    from fp8lab.measured import cliff
-
-    df = cliff()
-    if df.empty:
-        raise ValueError("fp8lab.measured holds no results: run `python -m fp8lab.measured --write`")
-    mean = df.groupby(["run", "sinks"], sort=False)[["loss", "loss_short"]].mean()
-    clean = mean.xs(0.0, level="sinks")["loss"]
-    change = mean["loss"] / mean.index.get_level_values("run").map(clean).to_numpy() - 1
-    return df, mean, change
-
-
 def _first_break(change, run: str, threshold: float = 0.05) -> float | None:
     c = change.xs(run, level="run")
     bad = c[(c.index > 0) & (c > threshold)]
     return float(bad.index.min()) if len(bad) else None
 
 
-def survivors(magnitude: float = 1e6, threshold: float = 0.05) -> set[str]:
-    """FP8 recipes whose final loss (mean of 3 seeds, fp8lab.measured) stays within `threshold`
-    of their own no-sink loss with sinks at `magnitude`."""
-    from fp8lab.recipes import RECIPES
-
-    change = _cliff_means()[2]
-    return {r for r in RECIPES if (r, magnitude) in change.index and change[r, magnitude] <= threshold}
-
-
 def _q06_live() -> Answer:
     from fp8lab.train import train
 
-    change = _cliff_means()[2]
+    change = cliff_means()[2]
     behind = sorted(r for r in ("tensorwise", "rowwise", "blockwise", "mxfp8") if change[r, 1e6] > 0.05)
     res = train(("tensorwise", "blockwise"), steps=4, sink_magnitude=1e6, progress=False, monitor_every=1)
     m = res.monitor.groupby(["run", "layer", "gemm", "role"])["underflow"].mean()
@@ -518,7 +499,7 @@ def _q06_live() -> Answer:
 
 
 def _q06_cliff() -> Answer:
-    change = _cliff_means()[2]
+    change = cliff_means()[2]
     runs = [r for r in dict.fromkeys(change.index.get_level_values("run")) if r != "fp32"]
     breaks = {r: _first_break(change, r) for r in runs}
     worst_1e4 = max(abs(change[r, 1e4]) for r in runs if r != "nvfp4")
@@ -609,7 +590,7 @@ def _p05_gemm() -> tuple[str, str]:
 
 
 def _p06_break() -> tuple[str, str]:
-    change = _cliff_means()[2]
+    change = cliff_means()[2]
     at = _first_break(change, "tensorwise")
     option = "never (up to 1e7)" if at is None else magnitude(at)
     tw = change.xs("tensorwise", level="run")
@@ -643,9 +624,9 @@ PREDICTIONS: dict[str, PredictionSpec] = {
 
 def key() -> list[Answer]:
     """Every answer, computed now at workshop size (FP8LAB_SMOKE must be off)."""
-    from fp8lab.settings import SMOKE
+    from fp8lab.settings import smoke
 
-    if SMOKE:
+    if smoke():
         raise RuntimeError("the answer key is computed at workshop size: unset FP8LAB_SMOKE")
     return [fn() for fn in ANSWERS]
 

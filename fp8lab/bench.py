@@ -9,26 +9,17 @@ one run. Timed unit tests are never used for speed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import statistics
 from collections.abc import Callable
 
 import torch
 
 from fp8lab import kernels
-from fp8lab.doctor import cpu_name
+from fp8lab.timing import machine_line, time_interleaved
 from fp8lab.timing import print_table as timing_table
-from fp8lab.timing import time_interleaved
 
-__all__ = ["bench_gemm", "bench_gpu", "bench_quantize", "bench_train", "bench_widgets", "main", "print_table"]
-
-
-def machine_line() -> str:
-    cpu = cpu_name()
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    fused = "fused CPU kernels on" if kernels.status()[0] else "fused CPU kernels off"
-    return (f"{datetime.date.today().isoformat()}, {cpu}, {torch.get_num_threads()} threads, {gpu}, "
-            f"torch {torch.__version__}, {fused}")
+__all__ = ["bench_gemm", "bench_gpu", "bench_inspect", "bench_quantize", "bench_train", "bench_widgets", "main",
+           "print_table"]
 
 
 def print_table(title: str, rows: list[dict], note: str = "") -> None:
@@ -41,7 +32,9 @@ def print_table(title: str, rows: list[dict], note: str = "") -> None:
 
 def bench_quantize(size: int = 4096, rounds: int = 20) -> list[dict]:
     """fp8lab's quantization of a size x size float32 tensor beside torchao's MX and a copy."""
-    from fp8lab import E4M3, E8M0, PerBlock, PerTensor, quantize
+    from fp8lab.formats import E4M3, E8M0
+    from fp8lab.quantize import quantize
+    from fp8lab.scaling import PerBlock, PerTensor
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(size, size, generator=g)
@@ -84,34 +77,100 @@ def bench_quantize(size: int = 4096, rounds: int = 20) -> list[dict]:
 # ---- gemm -------------------------------------------------------------------------------------------------
 
 
+QUANTIZE_INCLUDED = ("tensorwise", "blockwise", "mxfp8")  # bench_gemm's rows with the quantization timed too
+
+
 def bench_gemm(size: int = 2048, rounds: int = 7, recipes: tuple[str, ...] = ("tensorwise", "rowwise", "blockwise",
                                                                              "mxfp8", "nvfp4")) -> list[dict]:
-    """fp32 and bf16 torch.mm beside fp8lab's emulated GEMM (reference and fast) at size^3."""
-    from fp8lab.gemm import bf16_fast_path, emulated_mm, quantize_operands
+    """fp32 and bf16 torch.mm beside fp8lab's emulated GEMM at size^3, and one shape not tuned for.
+
+    Rows: the fast emulation and the reference on operands quantized beforehand; and the call a
+    learner makes, fp8lab.matmul(a[M, K], b, recipe) with its quantization, for b given naturally
+    (b[K, N], row-major) and as a transposed view of w[N, K] (b = w.t()), for the recipes in
+    QUANTIZE_INCLUDED, at size^3 and at (3/4, 3/2, 3/8) * size (1536x3072x768 for 2048). The
+    bf16 torch.mm is timed once (one call, no warm-up: a CPU without bf16 units takes over a
+    minute for it at 2048^3), or a median of `rounds` where one call takes under 0.5 s."""
+    from fp8lab.gemm import emulated_mm, matmul, quantize_operands
+    from fp8lab.timing import timed
 
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(size, size, generator=g)
-    b = torch.randn(size, size, generator=g)
-    ab, bb = a.bfloat16(), b.bfloat16()
-    cands: dict[str, Callable[[], object]] = {
-        "torch.mm fp32": lambda: a @ b,
-        "torch.mm bf16 (bf16 output)": lambda: ab @ bb,
-    }
-    ops = {r: quantize_operands(a, b, r) for r in recipes}
-    for r in recipes:
-        aq, bq = ops[r]
-        cands[f"fp8lab {r} fast"] = lambda aq=aq, bq=bq: emulated_mm(aq, bq, emulation="fast")
-        if r in ("tensorwise", "blockwise"):
-            cands[f"fp8lab {r} reference"] = lambda aq=aq, bq=bq: emulated_mm(aq, bq, emulation="reference")
-    cands["fp8lab tensorwise fast + quantize"] = lambda: emulated_mm(*quantize_operands(a, b, "tensorwise"))
+    shapes = [(size, size, size), (3 * size // 4, 3 * size // 2, 3 * size // 8)]  # (M, K, N)
+    cands: dict[tuple[str, str], Callable[[], object]] = {}
+    operands = {}
+    for m, k, n in shapes:
+        shape = f"{m}x{k}x{n}"
+        a, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
+        b = w.t().contiguous()  # b[K, N] row-major: the natural layout
+        operands[shape] = (a, b)
+        cands[shape, "torch.mm fp32"] = lambda a=a, b=b: a @ b
+        if shape == f"{size}x{size}x{size}":
+            for r in recipes:
+                aq, bq = quantize_operands(a, b, r)
+                cands[shape, f"fp8lab {r} fast"] = lambda aq=aq, bq=bq: emulated_mm(aq, bq, emulation="fast")
+                if r in ("tensorwise", "blockwise"):
+                    cands[shape, f"fp8lab {r} reference"] = lambda aq=aq, bq=bq: emulated_mm(aq, bq,
+                                                                                             emulation="reference")
+        for r in (r for r in recipes if r in QUANTIZE_INCLUDED):
+            cands[shape, f"fp8lab {r} matmul(a, b[K,N]) + quantize"] = lambda a=a, b=b, r=r: matmul(
+                a, b, r, verbose=False)
+            cands[shape, f"fp8lab {r} matmul(a, w.t()) + quantize"] = lambda a=a, w=w, r=r: matmul(
+                a, w.t(), r, verbose=False)
     times = time_interleaved(cands, rounds=rounds, warmup=1)
-    base = statistics.median(times["torch.mm fp32"])
-    flops = 2 * size**3
-    rows = [{"what": name, "median ms": statistics.median(ts) * 1e3,
-             "x fp32 mm": statistics.median(ts) / base, "GFLOP/s": flops / statistics.median(ts) / 1e9}
-            for name, ts in times.items()]
-    print_table(f"GEMM {size}^3 on the CPU (median of {rounds}, interleaved; operands quantized beforehand)", rows,
-                f"fast path: {bf16_fast_path()[1]}")
+    a, b = operands[f"{size}x{size}x{size}"]
+    ab, bb = a.bfloat16(), b.bfloat16()
+    bf16 = timed(lambda: ab @ bb, repeats=1, warmup=0)
+    bf16_note = "timed once (one call, no warm-up)"
+    if bf16[0] < 0.5:
+        bf16 = timed(lambda: ab @ bb, repeats=rounds, warmup=1)
+        bf16_note = f"median of {rounds}, after the others"
+    times[f"{size}x{size}x{size}", "torch.mm bf16 (bf16 output)"] = bf16
+    rows = []
+    for m, k, n in shapes:
+        shape = f"{m}x{k}x{n}"
+        base = statistics.median(times[shape, "torch.mm fp32"])
+        for (where, name), ts in times.items():
+            if where == shape:
+                med = statistics.median(ts)
+                rows.append({"what": name, "M x K x N": shape, "median ms": med * 1e3, "x fp32 mm": med / base,
+                             "GFLOP/s": 2 * m * k * n / med / 1e9})
+    print_table(f"GEMM {size}^3 and {shapes[1][0]}x{shapes[1][1]}x{shapes[1][2]} on the CPU (median of {rounds}, "
+                "interleaved; 'fast' and 'reference': operands quantized beforehand; '+ quantize': the whole call)",
+                rows, f"torch.mm bf16: {bf16_note}; b[K,N]: b row-major; w.t(): a transposed view of w[N, K]")
+    return rows
+
+
+# ---- fp8lab.inspect -----------------------------------------------------------------------------------
+
+
+def bench_inspect(size: int | None = None, rounds: int | None = None) -> list[dict]:
+    """Seconds for inspect() on models of 100+ linears (`python -m fp8lab bench inspect`).
+
+    The models: 25 blocks of 4 linears (q/k/v-style fused in, out, MLP up and down) of width
+    `size` (default 64 and 128), 64 tokens, the five DEFAULT_RECIPES; median of `rounds`."""
+    import time
+
+    from torch import nn
+
+    from fp8lab.readiness import inspect
+
+    widths = (size,) if size else (64, 128)
+    rounds = rounds or 5
+    rows = []
+    for d in widths:
+        blocks = [nn.Sequential(nn.Linear(d, 3 * d), nn.Linear(3 * d, d), nn.Linear(d, 4 * d), nn.GELU(),
+                                nn.Linear(4 * d, d)) for _ in range(25)]
+        model = nn.Sequential(*blocks)
+        x = torch.randn(64, d, generator=torch.Generator().manual_seed(0))
+        times = []
+        report = inspect(model, x)  # warm-up
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            report = inspect(model, x)
+            times.append(time.perf_counter() - t0)
+        rows.append({"model": f"{len(report.layers)} linears, width {d}", "tokens": 64,
+                     "recipes": len(report.recipes), "rows": len(report.frame),
+                     "median s": statistics.median(times), "max s": max(times)})
+    print_table(f"fp8lab.inspect on 100-linear models (median of {rounds})", rows)
     return rows
 
 
@@ -457,8 +516,6 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "widgets":
             bench_widgets(rounds=args.rounds)
         elif name == "inspect":
-            from fp8lab.readiness import bench_inspect
-
             bench_inspect(**kw)
         elif name == "lessons":
             from fp8lab.train import lesson_table

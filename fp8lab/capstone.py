@@ -26,6 +26,7 @@ from torch import nn
 from fp8lab.nn import convert
 from fp8lab.recipes import get_recipe
 from fp8lab.settings import size
+from fp8lab.train import train_step
 
 __all__ = ["ACCURACY_BUDGET", "BUDGET", "CASES", "TRAINED", "Case", "CaseResult", "Run", "claims", "make_case",
            "train_case", "verdict"]
@@ -218,17 +219,11 @@ def train_case(case: Case, runs: Sequence[str | Run] = TRAINED, steps: int | Non
         for label, model in models.items():
             if label in stopped:
                 continue
-            loss = case.loss(model(x), y)
-            value = loss.item()
+            value = train_step(model, optims[label], case.loss, x, y)
             if not math.isfinite(value):
                 stopped[label] = step
                 messages.append(f"{label} stopped at step {step}: loss is {value}")
                 continue
-            optims[label].zero_grad(set_to_none=True)
-            loss.backward()
-            optims[label].step()
-            if hasattr(model, "project"):
-                model.project()
             rows.append({"step": step, "run": label, "loss": value})
         if bar is not None:
             bar.update(1)

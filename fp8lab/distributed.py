@@ -1,6 +1,7 @@
 """The toy transformer trained on several processes: FSDP2 under torchrun, FP8 linears from either engine.
 
-Public: DistConfig, run_single, run_distributed, compare, DistributedRunError; the command
+Public: DistConfig (one run's settings, passed whole), config, run_single, run_distributed, compare,
+DistributedRunError; the command
 `python -m fp8lab.distributed --nproc 2 --recipe blockwise --steps 20 [--engine torchao] [--out f.json]`.
 Every rank builds the same global batch from the seed and keeps its slice; gradients and the
 printed loss are averaged over ranks, so both are the single-process run's on that batch.
@@ -26,19 +27,19 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import torch
 
 from fp8lab import _watchdog
-from fp8lab.nn import ENGINES, TORCHAO_RECIPES, convert
-from fp8lab.recipes import GEMMS, RECIPES, VARIANTS, get_recipe
-from fp8lab.scaling import PerBlock
-from fp8lab.train import LESSON, MarkovTask, make_model
+from fp8lab.nn import ENGINES, convert, tokens_per_scale
+from fp8lab.recipes import GEMMS, RECIPES, TORCHAO_RECIPES, VARIANTS, get_recipe
+from fp8lab.train import LESSON, MarkovTask, make_model, train_step
 
-__all__ = ["DistConfig", "DistributedRunError", "compare", "main", "run_distributed", "run_single"]
+__all__ = ["DistConfig", "DistributedRunError", "compare", "config", "main", "run_distributed", "run_single"]
 
 DEVICES = ("auto", "cpu", "cuda")
 FAIL_MODES = ("raise", "kill", "hang")
@@ -72,19 +73,22 @@ class DistConfig:
     struck ("kill"), or stops answering ("hang").
     """
 
-    recipe: str = "blockwise"  # a name in RECIPES or VARIANTS, or "fp32" (no FP8: the reduction-order floor)
+    # each field is also a flag of `python -m fp8lab.distributed` (_parser reads help and choices here)
+    recipe: str = field(default="blockwise", metadata={
+        "help": f"one of {', '.join([*RECIPES, *VARIANTS])}, or fp32 (no FP8: the reduction-order floor)"})
     steps: int = 20
     seed: int = 0
-    batch: int = 32
+    batch: int = field(default=32, metadata={"help": "global batch (sequences), split over ranks"})
     lr: float = LESSON.lr
-    engine: str = "fp8lab"
-    amax_all_reduce: bool = False
+    engine: str = field(default="fp8lab", metadata={"choices": ENGINES})
+    amax_all_reduce: bool = field(default=False, metadata={
+        "help": "scales that span the token dim use the max amax over ranks (engine fp8lab)"})
     sink_magnitude: float = 0.0
-    nproc: int = 2
-    device: str = "auto"
-    fail_rank: int | None = None
-    fail_step: int = 0
-    fail_mode: str = "raise"
+    nproc: int = field(default=2, metadata={"help": "processes (ranks)"})
+    device: str = field(default="auto", metadata={"choices": DEVICES})
+    fail_rank: int | None = field(default=None, metadata={"help": "testing: this rank fails ..."})
+    fail_step: int = field(default=0, metadata={"help": "testing: ... at this step"})
+    fail_mode: str = field(default="raise", metadata={"choices": FAIL_MODES})
 
     def __post_init__(self) -> None:
         names = (*RECIPES, *VARIANTS, "fp32")
@@ -141,31 +145,15 @@ def _pick_device(device: str, nproc: int) -> torch.device:
     return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
 
 
-@torch.no_grad()
-def _project(model: torch.nn.Module) -> None:
-    """TinyTransformer.project on sharded weights: zero `down`'s columns for the sink channels.
-
-    FSDP2 shards dim 0 (rows), so every rank holds whole columns of its rows.
-    """
-    for block in model.blocks:
-        w = block.down.weight
-        local = w.to_local() if hasattr(w, "to_local") else w
-        local[:, block.sink.index] = 0
-
-
 def _token_block(recipe: str) -> int:
-    """How many tokens one scale block spans along M, the dim data parallelism splits (1: none)."""
+    """How many tokens one scale block spans along M, the dim data parallelism splits (1: none);
+    per scale, nn.tokens_per_scale says (scales spanning every token are amax_all_reduce's business)."""
     if recipe == "fp32":
         return 1
     r = get_recipe(recipe)
-    extents = [1]
-    for gemm in ("fprop", "dgrad", "wgrad"):
-        for role in ("input", "grad_output"):
-            s = r.scaling(role, gemm) if role in GEMMS[gemm] else None
-            if s is not None and isinstance(s.granularity, PerBlock):
-                # M is the rows of x / dy in fprop and dgrad, their contraction (cols) in wgrad
-                extents.append(s.granularity.cols if gemm == "wgrad" else s.granularity.rows)
-    return max(extents)
+    spans = (tokens_per_scale(role, gemm, s.granularity) for gemm, roles in GEMMS.items() for role in roles
+             if (s := r.scaling(role, gemm)) is not None)
+    return max([1, *(n for n in spans if n)])
 
 
 def _all_reduce_max(group) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -206,36 +194,41 @@ def _train(cfg: DistConfig, rank: int = 0, world: int = 1, device: torch.device 
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     data = torch.Generator().manual_seed(1_000 + cfg.seed)  # as fp8lab.train.train
     per_rank = cfg.batch // world
+    reduce_loss = None
+    if world > 1:
+        def reduce_loss(loss: torch.Tensor) -> float:  # the mean of equal-sized slices' means: the global batch's
+            value = loss.clone()
+            dist.all_reduce(value, op=dist.ReduceOp.SUM)
+            return (value / world).item()
+
     steps, losses, messages = [], [], []
     t0 = time.perf_counter()
     for step in range(cfg.steps):
         x, y = task.batch(data, cfg.batch)  # the global batch, the same on every rank
         x, y = x[rank * per_rank:(rank + 1) * per_rank].to(device), y[rank * per_rank:(rank + 1) * per_rank].to(device)
         if cfg.fail_rank == rank and step == cfg.fail_step:
-            if cfg.fail_mode == "raise":
-                raise RuntimeError(f"injected failure: rank {rank} at step {step} (fail_rank/fail_step)")
-            print(f"rank {rank}: injected failure at step {step} (fail_mode {cfg.fail_mode!r})", flush=True)
-            if cfg.fail_mode == "kill":
-                os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # (Windows: TerminateProcess)
-            time.sleep(10**6)
-        loss = task.loss(model(x).float(), y)  # this rank's mean over its tokens
-        value = loss.detach().clone()
-        if world > 1:  # the mean of equal-sized slices' means: the global-batch loss
-            dist.all_reduce(value, op=dist.ReduceOp.SUM)
-            value /= world
-        value = value.item()
+            _inject_failure(cfg.fail_mode, rank, step)
+        # FSDP2 reduce-scatters the gradients (averaged over ranks) in backward; the sink-channel
+        # weights are zeroed on each rank's shard (TinyTransformer.project)
+        value = train_step(model, optimizer, task.loss, x, y, reduce_loss=reduce_loss)
         steps.append(step)
         losses.append(value)
         if not math.isfinite(value):  # every rank sees the same reduced value, so all stop together
             messages.append(f"stopped at step {step}: loss is {value}")
             break
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # FSDP2 reduce-scatters the gradients, averaged over ranks
-        optimizer.step()
-        _project(model)
         if log is not None:
             log(f"step {step + 1:>3}/{cfg.steps}  loss {value:.5f}")
     return {"step": steps, "loss": losses, "train_seconds": time.perf_counter() - t0, "messages": messages}
+
+
+def _inject_failure(mode: str, rank: int, step: int) -> None:
+    """DistConfig.fail_mode, for tests: raise, die from SIGKILL, or stop answering."""
+    if mode == "raise":
+        raise RuntimeError(f"injected failure: rank {rank} at step {step} (fail_rank/fail_step)")
+    print(f"rank {rank}: injected failure at step {step} (fail_mode {mode!r})", flush=True)
+    if mode == "kill":
+        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # (Windows: TerminateProcess)
+    time.sleep(10**6)
 
 
 def _frame(result: dict, **attrs):
@@ -246,16 +239,32 @@ def _frame(result: dict, **attrs):
     return df
 
 
-def run_single(recipe: str = "blockwise", steps: int = 20, seed: int = 0, *, engine: str = "fp8lab",
-               batch: int = 32, lr: float = LESSON.lr, sink_magnitude: float = 0.0, device: str = "auto"):
-    """The same training in this process, on the whole global batch: DataFrame (step, loss).
+def config(recipe: DistConfig | str | None = None, **changes) -> DistConfig:
+    """A DistConfig: `recipe` itself (a DistConfig, or a recipe name for DistConfig(recipe)), with
+    `changes` replacing its fields (DistConfig checks them; an unknown name is refused with the valid ones).
 
-    Equals fp8lab.train.train(recipes=[recipe], model="transformer", ...) on the CPU.
-    df.attrs["train_seconds"] holds the loop's time.
+    run_single, run_distributed and compare take a DistConfig whole, or these same arguments:
+    compare("tensorwise", steps=3) is compare(DistConfig("tensorwise", steps=3)).
     """
-    cfg = DistConfig(recipe, steps, seed, batch, lr, engine, sink_magnitude=sink_magnitude, nproc=1, device=device)
-    device_ = _pick_device(cfg.device, 1)
-    return _frame(_train(cfg, device=device_), nproc=1, device=str(device_))
+    names = [f.name for f in fields(DistConfig)]
+    unknown = sorted(set(changes) - set(names))
+    if unknown:
+        raise TypeError(f"unknown DistConfig field(s) {', '.join(unknown)}; valid: {', '.join(names)}")
+    if isinstance(recipe, DistConfig):
+        return replace(recipe, **changes)
+    return DistConfig(**({} if recipe is None else {"recipe": recipe}), **changes)
+
+
+def run_single(cfg: DistConfig | str | None = None, **changes):
+    """cfg's training in this process, on the whole global batch: DataFrame (step, loss).
+
+    cfg: a DistConfig, or a recipe name and DistConfig fields (see `config`); nproc and the
+    failure injection do not apply here. Equals fp8lab.train.train(recipes=[recipe],
+    model="transformer", ...) on the CPU. df.attrs["train_seconds"] holds the loop's time.
+    """
+    cfg = replace(config(cfg, **changes), nproc=1, fail_rank=None)
+    device = _pick_device(cfg.device, 1)
+    return _frame(_train(cfg, device=device), nproc=1, device=str(device))
 
 
 # ---- launching torchrun -------------------------------------------------------------------------------------
@@ -353,14 +362,12 @@ def _root_cause(lines: list[str]) -> str:
     return f"rank {fields_.get('rank', '?')}: {cause}"
 
 
-def run_distributed(recipe: str = "blockwise", nproc: int = 2, steps: int = 20, seed: int = 0,
-                    engine: str = "fp8lab", timeout_s: float = 120.0,
-                    stream: Callable[[str], object] | None = print, *, amax_all_reduce: bool = False,
-                    batch: int = 32, lr: float = LESSON.lr, sink_magnitude: float = 0.0, device: str = "auto",
-                    out: str | os.PathLike | None = None, fail_rank: int | None = None, fail_step: int = 0,
-                    fail_mode: str = "raise"):
-    """Train on `nproc` processes under torchrun; returns DataFrame (step, loss) of the global batch.
+def run_distributed(cfg: DistConfig | str | None = None, *, timeout_s: float = 120.0,
+                    stream: Callable[[str], object] | None = print, out: str | os.PathLike | None = None,
+                    **changes):
+    """Train cfg on cfg.nproc processes under torchrun; returns DataFrame (step, loss) of the global batch.
 
+    cfg: a DistConfig, or a recipe name and DistConfig fields (see `config`).
     Each line the processes print is passed to `stream` as it comes (None: silent). Rank 0
     writes the losses as JSON; on success they are copied to `out` if given (whole, by a
     rename: a failed run leaves an existing `out` as it was). Raises DistributedRunError,
@@ -370,8 +377,8 @@ def run_distributed(recipe: str = "blockwise", nproc: int = 2, steps: int = 20, 
     this process dies first (a notebook kernel killed or restarted). df.attrs holds
     wall_seconds (launch to exit), train_seconds (rank 0's loop), backend and device.
     """
-    cfg = DistConfig(recipe, steps, seed, batch, lr, engine, amax_all_reduce, sink_magnitude, nproc, device,
-                     fail_rank, fail_step, fail_mode)
+    cfg = config(cfg, **changes)
+    nproc = cfg.nproc
     timeout_s = _check_timeout(timeout_s)
     out_file = Path(out) if out is not None else None
     if out_file is not None and not out_file.parent.is_dir():
@@ -462,18 +469,17 @@ def _follow(proc: subprocess.Popen, deadline: float, tail: deque[str],
         raise TimeoutError from None
 
 
-def compare(recipe: str = "blockwise", nproc: int = 2, steps: int = 20, seed: int = 0, engine: str = "fp8lab",
-            amax_all_reduce: bool = False, stream: Callable[[str], object] | None = print, *, batch: int = 32,
-            lr: float = LESSON.lr, sink_magnitude: float = 0.0, device: str = "auto", timeout_s: float = 120.0):
+def compare(cfg: DistConfig | str | None = None, *, stream: Callable[[str], object] | None = print,
+            timeout_s: float = 120.0, **changes):
     """run_single and run_distributed side by side: DataFrame (step, single, distributed, abs_diff).
 
-    Both run on the device the distributed run gets (a GPU per rank, else the CPU).
+    cfg: a DistConfig, or a recipe name and DistConfig fields (see `config`). Both run on the
+    device the distributed run gets (a GPU per rank, else the CPU).
     """
-    device = _pick_device(device, nproc).type
-    kw = {"batch": batch, "lr": lr, "sink_magnitude": sink_magnitude, "device": device}
-    single = run_single(recipe, steps, seed, engine=engine, **kw)
-    dist_ = run_distributed(recipe, nproc, steps, seed, engine, timeout_s, stream, amax_all_reduce=amax_all_reduce,
-                            **kw)
+    cfg = config(cfg, **changes)
+    cfg = replace(cfg, device=_pick_device(cfg.device, cfg.nproc).type)
+    single = run_single(cfg)
+    dist_ = run_distributed(cfg, timeout_s=timeout_s, stream=stream)
     df = single.rename(columns={"loss": "single"}).merge(dist_.rename(columns={"loss": "distributed"}), on="step")
     df["abs_diff"] = (df["single"] - df["distributed"]).abs()
     df.attrs.update(single=single.attrs, distributed=dist_.attrs)
@@ -491,28 +497,24 @@ def _seconds(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line: one flag per DistConfig field (its type, default, help and choices from
+    the dataclass), then the launcher's own options."""
     p = argparse.ArgumentParser(
         prog="python -m fp8lab.distributed",
         description="Train fp8lab's toy transformer with FSDP2 on several processes (torchrun; gloo on the "
                     "CPU, nccl on GPUs) and print the loss of each step.")
-    d = DistConfig()
-    p.add_argument("--nproc", type=int, default=d.nproc, help="processes (ranks)")
-    p.add_argument("--recipe", default=d.recipe, help=f"one of {', '.join([*RECIPES, *VARIANTS])}, or fp32")
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--batch", type=int, default=d.batch, help="global batch (sequences), split over ranks")
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--engine", choices=ENGINES, default=d.engine)
-    p.add_argument("--amax-all-reduce", action="store_true",
-                   help="scales that span the token dim use the max amax over ranks (engine fp8lab)")
-    p.add_argument("--sink-magnitude", type=float, default=d.sink_magnitude)
-    p.add_argument("--device", choices=DEVICES, default=d.device)
+    hints = get_type_hints(DistConfig)
+    for f in fields(DistConfig):
+        flag, kind = "--" + f.name.replace("_", "-"), hints[f.name]
+        help_ = f.metadata.get("help")
+        if kind is bool:
+            p.add_argument(flag, action="store_true", default=f.default, help=help_)
+            continue
+        types = [t for t in get_args(kind) if t is not type(None)] or [kind]  # int | None -> int
+        p.add_argument(flag, type=types[0], default=f.default, choices=f.metadata.get("choices"), help=help_)
     p.add_argument("--out", help="write the losses (JSON) here")
     p.add_argument("--timeout", type=_seconds, default=120.0, help="wall-clock limit in seconds (positive)")
     p.add_argument("--compare", action="store_true", help="also train in this process and print both curves")
-    p.add_argument("--fail-rank", type=int, help="testing: this rank fails ...")
-    p.add_argument("--fail-step", type=int, default=0, help="testing: ... at this step")
-    p.add_argument("--fail-mode", choices=FAIL_MODES, default=d.fail_mode)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # set by the launcher for torchrun
     p.add_argument("--run-dir", help=argparse.SUPPRESS)
     return p
@@ -585,9 +587,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.flush()
             os._exit(0)  # all written and flushed: skip the interpreter's teardown, ~1 s with torch loaded
         cfg = _config(ns)
-        kw = {f.name: getattr(cfg, f.name) for f in fields(DistConfig)}
-        kw.pop("nproc")
-        df = run_distributed(nproc=cfg.nproc, timeout_s=ns.timeout, out=ns.out, **kw)
+        df = run_distributed(cfg, timeout_s=ns.timeout, out=ns.out)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -597,8 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{cfg.nproc} processes: {df.attrs['wall_seconds']:.1f} s from launch to exit "
           f"({df.attrs['train_seconds']:.1f} s training)")
     if ns.compare:
-        single = run_single(cfg.recipe, cfg.steps, cfg.seed, engine=cfg.engine, batch=cfg.batch, lr=cfg.lr,
-                            sink_magnitude=cfg.sink_magnitude, device=df.attrs["device"])
+        single = run_single(cfg, device=df.attrs["device"])
         print(" step      single   distributed    |diff|")
         for step, a, b in zip(single["step"], single["loss"], df["loss"], strict=False):
             print(f"{step:>5}  {a:10.5f}  {b:12.5f}  {abs(a - b):8.2e}")

@@ -1,6 +1,6 @@
 """What this machine runs real and what it emulates, and why: `python -m fp8lab doctor`.
 
-Public: report() -> str, versions() -> dict, cast_behaviour() -> dict, cpu_name() -> str.
+Public: report() -> str, versions() -> dict, cast_behaviour() -> dict, cpu_name() -> str (from timing).
 Notebook 00 shows the same table.
 """
 
@@ -13,6 +13,7 @@ import platform
 import torch
 
 from fp8lab import kernels
+from fp8lab.timing import cpu_name
 
 __all__ = ["cast_behaviour", "cpu_name", "gemm_lines", "report", "versions"]
 
@@ -53,24 +54,12 @@ def gemm_lines(rows: list[dict]) -> list[str]:
     return out
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo where there is one)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def report(probe: bool = True) -> str:
     """The whole doctor report as text."""
     from fp8lab import __version__
     from fp8lab.gemm import bf16_fast_path
     from fp8lab.nn import GPU_GENERATIONS, gemm_table
-    from fp8lab.settings import SMOKE
+    from fp8lab.settings import smoke
 
     lines = [f"fp8lab {__version__} doctor", ""]
     lines.append("versions")
@@ -104,5 +93,5 @@ def report(probe: bool = True) -> str:
         emulated = [r for r in dict.fromkeys(x["recipe"] for x in rows) if r not in real]
         lines.append(f"  {label}: real {', '.join(real)}; emulated {', '.join(emulated) or 'none'}")
     lines.append("")
-    lines.append(f"smoke mode   {'ON (FP8LAB_SMOKE=1: small sizes for CI)' if SMOKE else 'off (workshop sizes)'}")
+    lines.append(f"smoke mode   {'ON (FP8LAB_SMOKE=1: small sizes for CI)' if smoke() else 'off (workshop sizes)'}")
     return "\n".join(lines)

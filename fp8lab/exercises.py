@@ -449,7 +449,7 @@ def _names(answer) -> tuple[set[str] | None, str]:
 def check_survivors(answer) -> Feedback:
     """Which FP8 recipes end within 5% of their own no-outlier loss with 4 sink channels at 1e6
     (LESSON settings, mean of 3 seeds: fp8lab.measured)? A set of names (a string of names works)."""
-    from fp8lab.answers import survivors
+    from fp8lab.measured import survivors
     from fp8lab.recipes import RECIPES
     from fp8lab.train import BASELINES
 
@@ -484,7 +484,7 @@ def hint_survivors() -> str:
 
 
 def solution_survivors() -> str:
-    from fp8lab.answers import survivors
+    from fp8lab.measured import survivors
 
     return f"{sorted(survivors(SURVIVAL_SINKS, SURVIVAL_LIMIT))} - the sink cliff panel below shows the losses"
 

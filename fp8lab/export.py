@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fp8lab.recipes import RECIPES, VARIANTS, get_recipe
+from fp8lab.recipes import RECIPES, TORCHAO_RECIPES, VARIANTS, get_recipe
 
 __all__ = ["TARGETS", "Export", "export", "export_table"]
 
@@ -129,7 +129,7 @@ _FSDP_TENSORWISE = """
 
 def _torchao(recipe: str, emulate: bool) -> Export:
     src = "torchao 0.18.0 "
-    if recipe in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
+    if recipe in TORCHAO_RECIPES:
         diff = {
             "tensorwise": "",
             # torchao rounds its quantization multiplier (max / amax) down to a power of two, which
@@ -248,7 +248,7 @@ _TITAN_SOURCE = ("torchtitan torchtitan/config/job_config.py (TOML / command-lin
 
 
 def _torchtitan(recipe: str) -> Export:
-    if recipe in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
+    if recipe in TORCHAO_RECIPES:
         fsdp = (" --float8.enable_fsdp_float8_all_gather --float8.precompute_float8_dynamic_scale_for_fsdp"
                 if recipe == "tensorwise" else "")
         fsdp_py = (", enable_fsdp_float8_all_gather=True, precompute_float8_dynamic_scale_for_fsdp=True"

@@ -129,12 +129,14 @@ def quantize_operands(
     b is quantized down its columns in place (TensorScaling.quantize_transposed): b_q is the
     QuantizedTensor of b^T as a transposed view, so no copy of b^T is made and the GEMM reads
     b in its own row-major layout. A b given as a transposed [N, K] tensor's view is contiguous
-    as b^T: it is quantized as it lies."""
+    as b^T: it is quantized as it lies. On the CPU the kernel writes each operand's float32
+    values (scale-folded where the GEMM folds them) in the same pass, whatever their size: the
+    emulated GEMM reads them next."""
     recipe = get_recipe(recipe)
     _check_matmul_shapes(a, b)
     if b.t().is_contiguous() and not b.is_contiguous():  # b = w.t() of a contiguous w[N, K]
-        return recipe.input.quantize(a), recipe.weight.quantize(b.t())
-    return recipe.input.quantize(a), recipe.weight.quantize_transposed(b)
+        return recipe.input.quantize(a, values=True), recipe.weight.quantize(b.t(), values=True)
+    return recipe.input.quantize(a, values=True), recipe.weight.quantize_transposed(b, values=True)
 
 
 def _check_matmul_shapes(a: torch.Tensor, b: torch.Tensor) -> None:

@@ -266,7 +266,7 @@ def _first_line(text: str, limit: int = 200) -> str:
 
 @lru_cache(maxsize=1)
 def _load() -> tuple[ctypes.CDLL | None, str]:
-    if not settings.KERNELS:
+    if not settings.kernels_requested():
         return None, "off (FP8LAB_KERNELS=0): quantization runs in torch"
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
@@ -518,23 +518,25 @@ class Fused(NamedTuple):
 
 
 def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: torch.Tensor | None = None, *,
-             fold: bool = False, count: bool = False) -> Fused | None:
+             fold: bool = False, count: bool = False, values: bool | None = None) -> Fused | None:
     """quantize_with's torch code in one call (template: parameters(...) for its settings): x's
     block amaxes, scales from them (or from `amax`, one per block), the cast, the scale range,
-    and with count=True the clipped and flushed counts. None if x holds an infinity (the caller
-    explains)."""
+    and with count=True the clipped and flushed counts. values: write the float32 values (folded
+    if `fold`) in the same pass: True always (a GEMM operand, which reads them next), False
+    never, None up to EAGER_VALUES elements. None if x holds an infinity (the caller explains)."""
     p = _block_params(template, x2d, block)
     mb, kb = -(-p.M // p.r), -(-p.K // p.c)
     own, scale, inverse = torch.empty(mb, kb), torch.empty(mb, kb), torch.empty(mb, kb)  # (float32: the default)
     codes = torch.empty(p.M, p.K, dtype=STORAGE_OF[p.storage.mantissa_bits])
-    values = torch.empty(p.M, p.K) if p.M * p.K <= EAGER_VALUES else None
+    eager = p.M * p.K <= EAGER_VALUES if values is None else values
+    out = torch.empty(p.M, p.K) if eager else None
     given = _per_block(p, None if amax is None else amax.contiguous())
     p.given_amax, p.amax, p.scale, p.inverse = _ptr(given), own.data_ptr(), scale.data_ptr(), inverse.data_ptr()
-    p.codes, p.values, p.fold, p.count = codes.data_ptr(), _ptr(values), fold, count
+    p.codes, p.values, p.fold, p.count = codes.data_ptr(), _ptr(out), fold, count
     if _run("fp8lab_quantize", p):
         return None
     tensor_scale = torch.tensor(p.tensor_scale) if p.two_level else None
-    return Fused(codes, values, scale, own if given is None else given, tensor_scale,
+    return Fused(codes, out, scale, own if given is None else given, tensor_scale,
                  (p.scale_range[0], p.scale_range[1]), (p.counts[0], p.counts[1]) if count else None)
 
 

@@ -44,15 +44,7 @@ def sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> float:
     is worth about 6 dB; E4M3 on well-scaled data gives about 30 dB.
     """
     x64, y64 = x.detach().double(), _as_tensor(y).detach().double()
-    noise = (x64 - y64).square().sum().item()
-    signal = x64.square().sum().item()
-    if math.isnan(noise) or math.isnan(signal):
-        return math.nan
-    if noise == 0:
-        return math.inf
-    if signal == 0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
+    return _db(x64.square().sum().item(), (x64 - y64).square().sum().item())
 
 
 def ordinary_channels(k: int, outlier_channels: torch.Tensor | list[int] | None = None) -> torch.Tensor:

@@ -26,7 +26,7 @@ from torch import nn
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.metrics import overflow_underflow
 from fp8lab.quantize import QuantizedTensor
-from fp8lab.recipes import Recipe, TensorScaling, get_recipe
+from fp8lab.recipes import TORCHAO_RECIPES, Recipe, TensorScaling, get_recipe
 from fp8lab.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
 
 __all__ = [
@@ -41,13 +41,13 @@ __all__ = [
     "gpu_support_markdown",
     "layer_gemms",
     "scale_spans_tokens",
+    "tokens_per_scale",
     "unwrap",
 ]
 
 # A recipe that quantizes nothing: FP8Linear(recipe=IDENTITY) must equal nn.Linear exactly.
 IDENTITY = "identity"
 ENGINES = ("fp8lab", "torchao")
-TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 
 # amax[...] -> the same amax reduced (max) over data-parallel ranks; see scale_spans_tokens
 AmaxReducer = Callable[[torch.Tensor], torch.Tensor]
@@ -110,20 +110,31 @@ class _LayerState:
     recorded: set[str] = field(default_factory=set)  # roles whose amax this step has recorded
 
 
-def scale_spans_tokens(role: str, gemm: str, granularity: Granularity) -> bool:
-    """Whether one scale of `role` in `gemm` covers the whole token dim M (which data parallelism splits).
+def tokens_per_scale(role: str, gemm: str, granularity: Granularity) -> int | None:
+    """How many tokens (rows of the token dim M, which data parallelism splits) one scale of
+    `role` in `gemm` covers: None for all of them, 0 for a weight (its scales cover no token).
 
     M is the rows of input x[M, K] and grad_output dy[M, N] in fprop and dgrad, and their
-    contraction in wgrad (x^T[K, M], dy^T[N, M]). Per-tensor scales always cover it; per-row
-    scales only in wgrad; a block (1x128, 1x32, ...) covers one block of tokens, which never
-    straddles two ranks while each rank holds a multiple of the block size. Weights are
-    whole on every rank once FSDP has gathered them.
+    contraction in wgrad (x^T[K, M], dy^T[N, M]). Per-tensor scales cover every token; per-row
+    scales one token (fprop, dgrad) or all of them (wgrad); a block (r, c) covers r tokens in
+    fprop and dgrad and c tokens in wgrad. Weights are whole on every rank once FSDP has
+    gathered them.
     """
     if role == "weight":
-        return False
+        return 0
     if isinstance(granularity, PerTensor):
-        return True
-    return gemm == "wgrad" and isinstance(granularity, PerRow)
+        return None
+    if isinstance(granularity, PerRow):
+        return None if gemm == "wgrad" else 1
+    return granularity.cols if gemm == "wgrad" else granularity.rows
+
+
+def scale_spans_tokens(role: str, gemm: str, granularity: Granularity) -> bool:
+    """Whether one scale of `role` in `gemm` covers the whole token dim M (tokens_per_scale is None):
+    its amax must then be reduced over data-parallel ranks to be the single-process run's. A block
+    (1x128, 1x32, ...) covers one block of tokens, which never straddles two ranks while each rank
+    holds a multiple of the block size."""
+    return tokens_per_scale(role, gemm, granularity) is None
 
 
 def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling) -> QuantizedTensor:

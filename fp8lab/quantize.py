@@ -66,6 +66,14 @@ class Derived:
 class QuantizedTensor:
     """A tensor in a low-precision format with per-block scales (checked on construction).
 
+    Frozen in what it means: no field is ever reassigned, and data, scale, tensor_scale and
+    amax are never written after construction. It caches, in place, in one declared field,
+    `derived` (see Derived): the float32 values, the scale-folded values and the scale range,
+    computed once from the codes when first asked for (or written by quantize's kernel in the
+    same pass). Caching changes no number. .t() and .to() hand their result the cache's
+    transposed or kept parts; dataclasses.replace would share it (pass derived=Derived()
+    when changing data or scales).
+
     data:  x's shape, dtype fmt.storage_dtype (float8_e4m3fn / float8_e5m2; E2M1 values
            are kept unpacked, one per byte, in float8_e4m3fn, which holds each exactly)
     scale: float32 dequantization multipliers; () per tensor, (M, 1) per row,
@@ -420,7 +428,7 @@ def quantize(
 
 
 def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | float | None = None, *,
-                  count: bool = False) -> QuantizedTensor:
+                  count: bool = False, values: bool | None = None) -> QuantizedTensor:
     """quantize(x, ...) with its settings checked beforehand (quantize_spec).
 
     The definition is the torch code at the end: the block amaxes, the scales
@@ -428,6 +436,9 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     the same bits in one pass: this is the one place that chooses (kernels.engine(), decided
     once per process). count=True also counts, in that pass, the elements that clipped and
     flushed (QuantizedTensor.counts, for the Monitor); the torch code leaves that to metrics.
+    values=True has the kernel write the float32 values (scale-folded where a GEMM folds them)
+    in the same pass whatever the size, for an operand a GEMM reads next (None: up to
+    kernels.EAGER_VALUES elements; beyond, QuantizedTensor.values() widens the codes when asked).
     """
     x2d = _input_2d(x, spec.granularity)
     m, k = x2d.shape
@@ -437,7 +448,7 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     fold = _folds(spec.granularity, block, (m, k))
 
     if spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels:
-        fused = kernels.quantize(x2d.contiguous(), block, spec.kernel, given, fold=fold, count=count)
+        fused = kernels.quantize(x2d.contiguous(), block, spec.kernel, given, fold=fold, count=count, values=values)
         if fused is None:
             _refuse_inf(x2d)  # the kernel found an infinite amax
         return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,

@@ -1,7 +1,8 @@
 """Named training recipes: which format, granularity and scale rule each tensor uses.
 
 Public: TensorScaling, Recipe, RECIPES (tensorwise, delayed, rowwise, blockwise, mxfp8,
-nvfp4), VARIANTS (rowwise_with_gw_hp), get_recipe(name).
+nvfp4), VARIANTS (rowwise_with_gw_hp), TORCHAO_RECIPES (the ones torchao's float8 training
+has under the same names), get_recipe(name).
 Granularities are stated in each GEMM operand's own [rows, contraction] layout: an
 activation x[M, K] is scaled 1x128 along K for fprop and re-scaled along M for wgrad.
     fprop  y[M, N]  = x[M, K]       @ w[N, K]^T     operands: input, weight   (reduce K)
@@ -22,7 +23,9 @@ from fp8lab.formats import E2M1, E4M3, E5M2, E8M0, FloatFormat, get_format
 from fp8lab.quantize import QuantizedTensor, QuantizeSpec, quantize_spec, quantize_with
 from fp8lab.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, check_scale_args, parse_granularity
 
-__all__ = ["GEMMS", "RECIPES", "ROLES", "VARIANTS", "DelayedSpec", "Recipe", "TensorScaling", "get_recipe"]
+__all__ = [
+    "GEMMS", "RECIPES", "ROLES", "TORCHAO_RECIPES", "VARIANTS", "DelayedSpec", "Recipe", "TensorScaling", "get_recipe",
+]
 
 Role = Literal["input", "weight", "grad_output"]
 Gemm = Literal["fprop", "dgrad", "wgrad"]
@@ -36,7 +39,11 @@ GEMMS: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class TensorScaling:
-    """How one GEMM operand is quantized, in its [rows, contraction] layout."""
+    """How one GEMM operand is quantized, in its [rows, contraction] layout.
+
+    Frozen; it caches two derived things on itself, both pure functions of its fields: `spec`
+    (the settings checked once) and down_columns(rows) (the same scaling restated for the
+    transposed operand, one per `rows`)."""
 
     fmt: FloatFormat = E4M3
     granularity: Granularity = PerTensor()
@@ -58,9 +65,10 @@ class TensorScaling:
         return quantize_spec(self.fmt, self.granularity, self.scale_rule, self.margin, self.scale_fmt,
                              self.two_level)
 
-    def quantize(self, x: torch.Tensor, amax: torch.Tensor | None = None, count: bool = False) -> QuantizedTensor:
-        """Quantize an operand x[rows, contraction] as this scaling says (count: see quantize_with)."""
-        return quantize_with(x, self.spec, amax, count=count)
+    def quantize(self, x: torch.Tensor, amax: torch.Tensor | None = None, count: bool = False,
+                 values: bool | None = None) -> QuantizedTensor:
+        """Quantize an operand x[rows, contraction] as this scaling says (count, values: see quantize_with)."""
+        return quantize_with(x, self.spec, amax, count=count, values=values)
 
     def down_columns(self, rows: int) -> TensorScaling:
         """This scaling restated for x[rows, cols] when the operand is x^T[cols, rows]: the same
@@ -74,14 +82,14 @@ class TensorScaling:
             cache[rows] = replace(self, granularity=down)
         return cache[rows]
 
-    def quantize_transposed(self, x: torch.Tensor) -> QuantizedTensor:
+    def quantize_transposed(self, x: torch.Tensor, values: bool | None = None) -> QuantizedTensor:
         """Quantize the operand x^T[cols, rows] as this scaling says, from x[rows, cols], without
         copying x^T: x is quantized down its columns (down_columns) and the result is the
         QuantizedTensor of x^T, code for code, as a transposed view (what a GEMM over x's rows
         needs: a weight b[K, N] for b^T[N, K], an activation x[M, K] for wgrad's x^T[K, M])."""
         if isinstance(self.granularity, PerTensor):
-            return self.quantize(x).t()
-        return self.down_columns(x.shape[0]).quantize(x).t(self.granularity)
+            return self.quantize(x, values=values).t()
+        return self.down_columns(x.shape[0]).quantize(x, values=values).t(self.granularity)
 
     @property
     def label(self) -> str:
@@ -225,6 +233,10 @@ VARIANTS: dict[str, Recipe] = {
         source="torchao Float8LinearRecipeName.ROWWISE_WITH_GW_HP",
     ),
 }
+
+# the recipes torchao's float8 training has under the same names (Float8LinearConfig.from_recipe_name):
+# fp8lab.nn.convert(engine="torchao") trains them, fp8lab.export writes them for torchao and torchtitan
+TORCHAO_RECIPES: tuple[str, ...] = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 
 
 def get_recipe(recipe: Recipe | str) -> Recipe:

@@ -1,22 +1,43 @@
-"""Run-wide settings read once from the environment.
+"""Run-wide settings, read from the environment each time they are asked for (never at import).
 
-Public: SMOKE, KERNELS, size(workshop, smoke).
+Public: smoke(), kernels_requested(), size(workshop, smoke).
 FP8LAB_SMOKE=1 shrinks sizes and steps so every notebook runs in seconds in CI; without
 it, everything is workshop-sized. FP8LAB_KERNELS=0 turns off the fused CPU kernels
-(fp8lab.kernels): same numbers, computed in torch. Nothing else in fp8lab reads the
-environment (but kernels.py honours CC and XDG_CACHE_HOME to build them).
+(fp8lab.kernels): same numbers, computed in torch; kernels.engine() asks once per process,
+when quantize first needs it, and says what it decided (python -m fp8lab doctor). Nothing
+else in fp8lab reads the environment (but kernels.py honours CC and XDG_CACHE_HOME to
+build them). The names SMOKE and KERNELS still answer, read at the moment they are looked up.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["KERNELS", "SMOKE", "size"]
+__all__ = ["kernels_requested", "size", "smoke"]
 
-SMOKE: bool = os.environ.get("FP8LAB_SMOKE", "").strip().lower() in ("1", "true", "yes", "on")
-KERNELS: bool = os.environ.get("FP8LAB_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
 
 
-def size(workshop: int, smoke: int) -> int:
-    """`workshop` normally, `smoke` under FP8LAB_SMOKE=1."""
-    return smoke if SMOKE else workshop
+def smoke() -> bool:
+    """FP8LAB_SMOKE is set to 1 (true, yes, on): small sizes and few steps, for CI."""
+    return os.environ.get("FP8LAB_SMOKE", "").strip().lower() in _ON
+
+
+def kernels_requested() -> bool:
+    """FP8LAB_KERNELS is not 0 (false, no, off): the fused CPU kernels may be built and used."""
+    return os.environ.get("FP8LAB_KERNELS", "1").strip().lower() not in _OFF
+
+
+def size(workshop: int, smoke_size: int) -> int:
+    """`workshop` normally, `smoke_size` under FP8LAB_SMOKE=1 (read now)."""
+    return smoke_size if smoke() else workshop
+
+
+def __getattr__(name: str) -> bool:
+    """SMOKE and KERNELS, read when looked up (`from fp8lab.settings import SMOKE` reads it then)."""
+    if name == "SMOKE":
+        return smoke()
+    if name == "KERNELS":
+        return kernels_requested()
+    raise AttributeError(f"module 'fp8lab.settings' has no attribute {name!r}")

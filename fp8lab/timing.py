@@ -1,16 +1,19 @@
 """Wall-clock timing helpers shared by the benchmarks, the GEMM probe and the timing panel.
 
 Public: timed(fn, repeats, warmup) -> list of seconds per call; time_interleaved(cands, ...);
-print_table(title, rows, note) for the benchmarks' tables.
+print_table(title, rows, note) for the benchmarks' tables; cpu_name() and machine_line(), the
+machine a measurement was taken on (date, CPU, threads, GPU, torch, the CPU kernels).
 Speed is measured by benchmarks (`python -m fp8lab bench`), never asserted by tests.
 """
 
 from __future__ import annotations
 
+import datetime
+import platform
 import time
 from collections.abc import Callable
 
-__all__ = ["print_table", "time_interleaved", "timed"]
+__all__ = ["cpu_name", "machine_line", "print_table", "time_interleaved", "timed"]
 
 
 def timed(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> list[float]:
@@ -59,3 +62,27 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo where there is one)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_line() -> str:
+    """Where a measurement was taken: date, CPU, torch's threads, GPU, torch version, the CPU kernels."""
+    import torch
+
+    from fp8lab import kernels
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    fused = "fused CPU kernels on" if kernels.status()[0] else "fused CPU kernels off"
+    return (f"{datetime.date.today().isoformat()}, {cpu_name()}, {torch.get_num_threads()} threads, {gpu}, "
+            f"torch {torch.__version__}, {fused}")

@@ -167,8 +167,13 @@ class TinyTransformer(nn.Module):
 
     @torch.no_grad()
     def project(self) -> None:
+        """Hold each block's `down` weights for its sink channels at zero (after each optimizer
+        step). Under FSDP2 the weight is a DTensor sharded by rows: each rank zeroes the
+        columns of the rows it holds (its local shard), which is all of them together."""
         for block in self.blocks:
-            block.down.weight[:, block.sink.index] = 0
+            w = block.down.weight
+            local = w.to_local() if hasattr(w, "to_local") else w
+            local[:, block.sink.index] = 0
 
 
 def make_model(kind: str = "mlp", seed: int = 0, sink_magnitude: float = 0.0, **kw) -> nn.Module:
@@ -329,14 +334,18 @@ class TrainResult:
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, x: torch.Tensor,
-               y: torch.Tensor, autocast: bool = False) -> float:
-    """One training step, the same everywhere in fp8lab (train, the benchmarks, the GPU check,
-    fp8lab.distributed): forward (bf16 autocast if asked), loss_fn(output, y), backward, step,
-    and the toy models' projection (sink-channel weights held at zero). Returns the loss; a
-    non-finite loss is returned without stepping, so the caller decides what to do."""
+               y: torch.Tensor, autocast: bool = False,
+               reduce_loss: Callable[[torch.Tensor], float] | None = None) -> float:
+    """One training step, the same everywhere in fp8lab (train, compare_real_emulated, the
+    benchmarks, the GPU check, fp8lab.distributed, the capstone): forward (bf16 autocast if
+    asked), loss_fn(output, y), backward, step, and the toy models' projection (sink-channel
+    weights held at zero). Returns the loss; a non-finite loss is returned without stepping,
+    so the caller decides what to do.
+    reduce_loss(loss) -> the value returned and checked (None: loss.item()); data-parallel
+    ranks pass the mean over ranks, so that every rank sees the same value and all stop together."""
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
         loss = loss_fn(model(x).float(), y)
-    value = loss.item()
+    value = loss.item() if reduce_loss is None else reduce_loss(loss.detach())
     if not math.isfinite(value):
         return value
     optimizer.zero_grad(set_to_none=True)

@@ -1,4 +1,5 @@
 import os
+import shutil
 
 import pytest
 import torch
@@ -17,3 +18,32 @@ def has_fp8_gpu() -> bool:
 
 
 gpu = pytest.mark.skipif(not has_fp8_gpu(), reason="needs a CUDA GPU with compute capability >= 8.9")
+
+
+SMOKE_RUN = "test_runs_top_to_bottom_in_smoke_mode"  # tests/test_notebooks.py, one per notebook
+BROWSER_RUN = "test_notebook_in_the_browser"  # tests/test_browser.py, one per notebook
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected theirs
+def pytest_collection_modifyitems(config, items):
+    """Each notebook runs once per mode that proves something different. The browser test runs
+    every notebook top to bottom in smoke mode (in chromium, failing on any cell's error), so where
+    it runs a notebook, test_notebooks' smoke-mode run of the same notebook (nbclient) would repeat
+    it: that one is deselected, and the summary says so. With -m "not browser" (make test
+    BROWSER=0), or without chromium, the smoke runs stay."""
+    if shutil.which("chromium") is None:
+        return
+    in_browser = {item.callspec.id for item in items
+                  if item.originalname == BROWSER_RUN and hasattr(item, "callspec")}
+    repeated = [item for item in items if item.originalname == SMOKE_RUN and item.callspec.id in in_browser]
+    if repeated:
+        config.hook.pytest_deselected(items=repeated)
+        items[:] = [item for item in items if item not in repeated]
+        config._fp8lab_smoke_in_browser = len(repeated)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    n = getattr(config, "_fp8lab_smoke_in_browser", 0)
+    if n:
+        terminalreporter.write_line(f"fp8lab: {n} notebook smoke runs left to the browser test, which runs the same "
+                                    "notebooks in smoke mode (deselected here; -m 'not browser' runs them)")

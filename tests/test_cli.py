@@ -39,8 +39,15 @@ def test_bench_quantize_and_gemm_run_small(capsys):
     assert "fp8lab 1x128 E4M3" in names and "copy: x.clone() (allocates)" in names
     assert all(r["median ms"] > 0 for r in rows)
     rows = bench_gemm(size=128, rounds=1, recipes=("tensorwise", "blockwise"))
-    assert {"torch.mm fp32", "fp8lab blockwise reference", "fp8lab blockwise fast"} <= {r["what"] for r in rows}
-    assert "GEMM 128^3" in capsys.readouterr().out
+    assert {"torch.mm fp32", "fp8lab blockwise reference", "fp8lab blockwise fast", "torch.mm bf16 (bf16 output)"} \
+        <= {r["what"] for r in rows}
+    # the natural call with its quantization, both layouts of b, at size^3 and at a shape not tuned for
+    for shape in ("128x128x128", "96x192x48"):
+        mine = {r["what"] for r in rows if r["M x K x N"] == shape}
+        assert {"torch.mm fp32", "fp8lab blockwise matmul(a, b[K,N]) + quantize",
+                "fp8lab tensorwise matmul(a, w.t()) + quantize"} <= mine, (shape, mine)
+    out = capsys.readouterr().out
+    assert "GEMM 128^3" in out and "torch.mm bf16:" in out
 
 
 def test_lab_command_binds_loopback_and_holds_no_token():

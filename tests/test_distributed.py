@@ -143,6 +143,41 @@ def test_config_errors_name_the_valid_choices(kw, words):
         DistConfig(**kw)
 
 
+def test_a_config_is_passed_whole_or_built_from_its_fields():
+    from fp8lab.distributed import config
+
+    cfg = DistConfig("mxfp8", steps=4, seed=3)
+    assert config(cfg) == cfg
+    assert config(cfg, batch=64) == DistConfig("mxfp8", steps=4, seed=3, batch=64)
+    assert config("mxfp8", steps=4, seed=3) == cfg
+    assert config() == DistConfig()
+    with pytest.raises(TypeError, match=r"unknown DistConfig field.*stepz.*valid: recipe, steps"):
+        config("mxfp8", stepz=4)
+    with pytest.raises(ValueError, match="split evenly"):  # the dataclass checks what config builds
+        config(cfg, batch=33)
+
+
+def test_the_command_line_is_the_dataclass():
+    """One flag per DistConfig field, with its default; every value set on the command line
+    arrives in the config (nothing is repeated by hand, so nothing can be forgotten)."""
+    from dataclasses import fields
+
+    from fp8lab.distributed import _config, _parser
+
+    parser = _parser()
+    dests = {a.dest: a for a in parser._actions}
+    for f in fields(DistConfig):
+        assert f.name in dests, f"no flag for DistConfig.{f.name}"
+        assert dests[f.name].default == f.default, f.name
+    argv = ["--recipe", "mxfp8", "--steps", "5", "--seed", "7", "--batch", "48", "--lr", "0.001", "--engine",
+            "fp8lab", "--amax-all-reduce", "--sink-magnitude", "1000.0", "--nproc", "3", "--device", "cpu",
+            "--fail-rank", "2", "--fail-step", "4", "--fail-mode", "hang"]
+    assert _config(parser.parse_args(argv)) == DistConfig(
+        "mxfp8", 5, 7, 48, 0.001, "fp8lab", True, 1000.0, 3, "cpu", 2, 4, "hang")
+    worker = DistConfig("rowwise", steps=2, sink_magnitude=1e6)
+    assert _config(parser.parse_args([*worker.args(), "--nproc", "2"])) == worker  # a worker's flags give it back
+
+
 def test_tokens_one_block_spans():
     from fp8lab.distributed import _token_block
 
@@ -152,9 +187,14 @@ def test_tokens_one_block_spans():
 
 
 def test_run_single_equals_train():
-    single = run_single("blockwise", steps=3, seed=1, device="cpu")
-    ref = train(["blockwise"], model="transformer", steps=3, seed=1, batch=32, progress=False, monitor_every=None)
+    """One training step function (fp8lab.train.train_step) behind both: the same losses, bit for bit,
+    with the sink channels on (their weights held at zero by the model's projection)."""
+    single = run_single("blockwise", steps=3, seed=1, device="cpu", sink_magnitude=1e6)
+    ref = train(["blockwise"], model="transformer", steps=3, seed=1, batch=32, progress=False, monitor_every=None,
+                sink_magnitude=1e6)
     assert single["loss"].tolist() == ref.history["loss"].tolist()
+    assert run_single(DistConfig("blockwise", steps=3, seed=1, device="cpu", sink_magnitude=1e6, nproc=4,
+                                 fail_rank=0))["loss"].tolist() == single["loss"].tolist()  # nproc, failures: n/a
 
 
 # ---- two processes ------------------------------------------------------------------------------------------------
