@@ -44,7 +44,7 @@ def sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> float:
     is worth about 6 dB; E4M3 on well-scaled data gives about 30 dB.
     """
     x64, y64 = x.detach().double(), _as_tensor(y).detach().double()
-    return _db(x64.square().sum().item(), (x64 - y64).square().sum().item())
+    return db(x64.square().sum().item(), (x64 - y64).square().sum().item())
 
 
 def ordinary_channels(k: int, outlier_channels: torch.Tensor | list[int] | None = None) -> torch.Tensor:
@@ -139,7 +139,8 @@ def subnormal_fraction(q: QuantizedTensor) -> float:
     return ((a > 0) & (a < q.fmt.min_normal)).double().mean().item()
 
 
-def _db(signal: float, noise: float) -> float:
+def db(signal: float, noise: float) -> float:
+    """10 log10(signal / noise) in dB: inf when noise is 0, -inf when signal is 0, NaN if either is."""
     if math.isnan(noise) or math.isnan(signal):
         return math.nan
     if noise == 0:
@@ -186,7 +187,7 @@ def quantization_report(x: torch.Tensor, q: QuantizedTensor,
         "format": q.fmt.name,
         "granularity": q.granularity.label,
         "scale_rule": q.scale_rule,
-        "sqnr_db": _db(signal, noise),
+        "sqnr_db": db(signal, noise),
         "relative_error": rel,
         "overflow": overflow_underflow(x, q)[0],
         "underflow": flushed.sum().item() / n,

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8lab.metrics import overflow_fraction
+from fp8lab.metrics import db, overflow_fraction
 from fp8lab.nn import layer_gemms
 from fp8lab.quantize import QuantizedTensor
 from fp8lab.recipes import Recipe, get_recipe
@@ -280,16 +280,6 @@ class _Source:
                    int((~ordinary).sum()))
 
 
-def _db(signal: float, noise: float) -> float:
-    if math.isnan(signal) or math.isnan(noise):
-        return math.nan
-    if noise == 0:
-        return math.inf
-    if signal == 0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
-
-
 _CODE_TABLES: dict[tuple[torch.dtype, float], tuple[list[int | None], list[bool]]] = {}
 
 
@@ -321,13 +311,13 @@ def _stats(src: _Source, q: QuantizedTensor, transposed: bool) -> dict[str, floa
         deq = deq.t()
     col_noise = (src.t - deq).square().sum(0, dtype=torch.float64)  # (C,)
     noise, noise_ordinary = (col_noise @ src.weights).tolist()
-    sqnr = _db(src.signal, noise)
+    sqnr = db(src.signal, noise)
     n = src.t.numel()
     binade, subnormal = _code_tables(q.data.dtype, q.fmt.min_normal)
     hist = torch.bincount(codes.reshape(-1), minlength=128).tolist()  # (128,) counts of each magnitude code
     return {
         "sqnr_db": sqnr,
-        "sqnr_ordinary_db": _db(src.signal_ordinary, noise_ordinary) if src.outliers else sqnr,
+        "sqnr_ordinary_db": db(src.signal_ordinary, noise_ordinary) if src.outliers else sqnr,
         "underflow": (hist[0] - src.zeros) / n,  # a zero of src is a zero code too: the rest flushed
         "overflow": _overflow(src, q, transposed),
         "subnormal": sum(c for c, sub in zip(hist, subnormal, strict=True) if sub) / n,

@@ -47,3 +47,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if n:
         terminalreporter.write_line(f"fp8lab: {n} notebook smoke runs left to the browser test, which runs the same "
                                     "notebooks in smoke mode (deselected here; -m 'not browser' runs them)")
+
+
+@pytest.fixture(scope="module", params=["kernels", "torch"])
+def both_paths(request):
+    """The module's tests run twice: on the C kernels (where built) and on the torch code, the
+    definition (which the kernels' tests compare them with, but which these formulas pin)."""
+    from fp8lab import kernels
+
+    if request.param == "torch":
+        with kernels.disabled():
+            yield request.param
+    elif not kernels.engine().kernels:
+        pytest.skip(f"kernels not built here: {kernels.status()[1]}")
+    else:
+        yield request.param

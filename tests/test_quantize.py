@@ -9,20 +9,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import fp8lab
-from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, kernels, quantize
+from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, quantize
 
-
-@pytest.fixture(scope="module", autouse=True, params=["kernels", "torch"])
-def path(request):
-    """Every test here runs twice: on the C kernels (where built) and on the torch code, the
-    definition (which the kernels' tests compare them with, but which these formulas pin)."""
-    if request.param == "torch":
-        with kernels.disabled():
-            yield request.param
-    elif not kernels.engine().kernels:
-        pytest.skip(f"kernels not built here: {kernels.status()[1]}")
-    else:
-        yield request.param
+# every test here runs on the C kernels and on the torch definition (conftest.both_paths)
+pytestmark = pytest.mark.usefixtures("both_paths")
 
 
 GRANULARITIES = [PerTensor(), PerRow(), PerBlock(1, 16), PerBlock(1, 32), PerBlock(1, 128), PerBlock(128, 128),

@@ -6,23 +6,13 @@ import pytest
 import torch
 
 import fp8lab
-from fp8lab import E4M3, E5M2, RECIPES, AmaxHistory, PerBlock, PerTensor, kernels, quantize, quantize_delayed
+from fp8lab import E4M3, E5M2, RECIPES, AmaxHistory, PerBlock, PerTensor, quantize, quantize_delayed
 from fp8lab.metrics import overflow_fraction, relative_error, sqnr, subnormal_fraction, underflow_fraction
 from fp8lab.recipes import GEMMS, ROLES, VARIANTS, get_recipe
 from fp8lab.scaling import amax_per_block
 
-
-@pytest.fixture(scope="module", autouse=True, params=["kernels", "torch"])
-def path(request):
-    """Every test here runs twice: on the C kernels (where built) and on the torch code, the
-    definition (which the kernels' tests compare them with, but which these formulas pin)."""
-    if request.param == "torch":
-        with kernels.disabled():
-            yield request.param
-    elif not kernels.engine().kernels:
-        pytest.skip(f"kernels not built here: {kernels.status()[1]}")
-    else:
-        yield request.param
+# every test here runs on the C kernels and on the torch definition (conftest.both_paths)
+pytestmark = pytest.mark.usefixtures("both_paths")
 
 
 # ---- delayed scaling -------------------------------------------------------------------------
