@@ -9,7 +9,6 @@ units and tick labels (tests/test_widgets.py checks every panel's axes).
 
 from __future__ import annotations
 
-import io
 import math
 
 import matplotlib.pyplot as plt
@@ -64,7 +63,8 @@ def use_theme() -> None:
     # axes.titley fixed: matplotlib otherwise measures every tick label on each draw to
     # place titles clear of top ticks (none here), ~40% of a widget's redraw
     plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "figure.autolayout": False,
-                         "axes.titlesize": 11, "axes.titleweight": "bold", "axes.titley": 1.0})
+                         "axes.titlesize": 11, "axes.titleweight": "bold", "axes.titley": 1.0,
+                         "axes.autolimit_mode": "round_numbers"})
     try:  # inline notebook figures at 2x pixels too ("retina": shown at half their pixel size)
         from matplotlib_inline.backend_inline import set_matplotlib_formats
 
@@ -100,13 +100,13 @@ def to_png(fig, keep: bool = False, pixel_ratio: float = 1) -> bytes:
     """Render a figure to PNG bytes at pixel_ratio x its dpi. The panels draw at 2x (PIXEL_RATIO:
     their figures are made at 144 dpi and shown at 72, sharp on high-DPI screens), with Agg
     keeping rendered glyphs (fp8lab.render: the same bytes, half the render time). Encoded as
-    RGB, not RGBA (the figure is opaque): 4x the pixels of a 1x image cost ~40% less to encode
-    that way. Unless keep=True (a panel that redraws into the same figure), close the figure
-    and clear it: its reference cycles go now, not in a slow GC pass."""
+    RGB, not RGBA (the figure is opaque), by fp8lab.render.encode_png. A panel's figure keeps its
+    fp8lab.render.LayeredCanvas (the background kept while it does not change). Unless keep=True
+    (a panel that redraws into the same figure), close the figure and clear it: its reference
+    cycles go now, not in a slow GC pass."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from PIL import Image
 
-    from fp8lab.render import GlyphCacheCanvas
+    from fp8lab.render import GlyphCacheCanvas, encode_png
 
     # a pyplot figure keeps its own Agg canvas; a bare one (the panels') gets the glyph cache
     canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else GlyphCacheCanvas(fig)
@@ -119,12 +119,11 @@ def to_png(fig, keep: bool = False, pixel_ratio: float = 1) -> bytes:
     finally:
         if pixel_ratio != 1:
             fig.set_dpi(dpi)
-    buf = io.BytesIO()
-    Image.fromarray(rgba).convert("RGB").save(buf, format="png", compress_level=1)
+    png = encode_png(rgba)
     if not keep:
         plt.close(fig)
         fig.clear()
-    return buf.getvalue()
+    return png
 
 
 def _ax(ax):
@@ -259,9 +258,22 @@ def _heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = N
     """imshow + colorbar (what seaborn's heatmap draws, at a fraction of the cost). shape: the
     (rows, cols) of blocks the grid stands for (it may be pooled): the ticks count blocks."""
     rows, cols = shape or grid.shape
-    im = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest",
-                   extent=(0, cols, rows, 0))
-    ax.figure.colorbar(im, ax=ax, label=label)
+    im = getattr(ax, "_fp8lab_heatmap", None)
+    if im is None or im.axes is not ax or im.colorbar is None:
+        im = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest",
+                       extent=(0, cols, rows, 0))
+        ax.figure.colorbar(im, ax=ax, label=label)
+        ax._fp8lab_heatmap = im
+    else:  # an ax that has one (a panel redrawing in place): new values, same artists, same pixels
+        im.set_data(grid)
+        im.set_extent((0, cols, rows, 0))
+        if im.get_cmap().name != cmap:
+            im.set_cmap(cmap)
+        with im.norm.callbacks.blocked():  # one colorbar update below, not one per limit
+            im.norm.vmin = float(np.nanmin(grid)) if vmin is None else vmin  # as imshow scales: data range
+            im.norm.vmax = float(np.nanmax(grid)) if vmax is None else vmax
+        im.changed()
+        im.colorbar.set_label(label)
     ax.set_xticks([0, cols], ["0", str(cols)])
     ax.set_yticks([0, rows], ["0", str(rows)])
     ax.grid(False)

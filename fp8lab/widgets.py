@@ -31,6 +31,7 @@ from typing import ClassVar
 import ipywidgets as W
 import pandas as pd
 import torch
+from matplotlib.transforms import Bbox
 
 from fp8lab import plots
 from fp8lab.anatomy import anatomy, rounding
@@ -48,6 +49,7 @@ from fp8lab.metrics import (
 )
 from fp8lab.quantize import quantize
 from fp8lab.recipes import RECIPES
+from fp8lab.render import LayeredCanvas
 from fp8lab.scaling import AmaxHistory, PerRow, PerTensor, parse_granularity
 from fp8lab.settings import SMOKE, size
 from fp8lab.timing import timed
@@ -134,6 +136,10 @@ class Panel:
 
     title = ""
     live_sliders: ClassVar[bool] = True
+    # keep_artists=True: draw() updates the artists of the last drawing (it must set everything it
+    # shows); the axes are not cleared between redraws (creating axes, colorbars and ticks is most
+    # of a redraw's drawing time)
+    keep_artists: ClassVar[bool] = False
     redraw_threads: int | None = 1  # torch threads for a redraw (None: the process's; the timing panel)
     width, height, ncols = 6.0, 3.2, 1
     right = 0.6  # inches right of the last plot (a legend beside it needs more)
@@ -189,15 +195,21 @@ class Panel:
             fig, axes = plots.figure(self.ncols, 1, self.width, self.height, pyplot=False, right=self.right,
                                      bottom=self.bottom, dpi=CSS_DPI * plots.PIXEL_RATIO)
             own = axes if isinstance(axes, list) else [axes]
+            LayeredCanvas(fig)  # the background (axes, ticks, labels) kept while a slider moves
             self._figure = (fig, axes, [ax.get_position() for ax in own])
             self.image.width = str(round(fig.get_figwidth() * CSS_DPI))
         fig, axes, boxes = self._figure
+        if self.keep_artists:
+            return fig, axes
         own = axes if isinstance(axes, list) else [axes]
         for ax in list(fig.axes):
             if not any(ax is a for a in own):
                 fig.delaxes(ax)  # colorbars and twin axes of the last drawing
         for ax, box in zip(own, boxes, strict=True):
             ax.clear()
+            # clear() leaves the old data limits to be ignored, but a span (axvspan: x in data, y in
+            # axes units) updates x only and keeps the old y: the last drawing's range leaked into this one
+            ax.dataLim.set_points(Bbox.null().get_points())
             ax.set_position(box)  # a colorbar had taken part of it
         return fig, axes
 
@@ -319,21 +331,47 @@ def _outlier_options():
 
 
 class TimingPanel(Panel):
-    """fp32 and bf16 matmul beside the FP8 GEMM of a recipe, real or emulated, on this machine."""
+    """fp32 and bf16 matmul beside the FP8 GEMM of a recipe, real or emulated, on this machine.
+
+    Timing is a measurement, not a redraw: the controls set up the next one and the Time button
+    runs it (with every thread torch uses; the first runs when the panel first draws). Until then
+    the plot keeps the last timing and names what changed."""
 
     title = "GEMM timing on this machine"
-    live_sliders = False  # each redraw times GEMMs: on release only
-    redraw_threads = None  # it times this machine's GEMMs: with every thread torch uses
+    live_sliders = False  # its controls set up the next timing; Time runs it
     bottom = 0.75
 
     def __init__(self) -> None:
         sizes = [64, 128, 256] if SMOKE else [128, 256, 512]
+        self.time_button = W.Button(description="Time", button_style="success", icon="clock-o")
         super().__init__(
             n=_slider(sizes, sizes[1], "matrix size n (n x n x n)"),
             recipe=_select(RECIPES, "tensorwise", "recipe"),
         )
+        self.time_button.on_click(lambda _: self.run(blocking=False))
+        self.widget.children = (*self.widget.children[:-2], W.HBox([self.time_button]), *self.widget.children[-2:])
+        self.result: dict | None = None  # the last timing: times_ms, reason, n, recipe
 
-    def compute(self, n: int, recipe: str) -> dict:
+    def run(self, blocking: bool = True):
+        """Time the three GEMMs at the controls' values (median of 3 calls each), then redraw."""
+        if self._thread is not None and self._thread.is_alive():
+            return None
+        v = self.values()
+
+        def work() -> None:
+            self.time_button.disabled = True
+            try:
+                with _torch_threads(TORCH_THREADS):  # this machine's GEMMs, with every thread torch uses
+                    self.result = self.measure(**v)
+            finally:
+                self.time_button.disabled = False
+                self.refresh()
+
+        thread = self._launch(work, blocking)
+        return self.result if blocking else thread
+
+    @staticmethod
+    def measure(n: int, recipe: str) -> dict:
         g = torch.Generator().manual_seed(0)
         a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
         a_q, b_q = quantize_operands(a, b, recipe)
@@ -345,13 +383,29 @@ class TimingPanel(Panel):
             f"FP8 {recipe} ({choice.backend})": lambda: matmul(a_q, b_q, recipe, verbose=False),
         }
         times = {name: sorted(timed(fn, 3))[1] * 1e3 for name, fn in candidates.items()}
-        return {"times_ms": times, "reason": choice.reason, "n": n}
+        return {"times_ms": times, "reason": choice.reason, "n": n, "recipe": recipe}
+
+    def compute(self, n: int, recipe: str) -> dict:
+        if self.result is None:  # the first drawing times the default settings
+            with _torch_threads(TORCH_THREADS):
+                self.result = self.measure(n, recipe)
+        shown = {"n": self.result["n"], "recipe": self.result["recipe"]}
+        pending = {k: v for k, v in {"n": n, "recipe": recipe}.items() if shown[k] != v}
+        return {**self.result, "pending": pending}
 
     def draw(self, data, ax) -> None:
         plots.bars(data["times_ms"], ax, ylabel="milliseconds (median of 3)", title=f"{data['n']}^3 GEMM")
+        if data["pending"]:
+            note = "\n".join(["Changed since this timing (press Time):",
+                              *(f"{k}: {v}" for k, v in data["pending"].items())])
+            ax.text(0.03, 0.96, note, transform=ax.transAxes, fontsize=8, color=plots.CLIP, va="top",
+                    bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": plots.CLIP, "lw": 0.5})
 
     def describe(self, data) -> str:
-        return _metrics_html({"FP8 backend": data["reason"]})
+        rows = {"FP8 backend": data["reason"]}
+        if data["pending"]:
+            rows["press Time to time"] = ", ".join(f"{k} = {v}" for k, v in data["pending"].items())
+        return _metrics_html(rows)
 
 
 # ---- 01 formats -----------------------------------------------------------------------------------
@@ -694,6 +748,7 @@ class BlockPanel(Panel):
 
     title = "per-block scaling: scales and error per block"
     ncols, width, height = 2, 4.0, 3.2
+    keep_artists = True  # two heatmaps and their colorbars, updated in place
 
     def __init__(self) -> None:
         super().__init__(
