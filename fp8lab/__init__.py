@@ -37,7 +37,7 @@ modules listed before it (tests/test_architecture.py checks it; this file import
     doctor       what this machine runs real and emulated, and why
     exercises    check_*, hint_*, solution_* for the notebooks' exercises
     widgets      ipywidgets panels: wiring only, no maths
-    answers      the answer key, computed from the panels
+    answers      the answer key, computed from the panels; the prediction widget
     bench        `python -m fp8lab bench ...`: the project's benchmarks
     lab          `make lab`: start JupyterLab
     __main__     `python -m fp8lab doctor | lab | bench`

@@ -1,7 +1,8 @@
 """The answer key: every question under a widget in notebooks 00-06, answered from the panels.
 
 Public: ANSWERS (one function per question), PREDICTIONS (the prediction-before-reveal
-widgets' questions, options and measured answers), key() -> list[Answer], markdown(),
+widgets' questions, options and measured answers), Prediction (that widget: commit to a
+prediction, then reveal the measured answer), key() -> list[Answer], markdown(),
 main (`python -m fp8lab.answers --write` regenerates notebooks/ANSWERS.md).
 Each answer drives the panel the question sits under (fp8lab.widgets) at the settings the
 question states and reads the numbers off the data that panel draws; training numbers come
@@ -13,6 +14,7 @@ Timings depend on the machine, so the key explains them instead of quoting them.
 from __future__ import annotations
 
 import argparse
+import html
 import itertools
 import math
 import sys
@@ -20,9 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ipywidgets as W
+
 from fp8lab.measured import cliff_means, survivors
 
-__all__ = ["ANSWERS", "PREDICTIONS", "Answer", "PredictionSpec", "key", "magnitude", "main", "markdown", "survivors"]
+__all__ = ["ANSWERS", "PREDICTIONS", "Answer", "Prediction", "PredictionSpec", "key", "magnitude", "main", "markdown",
+           "survivors"]
 
 KEY_PATH = Path(__file__).resolve().parent.parent / "notebooks" / "ANSWERS.md"
 
@@ -617,6 +622,49 @@ PREDICTIONS: dict[str, PredictionSpec] = {
         "From which sink value on does tensorwise end more than 5% worse than without sinks (150 steps)?",
         ("10", "100", "1e3", "1e4", "1e5", "1e6", "1e7", "never (up to 1e7)"), _p06_break),
 }
+
+
+class Prediction:
+    """Commit to a prediction first, then reveal what the lab measures (PREDICTIONS).
+
+    Reveal stays disabled until an option is picked; once revealed the choice is locked and the
+    measured answer, computed from the panels' own data, says whether the prediction was right.
+    """
+
+    def __init__(self, name: str) -> None:
+        if name not in PREDICTIONS:
+            raise ValueError(f"unknown prediction {name!r}; valid: {', '.join(PREDICTIONS)}")
+        self.name = name
+        self.spec = PREDICTIONS[name]
+        self.choice = W.Dropdown(options=[("-- your prediction --", None), *[(o, o) for o in self.spec.options]],
+                                 value=None, description="I predict", style={"description_width": "initial"},
+                                 layout=W.Layout(width="max-content"))
+        self.reveal_button = W.Button(description="Reveal", button_style="warning", icon="eye", disabled=True)
+        self.verdict = W.HTML()
+        self.choice.observe(lambda change: setattr(self.reveal_button, "disabled", change["new"] is None),
+                            names="value")
+        self.reveal_button.on_click(lambda _: self.reveal())
+        self.widget = W.VBox([W.HTML(f"<b>Predict first.</b> {html.escape(self.spec.question)}"),
+                              W.HBox([self.choice, self.reveal_button]), self.verdict])
+        self.answer: str | None = None
+
+    def reveal(self) -> bool:
+        """Measure, show the answer beside the prediction, lock the choice; True if it was right."""
+        if self.choice.value is None:
+            raise ValueError(f"pick a prediction first: one of {', '.join(self.spec.options)}")
+        self.answer, why = self.spec.measure()
+        right = self.choice.value == self.answer
+        self.choice.disabled = self.reveal_button.disabled = True
+        color = "#009e73" if right else "#d55e00"
+        self.verdict.value = (f"<div style='color:{color}'><b>{'Right' if right else 'Not quite'}:</b> you predicted "
+                              f"<i>{html.escape(self.choice.value)}</i>; measured: <b>{html.escape(self.answer)}</b>."
+                              f"</div><div>{html.escape(why)}</div>")
+        return right
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
 
 
 # ---- the key ----------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Public: one Panel per notebook figure (TimingPanel, BitsPanel, NumberLinePanel,
 PerTensorPanel, CliffPanel, DelayedPanel, BlockPanel, BlockSweepPanel, GemmPanel,
 AccumulationPanel, TrainingPanel, TrainingCliffPanel, DistributedPanel, ExportPanel, CostPanel),
-PANELS, LIVE_PANELS, Prediction (commit to a prediction, then reveal the measured answer).
+PANELS, LIVE_PANELS (the prediction widget is fp8lab.answers.Prediction: its answers drive these).
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute,
 redraw; returns the data it plotted, so tests can drive it without a browser) and
 `widget` (what the notebook shows). Plots are PNGs in an ipywidgets.Image, rendered
@@ -70,7 +70,6 @@ __all__ = [
     "NumberLinePanel",
     "Panel",
     "PerTensorPanel",
-    "Prediction",
     "TimingPanel",
     "TrainingCliffPanel",
     "TrainingPanel",
@@ -1307,54 +1306,6 @@ def sweep_values(panel: Panel) -> dict[str, list]:
         elif isinstance(ctl, W.FloatText):
             out[name] = [0.3, 1000.0, -2.5, ctl.value]
     return out
-
-
-# ---- prediction before reveal --------------------------------------------------------------------------------
-
-
-class Prediction:
-    """Commit to a prediction first, then reveal what the lab measures (fp8lab.answers.PREDICTIONS).
-
-    Reveal stays disabled until an option is picked; once revealed the choice is locked and the
-    measured answer, computed from the panels' own data, says whether the prediction was right.
-    """
-
-    def __init__(self, name: str) -> None:
-        from fp8lab.answers import PREDICTIONS
-
-        if name not in PREDICTIONS:
-            raise ValueError(f"unknown prediction {name!r}; valid: {', '.join(PREDICTIONS)}")
-        self.name = name
-        self.spec = PREDICTIONS[name]
-        self.choice = W.Dropdown(options=[("-- your prediction --", None), *[(o, o) for o in self.spec.options]],
-                                 value=None, description="I predict", style={"description_width": "initial"},
-                                 layout=W.Layout(width="max-content"))
-        self.reveal_button = W.Button(description="Reveal", button_style="warning", icon="eye", disabled=True)
-        self.verdict = W.HTML()
-        self.choice.observe(lambda change: setattr(self.reveal_button, "disabled", change["new"] is None),
-                            names="value")
-        self.reveal_button.on_click(lambda _: self.reveal())
-        self.widget = W.VBox([W.HTML(f"<b>Predict first.</b> {html.escape(self.spec.question)}"),
-                              W.HBox([self.choice, self.reveal_button]), self.verdict])
-        self.answer: str | None = None
-
-    def reveal(self) -> bool:
-        """Measure, show the answer beside the prediction, lock the choice; True if it was right."""
-        if self.choice.value is None:
-            raise ValueError(f"pick a prediction first: one of {', '.join(self.spec.options)}")
-        self.answer, why = self.spec.measure()
-        right = self.choice.value == self.answer
-        self.choice.disabled = self.reveal_button.disabled = True
-        color = "#009e73" if right else "#d55e00"
-        self.verdict.value = (f"<div style='color:{color}'><b>{'Right' if right else 'Not quite'}:</b> you predicted "
-                              f"<i>{html.escape(self.choice.value)}</i>; measured: <b>{html.escape(self.answer)}</b>."
-                              f"</div><div>{html.escape(why)}</div>")
-        return right
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
 
 
 # ---- 05 / 08 the cost side ------------------------------------------------------------------------------------

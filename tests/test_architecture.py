@@ -35,9 +35,7 @@ CONSTANTS = {"__version__"}
 
 # Imports against the map that wait on a file another branch owns (fp8lab/widgets.py); each must
 # still exist (the test fails once it is gone, so that the entry is deleted with it)
-AWAITING: set[tuple[str, str]] = {
-    ("widgets", "answers"),  # widgets.Prediction reads answers.PREDICTIONS, whose answers drive widgets
-}
+AWAITING: set[tuple[str, str]] = set()
 
 
 def _modules() -> list[str]:

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from fp8lab import plots
-from fp8lab.widgets import PANELS, BitsPanel, DistributedPanel, Prediction, TimingPanel, TrainingPanel, sweep_values
+from fp8lab.answers import Prediction
+from fp8lab.widgets import PANELS, BitsPanel, DistributedPanel, TimingPanel, TrainingPanel, sweep_values
 
 
 def seen(panel) -> str:
