@@ -15,7 +15,7 @@ Notebook 05 introduces this file; `python -m fp8lab doctor` prints the backend t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -37,6 +37,7 @@ __all__ = [
     "KernelUnavailable",
     "PreparedGemm",
     "accumulation_error",
+    "accumulation_errors",
     "agrees_with_emulation",
     "default_backend",
     "emulated_mm",
@@ -223,10 +224,7 @@ def emulated_mm(
     sa, wa = _k_blocks(a_q)  # (M, KBa), block width along K
     sb, wb = _k_blocks(b_q)  # (N, KBb)
     if accumulation is not None:
-        # scaled products, exact in float64, through the accumulator model
-        a_s = a.double() * sa.double().repeat_interleave(wa, 1)[:, :k]
-        b_s = b.double() * sb.double().repeat_interleave(wb, 1)[:, :k]
-        out = accumulation.accumulate(a_s[:, None, :] * b_s[None, :, :])  # (M, N, K) -> (M, N)
+        out = accumulation.accumulate(_scaled_products(a_q, b_q))  # (M, N, K) -> (M, N)
     else:
         seg = _segments(k, wa, wb)
         out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
@@ -236,6 +234,17 @@ def emulated_mm(
             out += part * factor
     factor = _tensor_factor(a_q, b_q)
     return out if factor is None else out * factor
+
+
+def _scaled_products(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+    """Every product a[m, k] * sa[m, k] * b[n, k] * sb[n, k], exact in float64: (M, N, K), what
+    the accumulator model sums (tensor scales excepted: they scale the output)."""
+    k = a_q.shape[1]
+    sa, wa = _k_blocks(a_q)
+    sb, wb = _k_blocks(b_q)
+    a_s = a_q.values().double() * sa.double().repeat_interleave(wa, 1)[:, :k]
+    b_s = b_q.values().double() * sb.double().repeat_interleave(wb, 1)[:, :k]
+    return a_s[:, None, :] * b_s[None, :, :]
 
 
 def _scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -291,6 +300,48 @@ def bf16_fast_path() -> tuple[bool, str]:
     """
     return False, ("oneDNN's bf16 math mode is a process-wide setting, which fp8lab never flips "
                    "(another thread's fp32 matmuls would run in bf16)")
+
+
+def accumulation_errors(
+    ks: Sequence[int],
+    accumulation: AccumulatorModel | None = None,
+    distribution: str = "uniform",
+    size: int = 8,
+) -> list[float]:
+    """[accumulation_error(k, accumulation, distribution, size) for k in ks], the same floats,
+    with the accumulator model walking all the K at once (one pass over the largest).
+
+    Each K's products are padded with zeros in front: the model's accumulator stays exactly 0
+    through them (a zero group truncates nothing) and adds 0 at each promotion, so the padded
+    walk is the unpadded one, provided the padding is a whole number of groups and, where a
+    promotion falls inside a K, of promotion intervals (true for the powers of two the panels
+    use; other K are walked one by one). tests/test_gemm.py checks the equality bit for bit."""
+    ks = list(ks)
+    if accumulation is None or not ks:
+        return [accumulation_error(k, accumulation, distribution, size) for k in ks]
+    longest = max(ks)
+    every = accumulation.promote_every
+
+    def aligned(k: int) -> bool:  # the padded walk promotes where the unpadded one does
+        pad = longest - k
+        if pad % accumulation.group:
+            return False
+        if every is None or pad % every == 0:
+            return True
+        return every > k and (longest % every == 0 or every > longest)  # no promotion inside K either way
+
+    together = [k for k in ks if aligned(k)]
+    errors = {k: accumulation_error(k, accumulation, distribution, size) for k in ks if not aligned(k)}
+    if together:
+        operands = [_accumulation_operands(k, distribution, size) for k in together]
+        products = torch.stack([torch.nn.functional.pad(_scaled_products(a_q, b_q), (longest - k, 0))
+                                for k, (a_q, b_q, _) in zip(together, operands, strict=True)])
+        outs = accumulation.accumulate(products)  # (len(together), M, N)
+        for k, out, (a_q, b_q, exact) in zip(together, outs, operands, strict=True):
+            factor = _tensor_factor(a_q, b_q)
+            got = (out if factor is None else out * factor).double()
+            errors[k] = (torch.linalg.norm(got - exact) / torch.linalg.norm(exact)).item()
+    return [errors[k] for k in ks]
 
 
 @lru_cache(maxsize=64)

@@ -45,6 +45,7 @@ __all__ = [
     "runs_legend",
     "scale_heatmap",
     "sink_cliff",
+    "steady_limits",
     "to_png",
     "use_theme",
 ]
@@ -63,8 +64,7 @@ def use_theme() -> None:
     # axes.titley fixed: matplotlib otherwise measures every tick label on each draw to
     # place titles clear of top ticks (none here), ~40% of a widget's redraw
     plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "figure.autolayout": False,
-                         "axes.titlesize": 11, "axes.titleweight": "bold", "axes.titley": 1.0,
-                         "axes.autolimit_mode": "round_numbers"})
+                         "axes.titlesize": 11, "axes.titleweight": "bold", "axes.titley": 1.0})
     try:  # inline notebook figures at 2x pixels too ("retina": shown at half their pixel size)
         from matplotlib_inline.backend_inline import set_matplotlib_formats
 
@@ -153,6 +153,30 @@ def log_axis(ax, axis: str = "y", base: float = 10) -> None:
     target.set_major_formatter(FuncFormatter(lambda v, _: _tick(v)))
 
 
+def steady_limits(ax, axis: str = "y", step: float | None = None, lo: float | None = None, hi: float | None = None):
+    """Limits that stay put while a slider moves the data a little: the data's range (2% wider),
+    rounded out to whole `step`s (a linear axis) or whole decades (a log axis), and widened to
+    include [lo, hi] where given. A panel whose axes stay put keeps its drawn background (ticks,
+    labels, grid: fp8lab.render.LayeredCanvas), and the learner sees the data move, not the axes."""
+    a, b = (ax.dataLim.intervaly if axis == "y" else ax.dataLim.intervalx)
+    a, b = float(min(a, b)), float(max(a, b))
+    log = (ax.get_yscale() if axis == "y" else ax.get_xscale()) == "log"
+    if log:
+        a, b = max(a, 1e-300), max(b, 1e-300)
+        a, b = 10.0 ** math.floor(math.log10(a) - 0.01), 10.0 ** math.ceil(math.log10(b) + 0.01)
+    elif step:
+        pad = 0.02 * (b - a)
+        a, b = step * math.floor((a - pad) / step), step * math.ceil((b + pad) / step)
+        if a == b:
+            b = a + step
+    if lo is not None:
+        a = min(a, lo)
+    if hi is not None:
+        b = max(b, hi)
+    (ax.set_ylim if axis == "y" else ax.set_xlim)(a, b)
+    return ax
+
+
 def magnitude(v: float) -> str:
     """A magnitude as the lab writes it: 0 -> "none", powers of ten as 1e5, others as %g."""
     if v == 0:
@@ -188,8 +212,10 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     lo_flush = math.log2(fmt.min_subnormal * scale / 2)  # below half the smallest subnormal: zero
     lo_normal = math.log2(fmt.min_normal * scale)
     hi = math.log2(fmt.max_value * scale)
-    left = min(logs.min(initial=lo_flush) - 1, lo_flush - 2)
-    right = max(logs.max(initial=hi) + 1, hi + 2)
+    # whole multiples of 5 binades (the ticks' step): a slider that moves the data or the window a
+    # little keeps the axis (and what the panel keeps drawn)
+    left = 5 * math.floor(min(logs.min(initial=lo_flush) - 1, lo_flush - 2) / 5)
+    right = 5 * math.ceil(max(logs.max(initial=hi) + 1, hi + 2) / 5)
     ax.axvspan(left, lo_flush, color=FLUSH, alpha=0.18, lw=0, label="flushes to 0")
     ax.axvspan(lo_flush, lo_normal, color=WINDOW, alpha=0.08, lw=0, label="subnormal")
     ax.axvspan(lo_normal, hi, color=WINDOW, alpha=0.18, lw=0, label=f"{fmt.name} normal range")
@@ -197,6 +223,8 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     counts, edges = np.histogram(logs, bins=bins, range=(left, right))
     ax.stairs(np.maximum(counts, 0.5), edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)
     ax.set_xlim(left, right)
+    ax.set_yscale("log")
+    steady_limits(ax, "y", lo=0.5)  # whole decades of counts
     log_axis(ax, "y")
     ax.set_xlabel("log2 |x|  (each unit is a binade: a factor of 2)")
     ax.set_ylabel("count (log)")
@@ -284,7 +312,10 @@ def scale_heatmap(q: QuantizedTensor, ax=None):
     ax = _ax(ax)
     s = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
     grid = _block_grid(torch.log2(s.clamp(min=1e-45)))
-    _heatmap(ax, grid, "viridis", "log2(scale)", shape=tuple(s.reshape(-1, s.shape[-1]).shape) if s.dim() else (1, 1))
+    # colours on whole multiples of 4 binades: the same colour is the same scale across settings
+    lo, hi = 4 * math.floor(float(grid.min()) / 4), 4 * math.ceil(float(grid.max()) / 4)
+    _heatmap(ax, grid, "viridis", "log2(scale)", vmin=lo, vmax=max(hi, lo + 4),
+             shape=tuple(s.reshape(-1, s.shape[-1]).shape) if s.dim() else (1, 1))
     ax.set_xlabel(f"block column ({s.shape[-1] if s.dim() else 1} along K)")
     ax.set_ylabel(f"block row ({s.shape[0] if s.dim() else 1} along M)")
     ax.set_title(f"scales, {q.granularity.label} blocks")
@@ -340,7 +371,10 @@ def overflow_vs_block(df, ax=None):
         ax.plot([xs[b] for b in part["block"]], part["overflow"], marker="o", color=PALETTE[i % 10], label=strategy)
     ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=90)
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
-    ax.set_ylim(bottom=0, top=max(float(df["overflow"].max()) * 1.15, 1e-3))
+    # the top at 1, 2 or 5 x a power of ten: an axis that stays put while the data move a little
+    top = max(float(df["overflow"].max()) * 1.1, 1e-3)
+    ax.set_ylim(bottom=0, top=min(m * 10.0 ** math.floor(math.log10(top)) for m in (1, 2, 5, 10)
+                                  if m * 10.0 ** math.floor(math.log10(top)) >= top))
     ax.set_xlabel("block")
     ax.set_ylabel("values clipped (overflow)")
     ax.set_title("what each rule clips")
@@ -428,11 +462,28 @@ def gemm_error_vs_k(df, ax=None):
 
 def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", log: bool = False,
          highlight: str | None = None):
-    """A bar per named value (e.g. error per recipe, time per backend)."""
+    """A bar per named value (e.g. error per recipe, time per backend). On an ax that has these
+    bars already (a panel redrawing in place), the bars take the new heights."""
     ax = _ax(ax)
     names = list(values)
     colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
-    ax.bar(range(len(names)), [values[n] for n in names], color=colors)
+    kept = getattr(ax, "_fp8lab_bars", None)
+    if kept is not None and kept[0] == (names, log) and all(r.axes is ax for r in kept[1]):
+        for rect, name, color in zip(kept[1], names, colors, strict=True):
+            rect.set_height(values[name])
+            rect.set_facecolor(color)
+        ax.relim()
+        ax.autoscale_view()
+        if log:
+            log_axis(ax, "y")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        return ax
+    if kept is not None:  # other bars: these replace them
+        for rect in kept[1]:
+            if rect.axes is ax:
+                rect.remove()
+    ax._fp8lab_bars = ((names, log), list(ax.bar(range(len(names)), [values[n] for n in names], color=colors)))
     labels = [n.replace(" (", "\n(") for n in names]
     # upright where they fit side by side (~0.6 em per character at 8 pt), else turned 90 degrees
     per_bar = ax.get_position().width * ax.figure.get_figwidth() / max(len(names), 1)

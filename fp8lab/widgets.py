@@ -37,7 +37,7 @@ from fp8lab import plots
 from fp8lab.anatomy import anatomy, rounding
 from fp8lab.data import DISTRIBUTIONS, activation_stream, sample
 from fp8lab.formats import FORMATS, get_format
-from fp8lab.gemm import AccumulatorModel, accumulation_error, matmul, quantize_operands, resolve_backend
+from fp8lab.gemm import AccumulatorModel, accumulation_errors, matmul, quantize_operands, resolve_backend
 from fp8lab.metrics import (
     channel_sqnr,
     flushed_fraction,
@@ -641,6 +641,8 @@ class CliffPanel(Panel):
         )
         self.shape = (size(64, 32), size(1024, 256))
         self._cache: dict[str, pd.DataFrame] = {}
+        for distribution in self.controls["distribution"].options:  # the controls only pick from these
+            self.table(distribution)
 
     def table(self, distribution: str) -> pd.DataFrame:
         """Every recipe at every outlier magnitude (1: none): SQNR of the ordinary channels and the
@@ -725,6 +727,10 @@ class DelayedPanel(Panel):
         axes[1].set_xlabel("step")
         axes[1].set_ylabel("SQNR (dB)")
         axes[1].set_title("SQNR: current (blue), delayed (orange)")
+        # axes that hold every setting's data: the learner sees the spike grow, not the axis move
+        axes[0].set_ylim(1, 1e7)
+        plots.log_axis(axes[0], "y")
+        plots.steady_limits(axes[1], "y", step=10, lo=0, hi=40)
 
     def describe(self, data) -> str:
         df = data["df"]
@@ -828,6 +834,7 @@ class BlockSweepPanel(Panel):
 
     def draw(self, data, axes) -> None:
         plots.metric_vs_block(data["df"], ax=axes[0], threshold=data["threshold"])
+        plots.steady_limits(axes[0], "y", step=20)
         plots.overflow_vs_block(data["df"], ax=axes[1])
 
     def describe(self, data) -> str:
@@ -906,23 +913,31 @@ class AccumulationPanel(Panel):
             distribution=_select(("uniform", "normal"), "uniform", "inputs"),
         )
         self.ks = [128, 256, 512, 1024] if SMOKE else [128, 256, 512, 1024, 2048, 4096]
-        self._fp32: dict[str, list[float]] = {}
+        self._curves: dict[tuple, list[float]] = {}  # (model or None for fp32, distribution) -> error per K
+
+    def _curve(self, model: AccumulatorModel | None, distribution: str) -> list[float]:
+        """One curve (error per K), computed once per model and inputs: a drag back over a value
+        (or a promotion change, which leaves the unpromoted curve as it was) reuses it."""
+        key = (model, distribution)
+        if key not in self._curves:
+            if len(self._curves) > 256:
+                self._curves.clear()
+            self._curves[key] = [max(e, 1e-9) for e in accumulation_errors(self.ks, model, distribution)]
+        return self._curves[key]
 
     def compute(self, bits, promote, distribution) -> dict:
-        settings = {f"{bits}-bit, no promotion": AccumulatorModel(bits - 1, 32, None)}
+        settings = {"fp32 accumulation": None, f"{bits}-bit, no promotion": AccumulatorModel(bits - 1, 32, None)}
         if promote:
             settings[f"{bits}-bit, promoted every {promote}"] = AccumulatorModel(bits - 1, 32, promote)
-        if distribution not in self._fp32:  # the fp32 curve depends on nothing else: compute it once
-            self._fp32[distribution] = [max(accumulation_error(k, None, distribution), 1e-9) for k in self.ks]
-        rows = [{"accumulation": "fp32 accumulation", "K": k, "relative error": e}
-                for k, e in zip(self.ks, self._fp32[distribution], strict=True)]
-        rows += [{"accumulation": label, "K": k,
-                  "relative error": max(accumulation_error(k, model, distribution), 1e-9)}
-                 for label, model in settings.items() for k in self.ks]
+        rows = [{"accumulation": label, "K": k, "relative error": e}
+                for label, model in settings.items()
+                for k, e in zip(self.ks, self._curve(model, distribution), strict=True)]
         return {"df": pd.DataFrame(rows), "distribution": distribution}
 
     def draw(self, data, ax) -> None:
         plots.gemm_error_vs_k(data["df"], ax)
+        plots.steady_limits(ax, "y", lo=1e-9, hi=1)  # every setting's errors (1e-9: fp32's floor)
+        plots.log_axis(ax, "y")
 
     def describe(self, data) -> str:
         df = data["df"]
@@ -1318,6 +1333,7 @@ class CostPanel(Panel):
     title = "the cost side: is per-tensor cheaper, and where?"
     width, height, ncols = 4.0, 3.0, 3
     bottom = 1.0  # the recipes' names under the bars, turned upright (tests/test_widgets.py checks legibility)
+    keep_artists = True  # the same bars each time, new heights
 
     def __init__(self) -> None:
         super().__init__(

@@ -14,6 +14,7 @@ from fp8lab.gemm import (
     GemmBackend,
     KernelUnavailable,
     accumulation_error,
+    accumulation_errors,
     agrees_with_emulation,
     emulated_mm,
     matmul,
@@ -159,6 +160,18 @@ def test_limited_accumulator_error_grows_with_k_and_promotion_fixes_it():
     # mixed-sign data grows the sum like sqrt(K): smaller, but still growing
     mixed = _acc_errors("normal", ks, AccumulatorModel(promote_every=None))
     assert mixed[0] < mixed[2] and 5e-4 < mixed[2] < 0.01
+
+
+@pytest.mark.parametrize("model", [
+    AccumulatorModel(promote_every=None), AccumulatorModel(promote_every=128), AccumulatorModel(promote_every=32),
+    AccumulatorModel(mantissa_bits=7, promote_every=512), AccumulatorModel(mantissa_bits=22, promote_every=256),
+    AccumulatorModel(mantissa_bits=9, group=16, promote_every=64), None])
+@pytest.mark.parametrize("dist", ["uniform", "normal"])
+def test_all_k_at_once_is_each_k_alone_bit_for_bit(model, dist):
+    """accumulation_errors walks every K in one padded pass: the same floats as one K at a time,
+    also for K that are not powers of two (walked alone) and promotions longer than some K."""
+    ks = [128, 256, 512, 1024, 2048, 4096, 96, 160, 1000]
+    assert accumulation_errors(ks, model, dist, size=8) == [accumulation_error(k, model, dist, size=8) for k in ks]
 
 
 def test_more_accumulator_bits_less_error():
