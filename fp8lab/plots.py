@@ -162,7 +162,9 @@ def steady_limits(ax, axis: str = "y", step: float | None = None, lo: float | No
     a, b = float(min(a, b)), float(max(a, b))
     log = (ax.get_yscale() if axis == "y" else ax.get_xscale()) == "log"
     if log:
-        a, b = max(a, 1e-300), max(b, 1e-300)
+        smallest = float(ax.dataLim.minposy if axis == "y" else ax.dataLim.minposx)  # bars start at 0
+        a = a if a > 0 else smallest
+        a, b = max(a, 1e-300), max(b, a)
         a, b = 10.0 ** math.floor(math.log10(a) - 0.01), 10.0 ** math.ceil(math.log10(b) + 0.01)
     elif step:
         pad = 0.02 * (b - a)
@@ -339,16 +341,40 @@ def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None):
     return ax
 
 
+def _kept_lines(ax, lines: dict) -> None:
+    """Draw lines {key: (x, y, style)} on ax; on an ax that has lines under these keys (a panel
+    redrawing in place) move them instead (set_data) and drop the ones no longer given. The data
+    limits are then recomputed from what is drawn, as a new plot computes them."""
+    kept = ax.__dict__.setdefault("_fp8lab_lines", {})
+    for key in [k for k, line in kept.items() if k not in lines or line.axes is not ax]:
+        if kept[key].axes is ax:
+            kept[key].remove()
+        del kept[key]
+    for key, (x, y, style) in lines.items():
+        if key in kept:
+            kept[key].set_data(x, y)
+            kept[key].set(**style)
+        elif key == "threshold":  # a horizontal line across the axes at y
+            kept[key] = ax.axhline(y[0], **style)
+        else:
+            kept[key] = ax.plot(x, y, **style)[0]
+    ax.relim()
+    ax.autoscale_view()
+
+
 def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | None = None):
     """A metric (default SQNR in dB) against block size, one line per strategy; each tick
     also gives the scales' memory in bits per element (of the first strategy)."""
     ax = _ax(ax)
     labels = list(dict.fromkeys(df["block"]))
     xs = {b: i for i, b in enumerate(labels)}
-    for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False)):
-        ax.plot([xs[b] for b in part["block"]], part[metric], marker="o", color=PALETTE[i % 10], label=strategy)
+    lines = {strategy: ([xs[b] for b in part["block"]], part[metric].to_numpy(),
+                        {"marker": "o", "color": PALETTE[i % 10], "label": strategy})
+             for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False))}
     if threshold is not None:
-        ax.axhline(threshold, color=CLIP, ls="--", lw=1, label=f"{threshold:g} dB")
+        lines["threshold"] = ([0, 1], [threshold, threshold], {"color": CLIP, "ls": "--", "lw": 1,
+                                                               "label": f"{threshold:g} dB"})
+    _kept_lines(ax, lines)
     ticks = labels
     if "scale_bits_per_element" in df:
         bits = df.drop_duplicates("block").set_index("block")["scale_bits_per_element"]
@@ -367,8 +393,9 @@ def overflow_vs_block(df, ax=None):
     ax = _ax(ax)
     labels = list(dict.fromkeys(df["block"]))
     xs = {b: i for i, b in enumerate(labels)}
-    for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False)):
-        ax.plot([xs[b] for b in part["block"]], part["overflow"], marker="o", color=PALETTE[i % 10], label=strategy)
+    _kept_lines(ax, {strategy: ([xs[b] for b in part["block"]], part["overflow"].to_numpy(),
+                                {"marker": "o", "color": PALETTE[i % 10], "label": strategy})
+                     for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False))})
     ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=90)
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
     # the top at 1, 2 or 5 x a power of ten: an axis that stays put while the data move a little

@@ -18,6 +18,7 @@ import threading
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
 from matplotlib.ft2font import RenderMode
+from matplotlib.transforms import Bbox
 
 __all__ = ["GlyphCacheCanvas", "glyph_cache_stats"]
 
@@ -198,9 +199,9 @@ class LayeredCanvas(GlyphCacheCanvas):
     def __init__(self, figure, keep: bool = True, glyphs: bool = True) -> None:
         super().__init__(figure)
         self.keep, self.glyphs = keep, glyphs
-        self._background = None  # (key, BufferRegion)
+        self._background = None  # (figure part, axes parts, each axes' region, BufferRegion)
         self._sprites: dict[tuple, tuple[np.ndarray, int, int]] = {}  # legend key -> (rgba, x, y)
-        self.stats = {"kept": 0, "drawn": 0, "whole": 0}
+        self.stats = {"kept": 0, "partly": 0, "drawn": 0, "whole": 0}
 
     def get_renderer(self):
         if self.glyphs:
@@ -236,13 +237,64 @@ class LayeredCanvas(GlyphCacheCanvas):
                 front.append((None, a))
         return back, front, legends
 
-    def _background_key(self, renderer) -> tuple:
+    def _background_key(self, renderer) -> tuple[tuple, list[tuple]]:
+        """(the figure's part, one part per axes): what the background shows."""
         fig = self.figure
-        parts = [tuple(fig.bbox.bounds), fig.dpi, repr(fig.patch.get_facecolor())]
-        for ax in fig.axes:
-            parts.append((tuple(ax.get_position().bounds), ax.axison, repr(ax.patch.get_facecolor()),
-                          ax.patch.get_visible(), ax.get_axisbelow(), _axis_key(ax.xaxis), _axis_key(ax.yaxis)))
-        return tuple(parts)
+        figure_part = (tuple(fig.bbox.bounds), fig.dpi, repr(fig.patch.get_facecolor()), len(fig.axes))
+        return figure_part, [(tuple(ax.get_position().bounds), ax.axison, ax.get_frame_on(),
+                              repr(ax.patch.get_facecolor()), ax.patch.get_visible(), ax.get_axisbelow(),
+                              _axis_key(ax.xaxis), _axis_key(ax.yaxis)) for ax in fig.axes]
+
+    @staticmethod
+    def _region(ax, renderer):
+        """Where an axes' background lies: its box and its axes' ticks, labels and offsets, 3 px wider."""
+        boxes = [ax.bbox] + [a.get_tightbbox(renderer) for a in (ax.xaxis, ax.yaxis) if ax.axison and a.get_visible()]
+        return Bbox.union([b for b in boxes if b is not None and b.width >= 0]).padded(3)
+
+    def _draw_background(self, hidden) -> None:
+        visible = [a.get_visible() for a in hidden]
+        for a in hidden:
+            a.set_visible(False)
+        try:
+            super().draw()
+        finally:
+            for a, v in zip(hidden, visible, strict=True):
+                a.set_visible(v)
+
+    def _redraw_axes(self, renderer, changed: list[int], regions: list, hidden) -> bool:
+        """Draw the background of the `changed` axes only, over the kept one: each one's region (old
+        and new extent) cleared to the figure's face and its patch and axis drawn again. The pixels
+        are those of a whole drawing where no two regions overlap (each pixel then comes from the
+        figure patch and one axes only); False (nothing drawn) where they would."""
+        axes = self.figure.axes
+        new = list(regions)
+        for i in changed:
+            new[i] = Bbox.union([regions[i], self._region(axes[i], renderer)])
+        for i in changed:
+            if any(j != i and new[i].overlaps(new[j]) for j in range(len(axes))):
+                return False
+        visible = [a.get_visible() for a in hidden]
+        for a in hidden:
+            a.set_visible(False)
+        patch = self.figure.patch
+        try:
+            for i in changed:
+                ax, box = axes[i], new[i].frozen()
+                box = Bbox.from_extents(math.floor(box.x0), math.floor(box.y0), math.ceil(box.x1), math.ceil(box.y1))
+                clip = patch.get_clip_box()
+                patch.set_clip_box(box)
+                patch.draw(renderer)  # the figure's face, inside this region only
+                patch.set_clip_box(clip)
+                if ax.axison and ax.get_frame_on():
+                    ax.patch.draw(renderer)
+                if ax.axison:
+                    for axis in sorted((ax.xaxis, ax.yaxis), key=lambda a: a.get_zorder()):
+                        axis.draw(renderer)
+                regions[i] = new[i]
+        finally:
+            for a, v in zip(hidden, visible, strict=True):
+                a.set_visible(v)
+        return True
 
     def draw(self):
         layers = self._layers()
@@ -252,21 +304,23 @@ class LayeredCanvas(GlyphCacheCanvas):
             return super().draw()
         _back, front, legends = layers
         renderer = self.get_renderer()
-        key = self._background_key(renderer)
+        figure_part, axes_parts = self._background_key(renderer)
         hidden = [a for _, a in front] + legends
-        if self.keep and self._background is not None and self._background[0] == key:
-            self.restore_region(self._background[1])
+        kept = self._background if self.keep else None
+        changed = [] if kept is None or kept[0] != figure_part else \
+            [i for i, (old, now) in enumerate(zip(kept[1], axes_parts, strict=True)) if old != now]
+        if kept is not None and kept[0] == figure_part and not changed:
+            self.restore_region(kept[3])
             self.stats["kept"] += 1
+        elif kept is not None and kept[0] == figure_part and \
+                (self.restore_region(kept[3]) or self._redraw_axes(renderer, changed, kept[2], hidden)):
+            self._background = (figure_part, axes_parts, kept[2], self.copy_from_bbox(self.figure.bbox))
+            self.stats["partly"] += 1
         else:
-            visible = [a.get_visible() for a in hidden]
-            for a in hidden:
-                a.set_visible(False)
-            try:
-                super().draw()  # the background only
-            finally:
-                for a, v in zip(hidden, visible, strict=True):
-                    a.set_visible(v)
-            self._background = (key, self.copy_from_bbox(self.figure.bbox)) if self.keep else None
+            self._draw_background(hidden)
+            if self.keep:
+                regions = [self._region(ax, renderer) for ax in self.figure.axes]
+                self._background = (figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox))
             self.stats["drawn"] += 1
         for ax in self.figure.axes:  # as Axes.draw does, with the titles shown: titles clear of top ticks
             if hasattr(ax, "_update_title_position"):

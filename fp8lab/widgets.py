@@ -790,6 +790,7 @@ class BlockSweepPanel(Panel):
 
     title = "SQNR and clipping vs block size, with the scales' memory under each block"
     ncols, width, height, bottom = 2, 5.0, 4.0, 1.35
+    keep_artists = True  # the same lines each time, moved
 
     def __init__(self) -> None:
         super().__init__(
@@ -884,6 +885,8 @@ class GemmPanel(Panel):
         errs = data["errors"]
         plots.bars(errs, ax, ylabel="relative error (log)", log=True, highlight=max(errs, key=errs.get),
                    title="error of each recipe's GEMM")
+        plots.steady_limits(ax, "y")  # whole decades
+        plots.log_axis(ax, "y")
 
     def describe(self, data) -> str:
         e = data["errors"]
@@ -1360,6 +1363,9 @@ class CostPanel(Panel):
         plots.bars(bits, axes[0], ylabel="bits per element of x", title="bits moved (element + scales)")
         plots.bars(table["scale multiplies per output"].astype(float).to_dict(), axes[1], log=True,
                    ylabel="multiplies per output element", title=f"scale multiplies, K={data['k']}")
+        # up to 1 per 16 elements of the longest K (NVFP4): the axis holds every K's bars
+        plots.steady_limits(axes[1], "y", lo=0.5, hi=max(self.controls["k"].options) / 16)
+        plots.log_axis(axes[1], "y")
         plots.bars(measured["quantize ms"].drop("fp32 (no FP8)").to_dict(), axes[2], ylabel="ms (median of 3)",
                    title=f"quantize {self.size}x{self.size} here")
 
