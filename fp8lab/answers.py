@@ -437,10 +437,10 @@ def _q05_accumulation() -> Answer:
     k = max(p.ks)
     u = at_k("uniform", 14, 128)
     n = at_k("normal", 14, 128)
-    none_u, prom_u = u["14-bit, no promotion"], u["14-bit, promoted every 128"]
-    none_n = n["14-bit, no promotion"]
-    prom32 = at_k("uniform", 14, 32)["14-bit, promoted every 32"]
-    enough = next((b for b in range(14, 25) if at_k("uniform", b, 0)[f"{b}-bit, no promotion"] < 1e-3), None)
+    none_u, prom_u = u["no promotion"], u["promoted to fp32"]
+    none_n = n["no promotion"]
+    prom32 = at_k("uniform", 14, 32)["promoted to fp32"]
+    enough = next((b for b in range(14, 25) if at_k("uniform", b, 0)["no promotion"] < 1e-3), None)
     p.update(bits=14, promote=128, distribution="uniform")
     return Answer(
         "05_fp8_gemm",

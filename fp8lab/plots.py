@@ -16,7 +16,7 @@ import numpy as np
 import seaborn as sns
 import torch
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator, PercentFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator, PercentFormatter, ScalarFormatter
 
 from fp8lab.formats import FloatFormat, get_format
 from fp8lab.quantize import QuantizedTensor
@@ -198,10 +198,14 @@ def _tick(v: float) -> str:
 
 
 def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: FloatFormat | str | None = None,
-                   scale: float | None = None, ax=None, bins: int = 80, title: str = ""):
+                   scale: float | None = None, ax=None, bins: int = 80, title: str = "",
+                   xlim: tuple[float, float] | None = None):
     """Histogram of log2|x| with the format's window shaded: green where values keep full
     precision (normal range), lighter where subnormal, grey where they flush to zero,
-    vermillion beyond the max where they clip. A per-tensor scale sets the window."""
+    vermillion beyond the max where they clip. A per-tensor scale sets the window. xlim: the
+    x range (log2) to show at least (a panel's fixed axis); wider where the data or window are.
+    On an ax that has this histogram already (a panel redrawing in place) the shading and the
+    bars move."""
     ax = _ax(ax)
     fmt = get_format(fmt if fmt is not None else q.fmt if q is not None else "e4m3")
     if scale is None:
@@ -216,14 +220,26 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     hi = math.log2(fmt.max_value * scale)
     # whole multiples of 5 binades (the ticks' step): a slider that moves the data or the window a
     # little keeps the axis (and what the panel keeps drawn)
-    left = 5 * math.floor(min(logs.min(initial=lo_flush) - 1, lo_flush - 2) / 5)
-    right = 5 * math.ceil(max(logs.max(initial=hi) + 1, hi + 2) / 5)
-    ax.axvspan(left, lo_flush, color=FLUSH, alpha=0.18, lw=0, label="flushes to 0")
-    ax.axvspan(lo_flush, lo_normal, color=WINDOW, alpha=0.08, lw=0, label="subnormal")
-    ax.axvspan(lo_normal, hi, color=WINDOW, alpha=0.18, lw=0, label=f"{fmt.name} normal range")
-    ax.axvspan(hi, right, color=CLIP, alpha=0.15, lw=0, label="clips to max")
+    left = 5 * math.floor(min(logs.min(initial=lo_flush) - 1, lo_flush - 2, *(xlim or ())[:1]) / 5)
+    right = 5 * math.ceil(max(logs.max(initial=hi) + 1, hi + 2, *(xlim or ())[1:]) / 5)
+    spans = [(left, lo_flush, FLUSH, 0.18, "flushes to 0"), (lo_flush, lo_normal, WINDOW, 0.08, "subnormal"),
+             (lo_normal, hi, WINDOW, 0.18, f"{fmt.name} normal range"), (hi, right, CLIP, 0.15, "clips to max")]
     counts, edges = np.histogram(logs, bins=bins, range=(left, right))
-    ax.stairs(np.maximum(counts, 0.5), edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)
+    kept = ax.__dict__.get("_fp8lab_histogram")
+    if kept is not None and all(artist.axes is ax for artist in kept):
+        *rects, bars = kept
+        for rect, (x0, x1, _color, _alpha, label) in zip(rects, spans, strict=True):
+            rect.set_x(x0)
+            rect.set_width(x1 - x0)
+            rect.set_label(label)
+        bars.set_data(np.maximum(counts, 0.5), edges, baseline=0.5)
+        ax.relim()
+    else:
+        rects = [ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
+                 for x0, x1, color, alpha, label in spans]
+        bars = ax.stairs(np.maximum(counts, 0.5), edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|",
+                         baseline=0.5)
+        ax._fp8lab_histogram = (*rects, bars)
     ax.set_xlim(left, right)
     ax.set_yscale("log")
     steady_limits(ax, "y", lo=0.5)  # whole decades of counts
@@ -412,8 +428,9 @@ def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | N
     """A quantization metric against outlier magnitude (log x), one line per recipe: where
     each recipe's ordinary values fall off. df: recipe, outliers, and the metric's column."""
     ax = _ax(ax)
-    for i, (recipe, part) in enumerate(df.groupby("recipe", sort=False)):
-        ax.plot(part["outliers"], part[metric], marker="o", ms=4, color=PALETTE[i % 10], label=recipe)
+    _kept_lines(ax, {recipe: (part["outliers"].to_numpy(), part[metric].to_numpy(),
+                              {"marker": "o", "ms": 4, "color": PALETTE[i % 10], "label": recipe})
+                     for i, (recipe, part) in enumerate(df.groupby("recipe", sort=False))})
     ax.set_xscale("log")
     log_axis(ax, "x")
     if metric.endswith("underflow"):
@@ -421,6 +438,8 @@ def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | N
         ax.set_ylim(-0.03, 1.03)
         ax.set_ylabel("ordinary values flushed to 0")
     else:
+        ax.yaxis.set_major_formatter(ScalarFormatter())  # an ax redrawn in place had percent
+        steady_limits(ax, "y", step=10, lo=0, hi=40)  # every recipe's SQNR; the axis stays put
         ax.set_ylabel("SQNR of ordinary channels (dB)")
     ax.set_xlabel("outlier channels' magnitude (x the others; 1: no outliers)")
     ax.legend(fontsize=7, loc="lower left" if not metric.endswith("underflow") else "upper left")
@@ -473,17 +492,18 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
 # ---- GEMM ---------------------------------------------------------------------------------------------------
 
 
-def gemm_error_vs_k(df, ax=None):
+def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K"):
     """Relative error of the GEMM against K, one line per accumulation setting (log-log)."""
     ax = _ax(ax)
-    for i, (label, part) in enumerate(df.groupby("accumulation", sort=False)):
-        ax.plot(part["K"], part["relative error"], marker="o", color=PALETTE[i % 10], label=label)
+    _kept_lines(ax, {label: (part["K"].to_numpy(), part["relative error"].to_numpy(),
+                             {"marker": "o", "color": PALETTE[i % 10], "label": label})
+                     for i, (label, part) in enumerate(df.groupby("accumulation", sort=False))})
     log_axis(ax, "x", base=2)
     log_axis(ax, "y")
     ax.set_xlabel("K (length of each dot product)")
     ax.set_ylabel("relative error vs exact")
-    ax.legend(fontsize=8)
-    ax.set_title("accumulation precision and K")
+    ax.legend(fontsize=8, loc="center right")  # between the limited accumulators (above) and fp32 (below)
+    ax.set_title(title)
     return ax
 
 

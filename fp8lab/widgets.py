@@ -583,6 +583,7 @@ class PerTensorPanel(Panel):
     what it costs the ordinary values (every channel but the outlier channels)."""
 
     title = "per-tensor scaling: what lands in the window, what clips, what flushes"
+    keep_artists = True  # the same shading and bars each time, moved
 
     def __init__(self) -> None:
         super().__init__(
@@ -601,7 +602,8 @@ class PerTensorPanel(Panel):
         return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx), "margin": margin}
 
     def draw(self, data, ax) -> None:
-        plots.histogram_log2(data["x"], data["q"], ax=ax)
+        # an x axis that holds every setting's values and window: the learner sees them move, not the axis
+        plots.histogram_log2(data["x"], data["q"], ax=ax, xlim=(-30, 40))
 
     def describe(self, data) -> str:
         r = data["report"]
@@ -629,6 +631,7 @@ class CliffPanel(Panel):
 
     title = "the outlier cliff: each recipe's activation scaling against outlier magnitude"
     width, height = 6.4, 3.4
+    keep_artists = True  # the same lines each time, moved
 
     def __init__(self) -> None:
         super().__init__(
@@ -907,6 +910,7 @@ class AccumulationPanel(Panel):
     """Limited-precision accumulation (Hopper's ~14 bits) and DeepSeek-V3's promotion fix."""
 
     title = "accumulation precision: error vs K"
+    keep_artists = True  # the same lines each time, moved
 
     def __init__(self) -> None:
         super().__init__(
@@ -929,16 +933,18 @@ class AccumulationPanel(Panel):
         return self._curves[key]
 
     def compute(self, bits, promote, distribution) -> dict:
-        settings = {"fp32 accumulation": None, f"{bits}-bit, no promotion": AccumulatorModel(bits - 1, 32, None)}
+        # the settings go in the title, not the legend: the legend stays as the sliders move
+        settings = {"fp32 accumulation": None, "no promotion": AccumulatorModel(bits - 1, 32, None)}
         if promote:
-            settings[f"{bits}-bit, promoted every {promote}"] = AccumulatorModel(bits - 1, 32, promote)
+            settings["promoted to fp32"] = AccumulatorModel(bits - 1, 32, promote)
         rows = [{"accumulation": label, "K": k, "relative error": e}
                 for label, model in settings.items()
                 for k, e in zip(self.ks, self._curve(model, distribution), strict=True)]
-        return {"df": pd.DataFrame(rows), "distribution": distribution}
+        return {"df": pd.DataFrame(rows), "distribution": distribution, "bits": bits, "promote": promote}
 
     def draw(self, data, ax) -> None:
-        plots.gemm_error_vs_k(data["df"], ax)
+        every = f", promoted every {data['promote']}" if data["promote"] else ", never promoted"
+        plots.gemm_error_vs_k(data["df"], ax, title=f"{data['bits']}-bit accumulator{every}")
         plots.steady_limits(ax, "y", lo=1e-9, hi=1)  # every setting's errors (1e-9: fp32's floor)
         plots.log_axis(ax, "y")
 
@@ -948,7 +954,9 @@ class AccumulationPanel(Panel):
         inputs = ("uniform [0, 1): every product has the same sign, so the truncated bits add up (the worst case)"
                   if data["distribution"] == "uniform" else
                   "normal: products of both signs, so the truncated bits partly cancel")
-        return _metrics_html({**{f"{k} at K={df.K.max()}": f"{100 * v:.3g}%" for k, v in last.items()},
+        named = {"no promotion": f"{data['bits']}-bit, no promotion",
+                 "promoted to fp32": f"{data['bits']}-bit, promoted every {data['promote']}"}
+        return _metrics_html({**{f"{named.get(k, k)} at K={df.K.max()}": f"{100 * v:.3g}%" for k, v in last.items()},
                               "inputs": inputs})
 
 
