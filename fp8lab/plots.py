@@ -251,27 +251,56 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     return ax
 
 
+def _dense(fmt: FloatFormat, lo: float, hi: float) -> bool:
+    """Too many values in [2^lo, 2^hi] to tell ticks apart: drawn as a band, darker where
+    subnormals thin out, instead of a tick per value."""
+    v = fmt.values()
+    return int(((v > 0) & (v >= 2.0**lo) & (v <= 2.0**hi)).sum()) > 1500
+
+
 def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: float = 17, mark: float | None = None):
     """Where each format's positive values sit on a log2 axis (one row per format)."""
     ax = _ax(ax)
     formats = [get_format(f) for f in formats]
+    # on an ax that shows these formats already (a panel redrawing in place), the same artists move
+    shown = [(f.name, _dense(f, lo, hi)) for f in formats]
+    kept = ax.__dict__.get("_fp8lab_number_line")
+    if kept is not None and (kept[0] != shown or any(a.axes is not ax for a in kept[1])):
+        for artist in kept[1]:
+            if artist.axes is ax:
+                artist.remove()
+        kept = None
+    artists = []
     for row, fmt in enumerate(formats):
         v = fmt.values()
         v = v[(v > 0) & (v >= 2.0**lo) & (v <= 2.0**hi)].numpy()
         logs = np.log2(v)
         normal = v >= fmt.min_normal
         color = PALETTE[row % 10]
-        if len(v) > 1500:  # too dense to tell ticks apart: a band, darker where subnormals thin out
-            if normal.any():
-                ax.fill_between([logs[normal].min(), logs[normal].max()], row - 0.35, row + 0.35, color=color,
-                                alpha=0.8, lw=0)
-            if (~normal).any():
-                ax.fill_between([logs[~normal].min(), logs[~normal].max()], row - 0.2, row + 0.2, color=color,
-                                alpha=0.35, lw=0)
+        dense = shown[row][1]
+        parts = [(logs[normal], 0.35, 0.8), (logs[~normal], 0.2, 0.35 if dense else 0.5)]
+        for values, half, alpha in parts:
+            span = [values.min(), values.max()] if len(values) else [np.nan, np.nan]
+            if kept is not None:
+                artist = kept[1][len(artists)]
+                if dense:
+                    artist.set_data(span, row - half, row + half)
+                else:
+                    artist.set_segments([[(x, row - half), (x, row + half)] for x in values])
+            elif dense:
+                artist = ax.fill_between(span, row - half, row + half, color=color, alpha=alpha, lw=0)
+            else:
+                artist = ax.vlines(values, row - half, row + half, color=color, lw=0.8, alpha=None if half > 0.3
+                                   else alpha)
+            artists.append(artist)
+        if kept is not None:
+            label = kept[1][len(artists)]
+            label.set_position((hi + 0.3, row))
+            label.set_text(f"{len(v)} values")
         else:
-            ax.vlines(logs[normal], row - 0.35, row + 0.35, color=color, lw=0.8)
-            ax.vlines(logs[~normal], row - 0.2, row + 0.2, color=color, lw=0.8, alpha=0.5)
-        ax.text(hi + 0.3, row, f"{len(v)} values", va="center", fontsize=8)
+            label = ax.text(hi + 0.3, row, f"{len(v)} values", va="center", fontsize=8)
+        artists.append(label)
+    ax._fp8lab_number_line = (shown, artists)
     if mark is not None and mark > 0:
         ax.axvline(math.log2(mark), color=CLIP, lw=1.5, ls="--", label=f"{mark:g}")
         ax.legend(loc="upper left", fontsize=8)

@@ -247,9 +247,30 @@ class LayeredCanvas(GlyphCacheCanvas):
 
     @staticmethod
     def _region(ax, renderer):
-        """Where an axes' background lies: its box and its axes' ticks, labels and offsets, 3 px wider."""
-        boxes = [ax.bbox] + [a.get_tightbbox(renderer) for a in (ax.xaxis, ax.yaxis) if ax.axison and a.get_visible()]
-        return Bbox.union([b for b in boxes if b is not None and b.width >= 0]).padded(3)
+        """Where an axes' background lies, at least: its box, the tick labels it has (drawn or
+        not: a larger region is only a safer one), its axis labels and offsets, and the tick
+        marks' length around it, 3 px wider. (Axis.get_tightbbox would lay the ticks out again,
+        the cost of drawing them.)"""
+        box = ax.bbox
+        boxes = [box]
+        if ax.axison:
+            for axis in (ax.xaxis, ax.yaxis):
+                if not axis.get_visible():
+                    continue
+                for tick in [*axis.__dict__.get("majorTicks", []), *axis.__dict__.get("minorTicks", [])]:
+                    boxes += [label.get_window_extent(renderer) for label in (tick.label1, tick.label2)
+                              if label.get_visible() and label.get_text()]
+                    # the marks, on the sides that have them (bottom/left: tick1, top/right: tick2)
+                    for side, line in ((0, tick.tick1line), (1, tick.tick2line)):
+                        if line.get_visible():
+                            reach = renderer.points_to_pixels(line.get_markersize())
+                            lo, hi = (reach, 0) if side == 0 else (0, reach)
+                            boxes.append(Bbox.from_extents(box.x0 - lo, box.y0, box.x1 + hi, box.y1)
+                                         if axis is ax.yaxis else Bbox.from_extents(box.x0, box.y0 - lo, box.x1,
+                                                                                     box.y1 + hi))
+                boxes += [text.get_window_extent(renderer) for text in (axis.label, axis.offsetText)
+                          if text.get_visible() and text.get_text()]
+        return Bbox.union(boxes).padded(3)
 
     def _draw_background(self, hidden) -> None:
         visible = [a.get_visible() for a in hidden]
@@ -309,17 +330,18 @@ class LayeredCanvas(GlyphCacheCanvas):
         kept = self._background if self.keep else None
         changed = [] if kept is None or kept[0] != figure_part else \
             [i for i, (old, now) in enumerate(zip(kept[1], axes_parts, strict=True)) if old != now]
-        if kept is not None and kept[0] == figure_part and not changed:
+        same_figure = kept is not None and kept[0] == figure_part
+        if same_figure and not changed:
             self.restore_region(kept[3])
             self.stats["kept"] += 1
-        elif kept is not None and kept[0] == figure_part and \
+        elif same_figure and kept[2] is not None and len(changed) < len(axes_parts) and \
                 (self.restore_region(kept[3]) or self._redraw_axes(renderer, changed, kept[2], hidden)):
             self._background = (figure_part, axes_parts, kept[2], self.copy_from_bbox(self.figure.bbox))
             self.stats["partly"] += 1
         else:
             self._draw_background(hidden)
-            if self.keep:
-                regions = [self._region(ax, renderer) for ax in self.figure.axes]
+            if self.keep:  # each axes' region, where one of several may be drawn again alone
+                regions = [self._region(ax, renderer) for ax in self.figure.axes] if len(axes_parts) > 1 else None
                 self._background = (figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox))
             self.stats["drawn"] += 1
         for ax in self.figure.axes:  # as Axes.draw does, with the titles shown: titles clear of top ticks

@@ -549,6 +549,7 @@ class NumberLinePanel(Panel):
 
     title = "number lines: E4M3 vs E5M2 vs bf16 (and FP4, fp16)"
     height = 2.6
+    keep_artists = True  # the same ticks and bands each time, moved
 
     def __init__(self) -> None:
         super().__init__(
@@ -857,6 +858,7 @@ class GemmPanel(Panel):
     """The error of an FP8 GEMM per recipe, against the exact product of the unquantized inputs."""
 
     title = "FP8 GEMM error per recipe (relative to the exact product)"
+    keep_artists = True  # the same bars each time, new heights
     WEIGHTS: ClassVar[dict[str, str]] = {"random": "random", "zero rows for the outlier channels (sinks)": "zero rows"}
 
     def __init__(self) -> None:
