@@ -11,7 +11,9 @@ without pyplot at 2x device pixels, so a background thread (notebook 06's live t
 can redraw them and high-DPI screens show them sharp.
 
 Live panels (`Panel.live_sliders`) redraw while a slider is dragged (continuous_update); the
-expensive ones (timing, training, distributed) redraw on release and train on a button.
+expensive ones (timing, training, distributed) redraw on release and time or train on a
+button. The figures are drawn on fp8lab.render.LayeredCanvas (the axes' ticks and labels kept
+while they do not change); panels with `keep_artists` move the last drawing's artists.
 A change from the browser never redraws in the kernel's message handler: it marks the
 panel stale and one drawing thread per panel redraws with the controls' newest values
 until nothing is stale (`Panel.request_redraw`), so values that arrive during a redraw
@@ -139,7 +141,7 @@ class Panel:
     # shows); the axes are not cleared between redraws (creating axes, colorbars and ticks is most
     # of a redraw's drawing time)
     keep_artists: ClassVar[bool] = False
-    redraw_threads: int | None = 1  # torch threads for a redraw (None: the process's; the timing panel)
+    redraw_threads: int | None = 1  # torch threads for a redraw (None: the process's)
     width, height, ncols = 6.0, 3.2, 1
     right = 0.6  # inches right of the last plot (a legend beside it needs more)
     bottom = 0.55  # inches below the plots (rotated tick labels need more)
