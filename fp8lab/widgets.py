@@ -52,8 +52,8 @@ from fp8lab.metrics import (
 from fp8lab.quantize import quantize
 from fp8lab.recipes import RECIPES
 from fp8lab.render import LayeredCanvas
-from fp8lab.scaling import AmaxHistory, PerRow, PerTensor, parse_granularity
-from fp8lab.settings import SMOKE, size
+from fp8lab.scaling import SCALE_RULES, AmaxHistory, PerRow, PerTensor, parse_granularity
+from fp8lab.settings import size, smoke
 from fp8lab.timing import timed
 
 __all__ = [
@@ -81,7 +81,7 @@ __all__ = [
 OUTLIERS = (0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
 BLOCKS = ("1x16", "1x32", "1x64", "1x128", "32x32", "128x128", "per-row", "per-tensor")
 ELEMENT_FORMATS = ("e4m3", "e5m2", "e2m1")
-RULES = ("exact", "rceil", "floor")
+RULES = SCALE_RULES  # the scale rules a panel offers: all of them
 # how a block's scale is stored and rounded: (rule, scale format, two-level). E8M0 holds only
 # powers of two (rceil or floor); E4M3 scales sit under an fp32 tensor scale (NVFP4)
 SCALES = {
@@ -343,7 +343,7 @@ class TimingPanel(Panel):
     bottom = 0.75
 
     def __init__(self) -> None:
-        sizes = [64, 128, 256] if SMOKE else [128, 256, 512]
+        sizes = [64, 128, 256] if smoke() else [128, 256, 512]
         self.time_button = W.Button(description="Time", button_style="success", icon="clock-o")
         super().__init__(
             n=_slider(sizes, sizes[1], "matrix size n (n x n x n)"),
@@ -923,7 +923,7 @@ class AccumulationPanel(Panel):
                             "promote to fp32 every"),
             distribution=_select(("uniform", "normal"), "uniform", "inputs"),
         )
-        self.ks = [128, 256, 512, 1024] if SMOKE else [128, 256, 512, 1024, 2048, 4096]
+        self.ks = [128, 256, 512, 1024] if smoke() else [128, 256, 512, 1024, 2048, 4096]
         self._curves: dict[tuple, list[float]] = {}  # (model or None for fp32, distribution) -> error per K
 
     def _curve(self, model: AccumulatorModel | None, distribution: str) -> list[float]:

@@ -398,7 +398,8 @@ def test_a_redraw_shows_what_a_whole_fresh_drawing_shows(name):
     """Every panel, at two values of every control, after the redraws before it: the pixels the
     PNG was encoded from (a kept background, glyphs kept, artists updated in place where the panel
     keeps them) are byte for byte those of (a) the same figure drawn again whole by plain Agg in
-    the same two layers, and (b) a new panel drawn once at the same values; and (c) within 2% of
+    the same two layers, and (b) (at the second value) a new panel drawn once at the same values;
+    and (c) within 2% of
     the pixels of plain Agg drawing the figure in one pass (the layers change the order of
     translucent spans and grid lines only)."""
     import numpy as np
@@ -414,7 +415,7 @@ def test_a_redraw_shows_what_a_whole_fresh_drawing_shows(name):
     stateful = isinstance(panel, TimingPanel | TrainingPanel | DistributedPanel)  # results of runs
     compared = 0
     for control, values in sweep_values(panel).items():
-        for value in values[:2]:
+        for i, value in enumerate(values[:2]):
             if "error" in panel.update(**{control: value}):
                 continue  # explained in the text; nothing drawn
             shown = np.asarray(canvas.buffer_rgba()).copy()
@@ -427,7 +428,7 @@ def test_a_redraw_shows_what_a_whole_fresh_drawing_shows(name):
             differ = (np.abs(np.asarray(plain.buffer_rgba()).astype(int) - shown).max(-1) > 8).mean()
             assert differ < 0.02, f"(c) {name}.{control}={value!r}: {differ:.1%} of the pixels differ"
             fig.set_canvas(canvas)  # the panel's canvas again
-            if not stateful:
+            if not stateful and i == min(1, len(values) - 1):  # after two redraws in place (one where one value)
                 fresh = PANELS[name]()
                 if name == "cost":
                     fresh._measured = panel._measured  # it times quantization once per panel
