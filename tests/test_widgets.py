@@ -471,3 +471,53 @@ def test_a_redraw_computes_with_one_torch_thread_and_the_timing_panel_with_all(m
     started = []
     panel._launch(lambda: started.append(torch.get_num_threads()), blocking=False).join(30)
     assert started == [TORCH_THREADS]  # a panel's training thread: the process's threads
+
+
+def _drawn(draw) -> bytes:
+    fig, ax = plots.figure(pyplot=False)
+    draw(ax)
+    return plots.to_png(fig)
+
+
+@pytest.mark.parametrize("case", ["bars", "cliff", "block_sweep", "number_line", "histogram", "accumulation"])
+def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
+    """The plot functions a panel redraws in place (Panel.keep_artists) give, on an ax that shows
+    an earlier drawing, the pixels they give on a new ax: new heights and limits, lines that
+    change colour or go away, a legend that changes."""
+    import pandas as pd
+    import torch
+
+    from fp8lab import quantize
+    from fp8lab.scaling import PerTensor
+
+    cliff = pd.DataFrame([{"recipe": r, "outliers": o, "ordinary_sqnr_db": 30 - i * math.log10(o)}
+                          for i, r in enumerate(("a", "b", "c")) for o in (1, 10, 100, 1000)])
+    blocks = pd.DataFrame([{"strategy": s, "block": b, "sqnr_db": 20 + i + j, "overflow": 0.01 * i * j,
+                            "scale_bits_per_element": 32 / (j + 1)}
+                           for i, s in enumerate(("x", "y")) for j, b in enumerate(("1x16", "1x32", "1x128"))])
+    acc = pd.DataFrame([{"accumulation": a, "K": k, "relative error": 10.0 ** (-i - 1) * k / 128}
+                        for i, a in enumerate(("p", "q", "r")) for k in (128, 512, 2048)])
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
+    first, second = {
+        "bars": (lambda ax: plots.bars({"a": 1.0, "b": 2.0}, ax, log=True),
+                 lambda ax: plots.bars({"a": 300.0, "b": 0.02}, ax, log=True, highlight="a")),
+        "cliff": (lambda ax: plots.outlier_cliff(cliff, ax=ax),
+                  lambda ax: plots.outlier_cliff(cliff[cliff.recipe != "a"], ax=ax)),
+        "block_sweep": (lambda ax: plots.metric_vs_block(blocks, ax=ax, threshold=20),
+                        lambda ax: plots.metric_vs_block(blocks[blocks.strategy == "y"].assign(sqnr_db=5), ax=ax,
+                                                         threshold=30)),
+        "number_line": (lambda ax: plots.number_line(["e4m3", "bf16"], ax, lo=-10, hi=10),
+                        lambda ax: plots.number_line(["e5m2", "e4m3", "e2m1"], ax, lo=-20, hi=4)),
+        "histogram": (lambda ax: plots.histogram_log2(x, quantize(x, "e4m3", PerTensor()), ax=ax, xlim=(-30, 40)),
+                      lambda ax: plots.histogram_log2(x[:2] * 1e4, quantize(x[:2] * 1e4, "e5m2", PerTensor()),
+                                                      ax=ax)),
+        "accumulation": (lambda ax: plots.gemm_error_vs_k(acc, ax),
+                         lambda ax: plots.gemm_error_vs_k(acc[acc.accumulation != "q"].assign(
+                             **{"relative error": 0.5}), ax, title="other")),
+    }[case]
+
+    def both(ax):
+        first(ax)
+        second(ax)
+
+    assert _drawn(both) == _drawn(second)
