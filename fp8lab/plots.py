@@ -1,6 +1,6 @@
 """Figures: each function takes data (and an optional ax), draws, and returns the ax.
 
-Public: use_theme, figure, to_png, histogram_log2, number_line, scale_heatmap,
+Public: use_theme, figure, to_png, histogram_log2, kept_lines, number_line, scale_heatmap,
 block_error_heatmap, metric_vs_block, overflow_vs_block, gemm_error_vs_k, bars,
 loss_curves, monitor_lines, amax_over_steps, outlier_cliff, sink_cliff, readiness_heatmap,
 PALETTE, PIXEL_RATIO. One seaborn theme and a colour-blind-safe palette everywhere; axes carry
@@ -32,6 +32,7 @@ __all__ = [
     "figure",
     "gemm_error_vs_k",
     "histogram_log2",
+    "kept_lines",
     "log_axis",
     "loss_curves",
     "magnitude",
@@ -386,7 +387,7 @@ def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None):
     return ax
 
 
-def _kept_lines(ax, lines: dict) -> None:
+def kept_lines(ax, lines: dict) -> None:
     """Draw lines {key: (x, y, style)} on ax; on an ax that has lines under these keys (a panel
     redrawing in place) move them instead (set_data) and drop the ones no longer given. The data
     limits are then recomputed from what is drawn, as a new plot computes them."""
@@ -419,7 +420,7 @@ def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | Non
     if threshold is not None:
         lines["threshold"] = ([0, 1], [threshold, threshold], {"color": CLIP, "ls": "--", "lw": 1,
                                                                "label": f"{threshold:g} dB"})
-    _kept_lines(ax, lines)
+    kept_lines(ax, lines)
     ticks = labels
     if "scale_bits_per_element" in df:
         bits = df.drop_duplicates("block").set_index("block")["scale_bits_per_element"]
@@ -438,7 +439,7 @@ def overflow_vs_block(df, ax=None):
     ax = _ax(ax)
     labels = list(dict.fromkeys(df["block"]))
     xs = {b: i for i, b in enumerate(labels)}
-    _kept_lines(ax, {strategy: ([xs[b] for b in part["block"]], part["overflow"].to_numpy(),
+    kept_lines(ax, {strategy: ([xs[b] for b in part["block"]], part["overflow"].to_numpy(),
                                 {"marker": "o", "color": PALETTE[i % 10], "label": strategy})
                      for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False))})
     ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=90)
@@ -457,7 +458,7 @@ def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | N
     """A quantization metric against outlier magnitude (log x), one line per recipe: where
     each recipe's ordinary values fall off. df: recipe, outliers, and the metric's column."""
     ax = _ax(ax)
-    _kept_lines(ax, {recipe: (part["outliers"].to_numpy(), part[metric].to_numpy(),
+    kept_lines(ax, {recipe: (part["outliers"].to_numpy(), part[metric].to_numpy(),
                               {"marker": "o", "ms": 4, "color": PALETTE[i % 10], "label": recipe})
                      for i, (recipe, part) in enumerate(df.groupby("recipe", sort=False))})
     ax.set_xscale("log")
@@ -524,7 +525,7 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
 def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K"):
     """Relative error of the GEMM against K, one line per accumulation setting (log-log)."""
     ax = _ax(ax)
-    _kept_lines(ax, {label: (part["K"].to_numpy(), part["relative error"].to_numpy(),
+    kept_lines(ax, {label: (part["K"].to_numpy(), part["relative error"].to_numpy(),
                              {"marker": "o", "color": PALETTE[i % 10], "label": label})
                      for i, (label, part) in enumerate(df.groupby("accumulation", sort=False))})
     log_axis(ax, "x", base=2)
@@ -642,13 +643,19 @@ def runs_legend(ax, colors: dict, layers=()) -> None:
 def amax_over_steps(df, ax=None):
     """Delayed scaling over steps: each step's amax, the amax its scale used, and the clips."""
     ax = _ax(ax)
-    ax.plot(df["step"], df["amax"], color=PALETTE[0], label="this step's amax")
+    lines = {"amax": (df["step"].to_numpy(), df["amax"].to_numpy(), {"color": PALETTE[0], "label": "this step's amax"})}
     for i, col in enumerate(c for c in df.columns if c.startswith("scale amax")):
-        ax.step(df["step"], df[col], where="mid", color=PALETTE[i + 1], label=col.replace("scale amax", "used"))
+        lines[col] = (df["step"].to_numpy(), df[col].to_numpy(),
+                      {"drawstyle": "steps-mid", "color": PALETTE[i + 1], "label": col.replace("scale amax", "used")})
+    kept_lines(ax, lines)  # on an ax that has them (a panel redrawing in place), the lines move
+    marks = ax.__dict__.setdefault("_fp8lab_marks", {})
     for i, col in enumerate(c for c in df.columns if c.startswith("overflow")):
         hit = df[df[col] > 0]
-        ax.scatter(hit["step"], hit["amax"], color=CLIP, marker="x", s=50, zorder=5,
-                   label="clipped (overflow)" if i == 0 else None)
+        if col in marks and marks[col].axes is ax:
+            marks[col].set_offsets(np.column_stack([hit["step"], hit["amax"]]).reshape(-1, 2))
+        else:
+            marks[col] = ax.scatter(hit["step"], hit["amax"], color=CLIP, marker="x", s=50, zorder=5,
+                                    label="clipped (overflow)" if i == 0 else None)
     log_axis(ax, "y")
     ax.set_xlabel("step")
     ax.set_ylabel("amax (log)")

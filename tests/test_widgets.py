@@ -479,7 +479,8 @@ def _drawn(draw) -> bytes:
     return plots.to_png(fig)
 
 
-@pytest.mark.parametrize("case", ["bars", "cliff", "block_sweep", "number_line", "histogram", "accumulation"])
+@pytest.mark.parametrize("case", ["bars", "cliff", "block_sweep", "number_line", "histogram", "accumulation",
+                                  "amax"])
 def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
     """The plot functions a panel redraws in place (Panel.keep_artists) give, on an ax that shows
     an earlier drawing, the pixels they give on a new ax: new heights and limits, lines that
@@ -498,6 +499,9 @@ def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
     acc = pd.DataFrame([{"accumulation": a, "K": k, "relative error": 10.0 ** (-i - 1) * k / 128}
                         for i, a in enumerate(("p", "q", "r")) for k in (128, 512, 2048)])
     x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
+    steps = pd.DataFrame({"step": range(20), "amax": [1.0 + (s == 5) * 99 for s in range(20)],
+                          "scale amax (delayed)": [1.0 + (5 <= s < 12) * 99 for s in range(20)],
+                          "overflow (delayed)": [0.1 * (s == 5) for s in range(20)]})
     first, second = {
         "bars": (lambda ax: plots.bars({"a": 1.0, "b": 2.0}, ax, log=True),
                  lambda ax: plots.bars({"a": 300.0, "b": 0.02}, ax, log=True, highlight="a")),
@@ -511,6 +515,8 @@ def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
         "histogram": (lambda ax: plots.histogram_log2(x, quantize(x, "e4m3", PerTensor()), ax=ax, xlim=(-30, 40)),
                       lambda ax: plots.histogram_log2(x[:2] * 1e4, quantize(x[:2] * 1e4, "e5m2", PerTensor()),
                                                       ax=ax)),
+        "amax": (lambda ax: plots.amax_over_steps(steps, ax),
+                 lambda ax: plots.amax_over_steps(steps.assign(amax=3.0, **{"overflow (delayed)": 0.0}), ax)),
         "accumulation": (lambda ax: plots.gemm_error_vs_k(acc, ax),
                          lambda ax: plots.gemm_error_vs_k(acc[acc.accumulation != "q"].assign(
                              **{"relative error": 0.5}), ax, title="other")),
