@@ -217,21 +217,25 @@ def emulated_mm(
         if out is not None:
             return out
 
+    if accumulation is not None:
+        return _scale_output(accumulation.accumulate(_scaled_products(a_q, b_q)), a_q, b_q)  # (M, N, K) -> (M, N)
     a = a_q.values()  # (M, K) exact FP8 values, float32
     b = b_q.values()  # (N, K)
     m, k = a.shape
     n = b.shape[0]
     sa, wa = _k_blocks(a_q)  # (M, KBa), block width along K
     sb, wb = _k_blocks(b_q)  # (N, KBb)
-    if accumulation is not None:
-        out = accumulation.accumulate(_scaled_products(a_q, b_q))  # (M, N, K) -> (M, N)
-    else:
-        seg = _segments(k, wa, wb)
-        out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
-        for start in range(0, k, seg):
-            part = a[:, start : start + seg] @ b[:, start : start + seg].t()  # (M, N), fp32 sums
-            factor = sa[:, start // wa, None] * sb[None, :, start // wb]  # (M, N)
-            out += part * factor
+    seg = _segments(k, wa, wb)
+    out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
+    for start in range(0, k, seg):
+        part = a[:, start : start + seg] @ b[:, start : start + seg].t()  # (M, N), fp32 sums
+        factor = sa[:, start // wa, None] * sb[None, :, start // wb]  # (M, N)
+        out += part * factor
+    return _scale_output(out, a_q, b_q)
+
+
+def _scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+    """out times the operands' tensor scales (NVFP4's two-level scaling), where they have them."""
     factor = _tensor_factor(a_q, b_q)
     return out if factor is None else out * factor
 
@@ -338,9 +342,7 @@ def accumulation_errors(
                                 for k, (a_q, b_q, _) in zip(together, operands, strict=True)])
         outs = accumulation.accumulate(products)  # (len(together), M, N)
         for k, out, (a_q, b_q, exact) in zip(together, outs, operands, strict=True):
-            factor = _tensor_factor(a_q, b_q)
-            got = (out if factor is None else out * factor).double()
-            errors[k] = (torch.linalg.norm(got - exact) / torch.linalg.norm(exact)).item()
+            errors[k] = _relative_error(_scale_output(out, a_q, b_q), exact)
     return [errors[k] for k in ks]
 
 
@@ -373,6 +375,11 @@ def accumulation_error(
         got = emulated_mm(a_q, b_q, emulation="reference", accumulation=accumulation)
     else:
         got = gemm(a_q, b_q)
+    return _relative_error(got, exact)
+
+
+def _relative_error(got: torch.Tensor, exact: torch.Tensor) -> float:
+    """||got - exact|| / ||exact|| (Frobenius), in float64 on the CPU."""
     got = got.double().cpu()
     return (torch.linalg.norm(got - exact) / torch.linalg.norm(exact)).item()
 

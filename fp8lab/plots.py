@@ -157,8 +157,9 @@ def log_axis(ax, axis: str = "y", base: float = 10) -> None:
 def steady_limits(ax, axis: str = "y", step: float | None = None, lo: float | None = None, hi: float | None = None):
     """Limits that stay put while a slider moves the data a little: the data's range (2% wider),
     rounded out to whole `step`s (a linear axis) or whole decades (a log axis), and widened to
-    include [lo, hi] where given. A panel whose axes stay put keeps its drawn background (ticks,
-    labels, grid: fp8lab.render.LayeredCanvas), and the learner sees the data move, not the axes."""
+    include [lo, hi] where given; a log axis gets log_axis's ticks for them. A panel whose axes
+    stay put keeps its drawn background (ticks, labels, grid: fp8lab.render.LayeredCanvas), and
+    the learner sees the data move, not the axes."""
     a, b = (ax.dataLim.intervaly if axis == "y" else ax.dataLim.intervalx)
     a, b = float(min(a, b)), float(max(a, b))
     log = (ax.get_yscale() if axis == "y" else ax.get_xscale()) == "log"
@@ -177,6 +178,8 @@ def steady_limits(ax, axis: str = "y", step: float | None = None, lo: float | No
     if hi is not None:
         b = max(b, hi)
     (ax.set_ylim if axis == "y" else ax.set_xlim)(a, b)
+    if log:
+        log_axis(ax, axis)  # its ticks for these limits (log_axis picks them from the limits)
     return ax
 
 
@@ -193,6 +196,47 @@ def _tick(v: float) -> str:
     if v == int(v) and 1 <= abs(v) < 1e6:
         return str(int(v))
     return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+
+
+# ---- redrawing in place --------------------------------------------------------------------------------
+
+
+def _kept(ax, key: str, shape, make, move=None):
+    """The artists this ax holds under `key` (a panel redrawing in place, Panel.keep_artists),
+    moved to the new data by move(artists), where they were made for the same `shape` (what
+    decides which artists there are); else the old ones removed and make() drawn. Returns them."""
+    kept = ax.__dict__.setdefault("_fp8lab_kept", {})
+    old = kept.get(key)
+    if old is not None and old[0] == shape and move is not None and all(a.axes is ax for a in old[1]):
+        move(old[1])
+        return old[1]
+    for artist in old[1] if old is not None else ():
+        if artist.axes is ax:
+            artist.remove()
+    made = make()
+    kept[key] = (shape, made)
+    return made
+
+
+def _drop(ax, key: str) -> None:
+    """Remove the artists kept under `key` (a plot that no longer draws them)."""
+    for artist in ax.__dict__.get("_fp8lab_kept", {}).pop(key, (None, ()))[1]:
+        if artist.axes is ax:
+            artist.remove()
+
+
+def kept_lines(ax, lines: dict) -> None:
+    """Draw lines {key: (x, y, style)} on ax; on an ax that has lines under these keys (a panel
+    redrawing in place) move them instead (set_data, set(style)) and drop the ones no longer given.
+    The data limits are then recomputed from what is drawn, as a new plot computes them."""
+    given = {f"line {key}" for key in lines}
+    for key in [k for k in ax.__dict__.get("_fp8lab_kept", {}) if k.startswith("line ") and k not in given]:
+        _drop(ax, key)
+    for key, (x, y, style) in lines.items():
+        _kept(ax, f"line {key}", None, lambda x=x, y=y, style=style: ax.plot(x, y, **style),
+              lambda made, x=x, y=y, style=style: made[0].set(data=(x, y), **style))
+    ax.relim()
+    ax.autoscale_view()
 
 
 # ---- distributions and formats ---------------------------------------------------------------------
@@ -226,25 +270,23 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     spans = [(left, lo_flush, FLUSH, 0.18, "flushes to 0"), (lo_flush, lo_normal, WINDOW, 0.08, "subnormal"),
              (lo_normal, hi, WINDOW, 0.18, f"{fmt.name} normal range"), (hi, right, CLIP, 0.15, "clips to max")]
     counts, edges = np.histogram(logs, bins=bins, range=(left, right))
-    kept = ax.__dict__.get("_fp8lab_histogram")
-    if kept is not None and all(artist.axes is ax for artist in kept):
-        *rects, bars = kept
-        for rect, (x0, x1, _color, _alpha, label) in zip(rects, spans, strict=True):
-            rect.set_x(x0)
-            rect.set_width(x1 - x0)
-            rect.set_label(label)
-        bars.set_data(np.maximum(counts, 0.5), edges, baseline=0.5)
+    heights = np.maximum(counts, 0.5)
+
+    def make():
+        return [*(ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
+                  for x0, x1, color, alpha, label in spans),
+                ax.stairs(heights, edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)]
+
+    def move(made):
+        for rect, (x0, x1, _color, _alpha, label) in zip(made, spans, strict=False):
+            rect.set(x=x0, width=x1 - x0, label=label)
+        made[-1].set_data(heights, edges, baseline=0.5)
         ax.relim()
-    else:
-        rects = [ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
-                 for x0, x1, color, alpha, label in spans]
-        bars = ax.stairs(np.maximum(counts, 0.5), edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|",
-                         baseline=0.5)
-        ax._fp8lab_histogram = (*rects, bars)
+
+    _kept(ax, "histogram", None, make, move)
     ax.set_xlim(left, right)
     ax.set_yscale("log")
     steady_limits(ax, "y", lo=0.5)  # whole decades of counts
-    log_axis(ax, "y")
     ax.set_xlabel("log2 |x|  (each unit is a binade: a factor of 2)")
     ax.set_ylabel("count (log)")
     ax.set_title(title or f"|x| against the {fmt.name} window (scale {scale:.3g})")
@@ -252,56 +294,42 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     return ax
 
 
-def _dense(fmt: FloatFormat, lo: float, hi: float) -> bool:
-    """Too many values in [2^lo, 2^hi] to tell ticks apart: drawn as a band, darker where
-    subnormals thin out, instead of a tick per value."""
-    v = fmt.values()
-    return int(((v > 0) & (v >= 2.0**lo) & (v <= 2.0**hi)).sum()) > 1500
-
-
 def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: float = 17, mark: float | None = None):
     """Where each format's positive values sit on a log2 axis (one row per format)."""
     ax = _ax(ax)
     formats = [get_format(f) for f in formats]
-    # on an ax that shows these formats already (a panel redrawing in place), the same artists move
-    shown = [(f.name, _dense(f, lo, hi)) for f in formats]
-    kept = ax.__dict__.get("_fp8lab_number_line")
-    if kept is not None and (kept[0] != shown or any(a.axes is not ax for a in kept[1])):
-        for artist in kept[1]:
-            if artist.axes is ax:
-                artist.remove()
-        kept = None
-    artists = []
-    for row, fmt in enumerate(formats):
+    inside = []  # each format's positive values in [2^lo, 2^hi]
+    for fmt in formats:
         v = fmt.values()
-        v = v[(v > 0) & (v >= 2.0**lo) & (v <= 2.0**hi)].numpy()
-        logs = np.log2(v)
+        inside.append(v[(v > 0) & (v >= 2.0**lo) & (v <= 2.0**hi)].numpy())
+    # too many values to tell ticks apart: a band, darker where subnormals thin out; else a tick per value
+    dense = [len(v) > 1500 for v in inside]
+    parts = []  # (row, dense, values, half height, alpha): normal values, then subnormals, per row
+    for row, (fmt, v) in enumerate(zip(formats, inside, strict=True)):
         normal = v >= fmt.min_normal
-        color = PALETTE[row % 10]
-        dense = shown[row][1]
-        parts = [(logs[normal], 0.35, 0.8), (logs[~normal], 0.2, 0.35 if dense else 0.5)]
-        for values, half, alpha in parts:
-            span = [values.min(), values.max()] if len(values) else [np.nan, np.nan]
-            if kept is not None:
-                artist = kept[1][len(artists)]
-                if dense:
-                    artist.set_data(span, row - half, row + half)
-                else:
-                    artist.set_segments([[(x, row - half), (x, row + half)] for x in values])
-            elif dense:
-                artist = ax.fill_between(span, row - half, row + half, color=color, alpha=alpha, lw=0)
+        parts += [(row, dense[row], np.log2(v[normal]), 0.35, 0.8 if dense[row] else None),
+                  (row, dense[row], np.log2(v[~normal]), 0.2, 0.35 if dense[row] else 0.5)]
+
+    def span(values):
+        return [values.min(), values.max()] if len(values) else [np.nan, np.nan]
+
+    def make():
+        marks = [ax.fill_between(span(values), row - half, row + half, color=PALETTE[row % 10], alpha=alpha, lw=0)
+                 if band else ax.vlines(values, row - half, row + half, color=PALETTE[row % 10], lw=0.8, alpha=alpha)
+                 for row, band, values, half, alpha in parts]
+        return marks + [ax.text(hi + 0.3, row, f"{len(v)} values", va="center", fontsize=8)
+                        for row, v in enumerate(inside)]
+
+    def move(made):
+        for artist, (row, band, values, half, _alpha) in zip(made, parts, strict=False):
+            if band:
+                artist.set_data(span(values), row - half, row + half)
             else:
-                artist = ax.vlines(values, row - half, row + half, color=color, lw=0.8, alpha=None if half > 0.3
-                                   else alpha)
-            artists.append(artist)
-        if kept is not None:
-            label = kept[1][len(artists)]
-            label.set_position((hi + 0.3, row))
-            label.set_text(f"{len(v)} values")
-        else:
-            label = ax.text(hi + 0.3, row, f"{len(v)} values", va="center", fontsize=8)
-        artists.append(label)
-    ax._fp8lab_number_line = (shown, artists)
+                artist.set_segments([[(x, row - half), (x, row + half)] for x in values])
+        for label, (row, v) in zip(made[len(parts):], enumerate(inside), strict=True):
+            label.set(position=(hi + 0.3, row), text=f"{len(v)} values")
+
+    _kept(ax, "number line", [(f.name, d) for f, d in zip(formats, dense, strict=True)], make, move)
     if mark is not None and mark > 0:
         ax.axvline(math.log2(mark), color=CLIP, lw=1.5, ls="--", label=f"{mark:g}")
         ax.legend(loc="upper left", fontsize=8)
@@ -334,22 +362,24 @@ def _heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = N
     """imshow + colorbar (what seaborn's heatmap draws, at a fraction of the cost). shape: the
     (rows, cols) of blocks the grid stands for (it may be pooled): the ticks count blocks."""
     rows, cols = shape or grid.shape
-    im = getattr(ax, "_fp8lab_heatmap", None)
-    if im is None or im.axes is not ax or im.colorbar is None:
+
+    def make():
         im = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest",
                        extent=(0, cols, rows, 0))
         ax.figure.colorbar(im, ax=ax, label=label)
-        ax._fp8lab_heatmap = im
-    else:  # an ax that has one (a panel redrawing in place): new values, same artists, same pixels
+        return [im]
+
+    def move(made):  # new values, same image and colorbar: the pixels of a new drawing
+        im = made[0]
         im.set_data(grid)
         im.set_extent((0, cols, rows, 0))
-        if im.get_cmap().name != cmap:
-            im.set_cmap(cmap)
         with im.norm.callbacks.blocked():  # one colorbar update below, not one per limit
             im.norm.vmin = float(np.nanmin(grid)) if vmin is None else vmin  # as imshow scales: data range
             im.norm.vmax = float(np.nanmax(grid)) if vmax is None else vmax
         im.changed()
         im.colorbar.set_label(label)
+
+    _kept(ax, "heatmap", cmap, make, move)
     ax.set_xticks([0, cols], ["0", str(cols)])
     ax.set_yticks([0, rows], ["0", str(rows)])
     ax.grid(False)
@@ -387,27 +417,6 @@ def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None):
     return ax
 
 
-def kept_lines(ax, lines: dict) -> None:
-    """Draw lines {key: (x, y, style)} on ax; on an ax that has lines under these keys (a panel
-    redrawing in place) move them instead (set_data) and drop the ones no longer given. The data
-    limits are then recomputed from what is drawn, as a new plot computes them."""
-    kept = ax.__dict__.setdefault("_fp8lab_lines", {})
-    for key in [k for k, line in kept.items() if k not in lines or line.axes is not ax]:
-        if kept[key].axes is ax:
-            kept[key].remove()
-        del kept[key]
-    for key, (x, y, style) in lines.items():
-        if key in kept:
-            kept[key].set_data(x, y)
-            kept[key].set(**style)
-        elif key == "threshold":  # a horizontal line across the axes at y
-            kept[key] = ax.axhline(y[0], **style)
-        else:
-            kept[key] = ax.plot(x, y, **style)[0]
-    ax.relim()
-    ax.autoscale_view()
-
-
 def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | None = None):
     """A metric (default SQNR in dB) against block size, one line per strategy; each tick
     also gives the scales' memory in bits per element (of the first strategy)."""
@@ -417,10 +426,15 @@ def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | Non
     lines = {strategy: ([xs[b] for b in part["block"]], part[metric].to_numpy(),
                         {"marker": "o", "color": PALETTE[i % 10], "label": strategy})
              for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False))}
-    if threshold is not None:
-        lines["threshold"] = ([0, 1], [threshold, threshold], {"color": CLIP, "ls": "--", "lw": 1,
-                                                               "label": f"{threshold:g} dB"})
     kept_lines(ax, lines)
+    if threshold is None:
+        _drop(ax, "threshold")
+    else:
+        style = {"color": CLIP, "ls": "--", "lw": 1, "label": f"{threshold:g} dB"}
+        _kept(ax, "threshold", None, lambda: [ax.axhline(threshold, **style)],
+              lambda made: made[0].set(ydata=[threshold, threshold], **style))
+    ax.relim()  # with the threshold as it is now (moved, or gone), as a new drawing's limits hold it
+    ax.autoscale_view()
     ticks = labels
     if "scale_bits_per_element" in df:
         bits = df.drop_duplicates("block").set_index("block")["scale_bits_per_element"]
@@ -446,8 +460,8 @@ def overflow_vs_block(df, ax=None):
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
     # the top at 1, 2 or 5 x a power of ten: an axis that stays put while the data move a little
     top = max(float(df["overflow"].max()) * 1.1, 1e-3)
-    ax.set_ylim(bottom=0, top=min(m * 10.0 ** math.floor(math.log10(top)) for m in (1, 2, 5, 10)
-                                  if m * 10.0 ** math.floor(math.log10(top)) >= top))
+    power = 10.0 ** math.floor(math.log10(top))
+    ax.set_ylim(bottom=0, top=next(m * power for m in (1, 2, 5, 10) if m * power >= top))
     ax.set_xlabel("block")
     ax.set_ylabel("values clipped (overflow)")
     ax.set_title("what each rule clips")
@@ -544,23 +558,23 @@ def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", l
     ax = _ax(ax)
     names = list(values)
     colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
-    kept = getattr(ax, "_fp8lab_bars", None)
-    if kept is not None and kept[0] == (names, log) and all(r.axes is ax for r in kept[1]):
-        for rect, name, color in zip(kept[1], names, colors, strict=True):
-            rect.set_height(values[name])
-            rect.set_facecolor(color)
+    moved = []
+
+    def move(made):
+        for rect, name, color in zip(made, names, colors, strict=True):
+            rect.set(height=values[name], facecolor=color)
         ax.relim()
         ax.autoscale_view()
+        moved.append(True)
+
+    _kept(ax, "bars", (names, log), lambda: list(ax.bar(range(len(names)), [values[n] for n in names], color=colors)),
+          move)
+    if moved:  # the same bars, labels and scale as before: only the heights and the texts change
         if log:
             log_axis(ax, "y")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         return ax
-    if kept is not None:  # other bars: these replace them
-        for rect in kept[1]:
-            if rect.axes is ax:
-                rect.remove()
-    ax._fp8lab_bars = ((names, log), list(ax.bar(range(len(names)), [values[n] for n in names], color=colors)))
     labels = [n.replace(" (", "\n(") for n in names]
     # upright where they fit side by side (~0.6 em per character at 8 pt), else turned 90 degrees
     per_bar = ax.get_position().width * ax.figure.get_figwidth() / max(len(names), 1)
@@ -648,14 +662,12 @@ def amax_over_steps(df, ax=None):
         lines[col] = (df["step"].to_numpy(), df[col].to_numpy(),
                       {"drawstyle": "steps-mid", "color": PALETTE[i + 1], "label": col.replace("scale amax", "used")})
     kept_lines(ax, lines)  # on an ax that has them (a panel redrawing in place), the lines move
-    marks = ax.__dict__.setdefault("_fp8lab_marks", {})
     for i, col in enumerate(c for c in df.columns if c.startswith("overflow")):
         hit = df[df[col] > 0]
-        if col in marks and marks[col].axes is ax:
-            marks[col].set_offsets(np.column_stack([hit["step"], hit["amax"]]).reshape(-1, 2))
-        else:
-            marks[col] = ax.scatter(hit["step"], hit["amax"], color=CLIP, marker="x", s=50, zorder=5,
-                                    label="clipped (overflow)" if i == 0 else None)
+        _kept(ax, f"marks {col}", None,
+              lambda hit=hit, i=i: [ax.scatter(hit["step"], hit["amax"], color=CLIP, marker="x", s=50, zorder=5,
+                                               label="clipped (overflow)" if i == 0 else None)],
+              lambda made, hit=hit: made[0].set_offsets(np.column_stack([hit["step"], hit["amax"]]).reshape(-1, 2)))
     log_axis(ax, "y")
     ax.set_xlabel("step")
     ax.set_ylabel("amax (log)")

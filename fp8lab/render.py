@@ -1,6 +1,7 @@
-"""Agg rendering for the panels: matplotlib's Agg canvas with a cache of rendered glyphs.
+"""Agg rendering for the panels: a cache of rendered glyphs, a kept background, a quick PNG.
 
-Public: GlyphCacheCanvas (a FigureCanvasAgg), glyph_cache_stats(). A panel's redraw spends
+Public: GlyphCacheCanvas (a FigureCanvasAgg), glyph_cache_stats(), LayeredCanvas (the panels'
+canvas: the background kept while it does not change, see there), encode_png. A panel's redraw spends
 most of its Agg time on text (measured 2026-11-30: ~60% of a render is FreeType laying out
 and rasterizing the same tick labels and titles again), and its pixels do not depend on the
 pixels around them. This canvas keeps each string's layout and each glyph's bitmap, keyed
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
 from matplotlib.ft2font import RenderMode
 from matplotlib.transforms import Bbox
 
-__all__ = ["GlyphCacheCanvas", "glyph_cache_stats"]
+__all__ = ["GlyphCacheCanvas", "LayeredCanvas", "encode_png", "glyph_cache_stats"]
 
 _MAX_ENTRIES = 20_000  # glyph bitmaps (a few hundred bytes each) and layouts; cleared whole when full
 _layouts: dict[tuple, list[tuple]] = {}
@@ -179,6 +181,19 @@ def _legend_key(legend, renderer) -> tuple:
             tuple(legend.get_window_extent(renderer).bounds), legend.get_frame_on(), legend.get_visible())
 
 
+@contextmanager
+def _hidden(artists):
+    """The artists invisible inside the block, as they were after it."""
+    visible = [a.get_visible() for a in artists]
+    for a in artists:
+        a.set_visible(False)
+    try:
+        yield
+    finally:
+        for a, v in zip(artists, visible, strict=True):
+            a.set_visible(v)
+
+
 class LayeredCanvas(GlyphCacheCanvas):
     """An Agg canvas that keeps a figure's background while a slider moves.
 
@@ -189,8 +204,8 @@ class LayeredCanvas(GlyphCacheCanvas):
     The background is drawn again only when what it shows changes (its key: figure size, each
     axes' position, scales, limits, tick positions and labels as formatted, label texts and tick
     settings); otherwise its pixels are restored and only the foreground is drawn. The first
-    layer is most of a redraw (measured 2026-11-30: axis and legend drawing were 60-75% of Agg
-    time in the live panels). `keep=False` draws both layers every time (the reference that
+    layer is most of a redraw (measured 2026-11-30: axis and legend drawing were 81-87% of Agg
+    time in delayed, cliff, block_sweep and cost). `keep=False` draws both layers every time (the reference that
     tests/test_widgets.py compares the kept background against, byte for byte).
 
     Figures this cannot layer exactly (an artist below the axis, e.g. zorder < 0.5) are drawn
@@ -209,8 +224,10 @@ class LayeredCanvas(GlyphCacheCanvas):
         return FigureCanvasAgg.get_renderer(self)
 
     def _layers(self):
+        """(foreground, legends): the artists drawn over the background, as (axes or None, artist),
+        and the legends; None where the figure cannot be layered exactly."""
         fig = self.figure
-        back, front, legends = [fig.patch], [], []
+        front, legends = [], []
         for ax in sorted(fig.axes, key=lambda a: a.get_zorder()):
             # what Axes.draw leaves out: the axis without axison, the spines and patch without a frame too
             axis_z = min(ax.xaxis.get_zorder(), ax.yaxis.get_zorder())
@@ -227,7 +244,6 @@ class LayeredCanvas(GlyphCacheCanvas):
                     return None  # under a grid (or an inset axes): only a whole draw is exact
                 else:
                     front.append((ax, a))
-            back += below
         for a in fig.get_children():
             if a is fig.patch or a in fig.axes or not a.get_visible():
                 continue
@@ -235,7 +251,7 @@ class LayeredCanvas(GlyphCacheCanvas):
                 legends.append(a)
             else:
                 front.append((None, a))
-        return back, front, legends
+        return front, legends
 
     def _background_key(self, renderer) -> tuple[tuple, list[tuple]]:
         """(the figure's part, one part per axes): what the background shows."""
@@ -251,36 +267,25 @@ class LayeredCanvas(GlyphCacheCanvas):
         not: a larger region is only a safer one), its axis labels and offsets, and the tick
         marks' length around it, 3 px wider. (Axis.get_tightbbox would lay the ticks out again,
         the cost of drawing them.)"""
-        box = ax.bbox
-        boxes = [box]
-        if ax.axison:
-            for axis in (ax.xaxis, ax.yaxis):
-                if not axis.get_visible():
-                    continue
-                for tick in [*axis.__dict__.get("majorTicks", []), *axis.__dict__.get("minorTicks", [])]:
-                    boxes += [label.get_window_extent(renderer) for label in (tick.label1, tick.label2)
-                              if label.get_visible() and label.get_text()]
-                    # the marks, on the sides that have them (bottom/left: tick1, top/right: tick2)
-                    for side, line in ((0, tick.tick1line), (1, tick.tick2line)):
-                        if line.get_visible():
-                            reach = renderer.points_to_pixels(line.get_markersize())
-                            lo, hi = (reach, 0) if side == 0 else (0, reach)
-                            boxes.append(Bbox.from_extents(box.x0 - lo, box.y0, box.x1 + hi, box.y1)
-                                         if axis is ax.yaxis else Bbox.from_extents(box.x0, box.y0 - lo, box.x1,
-                                                                                     box.y1 + hi))
-                boxes += [text.get_window_extent(renderer) for text in (axis.label, axis.offsetText)
-                          if text.get_visible() and text.get_text()]
+        boxes = [ax.bbox]
+        for axis in (ax.xaxis, ax.yaxis) if ax.axison else ():
+            if not axis.get_visible():
+                continue
+            ticks = [*axis.__dict__.get("majorTicks", []), *axis.__dict__.get("minorTicks", [])]
+            boxes += [label.get_window_extent(renderer) for tick in ticks for label in (tick.label1, tick.label2)
+                      if label.get_visible() and label.get_text()]
+            boxes += [text.get_window_extent(renderer) for text in (axis.label, axis.offsetText)
+                      if text.get_visible() and text.get_text()]
+            # the marks' reach out of the box, on the sides that have them (tick1: bottom or left)
+            below = max((renderer.points_to_pixels(t.tick1line.get_markersize()) for t in ticks
+                         if t.tick1line.get_visible()), default=0.0)
+            above = max((renderer.points_to_pixels(t.tick2line.get_markersize()) for t in ticks
+                         if t.tick2line.get_visible()), default=0.0)
+            x0, y0, x1, y1 = ax.bbox.extents
+            boxes.append(Bbox.from_extents(x0 - below, y0, x1 + above, y1) if axis is ax.yaxis else
+                         Bbox.from_extents(x0, y0 - below, x1, y1 + above))
         return Bbox.union(boxes).padded(3)
 
-    def _draw_background(self, hidden) -> None:
-        visible = [a.get_visible() for a in hidden]
-        for a in hidden:
-            a.set_visible(False)
-        try:
-            super().draw()
-        finally:
-            for a, v in zip(hidden, visible, strict=True):
-                a.set_visible(v)
 
     def _redraw_axes(self, renderer, changed: list[int], regions: list, hidden) -> bool:
         """Draw the background of the `changed` axes only, over the kept one: each one's region (old
@@ -294,11 +299,8 @@ class LayeredCanvas(GlyphCacheCanvas):
         for i in changed:
             if any(j != i and new[i].overlaps(new[j]) for j in range(len(axes))):
                 return False
-        visible = [a.get_visible() for a in hidden]
-        for a in hidden:
-            a.set_visible(False)
         patch = self.figure.patch
-        try:
+        with _hidden(hidden):
             for i in changed:
                 ax, box = axes[i], new[i].frozen()
                 box = Bbox.from_extents(math.floor(box.x0), math.floor(box.y0), math.ceil(box.x1), math.ceil(box.y1))
@@ -312,9 +314,6 @@ class LayeredCanvas(GlyphCacheCanvas):
                     for axis in sorted((ax.xaxis, ax.yaxis), key=lambda a: a.get_zorder()):
                         axis.draw(renderer)
                 regions[i] = new[i]
-        finally:
-            for a, v in zip(hidden, visible, strict=True):
-                a.set_visible(v)
         return True
 
     def draw(self):
@@ -323,27 +322,11 @@ class LayeredCanvas(GlyphCacheCanvas):
             self.stats["whole"] += 1
             self._background = None
             return super().draw()
-        _back, front, legends = layers
+        front, legends = layers
         renderer = self.get_renderer()
         figure_part, axes_parts = self._background_key(renderer)
         hidden = [a for _, a in front] + legends
-        kept = self._background if self.keep else None
-        changed = [] if kept is None or kept[0] != figure_part else \
-            [i for i, (old, now) in enumerate(zip(kept[1], axes_parts, strict=True)) if old != now]
-        same_figure = kept is not None and kept[0] == figure_part
-        if same_figure and not changed:
-            self.restore_region(kept[3])
-            self.stats["kept"] += 1
-        elif same_figure and kept[2] is not None and len(changed) < len(axes_parts) and \
-                (self.restore_region(kept[3]) or self._redraw_axes(renderer, changed, kept[2], hidden)):
-            self._background = (figure_part, axes_parts, kept[2], self.copy_from_bbox(self.figure.bbox))
-            self.stats["partly"] += 1
-        else:
-            self._draw_background(hidden)
-            if self.keep:  # each axes' region, where one of several may be drawn again alone
-                regions = [self._region(ax, renderer) for ax in self.figure.axes] if len(axes_parts) > 1 else None
-                self._background = (figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox))
-            self.stats["drawn"] += 1
+        self.stats[self._background_layer(renderer, figure_part, axes_parts, hidden)] += 1
         for ax in self.figure.axes:  # as Axes.draw does, with the titles shown: titles clear of top ticks
             if hasattr(ax, "_update_title_position"):
                 ax._update_title_position(renderer)
@@ -354,6 +337,27 @@ class LayeredCanvas(GlyphCacheCanvas):
                 ax.draw_artist(artist)
         for legend in legends:
             self._paste_legend(legend, renderer)
+
+    def _background_layer(self, renderer, figure_part: tuple, axes_parts: list[tuple], hidden) -> str:
+        """Put the background in the buffer: kept, kept with some axes drawn again, or drawn whole;
+        says which."""
+        kept = self._background if self.keep else None
+        if kept is not None and kept[0] == figure_part:
+            _, old_parts, regions, pixels = kept
+            changed = [i for i, (old, now) in enumerate(zip(old_parts, axes_parts, strict=True)) if old != now]
+            self.restore_region(pixels)
+            if not changed:
+                return "kept"
+            if regions is not None and len(changed) < len(axes_parts) and \
+                    self._redraw_axes(renderer, changed, regions, hidden):
+                self._background = (figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox))
+                return "partly"
+        with _hidden(hidden):
+            super().draw()
+        if self.keep:  # each axes' region, where one of several may be drawn again alone
+            regions = [self._region(ax, renderer) for ax in self.figure.axes] if len(axes_parts) > 1 else None
+            self._background = (figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox))
+        return "drawn"
 
     def _paste_legend(self, legend, renderer) -> None:
         """Draw the legend from an image of it drawn alone (kept per legend key)."""

@@ -6,7 +6,7 @@ it, everything is workshop-sized. FP8LAB_KERNELS=0 turns off the fused CPU kerne
 (fp8lab.kernels): same numbers, computed in torch; kernels.engine() asks once per process,
 when quantize first needs it, and says what it decided (python -m fp8lab doctor). Nothing
 else in fp8lab reads the environment (but kernels.py honours CC and XDG_CACHE_HOME to
-build them). The names SMOKE and KERNELS still answer, read at the moment they are looked up.
+build them).
 """
 
 from __future__ import annotations
@@ -32,12 +32,3 @@ def kernels_requested() -> bool:
 def size(workshop: int, smoke_size: int) -> int:
     """`workshop` normally, `smoke_size` under FP8LAB_SMOKE=1 (read now)."""
     return smoke_size if smoke() else workshop
-
-
-def __getattr__(name: str) -> bool:
-    """SMOKE and KERNELS, read when looked up (`from fp8lab.settings import SMOKE` reads it then)."""
-    if name == "SMOKE":
-        return smoke()
-    if name == "KERNELS":
-        return kernels_requested()
-    raise AttributeError(f"module 'fp8lab.settings' has no attribute {name!r}")

@@ -362,14 +362,17 @@ class TimingPanel(Panel):
         def work() -> None:
             self.time_button.disabled = True
             try:
-                with _torch_threads(TORCH_THREADS):  # this machine's GEMMs, with every thread torch uses
-                    self.result = self.measure(**v)
+                self._time(**v)
             finally:
                 self.time_button.disabled = False
                 self.refresh()
 
         thread = self._launch(work, blocking)
         return self.result if blocking else thread
+
+    def _time(self, n: int, recipe: str) -> None:
+        with _torch_threads(TORCH_THREADS):  # this machine's GEMMs, with every thread torch uses
+            self.result = self.measure(n, recipe)
 
     @staticmethod
     def measure(n: int, recipe: str) -> dict:
@@ -388,8 +391,7 @@ class TimingPanel(Panel):
 
     def compute(self, n: int, recipe: str) -> dict:
         if self.result is None:  # the first drawing times the default settings
-            with _torch_threads(TORCH_THREADS):
-                self.result = self.measure(n, recipe)
+            self._time(n, recipe)
         shown = {"n": self.result["n"], "recipe": self.result["recipe"]}
         pending = {k: v for k, v in {"n": n, "recipe": recipe}.items() if shown[k] != v}
         return {**self.result, "pending": pending}
@@ -735,9 +737,9 @@ class DelayedPanel(Panel):
         axes[1].set_xlabel("step")
         axes[1].set_ylabel("SQNR (dB)")
         axes[1].set_title("SQNR: current (blue), delayed (orange)")
-        # axes that hold every setting's data: the learner sees the spike grow, not the axis move
-        axes[0].set_ylim(1, 1e7)
-        plots.log_axis(axes[0], "y")
+        # axes that hold every setting's data (amax 3 to 2.4e6, SQNR 0 to 32 dB): the learner sees
+        # the spike grow, not the axis move
+        plots.steady_limits(axes[0], "y", lo=1, hi=1e7)
         plots.steady_limits(axes[1], "y", step=10, lo=0, hi=40)
 
     def describe(self, data) -> str:
@@ -895,7 +897,6 @@ class GemmPanel(Panel):
         plots.bars(errs, ax, ylabel="relative error (log)", log=True, highlight=max(errs, key=errs.get),
                    title="error of each recipe's GEMM")
         plots.steady_limits(ax, "y")  # whole decades
-        plots.log_axis(ax, "y")
 
     def describe(self, data) -> str:
         e = data["errors"]
@@ -952,7 +953,6 @@ class AccumulationPanel(Panel):
         every = f", promoted every {data['promote']}" if data["promote"] else ", never promoted"
         plots.gemm_error_vs_k(data["df"], ax, title=f"{data['bits']}-bit accumulator{every}")
         plots.steady_limits(ax, "y", lo=1e-9, hi=1)  # every setting's errors (1e-9: fp32's floor)
-        plots.log_axis(ax, "y")
 
     def describe(self, data) -> str:
         df = data["df"]
@@ -1379,7 +1379,6 @@ class CostPanel(Panel):
                    ylabel="multiplies per output element", title=f"scale multiplies, K={data['k']}")
         # up to 1 per 16 elements of the longest K (NVFP4): the axis holds every K's bars
         plots.steady_limits(axes[1], "y", lo=0.5, hi=max(self.controls["k"].options) / 16)
-        plots.log_axis(axes[1], "y")
         plots.bars(measured["quantize ms"].drop("fp32 (no FP8)").to_dict(), axes[2], ylabel="ms (median of 3)",
                    title=f"quantize {self.size}x{self.size} here")
 

@@ -479,8 +479,8 @@ def _drawn(draw) -> bytes:
     return plots.to_png(fig)
 
 
-@pytest.mark.parametrize("case", ["bars", "cliff", "block_sweep", "number_line", "histogram", "accumulation",
-                                  "amax"])
+@pytest.mark.parametrize("case", ["bars", "cliff", "block_sweep", "threshold_gone", "number_line", "histogram",
+                                  "accumulation", "amax"])
 def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
     """The plot functions a panel redraws in place (Panel.keep_artists) give, on an ax that shows
     an earlier drawing, the pixels they give on a new ax: new heights and limits, lines that
@@ -510,6 +510,8 @@ def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
         "block_sweep": (lambda ax: plots.metric_vs_block(blocks, ax=ax, threshold=20),
                         lambda ax: plots.metric_vs_block(blocks[blocks.strategy == "y"].assign(sqnr_db=5), ax=ax,
                                                          threshold=30)),
+        "threshold_gone": (lambda ax: plots.metric_vs_block(blocks, ax=ax, threshold=80),
+                           lambda ax: plots.metric_vs_block(blocks, ax=ax)),
         "number_line": (lambda ax: plots.number_line(["e4m3", "bf16"], ax, lo=-10, hi=10),
                         lambda ax: plots.number_line(["e5m2", "e4m3", "e2m1"], ax, lo=-20, hi=4)),
         "histogram": (lambda ax: plots.histogram_log2(x, quantize(x, "e4m3", PerTensor()), ax=ax, xlim=(-30, 40)),
