@@ -20,33 +20,36 @@ def has_fp8_gpu() -> bool:
 gpu = pytest.mark.skipif(not has_fp8_gpu(), reason="needs a CUDA GPU with compute capability >= 8.9")
 
 
-SMOKE_RUN = "test_runs_top_to_bottom_in_smoke_mode"  # tests/test_notebooks.py, one per notebook
+# tests/test_notebooks.py runs each notebook by nbclient twice: at workshop size and in smoke mode
+NBCLIENT_RUNS = ("test_runs_at_workshop_size_within_a_minute_and_1_5_gb", "test_runs_top_to_bottom_in_smoke_mode")
 BROWSER_RUN = "test_notebook_in_the_browser"  # tests/test_browser.py, one per notebook
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected theirs
 def pytest_collection_modifyitems(config, items):
-    """Each notebook runs once per mode that proves something different. The browser test runs
-    every notebook top to bottom in smoke mode (in chromium, failing on any cell's error), so where
-    it runs a notebook, test_notebooks' smoke-mode run of the same notebook (nbclient) would repeat
-    it: that one is deselected, and the summary says so. With -m "not browser" (make test
-    BROWSER=0), or without chromium, the smoke runs stay."""
+    """Each notebook runs once per `make test`, the way a learner runs it. The browser test runs
+    every notebook top to bottom at workshop size in JupyterLab, with the workshop run's checks
+    (under a minute, under 1.5 GB, the notebook's own claims: tests/notebook_checks.py) and its
+    widgets dragged, so where it runs a notebook, test_notebooks' nbclient runs of the same notebook
+    (workshop size, and smoke mode: the CI shortcut) are deselected, and the summary says so. With
+    -m "not browser" (make test BROWSER=0), or without chromium, the nbclient runs stay."""
     if shutil.which("chromium") is None:
         return
     in_browser = {item.callspec.id for item in items
                   if item.originalname == BROWSER_RUN and hasattr(item, "callspec")}
-    repeated = [item for item in items if item.originalname == SMOKE_RUN and item.callspec.id in in_browser]
+    repeated = [item for item in items if item.originalname in NBCLIENT_RUNS and item.callspec.id in in_browser]
     if repeated:
         config.hook.pytest_deselected(items=repeated)
         items[:] = [item for item in items if item not in repeated]
-        config._fp8lab_smoke_in_browser = len(repeated)
+        config._fp8lab_nbclient_left_to_browser = len(repeated)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    n = getattr(config, "_fp8lab_smoke_in_browser", 0)
+    n = getattr(config, "_fp8lab_nbclient_left_to_browser", 0)
     if n:
-        terminalreporter.write_line(f"fp8lab: {n} notebook smoke runs left to the browser test, which runs the same "
-                                    "notebooks in smoke mode (deselected here; -m 'not browser' runs them)")
+        terminalreporter.write_line(f"fp8lab: {n} nbclient notebook runs left to the browser test, which runs the same "
+                                    "notebooks at workshop size with the same checks (deselected here; "
+                                    "-m 'not browser' runs them)")
 
 
 @pytest.fixture(scope="module", params=["kernels", "torch"])

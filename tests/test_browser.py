@@ -1,11 +1,13 @@
 """Every notebook in a real browser: it runs top to bottom, its widgets render and respond.
 
-The lab is started by fp8lab.lab.launch (what `make lab` runs) with FP8LAB_SMOKE=1, its token
-on, on 127.0.0.1, with every Jupyter directory isolated in a temporary directory. Debian's
+The lab is started by fp8lab.lab.launch (what `make lab` runs) at workshop size, its token on,
+on 127.0.0.1, with every Jupyter directory isolated in a temporary directory. Debian's
 chromium, driven headless by Playwright, opens each notebook in a fresh workspace, runs all
-cells, checks that no cell failed and every widget rendered, moves a slider the way a person
-would and waits for its plot to change; in 06 it presses Start and watches the loss plot
-update. Screenshots go to artifacts/screenshots/. `make test` installs chromium and Playwright
+cells, checks that no cell failed, that Run All took under a minute and the kernel under 1.5 GB,
+and what the notebook claims (tests/notebook_checks.py: the checks test_notebooks' nbclient run
+makes without a browser), that every widget rendered; it moves a slider the way a person would
+and waits for its plot to change, drags every live panel's slider; in 06 it presses Start and
+watches the loss plot update. Screenshots go to artifacts/screenshots/. `make test` installs chromium and Playwright
 (`make browser-deps`); run alone with `python -m pytest -m browser`.
 """
 
@@ -26,6 +28,7 @@ import pytest
 from fp8lab.lab import FIRST_NOTEBOOK, REPO
 
 from .labserver import Lab, running_lab
+from .notebook_checks import after_run_code, check_after_run
 
 pytestmark = pytest.mark.browser
 
@@ -45,7 +48,7 @@ CHROMIUM_FLAGS = [
 ]
 # Bounded waits, in seconds. Measured here (2 cores): page to idle kernel ~4 s, a redraw ~0.1 s.
 PAGE_TIMEOUT = 60
-RUN_ALL_TIMEOUT = 120  # a notebook runs in < 60 s at workshop size; smoke mode takes seconds
+RUN_ALL_TIMEOUT = 120  # a notebook runs in < 60 s at workshop size (asserted after the run)
 WIDGET_TIMEOUT = 20
 REDRAW_TIMEOUT = 20
 LIVE_TIMEOUT = 60
@@ -248,7 +251,7 @@ SHUTDOWNS: list[threading.Thread] = []
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Iterator[Lab]:
     home = tmp_path_factory.mktemp("jupyter")
-    with running_lab(home, env={"FP8LAB_SMOKE": "1"}, extra=["--LabApp.expose_app_in_browser=True"]) as server:
+    with running_lab(home, env={"FP8LAB_SMOKE": "0"}, extra=["--LabApp.expose_app_in_browser=True"]) as server:
         yield server
         for thread in SHUTDOWNS:  # kernels shut down in the background, before the server stops
             thread.join(30)
@@ -389,6 +392,7 @@ class NotebookPage:
         self.mark("kernel idle")
 
     def run_all(self) -> dict:
+        t0 = time.monotonic()
         self.page.evaluate(
             "() => { window.__fp8labRunError = null; window.jupyterapp.commands"
             ".execute('notebook:run-all-cells').catch(e => { window.__fp8labRunError = String(e); }); }"
@@ -409,8 +413,15 @@ class NotebookPage:
             lambda: f"{self.relpath}: Run All did not finish: {self.state()}" + self.context_for_failure(),
             every=0.25,
         )
+        self.run_seconds = time.monotonic() - t0
         self.mark("ran all cells")
         return state
+
+    def check_the_run(self) -> None:
+        """The workshop run's checks (tests/notebook_checks.py), in the notebook's own kernel."""
+        output = self.page.evaluate(KERNEL_EXEC_JS, after_run_code(self.stem))
+        self.peak_mb = check_after_run(self.stem, output, self.run_seconds)
+        self.mark("checked the run")
 
     def assert_widgets_render(self, widget_cells: list[int], expect: Expect) -> None:
         if expect.widgets:
@@ -607,6 +618,7 @@ def check_notebook(context, lab: Lab, path: Path, expect: Expect) -> None:
         nb.open_and_wait_for_kernel()
         state = nb.run_all()
         nb.assert_no_errors("after Run All")
+        nb.check_the_run()
         nb.assert_widgets_render(state["widgetCells"], expect)
         shown = None
         if expect.control_redraws:
@@ -627,7 +639,7 @@ def check_notebook(context, lab: Lab, path: Path, expect: Expect) -> None:
             nb.cell(shown).locator(".jp-Cell-outputWrapper").first.scroll_into_view_if_needed()
         nb.screenshot()
         nb.mark("total")
-        TIMINGS[nb.stem] = nb.timings
+        TIMINGS[nb.stem] = {**nb.timings, "run all s": round(nb.run_seconds, 1), "kernel peak MB": round(nb.peak_mb)}
     except BaseException:
         try:
             nb.screenshot("-FAILED")
