@@ -226,12 +226,8 @@ def test_cli_blockwise_on_two_processes_matches_one(tmp_path):
     assert seconds < 120  # measured ~8-12 s on 2 cores
 
 
-def test_amax_all_reduce_makes_tensorwise_match_tighter():
-    with_reduce = compare("tensorwise", steps=3, amax_all_reduce=True, stream=None)
-    without = compare("tensorwise", steps=3, amax_all_reduce=False, stream=None)
-    assert with_reduce["abs_diff"][:2].max() <= FLOOR, with_reduce  # measured 0, 4.8e-7
-    assert without["abs_diff"][0] > 1e-4, without  # measured 1.5e-3: the per-rank input scale
-    assert with_reduce["abs_diff"].max() <= CURVE and without["abs_diff"].max() <= CURVE
+# The amax all-reduce (per-rank amaxes differ at step 0, all-reduced ones agree to fp32 rounding) is
+# checked on notebook 07's own runs, which make that comparison: tests/notebook_checks.py.
 
 
 def test_a_failing_rank_fails_the_run_quickly_and_leaves_out_as_it_was(tmp_path):
