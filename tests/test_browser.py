@@ -7,8 +7,8 @@ cells, checks that no cell failed, that Run All took under a minute and the kern
 and what the notebook claims (tests/notebook_checks.py: the checks test_notebooks' nbclient run
 makes without a browser), that every widget rendered; it moves a slider the way a person would
 and waits for its plot to change, drags every live panel's slider; in 06 it presses Start and
-watches the loss plot update. Screenshots go to artifacts/screenshots/. `make test` installs chromium and Playwright
-(`make browser-deps`); run alone with `python -m pytest -m browser`.
+watches the loss plot update. Screenshots and timings go to artifacts/screenshots/. `make test`
+installs chromium and Playwright (`make browser-deps`); run alone with `python -m pytest -m browser`.
 """
 
 from __future__ import annotations
