@@ -225,13 +225,18 @@ def _drop(ax, key: str) -> None:
             artist.remove()
 
 
+def _drop_others(ax, prefix: str, given) -> None:
+    """Remove the artists kept under keys that start with `prefix` but are not in `given` (a plot
+    redrawn in place with fewer lines or marks than before)."""
+    for key in [k for k in ax.__dict__.get("_fp8lab_kept", {}) if k.startswith(prefix) and k not in given]:
+        _drop(ax, key)
+
+
 def kept_lines(ax, lines: dict) -> None:
     """Draw lines {key: (x, y, style)} on ax; on an ax that has lines under these keys (a panel
     redrawing in place) move them instead (set_data, set(style)) and drop the ones no longer given.
     The data limits are then recomputed from what is drawn, as a new plot computes them."""
-    given = {f"line {key}" for key in lines}
-    for key in [k for k in ax.__dict__.get("_fp8lab_kept", {}) if k.startswith("line ") and k not in given]:
-        _drop(ax, key)
+    _drop_others(ax, "line ", {f"line {key}" for key in lines})
     for key, (x, y, style) in lines.items():
         _kept(ax, f"line {key}", None, lambda x=x, y=y, style=style: ax.plot(x, y, **style),
               lambda made, x=x, y=y, style=style: made[0].set(data=(x, y), **style))
@@ -331,8 +336,13 @@ def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: 
 
     _kept(ax, "number line", [(f.name, d) for f, d in zip(formats, dense, strict=True)], make, move)
     if mark is not None and mark > 0:
-        ax.axvline(math.log2(mark), color=CLIP, lw=1.5, ls="--", label=f"{mark:g}")
+        x, style = math.log2(mark), {"color": CLIP, "lw": 1.5, "ls": "--", "label": f"{mark:g}"}
+        _kept(ax, "mark", None, lambda: [ax.axvline(x, **style)], lambda made: made[0].set(xdata=[x, x], **style))
         ax.legend(loc="upper left", fontsize=8)
+    else:  # on an ax that showed a mark (redrawn in place): it goes, with its legend
+        _drop(ax, "mark")
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
     ax.set_yticks(range(len(formats)), [f.name for f in formats])
     ax.set_ylim(-0.6, len(formats) - 0.4)
     ax.set_xlim(lo, hi + 3)
@@ -558,29 +568,26 @@ def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", l
     ax = _ax(ax)
     names = list(values)
     colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
-    moved = []
+    made = []
 
-    def move(made):
-        for rect, name, color in zip(made, names, colors, strict=True):
+    def make():
+        made.append(True)
+        return list(ax.bar(range(len(names)), [values[n] for n in names], color=colors))
+
+    def move(kept):
+        for rect, name, color in zip(kept, names, colors, strict=True):
             rect.set(height=values[name], facecolor=color)
         ax.relim()
         ax.autoscale_view()
-        moved.append(True)
 
-    _kept(ax, "bars", (names, log), lambda: list(ax.bar(range(len(names)), [values[n] for n in names], color=colors)),
-          move)
-    if moved:  # the same bars, labels and scale as before: only the heights and the texts change
-        if log:
-            log_axis(ax, "y")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        return ax
-    labels = [n.replace(" (", "\n(") for n in names]
-    # upright where they fit side by side (~0.6 em per character at 8 pt), else turned 90 degrees
-    per_bar = ax.get_position().width * ax.figure.get_figwidth() / max(len(names), 1)
-    longest = max((len(line) for lab in labels for line in lab.split("\n")), default=0)
-    upright = longest * 8 * 0.6 / 72 < 0.95 * per_bar
-    ax.set_xticks(range(len(names)), labels, fontsize=8, rotation=0 if upright else 90)
+    _kept(ax, "bars", (names, log), make, move)
+    if made:  # new bars get their labels; moved ones keep theirs (the same names)
+        labels = [n.replace(" (", "\n(") for n in names]
+        # upright where they fit side by side (~0.6 em per character at 8 pt), else turned 90 degrees
+        per_bar = ax.get_position().width * ax.figure.get_figwidth() / max(len(names), 1)
+        longest = max((len(line) for lab in labels for line in lab.split("\n")), default=0)
+        upright = longest * 8 * 0.6 / 72 < 0.95 * per_bar
+        ax.set_xticks(range(len(names)), labels, fontsize=8, rotation=0 if upright else 90)
     if log:
         log_axis(ax, "y")
     ax.set_ylabel(ylabel)
@@ -662,7 +669,9 @@ def amax_over_steps(df, ax=None):
         lines[col] = (df["step"].to_numpy(), df[col].to_numpy(),
                       {"drawstyle": "steps-mid", "color": PALETTE[i + 1], "label": col.replace("scale amax", "used")})
     kept_lines(ax, lines)  # on an ax that has them (a panel redrawing in place), the lines move
-    for i, col in enumerate(c for c in df.columns if c.startswith("overflow")):
+    clips = [c for c in df.columns if c.startswith("overflow")]
+    _drop_others(ax, "marks ", {f"marks {col}" for col in clips})
+    for i, col in enumerate(clips):
         hit = df[df[col] > 0]
         _kept(ax, f"marks {col}", None,
               lambda hit=hit, i=i: [ax.scatter(hit["step"], hit["amax"], color=CLIP, marker="x", s=50, zorder=5,

@@ -286,7 +286,6 @@ class LayeredCanvas(GlyphCacheCanvas):
                          Bbox.from_extents(x0, y0 - below, x1, y1 + above))
         return Bbox.union(boxes).padded(3)
 
-
     def _redraw_axes(self, renderer, changed: list[int], regions: list, hidden) -> bool:
         """Draw the background of the `changed` axes only, over the kept one: each one's region (old
         and new extent) cleared to the figure's face and its patch and axis drawn again. The pixels

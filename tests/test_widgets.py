@@ -399,9 +399,8 @@ def test_a_redraw_shows_what_a_whole_fresh_drawing_shows(name):
     PNG was encoded from (a kept background, glyphs kept, artists updated in place where the panel
     keeps them) are byte for byte those of (a) the same figure drawn again whole by plain Agg in
     the same two layers, and (b) (at the second value) a new panel drawn once at the same values;
-    and (c) within 2% of
-    the pixels of plain Agg drawing the figure in one pass (the layers change the order of
-    translucent spans and grid lines only)."""
+    and (c) within 2% of the pixels of plain Agg drawing the figure in one pass (the layers change
+    the order of translucent spans and grid lines only)."""
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -479,8 +478,8 @@ def _drawn(draw) -> bytes:
     return plots.to_png(fig)
 
 
-@pytest.mark.parametrize("case", ["bars", "cliff", "block_sweep", "threshold_gone", "number_line", "histogram",
-                                  "accumulation", "amax"])
+@pytest.mark.parametrize("case", ["bars", "cliff", "block_sweep", "threshold_gone", "number_line", "mark_gone",
+                                  "histogram", "accumulation", "amax", "clip_marks_gone"])
 def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
     """The plot functions a panel redraws in place (Panel.keep_artists) give, on an ax that shows
     an earlier drawing, the pixels they give on a new ax: new heights and limits, lines that
@@ -517,6 +516,10 @@ def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
         "histogram": (lambda ax: plots.histogram_log2(x, quantize(x, "e4m3", PerTensor()), ax=ax, xlim=(-30, 40)),
                       lambda ax: plots.histogram_log2(x[:2] * 1e4, quantize(x[:2] * 1e4, "e5m2", PerTensor()),
                                                       ax=ax)),
+        "mark_gone": (lambda ax: plots.number_line(["e4m3"], ax, lo=-10, hi=10, mark=3.0),
+                      lambda ax: plots.number_line(["e4m3"], ax, lo=-10, hi=10)),
+        "clip_marks_gone": (lambda ax: plots.amax_over_steps(steps, ax),
+                            lambda ax: plots.amax_over_steps(steps.drop(columns="overflow (delayed)"), ax)),
         "amax": (lambda ax: plots.amax_over_steps(steps, ax),
                  lambda ax: plots.amax_over_steps(steps.assign(amax=3.0, **{"overflow (delayed)": 0.0}), ax)),
         "accumulation": (lambda ax: plots.gemm_error_vs_k(acc, ax),
