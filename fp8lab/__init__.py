@@ -2,51 +2,24 @@
 
 fp8lab.quantize(x, fmt, granularity) -> QuantizedTensor; fp8lab.matmul(a, b, recipe);
 fp8lab.nn.convert(model, recipe); fp8lab.inspect(model, batch, loss_fn) reports any model's
-FP8 readiness per layer (notebook 08). The map, bottom layer first: a module imports only
-modules listed before it (tests/test_architecture.py checks it; this file imports last).
+FP8 readiness per layer (notebook 08). The folders are the layers; a folder imports only
+the ones below it (the import-linter contract in pyproject.toml):
 
-  no fp8lab imports
-    settings     FP8LAB_SMOKE and FP8LAB_KERNELS, read from the environment when asked
-    _watchdog    ends a torchrun job whose launcher died (standard library only)
-  numbers
-    formats      FloatFormat as data (E4M3, E5M2, E8M0, E2M1), the reference cast
-    scaling      granularities, amax per block, the scale rules, delayed scaling
-    kernels      the C fast path of quantize (formats and rules passed as data), chosen once
-    timing       timing helpers, the machine a measurement ran on
-    quantize     quantize(x, ...) -> QuantizedTensor, dequantize
-  FP8 training
-    metrics      SQNR, relative error, overflow / underflow / subnormal fractions
-    recipes      named recipes: format, granularity and scale rule per tensor role and GEMM
-    gemm         real (torch scaled_mm) and emulated FP8 GEMMs, the accumulation model
-    nn           FP8Linear, convert(model, recipe), the torchao bridge, the Monitor
-    train        toy models and tasks, train_step (the one step), recipes side by side
-  data and figures
-    data         synthetic tensors: distributions, outlier channels, spikes
-    realdata     real data shipped with Python: text, digits
-    anatomy      one value in a format: neighbours, gap, rounding
-    render       Agg that keeps rendered glyphs (the panels' PNGs, byte for byte)
-    plots        figures: take data and an optional ax, return the ax
-  built on training
-    export       a recipe written for torchao, TransformerEngine, torchtitan
-    readiness    fp8lab.inspect: any model's FP8 readiness per layer
-    cost         what each recipe costs: scale storage, amax, scale multiplies
-    distributed  FSDP2 under torchrun: the toy transformer on several processes
-    capstone     notebook 08's three models and the seed's claims
-    measured     training results shipped with the lab (the sink cliff, delayed recovery)
-  the edges
-    doctor       what this machine runs real and emulated, and why
-    exercises    check_*, hint_*, solution_* for the notebooks' exercises
-    widgets      ipywidgets panels: wiring only, no maths
-    answers      the answer key, computed from the panels; the prediction widget
-    bench        `python -m fp8lab bench ...`: the project's benchmarks
-    lab          `make lab`: start JupyterLab
-    __main__     `python -m fp8lab doctor | lab | bench`
+  bench/      `python -m fp8lab bench ...`: the project's benchmarks
+  lab/        what the notebooks show: panels, answers, predictions, exercises, doctor, launcher
+  training/   FP8Linear and convert (layers), toy models, the training step, distributed,
+              readiness (inspect), export, cost, the capstone, the shipped measured runs
+  gemm/       FP8 GEMMs: emulation, the real path (torch scaled_mm), the backend, accumulation
+  figures/    plots (data in, ax out) and the PNG renderer
+  numerics/   formats, scaling, quantize (+ its C fast path), metrics, recipes, anatomy
+  data/       synthetic tensors and the real data shipped with Python
+  settings, timing, _version: environment settings, timing helpers, the version (no fp8lab imports)
 """
 
-from fp8lab.export import export
-from fp8lab.formats import BF16, E2M1, E4M3, E5M2, E8M0, FORMATS, FP16, FloatFormat, cast, get_format
+from fp8lab._version import __version__
 from fp8lab.gemm import AccumulatorModel, matmul
-from fp8lab.metrics import (
+from fp8lab.numerics.formats import BF16, E2M1, E4M3, E5M2, E8M0, FORMATS, FP16, FloatFormat, cast, get_format
+from fp8lab.numerics.metrics import (
     overflow_fraction,
     quantization_report,
     relative_error,
@@ -54,12 +27,11 @@ from fp8lab.metrics import (
     subnormal_fraction,
     underflow_fraction,
 )
-from fp8lab.quantize import QuantizedTensor, quantize, quantize_delayed
-from fp8lab.readiness import inspect
-from fp8lab.recipes import RECIPES, Recipe, TensorScaling, get_recipe
-from fp8lab.scaling import SCALE_RULES, AmaxHistory, PerBlock, PerRow, PerTensor, parse_granularity
-
-__version__ = "0.1.0"
+from fp8lab.numerics.quantize import QuantizedTensor, quantize, quantize_delayed
+from fp8lab.numerics.recipes import RECIPES, Recipe, TensorScaling, get_recipe
+from fp8lab.numerics.scaling import SCALE_RULES, AmaxHistory, PerBlock, PerRow, PerTensor, parse_granularity
+from fp8lab.training.export import export
+from fp8lab.training.readiness import inspect
 
 
 def setup(seed: int = 0, quiet: bool = False) -> str:
@@ -77,9 +49,9 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
 
     import torch
 
-    from fp8lab.kernels import keep_freed_memory
-    from fp8lab.kernels import status as kernels_status
-    from fp8lab.plots import use_theme
+    from fp8lab.figures.plots import use_theme
+    from fp8lab.numerics.kernels import keep_freed_memory
+    from fp8lab.numerics.kernels import status as kernels_status
     from fp8lab.settings import smoke
 
     use_theme()
@@ -122,6 +94,7 @@ __all__ = [
     "QuantizedTensor",
     "Recipe",
     "TensorScaling",
+    "__version__",
     "cast",
     "export",
     "get_format",

@@ -3,7 +3,7 @@
 Public: smoke(), kernels_requested(), size(workshop, smoke).
 FP8LAB_SMOKE=1 shrinks sizes and steps so every notebook runs in seconds in CI; without
 it, everything is workshop-sized. FP8LAB_KERNELS=0 turns off the fused CPU kernels
-(fp8lab.kernels): same numbers, computed in torch; kernels.engine() asks once per process,
+(fp8lab.numerics.kernels): same numbers, computed in torch; kernels.engine() asks once per process,
 when quantize first needs it, and says what it decided (python -m fp8lab doctor). Nothing
 else in fp8lab reads the environment (but kernels.py honours CC and XDG_CACHE_HOME to
 build them).

@@ -76,13 +76,11 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_line() -> str:
-    """Where a measurement was taken: date, CPU, torch's threads, GPU, torch version, the CPU kernels."""
+def machine_line(*extra: str) -> str:
+    """Where a measurement was taken: date, CPU, torch's threads, GPU, torch version, then `extra`
+    (the callers add whether fp8lab's CPU kernels were on: fp8lab.numerics.kernels.state_label())."""
     import torch
 
-    from fp8lab import kernels
-
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    fused = "fused CPU kernels on" if kernels.status()[0] else "fused CPU kernels off"
-    return (f"{datetime.date.today().isoformat()}, {cpu_name()}, {torch.get_num_threads()} threads, {gpu}, "
-            f"torch {torch.__version__}, {fused}")
+    return ", ".join([datetime.date.today().isoformat(), cpu_name(), f"{torch.get_num_threads()} threads", gpu,
+                      f"torch {torch.__version__}", *extra])

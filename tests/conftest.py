@@ -56,7 +56,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def both_paths(request):
     """The module's tests run twice: on the C kernels (where built) and on the torch code, the
     definition (which the kernels' tests compare them with, but which these formulas pin)."""
-    from fp8lab import kernels
+    from fp8lab.numerics import kernels
 
     if request.param == "torch":
         with kernels.disabled():

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8lab.lab import REPO, launch
+from fp8lab.lab.launcher import REPO, launch
 
 __all__ = ["Lab", "isolated_jupyter", "running_lab"]
 

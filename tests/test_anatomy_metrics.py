@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from fp8lab.anatomy import anatomy, rounding
-from fp8lab.data import sample
-from fp8lab.formats import get_format
-from fp8lab.metrics import channel_sqnr, quantization_report, sqnr
-from fp8lab.quantize import quantize
+from fp8lab.data.synthetic import sample
+from fp8lab.numerics.anatomy import anatomy, rounding
+from fp8lab.numerics.formats import get_format
+from fp8lab.numerics.metrics import channel_sqnr, quantization_report, sqnr
+from fp8lab.numerics.quantize import quantize
 
 ORACLE = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn,
           "e8m0": ml_dtypes.float8_e8m0fnu}
@@ -104,14 +104,14 @@ def test_the_report_separates_ordinary_values_from_outliers():
 
 @pytest.mark.parametrize("case", ["normal", "outliers", "channel scales", "zeros", "nan", "e2m1 blocks"])
 def test_the_report_in_one_pass_equals_the_separate_functions(case):
-    from fp8lab.metrics import (
+    from fp8lab.numerics.metrics import (
         flushed_fraction,
         overflow_fraction,
         relative_error,
         subnormal_fraction,
         underflow_fraction,
     )
-    from fp8lab.scaling import PerBlock
+    from fp8lab.numerics.scaling import PerBlock
 
     x, idx = sample("channel scales" if case == "channel scales" else "normal", (32, 256),
                     1e5 if case == "outliers" else 0.0, return_outliers=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from fp8lab import answers
+from fp8lab.lab import answers
+from fp8lab.lab.predictions import PREDICTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKSHOP = [p for p in sorted((ROOT / "notebooks").glob("0[0-6]_*.ipynb"))]
@@ -27,7 +28,7 @@ def key():
 def test_the_committed_key_is_what_the_panels_say_now(key):
     committed = answers.KEY_PATH.read_text()
     fresh = answers.markdown(key)
-    assert fresh == committed, "notebooks/ANSWERS.md is stale: run `python -m fp8lab.answers --write`"
+    assert fresh == committed, "notebooks/ANSWERS.md is stale: run `python -m fp8lab answers --write`"
 
 
 @pytest.mark.slow
@@ -56,7 +57,7 @@ def test_every_question_under_a_widget_is_answered(key):
 
 
 def test_every_prediction_has_a_measured_answer_among_its_options():
-    for name, spec in answers.PREDICTIONS.items():
+    for name, spec in PREDICTIONS.items():
         right, why = spec.measure()
         assert right in spec.options, (name, right)
         assert any(ch.isdigit() for ch in why), f"{name}: the reveal states no measured number"
@@ -65,12 +66,12 @@ def test_every_prediction_has_a_measured_answer_among_its_options():
 def test_the_facilitator_guide_links_the_key():
     readme = (ROOT / "README.md").read_text()
     guide = readme[readme.index("## Facilitator guide"):]
-    assert "notebooks/ANSWERS.md" in guide and "python -m fp8lab.answers --write" in guide
+    assert "notebooks/ANSWERS.md" in guide and "python -m fp8lab answers --write" in guide
 
 
 def test_a_wrong_claim_is_caught(monkeypatch):
     """The claims are computed: a panel that reports a different number flips one."""
-    from fp8lab.widgets import GemmPanel
+    from fp8lab.lab.panels import GemmPanel
 
     original = GemmPanel.compute
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab.lab import FIRST_NOTEBOOK, REPO
+from fp8lab.lab.launcher import FIRST_NOTEBOOK, REPO
 
 from .labserver import Lab, running_lab
 from .notebook_checks import after_run_code, check_after_run
@@ -86,8 +86,8 @@ DRAG_STEPS, DRAG_STEP_S, DRAG_MIN_FRAMES, RELEASE_MS = 24, 0.08, 3, 300
 
 
 def live_cells(path: Path) -> list[int]:
-    """The cells of a notebook that display a live panel with a slider (fp8lab.widgets.LIVE_PANELS)."""
-    from fp8lab.widgets import LIVE_PANELS, PANELS, SLIDERS
+    """The cells of a notebook that display a live panel with a slider (fp8lab.lab.panels.LIVE_PANELS)."""
+    from fp8lab.lab.panels import LIVE_PANELS, PANELS, SLIDERS
 
     live = {}
     for name in LIVE_PANELS:
@@ -231,7 +231,7 @@ KERNEL_EXEC_JS = r"""code => new Promise(resolve => {
 # In the kernel: after the redraws end, every panel's plot shows its controls' values.
 DRAWN_CHECK = """
 import gc as _gc
-from fp8lab.widgets import Panel as _Panel
+from fp8lab.lab.panels import Panel as _Panel
 _stale = []
 for _p in [o for o in _gc.get_objects() if isinstance(o, _Panel)]:
     if not _p.wait_redrawn(20):

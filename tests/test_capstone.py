@@ -12,11 +12,12 @@ import pytest
 import torch
 
 import fp8lab
-from fp8lab import capstone, cost, realdata
-from fp8lab import exercises as ex
-from fp8lab.gemm import _k_blocks, _segments
-from fp8lab.recipes import RECIPES, get_recipe
-from fp8lab.train import MarkovTask, make_model
+from fp8lab.data import real as realdata
+from fp8lab.gemm.emulation import _k_blocks, _segments
+from fp8lab.lab import exercises as ex
+from fp8lab.numerics.recipes import RECIPES, get_recipe
+from fp8lab.training import capstone, cost
+from fp8lab.training.models import MarkovTask, make_model
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "08_your_model.ipynb"
 

@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from fp8lab.bench import bench_gemm, bench_quantize
-from fp8lab.lab import CONFIG_DIR, find_free_port, jupyter_command, lab_environment
+from fp8lab.bench.gemm import bench_gemm
+from fp8lab.bench.quantize import bench_quantize
+from fp8lab.lab.launcher import CONFIG_DIR, find_free_port, jupyter_command, lab_environment
 
 
 def _run(*args):

@@ -1,4 +1,4 @@
-"""fp8lab.distributed: 2 CPU processes (torchrun, gloo, FSDP2) against the single-process run.
+"""fp8lab.training.distributed: 2 CPU processes (torchrun, gloo, FSDP2) against the single-process run.
 
 Why the curves differ at all, measured here (torch 2.13 CPU, 2 ranks x 16 sequences, 8 steps):
 - reduction order: gradients are summed as two partial GEMMs plus a reduce-scatter instead
@@ -26,10 +26,10 @@ import pytest
 import torch
 from torch import nn
 
-from fp8lab.distributed import DistConfig, DistributedRunError, compare, main, run_distributed, run_single
 from fp8lab.nn import FP8Linear, Monitor, scale_spans_tokens
-from fp8lab.scaling import PerBlock, PerRow, PerTensor
-from fp8lab.train import train
+from fp8lab.numerics.scaling import PerBlock, PerRow, PerTensor
+from fp8lab.training.distributed import DistConfig, DistributedRunError, compare, main, run_distributed, run_single
+from fp8lab.training.train import train
 
 REPO = Path(__file__).resolve().parent.parent
 FLOOR = 1e-5  # steps that must agree: measured <= 5e-7 (fp32 reduction-order noise)
@@ -144,7 +144,7 @@ def test_config_errors_name_the_valid_choices(kw, words):
 
 
 def test_a_config_is_passed_whole_or_built_from_its_fields():
-    from fp8lab.distributed import config
+    from fp8lab.training.distributed import config
 
     cfg = DistConfig("mxfp8", steps=4, seed=3)
     assert config(cfg) == cfg
@@ -162,7 +162,7 @@ def test_the_command_line_is_the_dataclass():
     arrives in the config (nothing is repeated by hand, so nothing can be forgotten)."""
     from dataclasses import fields
 
-    from fp8lab.distributed import _config, _parser
+    from fp8lab.training.distributed import _config, _parser
 
     parser = _parser()
     dests = {a.dest: a for a in parser._actions}
@@ -179,7 +179,7 @@ def test_the_command_line_is_the_dataclass():
 
 
 def test_tokens_one_block_spans():
-    from fp8lab.distributed import _token_block
+    from fp8lab.training.distributed import _token_block
 
     # a rank must hold a multiple of these for its blocks to be the single-process run's blocks
     assert {r: _token_block(r) for r in ("tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4")} == {
@@ -187,7 +187,7 @@ def test_tokens_one_block_spans():
 
 
 def test_run_single_equals_train():
-    """One training step function (fp8lab.train.train_step) behind both: the same losses, bit for bit,
+    """One training step function (fp8lab.training.train.train_step) behind both: the same losses, bit for bit,
     with the sink channels on (their weights held at zero by the model's projection)."""
     single = run_single("blockwise", steps=3, seed=1, device="cpu", sink_magnitude=1e6)
     ref = train(["blockwise"], model="transformer", steps=3, seed=1, batch=32, progress=False, monitor_every=None,
@@ -206,7 +206,7 @@ def test_cli_blockwise_on_two_processes_matches_one(tmp_path):
     out = tmp_path / "losses.json"
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "fp8lab.distributed", "--nproc", "2", "--recipe", "blockwise", "--steps", "8",
+        [sys.executable, "-m", "fp8lab.training.distributed", "--nproc", "2", "--recipe", "blockwise", "--steps", "8",
          "--device", "cpu", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=180,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -265,7 +265,7 @@ def test_a_killed_notebook_kernel_leaves_no_run_behind(tmp_path):
     """A kernel killed (or restarted) mid-run: torchrun runs in a session of its own, so nothing
     signals it; the watchdog sees the kernel's end of its pipe close and ends the run, and the
     scratch folder goes too."""
-    code = ("from fp8lab.distributed import run_distributed\n"
+    code = ("from fp8lab.training.distributed import run_distributed\n"
             "run_distributed('tensorwise', steps=8, stream=lambda line: print(line, flush=True), fail_rank=1,\n"
             "                fail_step=0, fail_mode='hang', timeout_s=300)\n")
     kernel = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -298,7 +298,7 @@ def test_the_worker_flag_outside_torchrun_says_what_to_run(monkeypatch, capsys):
         monkeypatch.delenv(name, raising=False)
     assert main(["--worker"]) == 2
     err = capsys.readouterr().err
-    assert "torchrun" in err and "RANK" in err and "python -m fp8lab.distributed --nproc" in err
+    assert "torchrun" in err and "RANK" in err and "python -m fp8lab distributed --nproc" in err
     assert "Traceback" not in err and "KeyError" not in err
 
 

@@ -225,7 +225,7 @@ def test_readme_binder_link_opens_notebook_00():
 def test_binder_start_puts_the_labs_jupyter_config_first():
     """repo2docker runs binder/start before Jupyter: the lab's configuration (no news pop-up)
     joins JUPYTER_CONFIG_PATH ahead of what was there, and the command runs."""
-    from fp8lab.lab import CONFIG_DIR
+    from fp8lab.lab.launcher import CONFIG_DIR
 
     start = REPO / "binder" / "start"
     assert start.stat().st_mode & 0o111, "binder/start must be executable"

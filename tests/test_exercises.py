@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fp8lab import exercises as ex
+from fp8lab.lab import exercises as ex
 
 
 def _solution(text: str, name: str = "fn"):
@@ -114,10 +114,10 @@ def test_survivors(wrong, needle):
 
 
 def test_survivors_come_from_the_measured_runs_and_accept_baselines():
-    from fp8lab.answers import survivors
+    from fp8lab.lab.answers import survivors
 
     truth = survivors()
-    assert truth == {"blockwise", "mxfp8"}  # the lesson, as measured (fp8lab.measured; tests/test_lessons.py)
+    assert truth == {"blockwise", "mxfp8"}  # the lesson, as measured (fp8lab.training.measured; tests/test_lessons.py)
     assert ex.check_survivors(truth)
     assert ex.check_survivors("blockwise, mxfp8")
     f = ex.check_survivors({"fp32", "blockwise", "mxfp8"})  # fp32 is a baseline, not unknown
@@ -130,7 +130,7 @@ def test_delayed_amax_names_transformer_engines_convention():
 
 
 def test_history():
-    from fp8lab.measured import recovery
+    from fp8lab.training.measured import recovery
 
     best = ex.history_answer()
     rec = dict(zip(recovery()["history"], recovery()["steps_to_recover"], strict=True))
@@ -151,7 +151,7 @@ def _run(losses_at_30: dict, losses_at_150: dict):
     """A TrainResult-like run: each recipe's loss flat at one value up to step 29, another after."""
     import pandas as pd
 
-    from fp8lab.train import TrainResult
+    from fp8lab.training.train import TrainResult
 
     rows = [{"step": s, "run": r, "loss": losses_at_30[r] if s < 30 else losses_at_150[r]}
             for s in range(150) for r in losses_at_30]

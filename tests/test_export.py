@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import fp8lab
-from fp8lab.export import TARGETS, export, export_table
-from fp8lab.recipes import RECIPES, VARIANTS
-from fp8lab.train import TeacherTask, make_model
+from fp8lab.numerics.recipes import RECIPES, VARIANTS
+from fp8lab.training.export import TARGETS, export, export_table
+from fp8lab.training.models import TeacherTask, make_model
 
 ALL = (*RECIPES, *VARIANTS)
 

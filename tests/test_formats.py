@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import fp8lab
-from fp8lab import kernels
-from fp8lab.formats import BF16, E2M1, E4M3, E5M2, E8M0, FP16, cast, cast_reference, get_format, widen
+from fp8lab.numerics import kernels
+from fp8lab.numerics.formats import BF16, E2M1, E4M3, E5M2, E8M0, FP16, cast, cast_reference, get_format, widen
 
 
 def kernel_cast(x, fmt, dtype=torch.float32):

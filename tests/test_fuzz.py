@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import fp8lab
-from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, kernels
-from fp8lab.formats import cast, cast_reference
-from fp8lab.metrics import (
+from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor
+from fp8lab.numerics import kernels
+from fp8lab.numerics.formats import cast, cast_reference
+from fp8lab.numerics.metrics import (
     overflow_fraction,
     overflow_underflow,
     relative_error,
@@ -28,8 +29,8 @@ from fp8lab.metrics import (
     subnormal_fraction,
     underflow_fraction,
 )
-from fp8lab.quantize import quantize_spec, quantize_with
-from fp8lab.recipes import RECIPES, VARIANTS
+from fp8lab.numerics.quantize import quantize_spec, quantize_with
+from fp8lab.numerics.recipes import RECIPES, VARIANTS
 
 pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
 

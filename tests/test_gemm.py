@@ -192,14 +192,14 @@ def test_accumulator_model_validates():
 
 def test_without_a_gpu_everything_is_emulated_with_the_reason(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    fp8lab.gemm._cpu_choice.cache_clear()
+    fp8lab.gemm.backend._cpu_choice.cache_clear()
     choice = resolve_backend("blockwise", "cpu")
     assert choice.backend == "emulated" and "no CUDA device" in choice.reason
     with pytest.raises(KernelUnavailable, match="no CUDA device"):
         resolve_backend("tensorwise", "cpu", backend="scaled_mm")
     with pytest.raises(KernelUnavailable, match="no CUDA device"):
         real_mm(*quantize_operands(torch.randn(16, 32), torch.randn(32, 16)))
-    fp8lab.gemm._cpu_choice.cache_clear()
+    fp8lab.gemm.backend._cpu_choice.cache_clear()
 
 
 def test_the_choice_is_printed_once(capsys):

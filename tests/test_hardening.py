@@ -12,11 +12,12 @@ import torch
 
 import fp8lab
 import fp8lab.nn
-import fp8lab.train
-from fp8lab import E2M1, E4M3, E5M2, E8M0, AmaxHistory, PerBlock, PerRow, PerTensor, kernels, quantize
+import fp8lab.training.train
+from fp8lab import E2M1, E4M3, E5M2, E8M0, AmaxHistory, PerBlock, PerRow, PerTensor, quantize
 from fp8lab.gemm import AccumulatorModel, emulated_mm
-from fp8lab.metrics import overflow_fraction
-from fp8lab.quantize import QuantizedTensor, quantize_spec
+from fp8lab.numerics import kernels
+from fp8lab.numerics.metrics import overflow_fraction
+from fp8lab.numerics.quantize import QuantizedTensor, quantize_spec
 
 needs_kernels = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
 BOTH_PATHS = pytest.mark.parametrize("path", ["kernels", "torch"])
@@ -225,7 +226,7 @@ def test_convert_none_and_train_with_one_recipe_name():
     """Before: convert(None) raised AttributeError; train(recipes="tensorwise") said "unknown recipe 't'"."""
     with pytest.raises(TypeError, match=r"convert takes a torch\.nn\.Module, got NoneType"):
         fp8lab.nn.convert(None, "tensorwise")
-    res = fp8lab.train.train(recipes="tensorwise", steps=2, batch=8, progress=False, monitor_every=None)
+    res = fp8lab.training.train.train(recipes="tensorwise", steps=2, batch=8, progress=False, monitor_every=None)
     assert set(res.history["run"]) == {"tensorwise"}
 
 
@@ -301,7 +302,7 @@ def test_delayed_fp8_linear_scales_with_the_history_and_records_this_steps_amax(
 
 def test_check_scale_refuses_the_reciprocal():
     """Survivor: check_scale refused the reciprocal only by accident (a division by zero)."""
-    from fp8lab.exercises import check_scale
+    from fp8lab.lab.exercises import check_scale
 
     def reciprocal(x):
         amax = x.abs().max().item()

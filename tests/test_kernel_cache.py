@@ -1,4 +1,4 @@
-"""fp8lab.kernels' build cache: private, never loads what others could have written, heals a
+"""fp8lab.numerics.kernels' build cache: private, never loads what others could have written, heals a
 corrupt library, tidies killed builds and old ones, and builds where a Mac's compiler would.
 
 Each test loads the kernels afresh (kernels._load.__wrapped__, not the process's cached load)
@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp8lab import E2M1, E4M3, E5M2, PerBlock, PerRow, PerTensor, kernels, quantize
+from fp8lab import E2M1, E4M3, E5M2, PerBlock, PerRow, PerTensor, quantize
+from fp8lab.numerics import kernels
 
 COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
@@ -209,7 +210,7 @@ def test_a_library_that_never_loads_is_reported_as_such(cache, tmp_path, monkeyp
 def test_a_killed_build_leaves_no_temporary_behind(cache, tmp_path):
     """A process killed while compiling leaves its temporary; the next load removes it."""
     slow = _script(tmp_path / "cc", 'case " $* " in *" -o "*) sleep 60;; esac')
-    proc = subprocess.Popen([sys.executable, "-c", "from fp8lab import kernels; kernels.status()"],
+    proc = subprocess.Popen([sys.executable, "-c", "from fp8lab.numerics import kernels; kernels.status()"],
                             env={**os.environ, "CC": slow, "XDG_CACHE_HOME": str(cache.parent)},
                             start_new_session=True)
     try:

@@ -1,4 +1,5 @@
-"""fp8lab.kernels: the fused C loops give the torch code's numbers bit for bit (and did run), and fall back cleanly."""
+"""fp8lab.numerics.kernels: the fused C loops give the torch code's numbers bit for bit (and did run), and
+fall back cleanly."""
 
 import contextlib
 import os
@@ -9,11 +10,12 @@ import pytest
 import torch
 
 import fp8lab
-from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, kernels, quantize, scaling
+from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, quantize
 from fp8lab.gemm import emulated_mm
-from fp8lab.nn import _LayerState, _operand
-from fp8lab.quantize import quantize_spec, quantize_with
-from fp8lab.recipes import RECIPES, get_recipe
+from fp8lab.numerics import kernels, scaling
+from fp8lab.numerics.quantize import quantize_spec, quantize_with
+from fp8lab.numerics.recipes import RECIPES, get_recipe
+from fp8lab.training.layers import _LayerState, _operand
 
 pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
 
@@ -250,7 +252,8 @@ def _python(code: str, **env) -> str:
 
 
 def test_switched_off_or_unbuildable_kernels_fall_back_to_torch_with_a_reason(tmp_path):
-    code = ("import torch; from fp8lab import kernels, quantize; ok, why = kernels.status(); "
+    code = ("import torch; from fp8lab import quantize; from fp8lab.numerics import kernels; "
+            "ok, why = kernels.status(); "
             "q = quantize(torch.randn(64, 64)); print(ok, '|', why, '|', q.values().abs().max().item())")
     off = _python(code, FP8LAB_KERNELS="0")
     assert off.startswith("False | off (FP8LAB_KERNELS=0)") and off.endswith("448.0")
@@ -295,7 +298,7 @@ def test_parts_may_split_a_block_row_and_any_thread_count_gives_the_same_bits(gr
                          ids=lambda g: g.label)
 def test_monitor_counts_match_the_metrics(granularity):
     """quantize(count=True) counts clipped and flushed elements in the kernel's pass: the metrics' numbers."""
-    from fp8lab.metrics import overflow_fraction, overflow_underflow, underflow_fraction
+    from fp8lab.numerics.metrics import overflow_fraction, overflow_underflow, underflow_fraction
 
     clean = _nasty((300, 256), 5)
     with_nan = clean.clone()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab.lab import FIRST_NOTEBOOK, find_free_port, launch, ready
+from fp8lab.lab.launcher import FIRST_NOTEBOOK, find_free_port, launch, ready
 
 from .labserver import isolated_jupyter, running_lab
 

@@ -1,4 +1,4 @@
-"""The lessons of notebook 06, as tests with fixed seeds (settings: fp8lab.train.LESSON).
+"""The lessons of notebook 06, as tests with fixed seeds (settings: fp8lab.training.train.LESSON).
 
 (a) without outliers every FP8 recipe ends within 3% of the fp32 baseline;
 (b) with 4 sink channels at 1e6, per-tensor and per-row E4M3 end >= 25% worse than their
@@ -6,20 +6,20 @@
     smaller activation tiles lose less than larger ones;
 (c) when fc1's input shrinks 1e5-fold mid-run, delayed scaling with a short history
     recovers and a long one lags behind (its old amax flushes the new values to zero).
-Seed 0 is trained here in full; seeds 1 and 2 share the fp32 and FP8 runs that fp8lab.measured
+Seed 0 is trained here in full; seeds 1 and 2 share the fp32 and FP8 runs that fp8lab.training.measured
 ships (notebook 06's cliff), which seed 0's runs check against the code, and train the tiles.
 """
 
 import pandas as pd
 import pytest
 
-from fp8lab.measured import cliff
-from fp8lab.train import LESSON, block_size_recipes, delayed_recipes, train
+from fp8lab.training.measured import cliff
+from fp8lab.training.train import LESSON, block_size_recipes, delayed_recipes, train
 
 SEEDS = (0, 1, 2)
 FP8 = ("tensorwise", "rowwise", "blockwise", "mxfp8")
 TILES = block_size_recipes((32, 512))  # with blockwise itself (1x128): 32 < 128 < 512
-LIVE_SEED = 0  # trained here in full; the other seeds' fp32 and FP8 runs are the ones fp8lab.measured ships
+LIVE_SEED = 0  # trained here in full; the other seeds' fp32 and FP8 runs are the ones fp8lab.training.measured ships
 
 
 def _shipped(magnitude: float, seed: int) -> pd.Series:
@@ -39,7 +39,7 @@ def live():
 @pytest.fixture(scope="module")
 def finals(live):
     """{(sink_magnitude, seed): final losses (mean of the last 10 steps) of every run}: LIVE_SEED's
-    trained now; the other seeds' fp32 and FP8 runs shared with fp8lab.measured (the runs notebook
+    trained now; the other seeds' fp32 and FP8 runs shared with fp8lab.training.measured (the runs notebook
     06 plots, checked against the code below), their tile runs trained now."""
     out = {}
     for magnitude in (0.0, LESSON.sink_magnitude):
@@ -58,9 +58,9 @@ def finals(live):
 @pytest.mark.slow
 @pytest.mark.parametrize("magnitude", [0.0, LESSON.sink_magnitude])
 def test_the_shipped_runs_are_what_the_code_trains_now(live, magnitude):
-    """fp8lab.measured's runs (shipped to 6 significant digits, the lessons' other seeds) are the
+    """fp8lab.training.measured's runs (shipped to 6 significant digits, the lessons' other seeds) are the
     code's: LIVE_SEED trained now ends where the shipped table says, every run (a change to
-    training, quantization or the GEMM moves these: then `python -m fp8lab.measured --write`)."""
+    training, quantization or the GEMM moves these: then `python -m fp8lab measured --write`)."""
     shipped = _shipped(magnitude, LIVE_SEED)
     assert set(shipped.index) == {"fp32", *FP8}
     for run, loss in shipped.items():

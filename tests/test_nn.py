@@ -8,8 +8,8 @@ from torch import nn
 import fp8lab
 from fp8lab import RECIPES
 from fp8lab.nn import IDENTITY, FP8Linear, Monitor, convert, fp8_layers, unwrap
-from fp8lab.recipes import VARIANTS
-from fp8lab.train import make_model
+from fp8lab.numerics.recipes import VARIANTS
+from fp8lab.training.models import make_model
 
 U = 2.0**-24
 
@@ -162,7 +162,7 @@ def test_torchao_and_fp8lab_engines_agree(recipe):
     1% on the mean of the last 10 losses over 40 steps.
     torchao leaves fc3 (8 outputs, not a multiple of 16) in high precision: so does fp8lab here."""
     pytest.importorskip("torchao")
-    from fp8lab.train import train
+    from fp8lab.training.train import train
 
     r = train((recipe,), steps=40, engine="fp8lab", skip=["fc3"], progress=False, monitor_every=None).history
     t = train((recipe,), steps=40, engine="torchao", progress=False, monitor_every=None).history

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = ["fp8lab/_kernels.c", "fp8lab/jupyter_config/jupyter_lab_config.json",
-           "fp8lab/jupyter_config/labconfig/default_setting_overrides.json"]
+SHIPPED = ["fp8lab/numerics/_kernels.c", "fp8lab/lab/jupyter_config/jupyter_lab_config.json",
+           "fp8lab/lab/jupyter_config/labconfig/default_setting_overrides.json"]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_the_installed_wheel_builds_and_loads_its_kernels(wheel, tmp_path):
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(site),
                     str(wheel)], check=True, capture_output=True, text=True, timeout=300)
-    code = ("import fp8lab; from fp8lab import kernels; from fp8lab.lab import CONFIG_DIR; "
+    code = ("import fp8lab; from fp8lab.numerics import kernels; from fp8lab.lab.launcher import CONFIG_DIR; "
             "print(fp8lab.__file__); print(CONFIG_DIR.is_dir()); print(*kernels.status(), sep=' | ')")
     env = {**os.environ, "PYTHONPATH": str(site), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     env.pop("FP8LAB_KERNELS", None)

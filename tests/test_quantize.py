@@ -236,7 +236,7 @@ def test_large_tensor_chunks_agree_with_small():
 
 
 def test_an_explicit_amax_per_block_sets_each_scale():
-    """One amax per block, shaped like the scale (fp8lab.distributed passes amaxes reduced over ranks)."""
+    """One amax per block, shaped like the scale (fp8lab.training.distributed passes amaxes reduced over ranks)."""
     g = torch.Generator().manual_seed(5)
     x = torch.randn(40, 96, generator=g)
     for gran in (PerRow(), PerBlock(1, 32)):

@@ -11,12 +11,12 @@ import torch.nn.functional as F
 from torch import nn
 
 import fp8lab
-from fp8lab import nn as fnn
-from fp8lab import readiness
-from fp8lab.metrics import overflow_fraction, sqnr, subnormal_fraction, underflow_fraction
-from fp8lab.recipes import RECIPES, VARIANTS, TensorScaling, get_recipe
-from fp8lab.scaling import PerBlock
-from fp8lab.train import MarkovTask, make_model
+from fp8lab.numerics.metrics import overflow_fraction, sqnr, subnormal_fraction, underflow_fraction
+from fp8lab.numerics.recipes import RECIPES, VARIANTS, TensorScaling, get_recipe
+from fp8lab.numerics.scaling import PerBlock
+from fp8lab.training import layers as fnn
+from fp8lab.training import readiness
+from fp8lab.training.models import MarkovTask, make_model
 
 ALL_RECIPES = [*RECIPES, *VARIANTS]
 

@@ -9,7 +9,7 @@ import torch
 
 import fp8lab
 from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, quantize
-from fp8lab.bench import bench_gpu
+from fp8lab.bench.gpu import bench_gpu
 from fp8lab.gemm import (
     GemmBackend,
     KernelUnavailable,
@@ -20,9 +20,11 @@ from fp8lab.gemm import (
     real_mm,
     swizzle_scales,
 )
-from fp8lab.nn import GPU_GENERATIONS, convert, gemm_table, gpu_support_markdown, layer_gemms
-from fp8lab.recipes import RECIPES, VARIANTS
-from fp8lab.train import TeacherTask, make_model, train_step
+from fp8lab.nn import convert, layer_gemms
+from fp8lab.numerics.recipes import RECIPES, VARIANTS
+from fp8lab.training.gpu_support import GPU_GENERATIONS, gemm_table, gpu_support_markdown
+from fp8lab.training.models import TeacherTask, make_model
+from fp8lab.training.train import train_step
 from tests.scaled_mm_standin import StandIn
 
 ARCHS = {"sm_89": (8, 9), "sm_90": (9, 0), "sm_100": (10, 0)}
@@ -276,7 +278,7 @@ for blocked in ("torchao", "pandas", "matplotlib", "seaborn", "ipywidgets"):
     sys.modules[blocked] = None  # the GPU machine's image: torch, no torchao (and maybe nothing else)
 import torch
 import torch.nn.functional as F
-from fp8lab.bench import bench_gpu
+from fp8lab.bench.gpu import bench_gpu
 from tests.scaled_mm_standin import StandIn
 
 results = {}

@@ -7,9 +7,9 @@ import torch
 
 import fp8lab
 from fp8lab import E4M3, E5M2, RECIPES, AmaxHistory, PerBlock, PerTensor, quantize, quantize_delayed
-from fp8lab.metrics import overflow_fraction, relative_error, sqnr, subnormal_fraction, underflow_fraction
-from fp8lab.recipes import GEMMS, ROLES, VARIANTS, get_recipe
-from fp8lab.scaling import amax_per_block
+from fp8lab.numerics.metrics import overflow_fraction, relative_error, sqnr, subnormal_fraction, underflow_fraction
+from fp8lab.numerics.recipes import GEMMS, ROLES, VARIANTS, get_recipe
+from fp8lab.numerics.scaling import amax_per_block
 
 # every test here runs on the C kernels and on the torch definition (conftest.both_paths)
 pytestmark = pytest.mark.usefixtures("both_paths")

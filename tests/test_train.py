@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-import fp8lab.nn
-from fp8lab.train import BASELINES, LESSON, MarkovTask, TeacherTask, make_model, train
+import fp8lab.training.layers
+from fp8lab.training.models import MarkovTask, TeacherTask, make_model
+from fp8lab.training.train import BASELINES, LESSON, train
 
 
 def test_same_seed_same_history_and_runs_share_data_and_init():
@@ -21,13 +22,13 @@ def test_same_seed_same_history_and_runs_share_data_and_init():
 
 
 def test_a_nan_stops_one_run_and_the_others_go_on(monkeypatch):
-    real_mm = fp8lab.nn._mm
+    real_mm = fp8lab.training.layers._mm
 
     def poisoned(state, a_q, b_q, gemm):
         out = real_mm(state, a_q, b_q, gemm)
         return out * math.nan if state.recipe.name == "mxfp8" else out
 
-    monkeypatch.setattr(fp8lab.nn, "_mm", poisoned)
+    monkeypatch.setattr(fp8lab.training.layers, "_mm", poisoned)
     res = train(("fp32", "mxfp8", "tensorwise"), steps=5, progress=False)
     assert any("mxfp8 stopped at step 0: loss is nan" in m for m in res.messages)
     h = res.history

@@ -10,9 +10,9 @@ import time
 import pytest
 from PIL import Image
 
-from fp8lab import plots
-from fp8lab.answers import Prediction
-from fp8lab.widgets import PANELS, BitsPanel, DistributedPanel, TimingPanel, TrainingPanel, sweep_values
+from fp8lab.figures import plots
+from fp8lab.lab.panels import PANELS, BitsPanel, DistributedPanel, TimingPanel, TrainingPanel, sweep_values
+from fp8lab.lab.predictions import Prediction
 
 
 def seen(panel) -> str:
@@ -62,7 +62,7 @@ def test_every_control_changes_what_the_learner_sees(name):
 
 def test_the_sweep_fails_on_a_dead_control_and_on_an_error(monkeypatch):
     """The test above can fail: a control the panel ignores, and a value that errs, are caught."""
-    from fp8lab.widgets import PerTensorPanel
+    from fp8lab.lab.panels import PerTensorPanel
 
     panel = PerTensorPanel()
     original = PerTensorPanel.compute
@@ -93,7 +93,7 @@ def test_run_controls_are_named_over_the_plot_until_start():
 
 
 def test_training_panel_applies_history_margin_and_the_input_drop():
-    from fp8lab.recipes import DelayedSpec
+    from fp8lab.numerics.recipes import DelayedSpec
 
     panel = TrainingPanel()
     panel.update(recipes=("delayed",), history=4, margin=2)
@@ -289,7 +289,7 @@ def test_training_panel_updates_while_it_trains_and_stops():
 
 @pytest.mark.slow
 def test_the_sink_cliff_recomputes_a_shipped_point_live():
-    """One point of fp8lab.measured, trained again now: the same final loss (seed 0)."""
+    """One point of fp8lab.training.measured, trained again now: the same final loss (seed 0)."""
     panel = PANELS["training_cliff"]()
     panel.update(recipes=("fp32", "tensorwise", "blockwise"), sinks=1e6)
     panel.recompute(blocking=True)
@@ -310,7 +310,7 @@ def test_sweep_values_cover_every_control():
 
 
 def test_sliders_of_live_panels_update_while_dragged_and_expensive_ones_on_release():
-    from fp8lab.widgets import LIVE_PANELS
+    from fp8lab.lab.panels import LIVE_PANELS
 
     assert set(LIVE_PANELS) == set(PANELS) - {"timing", "training", "distributed"}
     for name, make in PANELS.items():
@@ -327,7 +327,7 @@ def test_changes_during_a_redraw_coalesce_to_the_newest_value(monkeypatch):
     redraw runs: one more redraw follows, with the last value; none of the stale ones is drawn."""
     import threading
 
-    from fp8lab.widgets import PerTensorPanel
+    from fp8lab.lab.panels import PerTensorPanel
 
     panel = PerTensorPanel()
     panel.refresh()
@@ -362,7 +362,7 @@ def test_changes_during_a_redraw_coalesce_to_the_newest_value(monkeypatch):
 
 
 def test_a_change_after_the_redraws_end_draws_again():
-    from fp8lab.widgets import AccumulationPanel
+    from fp8lab.lab.panels import AccumulationPanel
 
     panel = AccumulationPanel()
     panel.refresh()
@@ -404,7 +404,7 @@ def test_a_redraw_shows_what_a_whole_fresh_drawing_shows(name):
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from fp8lab.render import LayeredCanvas, glyph_cache_stats
+    from fp8lab.figures.render import LayeredCanvas, glyph_cache_stats
 
     panel = _panel(name)
     fig = panel._figure[0]
@@ -442,7 +442,8 @@ def test_a_redraw_shows_what_a_whole_fresh_drawing_shows(name):
 def test_a_redraw_computes_with_one_torch_thread_and_the_timing_panel_with_all(monkeypatch):
     import torch
 
-    from fp8lab.widgets import TORCH_THREADS, PerTensorPanel
+    from fp8lab.lab.panels import PerTensorPanel
+    from fp8lab.lab.panels.base import TORCH_THREADS
 
     seen_threads = []
     original = PerTensorPanel.compute
@@ -488,7 +489,7 @@ def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
     import torch
 
     from fp8lab import quantize
-    from fp8lab.scaling import PerTensor
+    from fp8lab.numerics.scaling import PerTensor
 
     cliff = pd.DataFrame([{"recipe": r, "outliers": o, "ordinary_sqnr_db": 30 - i * math.log10(o)}
                           for i, r in enumerate(("a", "b", "c")) for o in (1, 10, 100, 1000)])

@@ -49,7 +49,7 @@ def child(pytest_args: list[str]) -> int:
     """In the process with libasan preloaded: build, load, run the tests."""
     import pytest
 
-    from fp8lab import kernels
+    from fp8lab.numerics import kernels
 
     if os.environ.get("FP8LAB_ASAN_CANARY"):
         import tempfile

@@ -8,8 +8,6 @@ is killed if they fail. Reports the score and the time; exits 1 if any mutation 
     python tools/mutate.py                 # all of them
     python tools/mutate.py -k cast -v      # those whose name contains "cast", with pytest's output
     python tools/mutate.py --list
-
-The list includes the six survivors of issue 14's first mutation run (named "survivor: ...").
 """
 
 from __future__ import annotations
@@ -38,12 +36,17 @@ class Mutation:
 
 
 def m(name: str, path: str, old: str, new: str, *tests: str) -> Mutation:
-    """A mutation; the hardening tests (quick, aimed) run first."""
+    """A mutation; the hardening tests (quick, aimed) run first. A folder as `path` means the one
+    file in it that holds `old`."""
+    if path.endswith("/"):
+        holders = [f for f in sorted((ROOT / path).glob("*.py")) if old in f.read_text()]
+        path = str(holders[0].relative_to(ROOT)) if len(holders) == 1 else path + "(not found once)"
     return Mutation(name, path, old, new, tuple(sorted(tests, key=lambda t: t != HARD)))
 
 
-F, S, Q, K, C = "fp8lab/formats.py", "fp8lab/scaling.py", "fp8lab/quantize.py", "fp8lab/kernels.py", "fp8lab/_kernels.c"
-G, N, MT, R, X = "fp8lab/gemm.py", "fp8lab/nn.py", "fp8lab/metrics.py", "fp8lab/recipes.py", "fp8lab/exercises.py"
+NUM = "fp8lab/numerics/"
+F, S, Q, K, C = NUM + "formats.py", NUM + "scaling.py", NUM + "quantize.py", NUM + "kernels.py", NUM + "_kernels.c"
+G, N, MT, R, X = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py", "fp8lab/lab/exercises.py"
 T = "tests/"
 HARD = T + "test_hardening.py"
 
@@ -79,7 +82,7 @@ MUTATIONS = [
       "cast(ideal.clamp(max=args.scale_fmt.max_value)", T + "test_quantize.py"),
     m("NVFP4 tensor scale without the E4M3 max", S, "divisor = args.scale_fmt.max_value * fmt.max_value",
       "divisor = fmt.max_value", T + "test_kernels.py::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
-    m("survivor: replay counts the current amax", S, "used.append(a if past is None else past)",
+    m("replay counts the current amax", S, "used.append(a if past is None else past)",
       "used.append(a if past is None else max(past, a))", T + "test_scaling_metrics_recipes.py", HARD),
     m("amax history drops or keeps NaN by its place", S,
       "return math.nan if any(math.isnan(a) for a in self._history) else max(self._history)",
@@ -104,7 +107,7 @@ MUTATIONS = [
       "                scaled = scaled.t().contiguous().t()  # a transposed view, laid out as the kernel writes it\n",
       "", T + "test_kernels.py::test_matmul_of_transposed_weights_matches_with_and_without_kernels"),
     # ---- the C kernels
-    m("survivor: C cast turns an overflowing product into NaN", C, "uint32_t nan = ab > 0x7F800000u;",
+    m("C cast turns an overflowing product into NaN", C, "uint32_t nan = ab > 0x7F800000u;",
       "uint32_t nan = ab >= 0x7F800000u;", HARD),
     m("C exact rule: no floor on the inverse", C, "q = q > (double)FLT_MAX ? (double)FLT_MAX : (q < lo ? lo : q);",
       "q = q > (double)FLT_MAX ? (double)FLT_MAX : q;", HARD,
@@ -133,10 +136,10 @@ MUTATIONS = [
       "exponent_min=lo, exponent_max=hi", "exponent_min=-126, exponent_max=hi",
       T + "test_kernels.py::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
     # ---- the emulated GEMM
-    m("survivor: b's block scales indexed with a's block width", G,
+    m("b's block scales indexed with a's block width", G,
       "factor = sa[:, start // wa, None] * sb[None, :, start // wb]",
       "factor = sa[:, start // wa, None] * sb[None, :, start // wa]", T + "test_gemm.py", HARD),
-    m("survivor: accumulator drops the last partial promotion interval", G,
+    m("accumulator drops the last partial promotion interval", G,
       "if end % interval == 0 or end >= k:", "if end % interval == 0:", T + "test_gemm.py", HARD),
     m("fast GEMM drops a's per-row scale beside a folded b", G,
       "    elif post_a is not None:\n        out.mul_(post_a[:, None] if post_a.dim() else post_a)\n",
@@ -147,10 +150,10 @@ MUTATIONS = [
       "return math.gcd(width_a, width_b) if width_a < k or width_b < k else k",
       "return max(width_a, width_b) if width_a < k or width_b < k else k", T + "test_gemm.py", HARD),
     # ---- nn
-    m("survivor: delayed FP8Linear scales with the current amax", N,
+    m("delayed FP8Linear scales with the current amax", N,
       "amax = current.reshape(()) if past is None else torch.tensor(past, dtype=torch.float32, device=t.device)",
       "amax = current.reshape(())", T + "test_nn.py", HARD),
-    m("survivor: delayed FP8Linear records the amax it used", N, "history.record(float(current.max()))",
+    m("delayed FP8Linear records the amax it used", N, "history.record(float(current.max()))",
       "history.record(float(amax.max()))", T + "test_nn.py", HARD),
     m("transposed blocks keep their orientation", N,
       "return PerBlock(g.cols, g.rows) if isinstance(g, PerBlock) else g",
@@ -167,7 +170,7 @@ MUTATIONS = [
       '"mxfp8",\n            TensorScaling(E4M3, PerBlock(1, 32), "floor", E8M0)',
       T + "test_scaling_metrics_recipes.py", T + "test_export.py"),
     # ---- exercises
-    m("survivor: check_scale accepts the reciprocal", X, "        if math.isclose(got, want, rel_tol=1e-5):\n",
+    m("check_scale accepts the reciprocal", X, "        if math.isclose(got, want, rel_tol=1e-5):\n",
       "        if math.isclose(got, want, rel_tol=1e-5) or (want > 0 and math.isclose(got * want, 1, rel_tol=1e-4)):\n",
       T + "test_exercises.py", HARD),
 ]
@@ -209,10 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [mu for mu in MUTATIONS if args.k.lower() in mu.name.lower()]
     if args.list:
         for mu in chosen:
-            print(f"{mu.path:<22} {mu.name}  [{' '.join(mu.tests)}]")
+            print(f"{mu.path:<32} {mu.name}  [{' '.join(mu.tests)}]")
         return 0
     for mu in chosen:  # every edit must apply exactly once, or the list has gone stale
-        count = (ROOT / mu.path).read_text().count(mu.old)
+        target = ROOT / mu.path
+        count = target.read_text().count(mu.old) if target.is_file() else 0
         if count != 1:
             print(f"stale mutation {mu.name!r}: its text occurs {count} times in {mu.path}", file=sys.stderr)
             return 2

@@ -1,0 +1,722 @@
+"""Figures: each function takes data (and an optional ax), draws, and returns the ax.
+
+Public: use_theme, figure, to_png, histogram_log2, kept_lines, number_line, scale_heatmap,
+block_error_heatmap, metric_vs_block, overflow_vs_block, gemm_error_vs_k, bars,
+loss_curves, monitor_lines, amax_over_steps, outlier_cliff, sink_cliff, readiness_heatmap,
+PALETTE, PIXEL_RATIO. One seaborn theme and a colour-blind-safe palette everywhere; axes carry
+units and tick labels (tests/test_widgets.py checks every panel's axes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+import torch
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator, PercentFormatter, ScalarFormatter
+
+from fp8lab.numerics.formats import FloatFormat, get_format
+from fp8lab.numerics.quantize import QuantizedTensor
+from fp8lab.numerics.scaling import padded_blocks
+
+__all__ = [
+    "LAYER_STYLES",
+    "PALETTE",
+    "PIXEL_RATIO",
+    "amax_over_steps",
+    "bars",
+    "block_error_heatmap",
+    "figure",
+    "gemm_error_vs_k",
+    "histogram_log2",
+    "kept_lines",
+    "log_axis",
+    "loss_curves",
+    "magnitude",
+    "metric_vs_block",
+    "monitor_lines",
+    "number_line",
+    "outlier_cliff",
+    "overflow_vs_block",
+    "readiness_heatmap",
+    "run_colors",
+    "runs_legend",
+    "scale_heatmap",
+    "sink_cliff",
+    "steady_limits",
+    "to_png",
+    "use_theme",
+]
+
+PALETTE = sns.color_palette("colorblind")
+CLIP = "#d55e00"  # vermillion: values that clip (overflow)
+FLUSH = "#7f7f7f"  # grey: values that flush to zero (underflow)
+WINDOW = "#009e73"  # green: the representable window
+LAYER_STYLES = ("-", "--", ":", "-.")
+PIXEL_RATIO = 2  # PNGs carry 2x the pixels of their size on the page: sharp on high-DPI screens
+
+
+def use_theme() -> None:
+    """The lab's look: seaborn 'whitegrid', the colour-blind palette, compact fonts."""
+    sns.set_theme(style="whitegrid", palette="colorblind", context="notebook", font_scale=0.9)
+    # axes.titley fixed: matplotlib otherwise measures every tick label on each draw to
+    # place titles clear of top ticks (none here), ~40% of a widget's redraw
+    plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "figure.autolayout": False,
+                         "axes.titlesize": 11, "axes.titleweight": "bold", "axes.titley": 1.0})
+    try:  # inline notebook figures at 2x pixels too ("retina": shown at half their pixel size)
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        set_matplotlib_formats("retina")
+    except ImportError:  # matplotlib without IPython: nothing inline to configure
+        pass
+
+
+def figure(ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3.2, pyplot: bool = True,
+           right: float = 0.6, bottom: float = 0.55, dpi: float | None = None):
+    """A new figure and its axes (a list when there are several).
+
+    pyplot=True: through matplotlib.pyplot, so a notebook shows it inline. pyplot=False: a
+    bare Figure (no global state; safe from a background thread), as the widgets use, with
+    fixed margins (`right` / `bottom`: inches kept free right of the last axes, e.g. for a
+    legend, and below the axes, e.g. for rotated tick labels) and `dpi` (default: the theme's 72).
+    """
+    size = (width * ncols, height * nrows)
+    if pyplot:
+        fig, axes = plt.subplots(nrows, ncols, figsize=size, squeeze=False, layout="constrained")
+    else:
+        # fixed margins: the constrained-layout solver would double the time of a redraw
+        fig = Figure(figsize=size, dpi=dpi)
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+        low = min(bottom / size[1], 0.45)
+        fig.subplots_adjust(left=0.85 / size[0], right=1 - right / size[0], bottom=low,
+                            top=max(1 - 0.35 / size[1], low + 0.2), wspace=0.45, hspace=0.5)
+    flat = list(axes.flat)
+    return fig, (flat[0] if len(flat) == 1 else flat)
+
+
+def to_png(fig, keep: bool = False, pixel_ratio: float = 1) -> bytes:
+    """Render a figure to PNG bytes at pixel_ratio x its dpi. The panels draw at 2x (PIXEL_RATIO:
+    their figures are made at 144 dpi and shown at 72, sharp on high-DPI screens), with Agg
+    keeping rendered glyphs (fp8lab.figures.render: the same bytes, half the render time). Encoded as
+    RGB, not RGBA (the figure is opaque), by fp8lab.figures.render.encode_png. A panel's figure keeps its
+    fp8lab.figures.render.LayeredCanvas (the background kept while it does not change). Unless keep=True
+    (a panel that redraws into the same figure), close the figure and clear it: its reference
+    cycles go now, not in a slow GC pass."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from fp8lab.figures.render import GlyphCacheCanvas, encode_png
+
+    # a pyplot figure keeps its own Agg canvas; a bare one (the panels') gets the glyph cache
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else GlyphCacheCanvas(fig)
+    dpi = fig.dpi
+    if pixel_ratio != 1:
+        fig.set_dpi(dpi * pixel_ratio)
+    try:
+        canvas.draw()
+        rgba = np.asarray(canvas.buffer_rgba())  # (height, width, 4)
+    finally:
+        if pixel_ratio != 1:
+            fig.set_dpi(dpi)
+    png = encode_png(rgba)
+    if not keep:
+        plt.close(fig)
+        fig.clear()
+    return png
+
+
+def _ax(ax):
+    return ax if ax is not None else figure()[1]
+
+
+def log_axis(ax, axis: str = "y", base: float = 10) -> None:
+    """A log axis with a few major ticks and no minor ones (minor log ticks are slow to draw).
+
+    Call after plotting: where the data span less than about two decades, the ticks include
+    2x and 5x (or every integer multiple of) each power, so that a narrow range keeps labels."""
+    getattr(ax, f"set_{axis}scale")("log", base=base)
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    subs: tuple[float, ...] = (1.0,)
+    if base == 10 and 0 < lo < hi:  # the fewest ticks (each costs a redraw time) that still label 2 values
+        for candidate in ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0), tuple(range(1, 10))):
+            first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+            inside = [c * 10.0**d for d in range(first, last + 1) for c in candidate if lo <= c * 10.0**d <= hi]
+            subs = tuple(float(c) for c in candidate)
+            if len(inside) >= 2:
+                break
+    target.set_major_locator(LogLocator(base=base, subs=subs, numticks=7))
+    target.set_minor_locator(NullLocator())
+    # plain-text labels ("0.001", "4096"): the default mathtext ones ("10^-3") cost more to
+    # lay out than the whole rest of a redraw
+    target.set_major_formatter(FuncFormatter(lambda v, _: _tick(v)))
+
+
+def steady_limits(ax, axis: str = "y", step: float | None = None, lo: float | None = None, hi: float | None = None):
+    """Limits that stay put while a slider moves the data a little: the data's range (2% wider),
+    rounded out to whole `step`s (a linear axis) or whole decades (a log axis), and widened to
+    include [lo, hi] where given; a log axis gets log_axis's ticks for them. A panel whose axes
+    stay put keeps its drawn background (ticks, labels, grid: fp8lab.figures.render.LayeredCanvas), and
+    the learner sees the data move, not the axes."""
+    a, b = (ax.dataLim.intervaly if axis == "y" else ax.dataLim.intervalx)
+    a, b = float(min(a, b)), float(max(a, b))
+    log = (ax.get_yscale() if axis == "y" else ax.get_xscale()) == "log"
+    if log:
+        smallest = float(ax.dataLim.minposy if axis == "y" else ax.dataLim.minposx)  # bars start at 0
+        a = a if a > 0 else smallest
+        a, b = max(a, 1e-300), max(b, a)
+        a, b = 10.0 ** math.floor(math.log10(a) - 0.01), 10.0 ** math.ceil(math.log10(b) + 0.01)
+    elif step:
+        pad = 0.02 * (b - a)
+        a, b = step * math.floor((a - pad) / step), step * math.ceil((b + pad) / step)
+        if a == b:
+            b = a + step
+    if lo is not None:
+        a = min(a, lo)
+    if hi is not None:
+        b = max(b, hi)
+    (ax.set_ylim if axis == "y" else ax.set_xlim)(a, b)
+    if log:
+        log_axis(ax, axis)  # its ticks for these limits (log_axis picks them from the limits)
+    return ax
+
+
+def magnitude(v: float) -> str:
+    """A magnitude as the lab writes it: 0 -> "none", powers of ten as 1e5, others as %g."""
+    if v == 0:
+        return "none"
+    k = math.log10(abs(v))
+    return f"1e{round(k)}" if k == round(k) and abs(k) >= 3 else f"{v:g}"
+
+
+def _tick(v: float) -> str:
+    """A plain tick label: integers as integers (4096, 10000), the rest in 3 digits (0.002, 1e+07)."""
+    if v == int(v) and 1 <= abs(v) < 1e6:
+        return str(int(v))
+    return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+
+
+# ---- redrawing in place --------------------------------------------------------------------------------
+
+
+def _kept(ax, key: str, shape, make, move=None):
+    """The artists this ax holds under `key` (a panel redrawing in place, Panel.keep_artists),
+    moved to the new data by move(artists), where they were made for the same `shape` (what
+    decides which artists there are); else the old ones removed and make() drawn. Returns them."""
+    kept = ax.__dict__.setdefault("_fp8lab_kept", {})
+    old = kept.get(key)
+    if old is not None and old[0] == shape and move is not None and all(a.axes is ax for a in old[1]):
+        move(old[1])
+        return old[1]
+    for artist in old[1] if old is not None else ():
+        if artist.axes is ax:
+            artist.remove()
+    made = make()
+    kept[key] = (shape, made)
+    return made
+
+
+def _drop(ax, key: str) -> None:
+    """Remove the artists kept under `key` (a plot that no longer draws them)."""
+    for artist in ax.__dict__.get("_fp8lab_kept", {}).pop(key, (None, ()))[1]:
+        if artist.axes is ax:
+            artist.remove()
+
+
+def _drop_others(ax, prefix: str, given) -> None:
+    """Remove the artists kept under keys that start with `prefix` but are not in `given` (a plot
+    redrawn in place with fewer lines or marks than before)."""
+    for key in [k for k in ax.__dict__.get("_fp8lab_kept", {}) if k.startswith(prefix) and k not in given]:
+        _drop(ax, key)
+
+
+def kept_lines(ax, lines: dict) -> None:
+    """Draw lines {key: (x, y, style)} on ax; on an ax that has lines under these keys (a panel
+    redrawing in place) move them instead (set_data, set(style)) and drop the ones no longer given.
+    The data limits are then recomputed from what is drawn, as a new plot computes them."""
+    _drop_others(ax, "line ", {f"line {key}" for key in lines})
+    for key, (x, y, style) in lines.items():
+        _kept(ax, f"line {key}", None, lambda x=x, y=y, style=style: ax.plot(x, y, **style),
+              lambda made, x=x, y=y, style=style: made[0].set(data=(x, y), **style))
+    ax.relim()
+    ax.autoscale_view()
+
+
+# ---- distributions and formats ---------------------------------------------------------------------
+
+
+def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: FloatFormat | str | None = None,
+                   scale: float | None = None, ax=None, bins: int = 80, title: str = "",
+                   xlim: tuple[float, float] | None = None):
+    """Histogram of log2|x| with the format's window shaded: green where values keep full
+    precision (normal range), lighter where subnormal, grey where they flush to zero,
+    vermillion beyond the max where they clip. A per-tensor scale sets the window. xlim: the
+    x range (log2) to show at least (a panel's fixed axis); wider where the data or window are.
+    On an ax that has this histogram already (a panel redrawing in place) the shading and the
+    bars move."""
+    ax = _ax(ax)
+    fmt = get_format(fmt if fmt is not None else q.fmt if q is not None else "e4m3")
+    if scale is None:
+        scale = float(q.scale.max()) if q is not None and q.scale.numel() == 1 else 1.0
+    a = x.detach().abs().flatten().float()  # float32 log2 is exact enough to bin at 1/80 of the range
+    a = a[a > 0]
+    if len(a) > 200_000:
+        a = a[torch.randperm(len(a), generator=torch.Generator().manual_seed(0))[:200_000]]
+    logs = torch.log2(a).numpy()
+    lo_flush = math.log2(fmt.min_subnormal * scale / 2)  # below half the smallest subnormal: zero
+    lo_normal = math.log2(fmt.min_normal * scale)
+    hi = math.log2(fmt.max_value * scale)
+    # whole multiples of 5 binades (the ticks' step): a slider that moves the data or the window a
+    # little keeps the axis (and what the panel keeps drawn)
+    left = 5 * math.floor(min(logs.min(initial=lo_flush) - 1, lo_flush - 2, *(xlim or ())[:1]) / 5)
+    right = 5 * math.ceil(max(logs.max(initial=hi) + 1, hi + 2, *(xlim or ())[1:]) / 5)
+    spans = [(left, lo_flush, FLUSH, 0.18, "flushes to 0"), (lo_flush, lo_normal, WINDOW, 0.08, "subnormal"),
+             (lo_normal, hi, WINDOW, 0.18, f"{fmt.name} normal range"), (hi, right, CLIP, 0.15, "clips to max")]
+    counts, edges = np.histogram(logs, bins=bins, range=(left, right))
+    heights = np.maximum(counts, 0.5)
+
+    def make():
+        return [*(ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
+                  for x0, x1, color, alpha, label in spans),
+                ax.stairs(heights, edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)]
+
+    def move(made):
+        for rect, (x0, x1, _color, _alpha, label) in zip(made, spans, strict=False):
+            rect.set(x=x0, width=x1 - x0, label=label)
+        made[-1].set_data(heights, edges, baseline=0.5)
+        ax.relim()
+
+    _kept(ax, "histogram", None, make, move)
+    ax.set_xlim(left, right)
+    ax.set_yscale("log")
+    steady_limits(ax, "y", lo=0.5)  # whole decades of counts
+    ax.set_xlabel("log2 |x|  (each unit is a binade: a factor of 2)")
+    ax.set_ylabel("count (log)")
+    ax.set_title(title or f"|x| against the {fmt.name} window (scale {scale:.3g})")
+    ax.legend(loc="upper left", fontsize=7, frameon=True)
+    return ax
+
+
+def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: float = 17, mark: float | None = None):
+    """Where each format's positive values sit on a log2 axis (one row per format)."""
+    ax = _ax(ax)
+    formats = [get_format(f) for f in formats]
+    inside = []  # each format's positive values in [2^lo, 2^hi]
+    for fmt in formats:
+        v = fmt.values()
+        inside.append(v[(v > 0) & (v >= 2.0**lo) & (v <= 2.0**hi)].numpy())
+    # too many values to tell ticks apart: a band, darker where subnormals thin out; else a tick per value
+    dense = [len(v) > 1500 for v in inside]
+    parts = []  # (row, dense, values, half height, alpha): normal values, then subnormals, per row
+    for row, (fmt, v) in enumerate(zip(formats, inside, strict=True)):
+        normal = v >= fmt.min_normal
+        parts += [(row, dense[row], np.log2(v[normal]), 0.35, 0.8 if dense[row] else None),
+                  (row, dense[row], np.log2(v[~normal]), 0.2, 0.35 if dense[row] else 0.5)]
+
+    def span(values):
+        return [values.min(), values.max()] if len(values) else [np.nan, np.nan]
+
+    def make():
+        marks = [ax.fill_between(span(values), row - half, row + half, color=PALETTE[row % 10], alpha=alpha, lw=0)
+                 if band else ax.vlines(values, row - half, row + half, color=PALETTE[row % 10], lw=0.8, alpha=alpha)
+                 for row, band, values, half, alpha in parts]
+        return marks + [ax.text(hi + 0.3, row, f"{len(v)} values", va="center", fontsize=8)
+                        for row, v in enumerate(inside)]
+
+    def move(made):
+        for artist, (row, band, values, half, _alpha) in zip(made, parts, strict=False):
+            if band:
+                artist.set_data(span(values), row - half, row + half)
+            else:
+                artist.set_segments([[(x, row - half), (x, row + half)] for x in values])
+        for label, (row, v) in zip(made[len(parts):], enumerate(inside), strict=True):
+            label.set(position=(hi + 0.3, row), text=f"{len(v)} values")
+
+    _kept(ax, "number line", [(f.name, d) for f, d in zip(formats, dense, strict=True)], make, move)
+    if mark is not None and mark > 0:
+        x, style = math.log2(mark), {"color": CLIP, "lw": 1.5, "ls": "--", "label": f"{mark:g}"}
+        _kept(ax, "mark", None, lambda: [ax.axvline(x, **style)], lambda made: made[0].set(xdata=[x, x], **style))
+        ax.legend(loc="upper left", fontsize=8)
+    else:  # on an ax that showed a mark (redrawn in place): it goes, with its legend
+        _drop(ax, "mark")
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    ax.set_yticks(range(len(formats)), [f.name for f in formats])
+    ax.set_ylim(-0.6, len(formats) - 0.4)
+    ax.set_xlim(lo, hi + 3)
+    ax.set_xlabel("log2(value)  (short ticks: subnormals)")
+    ax.set_title("positive values of each format")
+    ax.grid(axis="y", visible=False)
+    return ax
+
+
+# ---- blocks ------------------------------------------------------------------------------------------
+
+
+def _block_grid(values: torch.Tensor, max_cells: int = 64) -> np.ndarray:
+    v = values.detach().double()
+    if v.dim() == 0:
+        v = v.reshape(1, 1)
+    # average-pool big grids so that a heatmap stays readable and fast
+    while v.shape[0] > max_cells or v.shape[1] > max_cells:
+        pr = 2 if v.shape[0] > max_cells else 1
+        pc = 2 if v.shape[1] > max_cells else 1
+        v = torch.nn.functional.avg_pool2d(v[None, None], (pr, pc), ceil_mode=True)[0, 0]
+    return v.numpy()
+
+
+def _heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = None, vmax: float | None = None,
+             shape: tuple[int, int] | None = None):
+    """imshow + colorbar (what seaborn's heatmap draws, at a fraction of the cost). shape: the
+    (rows, cols) of blocks the grid stands for (it may be pooled): the ticks count blocks."""
+    rows, cols = shape or grid.shape
+
+    def make():
+        im = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest",
+                       extent=(0, cols, rows, 0))
+        ax.figure.colorbar(im, ax=ax, label=label)
+        return [im]
+
+    def move(made):  # new values, same image and colorbar: the pixels of a new drawing
+        im = made[0]
+        im.set_data(grid)
+        im.set_extent((0, cols, rows, 0))
+        with im.norm.callbacks.blocked():  # one colorbar update below, not one per limit
+            im.norm.vmin = float(np.nanmin(grid)) if vmin is None else vmin  # as imshow scales: data range
+            im.norm.vmax = float(np.nanmax(grid)) if vmax is None else vmax
+        im.changed()
+        im.colorbar.set_label(label)
+
+    _kept(ax, "heatmap", cmap, make, move)
+    ax.set_xticks([0, cols], ["0", str(cols)])
+    ax.set_yticks([0, rows], ["0", str(rows)])
+    ax.grid(False)
+
+
+def scale_heatmap(q: QuantizedTensor, ax=None):
+    """log2 of each block's scale: where the blocks with large values are."""
+    ax = _ax(ax)
+    s = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
+    grid = _block_grid(torch.log2(s.clamp(min=1e-45)))
+    # colours on whole multiples of 4 binades: the same colour is the same scale across settings
+    lo, hi = 4 * math.floor(float(grid.min()) / 4), 4 * math.ceil(float(grid.max()) / 4)
+    _heatmap(ax, grid, "viridis", "log2(scale)", vmin=lo, vmax=max(hi, lo + 4),
+             shape=tuple(s.reshape(-1, s.shape[-1]).shape) if s.dim() else (1, 1))
+    ax.set_xlabel(f"block column ({s.shape[-1] if s.dim() else 1} along K)")
+    ax.set_ylabel(f"block row ({s.shape[0] if s.dim() else 1} along M)")
+    ax.set_title(f"scales, {q.granularity.label} blocks")
+    return ax
+
+
+def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None):
+    """The fraction of each block's values that lost more than rounding allows: a relative
+    error beyond half a step of the format's normal range, 2^-(mantissa_bits + 1) (flushed
+    and subnormal values). A block's SQNR would hide it: its energy is the outlier's."""
+    ax = _ax(ax)
+    r, c = q.block_shape
+    x2 = x.detach().reshape(q.shape).float()
+    lost = ((x2 - q.dequantize()).abs() > x2.abs() * 2.0 ** -(q.fmt.mantissa_bits + 1)).float()
+    # padding counts as neither lost nor present: divide by the real elements of each block
+    frac = padded_blocks(lost, (r, c)).sum((1, 3)) / padded_blocks(torch.ones_like(lost), (r, c)).sum((1, 3))
+    _heatmap(ax, _block_grid(frac), "magma_r", "fraction of values lost", vmin=0, vmax=1, shape=tuple(frac.shape))
+    ax.set_xlabel("block column (along K)")
+    ax.set_ylabel("block row (along M)")
+    ax.set_title("values lost per block (dark: most)")
+    return ax
+
+
+def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | None = None):
+    """A metric (default SQNR in dB) against block size, one line per strategy; each tick
+    also gives the scales' memory in bits per element (of the first strategy)."""
+    ax = _ax(ax)
+    labels = list(dict.fromkeys(df["block"]))
+    xs = {b: i for i, b in enumerate(labels)}
+    lines = {strategy: ([xs[b] for b in part["block"]], part[metric].to_numpy(),
+                        {"marker": "o", "color": PALETTE[i % 10], "label": strategy})
+             for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False))}
+    kept_lines(ax, lines)
+    if threshold is None:
+        _drop(ax, "threshold")
+    else:
+        style = {"color": CLIP, "ls": "--", "lw": 1, "label": f"{threshold:g} dB"}
+        _kept(ax, "threshold", None, lambda: [ax.axhline(threshold, **style)],
+              lambda made: made[0].set(ydata=[threshold, threshold], **style))
+    ax.relim()  # with the threshold as it is now (moved, or gone), as a new drawing's limits hold it
+    ax.autoscale_view()
+    ticks = labels
+    if "scale_bits_per_element" in df:
+        bits = df.drop_duplicates("block").set_index("block")["scale_bits_per_element"]
+        ticks = [f"{b}: {bits[b]:.2g} b" for b in labels]
+    ax.set_xticks(range(len(labels)), ticks, fontsize=7, rotation=90)
+    ax.set_xlabel("block: its scales' bits per element")
+    ax.set_ylabel({"sqnr_db": "SQNR (dB, higher is better)"}.get(metric, metric))
+    ax.legend(fontsize=8, loc="lower left")
+    ax.set_title("quality and cost of each block size")
+    return ax
+
+
+def overflow_vs_block(df, ax=None):
+    """The share of values that clipped (overflow) against block size, one line per strategy:
+    where the OCP floor rule pays for its higher SQNR."""
+    ax = _ax(ax)
+    labels = list(dict.fromkeys(df["block"]))
+    xs = {b: i for i, b in enumerate(labels)}
+    kept_lines(ax, {strategy: ([xs[b] for b in part["block"]], part["overflow"].to_numpy(),
+                                {"marker": "o", "color": PALETTE[i % 10], "label": strategy})
+                     for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False))})
+    ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=90)
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
+    # the top at 1, 2 or 5 x a power of ten: an axis that stays put while the data move a little
+    top = max(float(df["overflow"].max()) * 1.1, 1e-3)
+    power = 10.0 ** math.floor(math.log10(top))
+    ax.set_ylim(bottom=0, top=next(m * power for m in (1, 2, 5, 10) if m * power >= top))
+    ax.set_xlabel("block")
+    ax.set_ylabel("values clipped (overflow)")
+    ax.set_title("what each rule clips")
+    return ax
+
+
+def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | None = None):
+    """A quantization metric against outlier magnitude (log x), one line per recipe: where
+    each recipe's ordinary values fall off. df: recipe, outliers, and the metric's column."""
+    ax = _ax(ax)
+    kept_lines(ax, {recipe: (part["outliers"].to_numpy(), part[metric].to_numpy(),
+                              {"marker": "o", "ms": 4, "color": PALETTE[i % 10], "label": recipe})
+                     for i, (recipe, part) in enumerate(df.groupby("recipe", sort=False))})
+    ax.set_xscale("log")
+    log_axis(ax, "x")
+    if metric.endswith("underflow"):
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_ylabel("ordinary values flushed to 0")
+    else:
+        ax.yaxis.set_major_formatter(ScalarFormatter())  # an ax redrawn in place had percent
+        steady_limits(ax, "y", step=10, lo=0, hi=40)  # every recipe's SQNR; the axis stays put
+        ax.set_ylabel("SQNR of ordinary channels (dB)")
+    ax.set_xlabel("outlier channels' magnitude (x the others; 1: no outliers)")
+    ax.legend(fontsize=7, loc="lower left" if not metric.endswith("underflow") else "upper left")
+    ax.set_title("the outlier cliff: where each recipe breaks")
+    return ax
+
+
+def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, live=None):
+    """Final training loss against sink magnitude (log x; 'none' drawn at 1), one line per run.
+
+    df: run, sinks, loss (mean over seeds). relative=True: the change against each run's own
+    no-sink loss. live: optional rows (run, sinks, loss) recomputed now, drawn as crosses."""
+    ax = _ax(ax)
+    d = df.copy()
+    d["x"] = d["sinks"].where(d["sinks"] > 0, 1.0)
+    base = d[d.sinks == 0].set_index("run")["loss"]
+    if relative:
+        d["y"] = d["loss"] / d["run"].map(base) - 1
+    else:
+        d["y"] = d["loss"]
+    colors = {}
+    for i, (run, part) in enumerate(d.groupby("run", sort=False)):
+        colors[run] = PALETTE[i % 10]
+        ax.plot(part["x"], part["y"], marker="o", ms=4, color=colors[run], label=run)
+    if live is not None and len(live):
+        lv = live.copy()
+        lv["x"] = lv["sinks"].where(lv["sinks"] > 0, 1.0)
+        lv["y"] = lv["loss"] / lv["run"].map(base) - 1 if relative else lv["loss"]
+        for run, part in lv.groupby("run", sort=False):
+            ax.scatter(part["x"], part["y"], marker="x", s=60, color=colors.get(run, "black"), zorder=5,
+                       label="recomputed now" if run == lv["run"].iloc[0] else None)
+    if mark is not None:
+        ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1)
+    ax.set_xscale("log")
+    log_axis(ax, "x")
+    if relative:
+        ax.axhline(0.05, color=CLIP, ls="--", lw=1, label="+5%")
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
+        ax.set_ylabel("final loss vs its own no-sink run")
+    else:
+        ax.set_yscale("log")
+        log_axis(ax, "y")
+        ax.set_ylabel("final loss (log)")
+    ax.set_xlabel("sink channels' value (1: no sinks)")
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.set_title("the sink cliff: final loss after 150 steps")
+    return ax
+
+
+# ---- GEMM ---------------------------------------------------------------------------------------------------
+
+
+def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K"):
+    """Relative error of the GEMM against K, one line per accumulation setting (log-log)."""
+    ax = _ax(ax)
+    kept_lines(ax, {label: (part["K"].to_numpy(), part["relative error"].to_numpy(),
+                             {"marker": "o", "color": PALETTE[i % 10], "label": label})
+                     for i, (label, part) in enumerate(df.groupby("accumulation", sort=False))})
+    log_axis(ax, "x", base=2)
+    log_axis(ax, "y")
+    ax.set_xlabel("K (length of each dot product)")
+    ax.set_ylabel("relative error vs exact")
+    ax.legend(fontsize=8, loc="center right")  # between the limited accumulators (above) and fp32 (below)
+    ax.set_title(title)
+    return ax
+
+
+def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", log: bool = False,
+         highlight: str | None = None):
+    """A bar per named value (e.g. error per recipe, time per backend). On an ax that has these
+    bars already (a panel redrawing in place), the bars take the new heights."""
+    ax = _ax(ax)
+    names = list(values)
+    colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
+    made = []
+
+    def make():
+        made.append(True)
+        return list(ax.bar(range(len(names)), [values[n] for n in names], color=colors))
+
+    def move(kept):
+        for rect, name, color in zip(kept, names, colors, strict=True):
+            rect.set(height=values[name], facecolor=color)
+        ax.relim()
+        ax.autoscale_view()
+
+    _kept(ax, "bars", (names, log), make, move)
+    if made:  # new bars get their labels; moved ones keep theirs (the same names)
+        labels = [n.replace(" (", "\n(") for n in names]
+        # upright where they fit side by side (~0.6 em per character at 8 pt), else turned 90 degrees
+        per_bar = ax.get_position().width * ax.figure.get_figwidth() / max(len(names), 1)
+        longest = max((len(line) for lab in labels for line in lab.split("\n")), default=0)
+        upright = longest * 8 * 0.6 / 72 < 0.95 * per_bar
+        ax.set_xticks(range(len(names)), labels, fontsize=8, rotation=0 if upright else 90)
+    if log:
+        log_axis(ax, "y")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return ax
+
+
+# ---- training ---------------------------------------------------------------------------------------------------
+
+
+def run_colors(runs) -> dict:
+    """One colour per run name, in order, shared by every plot of the same runs."""
+    return {run: PALETTE[i % 10] for i, run in enumerate(dict.fromkeys(runs))}
+
+
+def loss_curves(history, ax=None, smooth: int = 5, title: str = "training loss", colors: dict | None = None,
+                legend: bool = True):
+    """Loss against step, one line per run (a rolling mean over `smooth` steps), log y."""
+    ax = _ax(ax)
+    colors = colors or run_colors(history["run"])
+    for run, part in history.groupby("run", sort=False):
+        y = part["loss"].rolling(smooth, min_periods=1).mean() if smooth > 1 else part["loss"]
+        ax.plot(part["step"], y, color=colors[run], label=run, lw=1.5)
+    log_axis(ax, "y")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (log scale)")
+    ax.set_title(title)
+    if len(history) and legend:
+        ax.legend(fontsize=8, loc="upper right")
+    return ax
+
+
+def monitor_lines(monitor, metric: str = "underflow", ax=None, gemm: str = "fprop", role: str = "input",
+                  colors: dict | None = None, legend: bool = True):
+    """A per-layer statistic over training (fraction underflowed, overflowed, amax), per run:
+    colour = run, line style = layer."""
+    ax = _ax(ax)
+    if monitor is None or len(monitor) == 0:
+        ax.set_title(f"{metric}: nothing recorded yet")
+        return ax
+    part = monitor[(monitor["gemm"] == gemm) & (monitor["role"] == role)]
+    colors = colors or run_colors(part["run"])
+    for run, by_run in part.groupby("run", sort=False):
+        for j, (layer, d) in enumerate(by_run.groupby("layer", sort=False)):
+            ax.plot(d["step"], d[metric], color=colors[run], ls=LAYER_STYLES[j % 4], lw=1.2, label=f"{run} {layer}")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    ax.set_xlabel("step")
+    if metric in ("underflow", "overflow"):  # shares as percent: no '1e-3' offset text over the title
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
+        ax.set_ylim(bottom=0, top=max(float(part[metric].max()) * 1.1, 1e-3) if len(part) else 1)
+    else:
+        ax.set_yscale("log")
+        log_axis(ax, "y")
+    ax.set_ylabel({"underflow": "flushed to 0", "overflow": "clipped"}.get(metric, metric))
+    ax.set_title(f"{metric} of each layer's {role} ({gemm})")
+    if legend:  # beside the plot, not over the lines
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
+    return ax
+
+
+def runs_legend(ax, colors: dict, layers=()) -> None:
+    """One legend beside `ax` for a figure of runs (colours) and layers (line styles)."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, lw=2, label=run) for run, c in colors.items()]
+    handles += [Line2D([], [], color="black", ls=LAYER_STYLES[j % 4], lw=1.2, label=layer)
+                for j, layer in enumerate(layers)]
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
+                  frameon=False)
+
+
+def amax_over_steps(df, ax=None):
+    """Delayed scaling over steps: each step's amax, the amax its scale used, and the clips."""
+    ax = _ax(ax)
+    lines = {"amax": (df["step"].to_numpy(), df["amax"].to_numpy(), {"color": PALETTE[0], "label": "this step's amax"})}
+    for i, col in enumerate(c for c in df.columns if c.startswith("scale amax")):
+        lines[col] = (df["step"].to_numpy(), df[col].to_numpy(),
+                      {"drawstyle": "steps-mid", "color": PALETTE[i + 1], "label": col.replace("scale amax", "used")})
+    kept_lines(ax, lines)  # on an ax that has them (a panel redrawing in place), the lines move
+    clips = [c for c in df.columns if c.startswith("overflow")]
+    _drop_others(ax, "marks ", {f"marks {col}" for col in clips})
+    for i, col in enumerate(clips):
+        hit = df[df[col] > 0]
+        _kept(ax, f"marks {col}", None,
+              lambda hit=hit, i=i: [ax.scatter(hit["step"], hit["amax"], color=CLIP, marker="x", s=50, zorder=5,
+                                               label="clipped (overflow)" if i == 0 else None)],
+              lambda made, hit=hit: made[0].set_offsets(np.column_stack([hit["step"], hit["amax"]]).reshape(-1, 2)))
+    log_axis(ax, "y")
+    ax.set_xlabel("step")
+    ax.set_ylabel("amax (log)")
+    ax.legend(fontsize=7)
+    ax.set_title("current amax vs the amax each scale used")
+    return ax
+
+
+# ---- readiness (fp8lab.inspect) ---------------------------------------------------------------------------------
+
+
+def readiness_heatmap(worst, target_db: float, chosen: dict[str, str] | None = None, ax=None, max_labels: int = 40):
+    """Layers x recipes coloured by each layer's worst operand SQNR (dB); red below target_db,
+    blue above; the recipe chosen for each layer (`chosen`: layer -> recipe) is boxed.
+    worst: DataFrame indexed by layer, one column per recipe (ReadinessReport.worst())."""
+    ax = _ax(ax)
+    grid = worst.to_numpy(dtype=float)
+    shown = np.clip(np.nan_to_num(grid, nan=-10.0, posinf=target_db + 30, neginf=-10.0), -10.0, target_db + 30)
+    span = max(abs(shown.max() - target_db), abs(shown.min() - target_db), 1.0)
+    im = ax.imshow(shown, cmap="RdBu", vmin=target_db - span, vmax=target_db + span, aspect="auto",
+                   interpolation="nearest")
+    ax.figure.colorbar(im, ax=ax, label=f"worst operand SQNR (dB); target {target_db:g}")
+    layers, recipes = list(worst.index), list(worst.columns)
+    ax.set_xticks(range(len(recipes)), recipes, rotation=20)
+    if len(layers) <= max_labels:
+        ax.set_yticks(range(len(layers)), [n or "(model)" for n in layers], fontsize=8)
+        for i in range(len(layers)):
+            for j in range(len(recipes)):
+                v = grid[i, j]
+                ax.text(j, i, "inf" if v == math.inf else f"{v:.0f}", ha="center", va="center", fontsize=7,
+                        color="white" if abs(shown[i, j] - target_db) > 0.6 * span else "black")
+    else:
+        ax.set_yticks([])
+        ax.set_ylabel(f"{len(layers)} layers")
+    for i, layer in enumerate(layers):
+        recipe = (chosen or {}).get(layer)
+        if recipe in recipes:
+            j = recipes.index(recipe)
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="black", lw=2))
+    ax.grid(False)
+    ax.set_xlabel("recipe (cheapest first); boxed: each layer's cheapest passing recipe")
+    ax.set_title("FP8 readiness per layer")
+    return ax

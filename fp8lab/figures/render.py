@@ -1,0 +1,384 @@
+"""Agg rendering for the panels: a cache of rendered glyphs, a kept background, a quick PNG.
+
+Public: GlyphCacheCanvas (a FigureCanvasAgg), glyph_cache_stats(), LayeredCanvas (the panels'
+canvas: the background kept while it does not change, see there), encode_png. A panel's redraw spends
+most of its Agg time on text (measured 2026-11-30: ~60% of a render is FreeType laying out
+and rasterizing the same tick labels and titles again), and its pixels do not depend on the
+pixels around them. This canvas keeps each string's layout and each glyph's bitmap, keyed
+by everything matplotlib renders them from (font file and face, size, dpi, hinting, the
+rotation matrix and the position's fraction of a pixel, in FreeType's 1/64 units); a glyph
+moved by whole pixels is the same bitmap moved. The PNGs are byte for byte those of plain
+Agg (tests/test_widgets.py compares every panel). Used by fp8lab.figures.plots.to_png.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from contextlib import contextmanager
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
+from matplotlib.ft2font import RenderMode
+from matplotlib.transforms import Bbox
+
+__all__ = ["GlyphCacheCanvas", "LayeredCanvas", "encode_png", "glyph_cache_stats"]
+
+_MAX_ENTRIES = 20_000  # glyph bitmaps (a few hundred bytes each) and layouts; cleared whole when full
+_layouts: dict[tuple, list[tuple]] = {}
+_glyphs: dict[tuple, tuple[np.ndarray, int, int]] = {}
+_stats = {"glyph hits": 0, "glyph misses": 0}
+_lock = threading.Lock()
+# the private Agg methods this renderer stands in for: if a matplotlib lacks them, plain Agg draws
+SUPPORTED = all(hasattr(RendererAgg, m) for m in ("_prepare_font", "_draw_text_glyphs_and_boxes", "draw_text"))
+
+
+def glyph_cache_stats() -> dict[str, int]:
+    """Hits and misses of the glyph cache since the process started, and its size."""
+    return {**_stats, "glyphs": len(_glyphs), "layouts": len(_layouts)}
+
+
+def _face(ft) -> tuple:
+    return (ft.fname, ft.face_index)
+
+
+class _GlyphCacheRenderer(RendererAgg):
+    """RendererAgg.draw_text with the layout and the glyphs' bitmaps kept (plain text only;
+    mathtext and TeX as Agg draws them)."""
+
+    def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
+        if ismath:
+            return super().draw_text(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
+        features = mtext.get_fontfeatures() if mtext is not None else None
+        language = mtext.get_language() if mtext is not None else None
+        flags = get_hinting_flag()
+        size = prop.get_size_in_points()
+        key = (tuple(prop.get_family()), prop.get_style(), prop.get_variant(), prop.get_weight(), prop.get_stretch(),
+               size, prop.get_file(), prop.get_math_fontfamily(), self.dpi, s, str(flags),
+               tuple(features) if features is not None else None, language)
+        layout = _layouts.get(key)
+        if layout is None:
+            font = self._prepare_font(prop)
+            items = font._layout(s, flags=flags, features=features, language=language)
+            layout = [(item.ft_object, item.glyph_index, item.x, item.y) for item in items]
+            with _lock:
+                if len(_layouts) >= _MAX_ENTRIES:
+                    _layouts.clear()
+                _layouts[key] = layout
+        # as RendererAgg._draw_text_glyphs_and_boxes: y is downwards, a glyph's dy upwards
+        cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
+        matrix = (0x10000 * np.array([[cos, -sin], [sin, cos]]) @ [[1, 0], [0, 1]]).round().astype(int)
+        mkey = tuple(int(v) for v in matrix.flat)
+        antialiased = gc.get_antialiased()
+        height = self.height
+        for ft, glyph_index, dx, dy in layout:
+            tx = round(0x40 * (x + dx * cos - dy * sin))  # FreeType's 1/64 pixel, y upwards
+            ty = round(0x40 * (height - y + dx * sin + dy * cos))
+            gkey = (_face(ft), size, self.dpi, glyph_index, mkey, tx & 63, ty & 63, antialiased, str(flags))
+            hit = _glyphs.get(gkey)
+            if hit is None:
+                ft.set_size(size, self.dpi)
+                ft._set_transform(matrix, [tx & 63, ty & 63])  # the fraction of a pixel only
+                bitmap = ft._render_glyph(glyph_index, flags, RenderMode.NORMAL if antialiased else RenderMode.MONO)
+                buffer = np.array(bitmap.buffer, copy=True)
+                if not antialiased:
+                    buffer *= 0xff
+                hit = (buffer, bitmap.left, bitmap.top)
+                with _lock:
+                    if len(_glyphs) >= _MAX_ENTRIES:
+                        _glyphs.clear()
+                    _glyphs[gkey] = hit
+                _stats["glyph misses"] += 1
+            else:
+                _stats["glyph hits"] += 1
+            buffer, left, top = hit
+            left, top = left + (tx >> 6), top + (ty >> 6)  # whole pixels move the bitmap, nothing else
+            self._renderer.draw_text_image(buffer, left, int(height) - top + buffer.shape[0], 0, gc)
+
+
+class GlyphCacheCanvas(FigureCanvasAgg):
+    """FigureCanvasAgg whose renderer keeps rendered glyphs (see the module docstring)."""
+
+    def get_renderer(self):
+        if not SUPPORTED:
+            return super().get_renderer()
+        w, h = self.get_width_height(physical=True)
+        key = w, h, self.figure.dpi
+        if self._lastKey != key or not isinstance(getattr(self, "renderer", None), _GlyphCacheRenderer):
+            self.renderer = _GlyphCacheRenderer(w, h, self.figure.dpi)
+            self._lastKey = key
+        return self.renderer
+
+
+# -- PNG: the panels' pixels, encoded without PIL's conversions ---------------------------------
+
+def encode_png(rgba: np.ndarray, level: int = 1) -> bytes:
+    """An RGB PNG of an opaque (height, width, 4) uint8 image (alpha dropped), zlib level `level`,
+    rows unfiltered: what PIL writes at compress_level=1 for half the time (measured 2026-11-30:
+    11.5 vs 22 ms for a 1440x576 panel, 111 vs 116 kB). PIL decodes it to the same pixels
+    (tests/test_widgets.py)."""
+    import struct
+    import zlib
+
+    if rgba.ndim != 3 or rgba.shape[2] != 4 or rgba.dtype != np.uint8:
+        raise ValueError(f"encode_png takes a (height, width, 4) uint8 array, got {rgba.shape} {rgba.dtype}")
+    height, width = rgba.shape[:2]
+    rows = np.zeros((height, 1 + 3 * width), np.uint8)  # a 0 byte (filter "none") before each row
+    rows[:, 1:].reshape(height, width, 3)[:] = rgba[..., :3]
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, level))
+            + chunk(b"IEND", b""))
+
+
+# -- layers: what changes with a slider over a background kept while it does not ----------------
+
+def _axis_key(axis) -> tuple:
+    """What an axis draws, without drawing it: scale, limits, tick positions and their labels as
+    the formatter writes them, the label, tick and grid settings, and the existing ticks' label
+    styles (set_xticks(..., fontsize=, rotation=) sets those on the tick objects)."""
+    locs = tuple(np.asarray(axis.get_majorticklocs(), float).tolist())
+    labels = tuple(axis.major.formatter.format_ticks(list(locs))) if locs else ()
+    minor = tuple(np.asarray(axis.get_minorticklocs(), float).tolist())
+    ticks = axis.__dict__.get("majorTicks", [])  # only those already made: making ticks is the cost
+    label = axis.label
+    return (axis.get_visible(), axis.get_scale(), tuple(axis.get_view_interval()), locs, labels,
+            axis.major.formatter.get_offset() if hasattr(axis.major.formatter, "get_offset") else "",
+            minor, repr(sorted(axis._major_tick_kw.items())), repr(sorted(axis._minor_tick_kw.items())),
+            label.get_text(), label.get_fontsize(), label.get_color(), label.get_visible(), axis.get_label_position(),
+            tuple((t.label1.get_fontsize(), t.label1.get_rotation(), t.label1.get_color(), t.label1.get_visible(),
+                   t.label2.get_visible(), t.tick1line.get_visible(), t.gridline.get_visible()) for t in ticks))
+
+
+def _grid_on(axis) -> bool:
+    """Whether the axis draws grid lines (inside the axes, where the data is). Without them an
+    axis draws outside the axes only (ticks point out in the theme), so an image under it (a
+    heatmap, zorder 0) may be drawn after it: the pixels are the same."""
+    import matplotlib as mpl
+
+    if "gridOn" in axis._major_tick_kw:
+        return bool(axis._major_tick_kw["gridOn"])
+    rc = mpl.rcParams
+    return bool(rc["axes.grid"]) and rc["axes.grid.which"] in ("major", "both") and \
+        rc["axes.grid.axis"] in ("both", axis.axis_name)
+
+
+def _handle_key(handle) -> tuple:
+    props = []
+    for getter in ("get_color", "get_facecolor", "get_edgecolor", "get_linestyle", "get_linewidth", "get_marker",
+                   "get_alpha", "get_hatch"):
+        if hasattr(handle, getter):
+            value = getattr(handle, getter)()
+            props.append(repr(np.asarray(value).round(6).tolist()) if isinstance(value, np.ndarray) else repr(value))
+    return (type(handle).__name__, *props)
+
+
+def _legend_key(legend, renderer) -> tuple:
+    return (tuple(t.get_text() for t in legend.get_texts()), tuple(_handle_key(h) for h in legend.legend_handles),
+            tuple(legend.get_window_extent(renderer).bounds), legend.get_frame_on(), legend.get_visible())
+
+
+@contextmanager
+def _hidden(artists):
+    """The artists invisible inside the block, as they were after it."""
+    visible = [a.get_visible() for a in artists]
+    for a in artists:
+        a.set_visible(False)
+    try:
+        yield
+    finally:
+        for a, v in zip(artists, visible, strict=True):
+            a.set_visible(v)
+
+
+class LayeredCanvas(GlyphCacheCanvas):
+    """An Agg canvas that keeps a figure's background while a slider moves.
+
+    A panel's figure is drawn in two layers. The background: the figure and axes patches and the
+    axes' ticks, tick labels, grid and axis labels (matplotlib draws these first, under the data:
+    the theme has axes.axisbelow). The foreground: every other artist (data, spines, titles,
+    texts) in matplotlib's order, legends last, each pasted from an image of it rendered once.
+    The background is drawn again only when what it shows changes (its key: figure size, each
+    axes' position, scales, limits, tick positions and labels as formatted, label texts and tick
+    settings); otherwise its pixels are restored and only the foreground is drawn. The first
+    layer is most of a redraw (measured 2026-11-30: axis and legend drawing were 81-87% of Agg
+    time in delayed, cliff, block_sweep and cost). `keep=False` draws both layers every time (the reference that
+    tests/test_widgets.py compares the kept background against, byte for byte).
+
+    Figures this cannot layer exactly (an artist below the axis, e.g. zorder < 0.5) are drawn
+    whole, as FigureCanvasAgg draws them."""
+
+    def __init__(self, figure, keep: bool = True, glyphs: bool = True) -> None:
+        super().__init__(figure)
+        self.keep, self.glyphs = keep, glyphs
+        self._background = None  # (figure part, axes parts, each axes' region, BufferRegion)
+        self._sprites: dict[tuple, tuple[np.ndarray, int, int]] = {}  # legend key -> (rgba, x, y)
+        self.stats = {"kept": 0, "partly": 0, "drawn": 0, "whole": 0}
+
+    def get_renderer(self):
+        if self.glyphs:
+            return super().get_renderer()
+        return FigureCanvasAgg.get_renderer(self)
+
+    def _layers(self):
+        """(foreground, legends): the artists drawn over the background, as (axes or None, artist),
+        and the legends; None where the figure cannot be layered exactly."""
+        fig = self.figure
+        front, legends = [], []
+        for ax in sorted(fig.axes, key=lambda a: a.get_zorder()):
+            # what Axes.draw leaves out: the axis without axison, the spines and patch without a frame too
+            axis_z = min(ax.xaxis.get_zorder(), ax.yaxis.get_zorder())
+            grid = _grid_on(ax.xaxis) or _grid_on(ax.yaxis)
+            skipped = [] if ax.axison else [ax.xaxis, ax.yaxis]
+            if not (ax.axison and ax.get_frame_on()):
+                skipped += list(ax.spines.values())
+            below = [ax.patch] + ([ax.xaxis, ax.yaxis] if ax.axison else [])
+            rest = [a for a in ax.get_children() if a.get_visible() and not any(a is b for b in below + skipped)]
+            for a in rest:
+                if a is ax.legend_:
+                    legends.append(a)
+                elif isinstance(a, type(ax)) or (a.get_zorder() < axis_z and grid):
+                    return None  # under a grid (or an inset axes): only a whole draw is exact
+                else:
+                    front.append((ax, a))
+        for a in fig.get_children():
+            if a is fig.patch or a in fig.axes or not a.get_visible():
+                continue
+            if a in fig.legends:
+                legends.append(a)
+            else:
+                front.append((None, a))
+        return front, legends
+
+    def _background_key(self, renderer) -> tuple[tuple, list[tuple]]:
+        """(the figure's part, one part per axes): what the background shows."""
+        fig = self.figure
+        figure_part = (tuple(fig.bbox.bounds), fig.dpi, repr(fig.patch.get_facecolor()), len(fig.axes))
+        return figure_part, [(tuple(ax.get_position().bounds), ax.axison, ax.get_frame_on(),
+                              repr(ax.patch.get_facecolor()), ax.patch.get_visible(), ax.get_axisbelow(),
+                              _axis_key(ax.xaxis), _axis_key(ax.yaxis)) for ax in fig.axes]
+
+    @staticmethod
+    def _region(ax, renderer):
+        """Where an axes' background lies, at least: its box, the tick labels it has (drawn or
+        not: a larger region is only a safer one), its axis labels and offsets, and the tick
+        marks' length around it, 3 px wider. (Axis.get_tightbbox would lay the ticks out again,
+        the cost of drawing them.)"""
+        boxes = [ax.bbox]
+        for axis in (ax.xaxis, ax.yaxis) if ax.axison else ():
+            if not axis.get_visible():
+                continue
+            ticks = [*axis.__dict__.get("majorTicks", []), *axis.__dict__.get("minorTicks", [])]
+            boxes += [label.get_window_extent(renderer) for tick in ticks for label in (tick.label1, tick.label2)
+                      if label.get_visible() and label.get_text()]
+            boxes += [text.get_window_extent(renderer) for text in (axis.label, axis.offsetText)
+                      if text.get_visible() and text.get_text()]
+            # the marks' reach out of the box, on the sides that have them (tick1: bottom or left)
+            below = max((renderer.points_to_pixels(t.tick1line.get_markersize()) for t in ticks
+                         if t.tick1line.get_visible()), default=0.0)
+            above = max((renderer.points_to_pixels(t.tick2line.get_markersize()) for t in ticks
+                         if t.tick2line.get_visible()), default=0.0)
+            x0, y0, x1, y1 = ax.bbox.extents
+            boxes.append(Bbox.from_extents(x0 - below, y0, x1 + above, y1) if axis is ax.yaxis else
+                         Bbox.from_extents(x0, y0 - below, x1, y1 + above))
+        return Bbox.union(boxes).padded(3)
+
+    def _redraw_axes(self, renderer, changed: list[int], regions: list, hidden) -> bool:
+        """Draw the background of the `changed` axes only, over the kept one: each one's region (old
+        and new extent) cleared to the figure's face and its patch and axis drawn again. The pixels
+        are those of a whole drawing where no two regions overlap (each pixel then comes from the
+        figure patch and one axes only); False (nothing drawn) where they would."""
+        axes = self.figure.axes
+        new = list(regions)
+        for i in changed:
+            new[i] = Bbox.union([regions[i], self._region(axes[i], renderer)])
+        for i in changed:
+            if any(j != i and new[i].overlaps(new[j]) for j in range(len(axes))):
+                return False
+        patch = self.figure.patch
+        with _hidden(hidden):
+            for i in changed:
+                ax, box = axes[i], new[i].frozen()
+                box = Bbox.from_extents(math.floor(box.x0), math.floor(box.y0), math.ceil(box.x1), math.ceil(box.y1))
+                clip = patch.get_clip_box()
+                patch.set_clip_box(box)
+                patch.draw(renderer)  # the figure's face, inside this region only
+                patch.set_clip_box(clip)
+                if ax.axison and ax.get_frame_on():
+                    ax.patch.draw(renderer)
+                if ax.axison:
+                    for axis in sorted((ax.xaxis, ax.yaxis), key=lambda a: a.get_zorder()):
+                        axis.draw(renderer)
+                regions[i] = new[i]
+        return True
+
+    def draw(self):
+        layers = self._layers()
+        if layers is None:
+            self.stats["whole"] += 1
+            self._background = None
+            return super().draw()
+        front, legends = layers
+        renderer = self.get_renderer()
+        figure_part, axes_parts = self._background_key(renderer)
+        hidden = [a for _, a in front] + legends
+        self.stats[self._background_layer(renderer, figure_part, axes_parts, hidden)] += 1
+        for ax in self.figure.axes:  # as Axes.draw does, with the titles shown: titles clear of top ticks
+            if hasattr(ax, "_update_title_position"):
+                ax._update_title_position(renderer)
+        for ax, artist in sorted(front, key=lambda pair: pair[1].get_zorder()):
+            if ax is None:
+                artist.draw(renderer)
+            else:
+                ax.draw_artist(artist)
+        for legend in legends:
+            self._paste_legend(legend, renderer)
+
+    def _background_layer(self, renderer, figure_part: tuple, axes_parts: list[tuple], hidden) -> str:
+        """Put the background in the buffer: kept, kept with some axes drawn again, or drawn whole;
+        says which."""
+        kept = self._background if self.keep else None
+        if kept is not None and kept[0] == figure_part:
+            _, old_parts, regions, pixels = kept
+            changed = [i for i, (old, now) in enumerate(zip(old_parts, axes_parts, strict=True)) if old != now]
+            self.restore_region(pixels)
+            if not changed:
+                return "kept"
+            if regions is not None and len(changed) < len(axes_parts) and \
+                    self._redraw_axes(renderer, changed, regions, hidden):
+                self._background = (figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox))
+                return "partly"
+        with _hidden(hidden):
+            super().draw()
+        if self.keep:  # each axes' region, where one of several may be drawn again alone
+            regions = [self._region(ax, renderer) for ax in self.figure.axes] if len(axes_parts) > 1 else None
+            self._background = (figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox))
+        return "drawn"
+
+    def _paste_legend(self, legend, renderer) -> None:
+        """Draw the legend from an image of it drawn alone (kept per legend key)."""
+        key = _legend_key(legend, renderer)
+        sprite = self._sprites.get(key) if self.keep else None
+        if sprite is None:
+            box = legend.get_window_extent(renderer).padded(2)
+            height = int(renderer.height)
+            x0, x1 = max(0, math.floor(box.x0)), min(int(renderer.width), math.ceil(box.x1))
+            y0, y1 = max(0, math.floor(box.y0)), min(height, math.ceil(box.y1))
+            scratch = RendererAgg(int(renderer.width), height, renderer.dpi) if not self.glyphs else \
+                _GlyphCacheRenderer(int(renderer.width), height, renderer.dpi)
+            scratch.clear()  # transparent
+            legend.draw(scratch)
+            # rows bottom-up, as RendererAgg.draw_image takes them
+            pixels = np.asarray(scratch.buffer_rgba())[height - y1:height - y0, x0:x1][::-1].copy()
+            sprite = (pixels, x0, y0)
+            if self.keep:
+                if len(self._sprites) > 64:
+                    self._sprites.clear()
+                self._sprites[key] = sprite
+        pixels, x0, y0 = sprite
+        gc = renderer.new_gc()
+        renderer.draw_image(gc, x0, y0, pixels)
+        gc.restore()

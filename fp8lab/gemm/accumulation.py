@@ -1,0 +1,162 @@
+"""The accumulation model: a limited-precision tensor-core accumulator, and promotion to fp32.
+
+Public: AccumulatorModel (DeepSeek-V3's ~14-bit accumulator and its fix), accumulation_error,
+accumulation_errors (the relative error of a GEMM against its exact product, for one K or many).
+The emulation (fp8lab.gemm.emulation) sums in fp32 unless given an AccumulatorModel. Notebook 05
+introduces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from fp8lab.gemm.emulation import _scale_output, _scaled_products, emulated_mm, quantize_operands
+from fp8lab.numerics.quantize import QuantizedTensor
+
+__all__ = ["AccumulatorModel", "accumulation_error", "accumulation_errors"]
+
+
+# ---- the model ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccumulatorModel:
+    """A limited-precision tensor-core accumulator, and the fix of promoting to fp32.
+
+    DeepSeek-V3 (arXiv 2412.19437, sections 3.3 and 3.5.2) reports that Hopper's FP8 MMA
+    adds products in groups of 32, aligned to the largest exponent, keeping only the top
+    ~14 bits (bits below are truncated), so that K = 4096 loses up to ~2% relative error.
+    Their fix: copy the partial sum to an fp32 accumulator every N_C = 128 elements.
+
+    Model, per output element, walking K in groups of `group` products:
+      e   = exponent of the largest of |group's products| and |accumulator|
+      ulp = 2^(e - mantissa_bits)         (keep mantissa_bits + 1 bits: 14 by default)
+      accumulator = trunc_ulp(accumulator) + sum(trunc_ulp(product))   (toward zero)
+    and every `promote_every` elements (None: never) the accumulator is added to an fp32
+    total (round to nearest) and reset. Products are exact; block scales are applied to
+    the products first (exact for power-of-two scales).
+    """
+
+    mantissa_bits: int = 13
+    group: int = 32
+    promote_every: int | None = 128
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.mantissa_bits, int) and 1 <= self.mantissa_bits <= 50):
+            raise ValueError(f"mantissa_bits must be an integer in 1..50, got {self.mantissa_bits!r}")
+        if not (isinstance(self.group, int) and self.group >= 1):
+            raise ValueError(f"group must be a positive integer, got {self.group!r}")
+        if self.promote_every is not None and not (
+            isinstance(self.promote_every, int) and self.promote_every >= 1 and self.promote_every % self.group == 0
+        ):
+            raise ValueError(
+                f"promote_every must be None or a positive multiple of group ({self.group}), got {self.promote_every!r}"
+            )
+
+    @property
+    def label(self) -> str:
+        promo = f"promote every {self.promote_every}" if self.promote_every else "no promotion"
+        return f"{self.mantissa_bits + 1}-bit accumulator, groups of {self.group}, {promo}"
+
+    def accumulate(self, products: torch.Tensor) -> torch.Tensor:
+        """Sum products[..., K] along the last dim through the model; returns float32 [...]."""
+        p = products.double()
+        k = p.shape[-1]
+        total = torch.zeros(p.shape[:-1], dtype=torch.float32, device=p.device)
+        acc = torch.zeros(p.shape[:-1], dtype=torch.float64, device=p.device)
+        interval = self.promote_every or k
+        starts = range(0, k, self.group)
+        group_max = [p[..., s : s + self.group].abs().amax(-1) for s in starts]  # independent of acc
+        for start, gmax in zip(starts, group_max, strict=True):
+            grp = p[..., start : start + self.group]  # (..., group)
+            top = torch.maximum(gmax, acc.abs())
+            e = torch.frexp(top).exponent - 1  # floor(log2(top)), exact; 0 -> -1 (then all is 0)
+            ulp = torch.ldexp(torch.ones_like(top), e - self.mantissa_bits)
+            acc = torch.trunc(acc / ulp) * ulp + (torch.trunc(grp / ulp[..., None]) * ulp[..., None]).sum(-1)
+            end = start + self.group
+            if end % interval == 0 or end >= k:
+                total = total + acc.to(torch.float32)  # promotion: one fp32 add
+                acc = torch.zeros_like(acc)
+        return total
+
+
+def accumulation_errors(
+    ks: Sequence[int],
+    accumulation: AccumulatorModel | None = None,
+    distribution: str = "uniform",
+    size: int = 8,
+) -> list[float]:
+    """[accumulation_error(k, accumulation, distribution, size) for k in ks], the same floats,
+    with the accumulator model walking all the K at once (one pass over the largest).
+
+    Each K's products are padded with zeros in front: the model's accumulator stays exactly 0
+    through them (a zero group truncates nothing) and adds 0 at each promotion, so the padded
+    walk is the unpadded one, provided the padding is a whole number of groups and, where a
+    promotion falls inside a K, of promotion intervals (true for the powers of two the panels
+    use; other K are walked one by one). tests/test_gemm.py checks the equality bit for bit."""
+    ks = list(ks)
+    if accumulation is None or not ks:
+        return [accumulation_error(k, accumulation, distribution, size) for k in ks]
+    longest = max(ks)
+    every = accumulation.promote_every
+
+    def aligned(k: int) -> bool:  # the padded walk promotes where the unpadded one does
+        pad = longest - k
+        if pad % accumulation.group:
+            return False
+        if every is None or pad % every == 0:
+            return True
+        return every > k and (longest % every == 0 or every > longest)  # no promotion inside K either way
+
+    together = [k for k in ks if aligned(k)]
+    errors = {k: accumulation_error(k, accumulation, distribution, size) for k in ks if not aligned(k)}
+    if together:
+        operands = [_accumulation_operands(k, distribution, size) for k in together]
+        products = torch.stack([torch.nn.functional.pad(_scaled_products(a_q, b_q), (longest - k, 0))
+                                for k, (a_q, b_q, _) in zip(together, operands, strict=True)])
+        outs = accumulation.accumulate(products)  # (len(together), M, N)
+        for k, out, (a_q, b_q, exact) in zip(together, outs, operands, strict=True):
+            errors[k] = _relative_error(_scale_output(out, a_q, b_q), exact)
+    return [errors[k] for k in ks]
+
+
+@lru_cache(maxsize=64)
+def _accumulation_operands(k: int, distribution: str, size: int):
+    # seeded by k: the same operands every time (cached, as a panel asks for them again and again)
+    g = torch.Generator().manual_seed(k)
+    draw = torch.rand if distribution == "uniform" else torch.randn
+    a_q, b_q = quantize_operands(draw(size, k, generator=g), draw(k, size, generator=g), "tensorwise")
+    return a_q, b_q, a_q.dequantize().double() @ b_q.dequantize().double().t()
+
+
+def accumulation_error(
+    k: int,
+    accumulation: AccumulatorModel | None = None,
+    distribution: str = "uniform",
+    size: int = 8,
+    gemm: Callable[[QuantizedTensor, QuantizedTensor], torch.Tensor] | None = None,
+) -> float:
+    """Relative error (Frobenius) of a GEMM of FP8 operands against their exact product.
+
+    a[size, K] @ b[K, size], drawn uniform in [0, 1) (same sign: the sum grows like K, the
+    worst case for a short accumulator) or normal (mixed signs), quantized tensorwise. The
+    GEMM is the emulation with `accumulation` unless `gemm(a_q, b_q)` is given (the GPU's).
+    """
+    if distribution not in ("uniform", "normal"):
+        raise ValueError(f"unknown distribution {distribution!r}; valid: uniform, normal")
+    a_q, b_q, exact = _accumulation_operands(k, distribution, size)
+    if gemm is None:
+        got = emulated_mm(a_q, b_q, emulation="reference", accumulation=accumulation)
+    else:
+        got = gemm(a_q, b_q)
+    return _relative_error(got, exact)
+
+
+def _relative_error(got: torch.Tensor, exact: torch.Tensor) -> float:
+    """||got - exact|| / ||exact|| (Frobenius), in float64 on the CPU."""
+    got = got.double().cpu()
+    return (torch.linalg.norm(got - exact) / torch.linalg.norm(exact)).item()

@@ -1,0 +1,201 @@
+"""The emulated FP8 GEMM: the same codes and scales as the hardware, exact products, fp32 sums.
+
+Public: emulated_mm(a_q, b_q) (a_q[M, K] @ b_q[N, K].T, bit-exact where every partial sum is),
+quantize_operands(a, b, recipe) (both operands in their [rows, K] layouts), EMULATIONS.
+The definition (emulation="reference") and its fast twin (one fp32 GEMM over all of K, block
+scales folded into the values) share one signature and one test. Notebook 05 introduces it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from fp8lab.numerics import kernels
+from fp8lab.numerics.quantize import QuantizedTensor
+from fp8lab.numerics.recipes import Recipe, get_recipe
+from fp8lab.numerics.scaling import PerBlock, PerRow, PerTensor
+
+if TYPE_CHECKING:
+    from fp8lab.gemm.accumulation import AccumulatorModel
+
+__all__ = ["EMULATIONS", "emulated_mm", "quantize_operands"]
+
+EMULATIONS: tuple[str, ...] = ("fast", "reference")
+
+
+# ---- operands -----------------------------------------------------------------------------------
+
+
+def quantize_operands(
+    a: torch.Tensor, b: torch.Tensor, recipe: Recipe | str = "tensorwise"
+) -> tuple[QuantizedTensor, QuantizedTensor]:
+    """Quantize a[M, K] as the recipe's input and b[K, N] as its weight, in b^T[N, K] layout.
+
+    b is quantized down its columns in place (TensorScaling.quantize_transposed): b_q is the
+    QuantizedTensor of b^T as a transposed view, so no copy of b^T is made and the GEMM reads
+    b in its own row-major layout. A b given as a transposed [N, K] tensor's view is contiguous
+    as b^T: it is quantized as it lies. On the CPU the kernel writes each operand's float32
+    values (scale-folded where the GEMM folds them) in the same pass, whatever their size: the
+    emulated GEMM reads them next."""
+    recipe = get_recipe(recipe)
+    _check_matmul_shapes(a, b)
+    if b.t().is_contiguous() and not b.is_contiguous():  # b = w.t() of a contiguous w[N, K]
+        return recipe.input.quantize(a, values=True), recipe.weight.quantize(b.t(), values=True)
+    return recipe.input.quantize(a, values=True), recipe.weight.quantize_transposed(b, values=True)
+
+
+def _check_matmul_shapes(a: torch.Tensor, b: torch.Tensor) -> None:
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(
+            f"matmul takes 2-D a[M, K] and b[K, N], got {tuple(a.shape)} and {tuple(b.shape)}; "
+            "reshape batches to (-1, K)"
+        )
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"a[M, K] @ b[K, N] needs a.shape[1] == b.shape[0], got {tuple(a.shape)} @ {tuple(b.shape)}")
+
+
+def _k_blocks(q: QuantizedTensor) -> tuple[torch.Tensor, int]:
+    """An operand's scales as (rows, K blocks) float32 and the block width along K.
+
+    q[R, K] per tensor -> (R, 1) with width K; per row -> (R, 1); per block (r, c) ->
+    (R, ceil(K/c)) with each block's scale repeated over its r rows.
+    """
+    rows, k = q.shape
+    g = q.granularity
+    if isinstance(g, PerTensor):
+        return q.scale.reshape(1, 1).expand(rows, 1), k
+    if isinstance(g, PerRow):
+        return q.scale.reshape(rows, 1), k
+    assert isinstance(g, PerBlock)
+    s = q.scale.repeat_interleave(g.rows, 0)[:rows]  # (R, KB)
+    return s, min(g.cols, k)
+
+
+def _tensor_factor(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor | None:
+    ta, tb = a_q.tensor_scale, b_q.tensor_scale
+    if ta is None and tb is None:
+        return None
+    one = torch.ones((), device=a_q.data.device)
+    return (ta if ta is not None else one) * (tb if tb is not None else one)
+
+
+# ---- emulation ------------------------------------------------------------------------------------------
+
+
+def _segments(k: int, width_a: int, width_b: int) -> int:
+    """The K segments over which both operands' scales are constant: gcd of the block widths."""
+    return math.gcd(width_a, width_b) if width_a < k or width_b < k else k
+
+
+def emulated_mm(
+    a_q: QuantizedTensor,
+    b_q: QuantizedTensor,
+    *,
+    emulation: str = "fast",
+    accumulation: AccumulatorModel | None = None,
+) -> torch.Tensor:
+    """Emulated FP8 GEMM of a_q[M, K] and b_q[N, K] (b in its [N, K] layout): out[M, N] float32.
+
+    The definition, the hardware's order for per-block scaling (the code after the switch):
+        out[m, n] = sum_s (sum_{k in s} a[m, k] * b[n, k]) * sa[m, s] * sb[n, s]   (* tensor scales)
+    over the K segments s on which both operands' scales are constant: exact products (FP8
+    values times FP8 values fit float32), summed in fp32 within a segment, each partial sum
+    scaled and added in fp32. With `accumulation`, the scaled products go through the
+    AccumulatorModel (a limited-precision tensor-core accumulator) instead.
+    emulation "fast" (the default) runs the fast twin, _emulated_fast, where it applies: block
+    scales folded into the values and one fp32 GEMM over all of K. "reference" runs the
+    definition. Both equal dequantize(a_q) @ dequantize(b_q).T up to fp32 rounding: the Higham
+    bound |out - exact| <= gamma * (|a| @ |b|.T), gamma = (K + 2) u / (1 - (K + 2) u),
+    u = 2^-24, plus u * |exact| for folding float32 scales (tests/test_gemm.py, one test for both).
+    """
+    if emulation not in EMULATIONS:
+        raise ValueError(f"unknown emulation {emulation!r}; valid: {', '.join(EMULATIONS)}")
+    if a_q.shape[1] != b_q.shape[1]:
+        raise ValueError(
+            f"operands must share K: a_q is {tuple(a_q.shape)} (M, K), b_q is {tuple(b_q.shape)} (N, K); "
+            "quantize b as b.t() (its [N, K] layout), e.g. with fp8lab.gemm.quantize_operands"
+        )
+    if emulation == "fast" and accumulation is None:  # the one switch: the fast twin where it applies
+        on_cpu = a_q.data.device.type == "cpu"
+        out = _emulated_fast(a_q, b_q, kernels.scale_outer_ if on_cpu and kernels.engine().kernels else _scale_outer_)
+        if out is not None:
+            return out
+
+    if accumulation is not None:
+        return _scale_output(accumulation.accumulate(_scaled_products(a_q, b_q)), a_q, b_q)  # (M, N, K) -> (M, N)
+    a = a_q.values()  # (M, K) exact FP8 values, float32
+    b = b_q.values()  # (N, K)
+    m, k = a.shape
+    n = b.shape[0]
+    sa, wa = _k_blocks(a_q)  # (M, KBa), block width along K
+    sb, wb = _k_blocks(b_q)  # (N, KBb)
+    seg = _segments(k, wa, wb)
+    out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
+    for start in range(0, k, seg):
+        part = a[:, start : start + seg] @ b[:, start : start + seg].t()  # (M, N), fp32 sums
+        factor = sa[:, start // wa, None] * sb[None, :, start // wb]  # (M, N)
+        out += part * factor
+    return _scale_output(out, a_q, b_q)
+
+
+def _scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+    """out times the operands' tensor scales (NVFP4's two-level scaling), where they have them."""
+    factor = _tensor_factor(a_q, b_q)
+    return out if factor is None else out * factor
+
+
+def _scaled_products(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+    """Every product a[m, k] * sa[m, k] * b[n, k] * sb[n, k], exact in float64: (M, N, K), what
+    the accumulator model sums (tensor scales excepted: they scale the output)."""
+    k = a_q.shape[1]
+    sa, wa = _k_blocks(a_q)
+    sb, wb = _k_blocks(b_q)
+    a_s = a_q.values().double() * sa.double().repeat_interleave(wa, 1)[:, :k]
+    b_s = b_q.values().double() * sb.double().repeat_interleave(wb, 1)[:, :k]
+    return a_s[:, None, :] * b_s[None, :, :]
+
+
+def _scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """out[M, N] *= a[M, None] * b[None, N] (the factor rounded to float32 first, as the reference
+    forms it); fp8lab.numerics.kernels.scale_outer_ is its twin (the same bits without the [M, N] factor)."""
+    return out.mul_(a[:, None] * b[None, :])
+
+
+def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor, scale_outer_=_scale_outer_) -> torch.Tensor | None:
+    """emulated_mm's fast twin: one fp32 GEMM over all of K.
+
+    Scales that vary along K (blocks narrower than K) are folded into the operand's values
+    (QuantizedTensor.scaled_values: exact for power-of-two scales and for E4M3 scales of E4M3
+    or E2M1 elements, else one float32 rounding per element); scales constant along K (per
+    tensor, per row) are applied to the output, sa[m] * sb[n], as the reference and the
+    hardware's epilogue form them (scale_outer_: torch's or the kernel's, the same bits).
+    Equal to the reference up to the order of fp32 additions (and that rounding). None where
+    folded products could leave float32's normal range: the reference runs instead.
+    """
+    operands = []
+    for q in (a_q, b_q):  # each as (values[R, K], scale per row or tensor or None, smallest, largest magnitude)
+        if isinstance(q.granularity, PerBlock) and q.block_shape[1] < q.shape[1]:
+            smallest, largest = q.scale_range()
+            operands.append((q.scaled_values(), None, q.fmt.min_subnormal * smallest, q.fmt.max_value * largest))
+        else:
+            post = q.scale.reshape(()) if isinstance(q.granularity, PerTensor) else _k_blocks(q)[0][:, 0]
+            operands.append((q.values(), post, q.fmt.min_subnormal, q.fmt.max_value))
+    (a, post_a, lo_a, hi_a), (b, post_b, lo_b, hi_b) = operands
+    if not (lo_a * lo_b >= 2.0**-126 and hi_a * hi_b * a.shape[1] < 2.0**126):
+        return None  # folded products would leave float32's normal range
+    out = a @ b.t()  # (M, N)
+    # one scale factor per output, sa[m] * sb[n]; per-tensor scales are 0-d, so an [M, N] factor
+    # exists only when both operands scale per row
+    if post_a is not None and post_b is not None and post_a.dim() and post_b.dim():
+        scale_outer_(out, post_a, post_b)
+    elif post_a is not None and post_b is not None:
+        out.mul_((post_a[:, None] if post_a.dim() else post_a) * (post_b[None, :] if post_b.dim() else post_b))
+    elif post_a is not None:
+        out.mul_(post_a[:, None] if post_a.dim() else post_a)
+    elif post_b is not None:
+        out.mul_(post_b[None, :] if post_b.dim() else post_b)
+    factor = _tensor_factor(a_q, b_q)
+    return out if factor is None else out.mul_(factor)

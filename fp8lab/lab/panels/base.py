@@ -1,0 +1,290 @@
+"""The Panel base class: controls, a figure and a text; redraws coalesced on one drawing thread.
+
+Public: Panel, and the control choices the panels share (OUTLIERS, BLOCKS, ELEMENT_FORMATS,
+RULES, SCALES). A panel's plots are PNGs in an ipywidgets.Image, rendered without pyplot at 2x
+device pixels, so a background thread (notebook 06's live training) can redraw them and high-DPI
+screens show them sharp. Live panels (`Panel.live_sliders`) redraw while a slider is dragged;
+the expensive ones redraw on release and time or train on a button. A change from the browser
+never redraws in the kernel's message handler: it marks the panel stale, and one drawing thread
+redraws with the controls' newest values until nothing is stale (`Panel.request_redraw`), so
+values that arrive during a redraw replace each other and only the latest is drawn.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ClassVar
+
+import ipywidgets as W
+import torch
+from matplotlib.transforms import Bbox
+
+from fp8lab.figures import plots
+from fp8lab.figures.render import LayeredCanvas
+from fp8lab.numerics.scaling import SCALE_RULES
+
+__all__ = [
+    "BLOCKS",
+    "CLIFF_RECIPES",
+    "CSS_DPI",
+    "ELEMENT_FORMATS",
+    "OUTLIERS",
+    "RULES",
+    "SCALES",
+    "SLIDERS",
+    "TORCH_THREADS",
+    "Panel",
+]
+
+OUTLIERS = (0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
+BLOCKS = ("1x16", "1x32", "1x64", "1x128", "32x32", "128x128", "per-row", "per-tensor")
+ELEMENT_FORMATS = ("e4m3", "e5m2", "e2m1")
+RULES = SCALE_RULES  # the scale rules a panel offers: all of them
+# how a block's scale is stored and rounded: (rule, scale format, two-level). E8M0 holds only
+# powers of two (rceil or floor); E4M3 scales sit under an fp32 tensor scale (NVFP4)
+SCALES = {
+    "fp32, exact": ("exact", None, False),
+    "fp32, power of two (rceil)": ("rceil", None, False),
+    "E8M0, rceil (MX as cuBLAS/TE)": ("rceil", "e8m0", False),
+    "E8M0, floor (OCP MX)": ("floor", "e8m0", False),
+    "E4M3 under an fp32 tensor scale (NVFP4)": ("exact", "e4m3", True),
+}
+SLIDERS = (W.SelectionSlider, W.SelectionRangeSlider, W.IntSlider, W.FloatSlider, W.FloatLogSlider, W.IntRangeSlider,
+           W.FloatRangeSlider)
+CSS_DPI = 72  # the panels' size on the page: a figure of w inches is w * 72 CSS pixels wide
+# the recipes whose activation scaling the outlier cliff compares (delayed: tensorwise's, one step late)
+CLIFF_RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4")
+
+
+TORCH_THREADS = torch.get_num_threads()  # the process's default, as the kernel started
+
+
+@contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    """torch (and fp8lab's kernels, on torch's OpenMP) with `n` threads in this thread only, then
+    as before; None: unchanged. A redraw's tensors are small (~1e5 elements): on 2 shared cores,
+    with the browser drawing the last frame, a 2-thread region waits for a core that is busy
+    (measured 2026-11-30: block 573 ms with 2 threads, 8 ms with 1; see the README)."""
+    before = torch.get_num_threads()
+    if n is None or n == before:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _metrics_html(rows: dict[str, str]) -> str:
+    cells = "".join(f"<tr><td style='padding-right:12px'>{html.escape(k)}</td><td><b>{html.escape(v)}</b></td></tr>"
+                    for k, v in rows.items())
+    return f"<table style='font-size:13px'>{cells}</table>"
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.3g}%"
+
+
+class Panel:
+    """Controls, a figure and a text area; `update(**values)` recomputes and redraws.
+
+    live_sliders=True: sliders send their value while dragged (continuous_update) and the plot follows;
+    live_sliders=False (panels whose redraw runs GEMMs, or whose controls set up a run that a button
+    starts): sliders send their value on release."""
+
+    title = ""
+    live_sliders: ClassVar[bool] = True
+    # keep_artists=True: draw() updates the artists of the last drawing (it must set everything it
+    # shows); the axes are not cleared between redraws (creating axes, colorbars and ticks is most
+    # of a redraw's drawing time)
+    keep_artists: ClassVar[bool] = False
+    redraw_threads: int | None = 1  # torch threads for a redraw (None: the process's)
+    width, height, ncols = 6.0, 3.2, 1
+    right = 0.6  # inches right of the last plot (a legend beside it needs more)
+    bottom = 0.55  # inches below the plots (rotated tick labels need more)
+
+    def __init__(self, **controls: W.Widget) -> None:
+        self.controls: dict[str, W.Widget] = controls
+        self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
+        self.text = W.HTML()
+        self.data: dict = {}
+        self._busy = False
+        self._figure = None  # (figure, axes), reused: creating axes costs more than clearing them
+        self._lock = threading.RLock()  # a background thread (live training) may redraw too
+        self._thread: threading.Thread | None = None
+        # coalescing (request_redraw): `_stale` says a change arrived that no redraw has shown;
+        # `_drawer` is the one thread that redraws while anything is stale
+        self._slot = threading.Lock()
+        self._stale = False
+        self._drawer: threading.Thread | None = None
+        self.redraws = 0  # redraws made for browser changes (request_redraw), for tests
+        self.drawn_values: dict | None = None
+        for ctl in controls.values():
+            if hasattr(ctl, "value"):
+                ctl.observe(self._on_change, names="value")
+            if isinstance(ctl, SLIDERS):
+                ctl.continuous_update = self.live_sliders
+            ctl.style.description_width = "initial"
+        boxes = [W.HBox(list(controls.values())[i : i + 3]) for i in range(0, len(controls), 3)]
+        self.widget = W.VBox([W.HTML(f"<b>{html.escape(self.title)}</b>"), *boxes, self.image, self.text])
+
+    # -- the public surface ----------------------------------------------------------------
+    def values(self) -> dict:
+        return {k: c.value for k, c in self.controls.items() if hasattr(c, "value")}
+
+    def update(self, **values) -> dict:
+        """Set these controls (names as in `controls`), recompute, redraw; return the data."""
+        unknown = set(values) - set(self.controls)
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__} has no control {sorted(unknown)}; controls: {sorted(self.controls)}"
+            )
+        self._busy = True
+        try:
+            for k, v in values.items():
+                self.controls[k].value = v
+        finally:
+            self._busy = False
+        return self.refresh()
+
+    def _axes(self):
+        if self._figure is None:
+            # drawn at 2x the theme's 72 dpi; the page shows it at the figure's size at 72 dpi
+            fig, axes = plots.figure(self.ncols, 1, self.width, self.height, pyplot=False, right=self.right,
+                                     bottom=self.bottom, dpi=CSS_DPI * plots.PIXEL_RATIO)
+            own = axes if isinstance(axes, list) else [axes]
+            LayeredCanvas(fig)  # the background (axes, ticks, labels) kept while a slider moves
+            self._figure = (fig, axes, [ax.get_position() for ax in own])
+            self.image.width = str(round(fig.get_figwidth() * CSS_DPI))
+        fig, axes, boxes = self._figure
+        if self.keep_artists:
+            return fig, axes
+        own = axes if isinstance(axes, list) else [axes]
+        for ax in list(fig.axes):
+            if not any(ax is a for a in own):
+                fig.delaxes(ax)  # colorbars and twin axes of the last drawing
+        for ax, box in zip(own, boxes, strict=True):
+            ax.clear()
+            # clear() leaves the old data limits to be ignored, but a span (axvspan: x in data, y in
+            # axes units) updates x only and keeps the old y: the last drawing's range leaked into this one
+            ax.dataLim.set_points(Bbox.null().get_points())
+            ax.set_position(box)  # a colorbar had taken part of it
+        return fig, axes
+
+    def refresh(self) -> dict:
+        with self._lock, _torch_threads(self.redraw_threads):
+            return self._refresh()
+
+    def _refresh(self) -> dict:
+        values = self.values()
+        self.drawn_values = values  # what the plot and text show (checked against the controls after a drag)
+        try:
+            self.data = self.compute(**values)
+            fig, axes = self._axes()
+            self.draw(self.data, axes)
+            self.image.value = plots.to_png(fig, keep=True)
+            self.text.value = self.describe(self.data)
+        except ValueError as err:  # bad combinations are explained, never raised into the notebook
+            self.data = {"error": str(err)}
+            self.text.value = f"<span style='color:#d55e00'><b>Not possible:</b> {html.escape(str(err))}</span>"
+        return self.data
+
+    def _launch(self, work: Callable[[], None], blocking: bool):
+        """Run `work` now (blocking), or in a background thread so that the kernel keeps
+        answering widget messages (Stop, redraws) meanwhile; one run at a time."""
+        if self._thread is not None and self._thread.is_alive():
+            return None
+        if blocking:
+            work()
+            return None
+
+        def in_thread() -> None:
+            torch.set_num_threads(TORCH_THREADS)  # the process's threads, whatever a redraw had set meanwhile
+            work()
+
+        self._thread = threading.Thread(target=in_thread, daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        if not self.data:
+            self.refresh()
+        display(self.widget)
+
+    # -- what subclasses fill in ------------------------------------------------------------
+    def compute(self, **values) -> dict:
+        raise NotImplementedError
+
+    def draw(self, data: dict, axes) -> None:
+        raise NotImplementedError
+
+    def describe(self, data: dict) -> str:
+        return ""
+
+    def _on_change(self, change) -> None:
+        if not self._busy:
+            self.request_redraw()
+
+    # -- coalescing: the kernel never queues stale redraws ---------------------------------
+    def request_redraw(self) -> None:
+        """Redraw with the controls' newest values, soon, without blocking the caller.
+
+        The kernel handles widget messages one at a time: a redraw run inside the handler
+        would make every value of a drag wait its turn and be drawn, stale, in order. Here the
+        handler only marks the panel stale; one drawing thread redraws, and after each redraw
+        draws again if anything changed meanwhile, reading the controls then. However many
+        values arrive during a redraw, one more redraw follows, with the last of them."""
+        with self._slot:
+            self._stale = True
+            if self._drawer is not None:
+                return  # the drawing thread sees `_stale` when its redraw ends
+            self._drawer = threading.Thread(target=self._draw_while_stale, name=f"{type(self).__name__} redraw",
+                                            daemon=True)
+            self._drawer.start()
+
+    def _draw_while_stale(self) -> None:
+        try:
+            while True:
+                with self._slot:
+                    if not self._stale:
+                        self._drawer = None
+                        return
+                    self._stale = False
+                self.redraws += 1
+                self.refresh()
+        except BaseException as err:  # shown in the panel, and raised to the thread's hook (the kernel logs it)
+            with self._slot:
+                self._drawer = None
+            self.text.value = f"<span style='color:#d55e00'><b>Redraw failed:</b> {html.escape(repr(err))}</span>"
+            raise
+
+    def wait_redrawn(self, timeout: float = 30.0) -> bool:
+        """Wait until the redraws that request_redraw started have finished; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._slot:
+                drawer = self._drawer
+            if drawer is None:
+                return True
+            drawer.join(max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline and drawer.is_alive():
+                return False
+
+
+def _select(options, value, description: str) -> W.Dropdown:
+    return W.Dropdown(options=list(options), value=value, description=description)
+
+
+def _slider(options, value, description: str) -> W.SelectionSlider:
+    return W.SelectionSlider(options=list(options), value=value, description=description)
+
+
+def _outlier_options():
+    return [(("none" if v == 0 else f"{plots.magnitude(v)}x"), v) for v in OUTLIERS]

@@ -1,0 +1,135 @@
+"""Notebook 04's panels: one block size's scales and losses (BlockPanel), SQNR and overhead against
+block size (BlockSweepPanel).
+
+Public: BlockPanel, BlockSweepPanel. Wiring only: the numbers come from fp8lab's functions.
+"""
+
+
+from __future__ import annotations
+
+import ipywidgets as W
+import pandas as pd
+
+from fp8lab.data.synthetic import DISTRIBUTIONS, sample
+from fp8lab.figures import plots
+from fp8lab.lab.panels.base import (
+    BLOCKS,
+    ELEMENT_FORMATS,
+    SCALES,
+    Panel,
+    _metrics_html,
+    _outlier_options,
+    _pct,
+    _select,
+    _slider,
+)
+from fp8lab.numerics.metrics import (
+    channel_sqnr,
+    overflow_fraction,
+    quantization_report,
+    sqnr,
+)
+from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.scaling import parse_granularity
+from fp8lab.settings import size
+
+__all__ = ["BlockPanel", "BlockSweepPanel"]
+
+
+class BlockPanel(Panel):
+    """One block size at a time: where the scales are and where the error is."""
+
+    title = "per-block scaling: scales and error per block"
+    ncols, width, height = 2, 4.0, 3.2
+    keep_artists = True  # two heatmaps and their colorbars, updated in place
+
+    def __init__(self) -> None:
+        super().__init__(
+            block=_slider(BLOCKS, "1x128", "block"),
+            fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
+            scales=_select(SCALES, "fp32, exact", "scales (format, rule)"),
+            distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
+            outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
+        )
+        self.shape = (size(128, 64), size(1024, 256))
+
+    def compute(self, block, fmt, scales, distribution, outliers) -> dict:
+        x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
+        rule, sf, two_level = SCALES[scales]
+        q = quantize(x, fmt, parse_granularity(block), rule, scale_fmt=sf, two_level=two_level)
+        return {"x": x, "q": q, "report": quantization_report(x, q, idx)}
+
+    def draw(self, data, axes) -> None:
+        plots.scale_heatmap(data["q"], axes[0])
+        plots.block_error_heatmap(data["x"], data["q"], axes[1])
+
+    def describe(self, data) -> str:
+        r = data["report"]
+        return _metrics_html({"SQNR of ordinary channels (each alike)": f"{r['ordinary_sqnr_db']:.1f} dB",
+                              "ordinary values flushed to 0": _pct(r["ordinary_underflow"]),
+                              "SQNR, whole tensor": f"{r['sqnr_db']:.1f} dB",
+                              "overflow (clipped)": _pct(r["overflow"]),
+                              "scale overhead": f"{r['scale_bits_per_element']:.3g} bits / element",
+                              "scales": str(tuple(data["q"].scale.shape))})
+
+
+class BlockSweepPanel(Panel):
+    """SQNR against block size for each scale strategy, with the scales' memory cost."""
+
+    title = "SQNR and clipping vs block size, with the scales' memory under each block"
+    ncols, width, height, bottom = 2, 5.0, 4.0, 1.35
+    keep_artists = True  # the same lines each time, moved
+
+    def __init__(self) -> None:
+        super().__init__(
+            fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
+            distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
+            outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
+            measure=_select(("ordinary channels", "all values"), "ordinary channels", "SQNR of"),
+            threshold=W.IntSlider(value=20, min=5, max=45, description="target SQNR (dB)"),
+        )
+        self.shape = (size(16, 16), size(1024, 256))
+        self._cache: dict[tuple, pd.DataFrame] = {}
+
+    def sweep(self, fmt: str, distribution: str, outliers: float, measure: str) -> pd.DataFrame:
+        """Every strategy at every block size: SQNR, clipped share, scale bits (cached: the target
+        SQNR only redraws)."""
+        # "ordinary channels": the SQNR of every channel but the outliers. Over all values the
+        # outliers' energy dominates and hides what happens to everything else.
+        key = (fmt, distribution, outliers, measure)
+        if key in self._cache:
+            return self._cache[key]
+        x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
+        strategies = {"fp32 scales, exact": ("exact", None), "E8M0 scales, rceil": ("rceil", "e8m0"),
+                      "E8M0 scales, floor (OCP)": ("floor", "e8m0")}
+        rows = []
+        for name, (rule, sf) in strategies.items():
+            for block in BLOCKS:
+                q = quantize(x, fmt, parse_granularity(block), rule, scale_fmt=sf)
+                deq = q.dequantize()
+                db = channel_sqnr(x, deq, idx) if measure == "ordinary channels" else sqnr(x, deq)
+                rows.append({"strategy": name, "block": block, "sqnr_db": db, "overflow": overflow_fraction(x, q),
+                             "scale_bits_per_element": q.scale_bits_per_element})
+        if len(self._cache) > 32:
+            self._cache.clear()
+        self._cache[key] = pd.DataFrame(rows)
+        return self._cache[key]
+
+    def compute(self, fmt, distribution, outliers, measure, threshold) -> dict:
+        df = self.sweep(fmt, distribution, outliers, measure)
+        ok = df[(df.strategy == "fp32 scales, exact") & (df.sqnr_db >= threshold)]
+        best = ok.sort_values("scale_bits_per_element").iloc[0]["block"] if len(ok) else None
+        return {"df": df, "threshold": threshold, "cheapest": best}
+
+    def draw(self, data, axes) -> None:
+        plots.metric_vs_block(data["df"], ax=axes[0], threshold=data["threshold"])
+        plots.steady_limits(axes[0], "y", step=20)
+        plots.overflow_vs_block(data["df"], ax=axes[1])
+
+    def describe(self, data) -> str:
+        df = data["df"].set_index(["strategy", "block"])
+        mx = {s: df.loc[(s, "1x32")] for s in ("E8M0 scales, rceil", "E8M0 scales, floor (OCP)")}
+        return _metrics_html({
+            f"cheapest block with fp32 scales >= {data['threshold']} dB": str(data["cheapest"] or "none reaches it"),
+            "MX 1x32, rceil vs floor": " vs ".join(f"{r['sqnr_db']:.1f} dB, {_pct(r['overflow'])} clipped"
+                                                   for r in mx.values())})

@@ -1,0 +1,72 @@
+"""Notebooks 05 and 08's panel: what each recipe costs beside what it buys (CostPanel).
+
+Public: CostPanel. Wiring only: the numbers come from fp8lab's functions.
+"""
+
+
+from __future__ import annotations
+
+import html
+
+from fp8lab.figures import plots
+from fp8lab.lab.panels.base import (
+    Panel,
+    _select,
+    _slider,
+)
+from fp8lab.settings import size
+
+__all__ = ["CostPanel"]
+
+
+class CostPanel(Panel):
+    """What each recipe costs (fp8lab.cost): scale storage, scale multiplies in the GEMM, the amax,
+    this machine's measured times, and published GPU speed-ups with their sources."""
+
+    title = "the cost side: is per-tensor cheaper, and where?"
+    width, height, ncols = 4.0, 3.0, 3
+    bottom = 1.0  # the recipes' names under the bars, turned upright (tests/test_widgets.py checks legibility)
+    keep_artists = True  # the same bars each time, new heights
+
+    def __init__(self) -> None:
+        super().__init__(
+            k=_slider([256, 1024, 4096, 16384], 4096, "K (contraction length)"),
+            ranks=_select([1, 8, 64], 1, "data-parallel ranks"),
+        )
+        self.tokens = 4096  # M: rows of x in the GEMM x[M, K] @ w[K, K]^T
+        self.size = size(512, 128)
+        self._measured = None  # timed once per panel: the controls change nothing that is timed
+
+    def compute(self, k, ranks) -> dict:
+        from fp8lab.training import cost
+
+        if self._measured is None:
+            self._measured = cost.measure(size=self.size, rounds=3)
+        table = cost.cost_table(k=k, m=self.tokens, ranks=ranks)
+        comparison = cost.per_tensor_vs_block(table, self._measured)
+        return {"table": table, "measured": self._measured, "comparison": comparison,
+                "answer": cost.answer(comparison), "k": k, "ranks": ranks}
+
+    def draw(self, data, axes) -> None:
+        table, measured = data["table"], data["measured"]
+        bits = (table["element bits"] + table["scale bits/element (x)"]).to_dict()
+        plots.bars(bits, axes[0], ylabel="bits per element of x", title="bits moved (element + scales)")
+        plots.bars(table["scale multiplies per output"].astype(float).to_dict(), axes[1], log=True,
+                   ylabel="multiplies per output element", title=f"scale multiplies, K={data['k']}")
+        # up to 1 per 16 elements of the longest K (NVFP4): the axis holds every K's bars
+        plots.steady_limits(axes[1], "y", lo=0.5, hi=max(self.controls["k"].options) / 16)
+        plots.bars(measured["quantize ms"].drop("fp32 (no FP8)").to_dict(), axes[2], ylabel="ms (median of 3)",
+                   title=f"quantize {self.size}x{self.size} here")
+
+    def describe(self, data) -> str:
+        table = data["table"]
+        rows = "".join(
+            f"<tr><td><b>{html.escape(r)}</b></td><td>{html.escape(t['amax'])}</td>"
+            f"<td>{html.escape(t['published GPU speed-up'])}</td></tr>" for r, t in table.iterrows())
+        sources = sorted({s for v in table["sources"] for s in v.split("; ") if s})
+        from fp8lab.training.cost import PUBLISHED_NOTE
+
+        return (f"<table style='font-size:12px'><tr><th>recipe</th><th>how the amax is found</th>"
+                f"<th>published GPU speed-up (over BF16)</th></tr>{rows}</table>"
+                f"<p style='font-size:11px'>sources: {html.escape(' | '.join(sources))}. "
+                f"{html.escape(PUBLISHED_NOTE)}</p><p><b>Is per-tensor cheaper?</b> {html.escape(data['answer'])}</p>")

@@ -1,0 +1,87 @@
+"""Notebook 03's panel: delayed scaling's amax history against a spike and drift (DelayedPanel).
+
+Public: DelayedPanel. Wiring only: the numbers come from fp8lab's functions.
+"""
+
+
+from __future__ import annotations
+
+import ipywidgets as W
+import pandas as pd
+import torch
+
+from fp8lab.data.synthetic import activation_stream
+from fp8lab.figures import plots
+from fp8lab.lab.panels.base import (
+    Panel,
+    _metrics_html,
+    _pct,
+    _select,
+    _slider,
+)
+from fp8lab.numerics.metrics import (
+    row_overflow,
+    row_sqnr,
+)
+from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.scaling import AmaxHistory, PerRow
+
+__all__ = ["DelayedPanel"]
+
+
+class DelayedPanel(Panel):
+    """Delayed scaling over a stream of activations with a spike: the history's lag."""
+
+    title = "delayed vs current scaling over training steps"
+    ncols, width = 2, 4.0
+    keep_artists = True  # the same lines each time, moved
+
+    def __init__(self) -> None:
+        super().__init__(
+            history=_slider([1, 2, 4, 8, 16, 32, 64], 16, "history length"),
+            algo=_select(AmaxHistory.ALGOS, "max", "amax algo"),
+            spike=_slider([(plots.magnitude(v), v) for v in (1, 2, 5, 20, 100, 1000, 1e4, 1e5)], 20, "spike (x)"),
+            drift=_slider([0.0, 0.02, 0.05, 0.1], 0.0, "drift per step"),
+            fmt=_select(("e4m3", "e5m2"), "e4m3", "format"),
+            margin=W.IntSlider(value=0, min=0, max=4, description="margin"),
+        )
+        self.steps = 80  # longer than the longest history after the spike, so every length shows
+
+    def compute(self, history, algo, spike, drift, fmt, margin) -> dict:
+        # every step as one row: per-row scaling of the stack is per-tensor scaling of each step
+        steps = torch.stack(activation_stream(self.steps, (16, 128), spike_step=self.steps // 4, spike=spike,
+                                              drift=drift)).reshape(self.steps, -1)  # (steps, 32 * 128)
+        current = quantize(steps, fmt, PerRow(), "exact", margin)  # each step's own amax
+        amax = current.amax.flatten()
+        used = torch.tensor(AmaxHistory(history, algo).replay(amax.tolist()))
+        delayed = quantize(steps, fmt, PerRow(), "exact", margin, amax=used[:, None])
+        rows = {"step": range(self.steps), "amax": amax.tolist(), "scale amax (delayed)": used.tolist(),
+                "overflow (delayed)": row_overflow(steps, delayed).tolist(),
+                "sqnr delayed": row_sqnr(steps, delayed).tolist(), "sqnr current": row_sqnr(steps, current).tolist()}
+        return {"df": pd.DataFrame(rows)}
+
+    def draw(self, data, axes) -> None:
+        df = data["df"]
+        plots.amax_over_steps(df[["step", "amax", "scale amax (delayed)", "overflow (delayed)"]], axes[0])
+        steps = df["step"].to_numpy()
+        plots.kept_lines(axes[1], {"current": (steps, df["sqnr current"].to_numpy(), {"color": plots.PALETTE[0]}),
+                                   "delayed": (steps, df["sqnr delayed"].to_numpy(), {"color": plots.PALETTE[1]})})
+        axes[1].set_xlabel("step")
+        axes[1].set_ylabel("SQNR (dB)")
+        axes[1].set_title("SQNR: current (blue), delayed (orange)")
+        # axes that hold every setting's data (amax 3 to 2.4e6, SQNR 0 to 32 dB): the learner sees
+        # the spike grow, not the axis move
+        plots.steady_limits(axes[0], "y", lo=1, hi=1e7)
+        plots.steady_limits(axes[1], "y", step=10, lo=0, hi=40)
+
+    def describe(self, data) -> str:
+        df = data["df"]
+        spike = self.steps // 4
+        bad = df[df["overflow (delayed)"] > 0]
+        low = df[df["sqnr delayed"] < df["sqnr current"] - 3]
+        after = low[low.step > spike]
+        return _metrics_html({"steps that clipped": f"{len(bad)} ({len(bad[bad.step != spike])} besides the spike step "
+                                                    f"{spike})",
+                              "share of values clipped, all steps": _pct(float(df["overflow (delayed)"].mean())),
+                              "steps > 3 dB worse than current scaling": f"{len(low)} ({len(after)} after the spike)",
+                              "worst SQNR (delayed)": f"{df['sqnr delayed'].min():.1f} dB"})

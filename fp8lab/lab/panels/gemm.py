@@ -1,0 +1,134 @@
+"""Notebook 05's panels: each recipe's GEMM error (GemmPanel), accumulation precision against K (AccumulationPanel).
+
+Public: AccumulationPanel, GemmPanel. Wiring only: the numbers come from fp8lab's functions.
+"""
+
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import ipywidgets as W
+import pandas as pd
+import torch
+
+from fp8lab.data.synthetic import DISTRIBUTIONS, sample
+from fp8lab.figures import plots
+from fp8lab.gemm import AccumulatorModel, accumulation_errors, matmul, resolve_backend
+from fp8lab.lab.panels.base import (
+    Panel,
+    _metrics_html,
+    _outlier_options,
+    _select,
+    _slider,
+)
+from fp8lab.numerics.recipes import RECIPES
+from fp8lab.settings import size, smoke
+
+__all__ = ["AccumulationPanel", "GemmPanel"]
+
+
+class GemmPanel(Panel):
+    """The error of an FP8 GEMM per recipe, against the exact product of the unquantized inputs."""
+
+    title = "FP8 GEMM error per recipe (relative to the exact product)"
+    keep_artists = True  # the same bars each time, new heights
+    WEIGHTS: ClassVar[dict[str, str]] = {"random": "random", "zero rows for the outlier channels (sinks)": "zero rows"}
+
+    def __init__(self) -> None:
+        super().__init__(
+            k=_slider([64, 256, 1024, 4096], 1024, "K"),
+            outliers=_slider(_outlier_options(), 0.0, "outlier channels in a"),
+            distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
+            weights=_select(list(self.WEIGHTS.items()), "random", "b's rows for those channels"),
+        )
+        self.m = size(128, 32)
+        self._backends: dict[str, str] | None = None
+
+    def compute(self, k, outliers, distribution, weights) -> dict:
+        a, idx = sample(distribution, (self.m, k), outliers, seed=1, return_outliers=True)
+        b = sample("normal", (k, 64), 0.0, seed=2)
+        zeroed = idx if weights == "zero rows" else idx[:0]
+        b[zeroed] = 0.0  # as LLM sinks meet weights that ignore them: the product never sees them
+        true = a.double() @ b.double()
+        errs = {}
+        for name in RECIPES:
+            out = matmul(a, b, name, verbose=False).double()
+            errs[name] = (torch.linalg.norm(out - true) / torch.linalg.norm(true)).item()
+        if self._backends is None:  # decided once per machine: no need to ask again on every redraw
+            self._backends = {n: resolve_backend(n).reason for n in RECIPES}
+        return {"errors": errs, "backend": self._backends, "zeroed": zeroed.tolist(),
+                "outlier_channels": idx.tolist(), "weights": weights}
+
+    def draw(self, data, ax) -> None:
+        errs = data["errors"]
+        plots.bars(errs, ax, ylabel="relative error (log)", log=True, highlight=max(errs, key=errs.get),
+                   title="error of each recipe's GEMM")
+        plots.steady_limits(ax, "y")  # whole decades
+
+    def describe(self, data) -> str:
+        e = data["errors"]
+        head = (f"<p style='font-size:14px'><b>tensorwise {100 * e['tensorwise']:.2f}% vs blockwise "
+                f"{100 * e['blockwise']:.2f}%: {e['tensorwise'] / e['blockwise']:.2g}x</b></p>")
+        if data["weights"] == "zero rows":
+            rows = (f"zero at {data['zeroed']} (a's outlier channels): the product never sees them" if data["zeroed"]
+                    else "zero for a's outlier channels - none here: raise the outliers")
+        elif data["outlier_channels"]:
+            rows = "random: a's outlier channels' products dominate the output"
+        else:
+            rows = "random"
+        return head + _metrics_html({"b's rows": rows,
+                                     **{n: f"{100 * v:.2f}%  ({data['backend'][n]})" for n, v in e.items()}})
+
+
+class AccumulationPanel(Panel):
+    """Limited-precision accumulation (Hopper's ~14 bits) and DeepSeek-V3's promotion fix."""
+
+    title = "accumulation precision: error vs K"
+    keep_artists = True  # the same lines each time, moved
+
+    def __init__(self) -> None:
+        super().__init__(
+            bits=W.IntSlider(value=14, min=8, max=24, description="accumulator bits"),
+            promote=_slider([("never", 0), ("32", 32), ("64", 64), ("128", 128), ("256", 256), ("512", 512)], 128,
+                            "promote to fp32 every"),
+            distribution=_select(("uniform", "normal"), "uniform", "inputs"),
+        )
+        self.ks = [128, 256, 512, 1024] if smoke() else [128, 256, 512, 1024, 2048, 4096]
+        self._curves: dict[tuple, list[float]] = {}  # (model or None for fp32, distribution) -> error per K
+
+    def _curve(self, model: AccumulatorModel | None, distribution: str) -> list[float]:
+        """One curve (error per K), computed once per model and inputs: a drag back over a value
+        (or a promotion change, which leaves the unpromoted curve as it was) reuses it."""
+        key = (model, distribution)
+        if key not in self._curves:
+            if len(self._curves) > 256:
+                self._curves.clear()
+            self._curves[key] = [max(e, 1e-9) for e in accumulation_errors(self.ks, model, distribution)]
+        return self._curves[key]
+
+    def compute(self, bits, promote, distribution) -> dict:
+        # the settings go in the title, not the legend: the legend stays as the sliders move
+        settings = {"fp32 accumulation": None, "no promotion": AccumulatorModel(bits - 1, 32, None)}
+        if promote:
+            settings["promoted to fp32"] = AccumulatorModel(bits - 1, 32, promote)
+        rows = [{"accumulation": label, "K": k, "relative error": e}
+                for label, model in settings.items()
+                for k, e in zip(self.ks, self._curve(model, distribution), strict=True)]
+        return {"df": pd.DataFrame(rows), "distribution": distribution, "bits": bits, "promote": promote}
+
+    def draw(self, data, ax) -> None:
+        every = f", promoted every {data['promote']}" if data["promote"] else ", never promoted"
+        plots.gemm_error_vs_k(data["df"], ax, title=f"{data['bits']}-bit accumulator{every}")
+        plots.steady_limits(ax, "y", lo=1e-9, hi=1)  # every setting's errors (1e-9: fp32's floor)
+
+    def describe(self, data) -> str:
+        df = data["df"]
+        last = df[df.K == df.K.max()].set_index("accumulation")["relative error"]
+        inputs = ("uniform [0, 1): every product has the same sign, so the truncated bits add up (the worst case)"
+                  if data["distribution"] == "uniform" else
+                  "normal: products of both signs, so the truncated bits partly cancel")
+        named = {"no promotion": f"{data['bits']}-bit, no promotion",
+                 "promoted to fp32": f"{data['bits']}-bit, promoted every {data['promote']}"}
+        return _metrics_html({**{f"{named.get(k, k)} at K={df.K.max()}": f"{100 * v:.3g}%" for k, v in last.items()},
+                              "inputs": inputs})

@@ -1,0 +1,150 @@
+"""Notebook 02's panels: one scale per tensor against outlier channels (PerTensorPanel), the outlier
+cliff per recipe (CliffPanel).
+
+Public: CliffPanel, PerTensorPanel. Wiring only: the numbers come from fp8lab's functions.
+"""
+
+
+from __future__ import annotations
+
+import math
+
+import ipywidgets as W
+import pandas as pd
+
+from fp8lab.data.synthetic import DISTRIBUTIONS, sample
+from fp8lab.figures import plots
+from fp8lab.lab.panels.base import (
+    CLIFF_RECIPES,
+    ELEMENT_FORMATS,
+    OUTLIERS,
+    RULES,
+    Panel,
+    _metrics_html,
+    _outlier_options,
+    _pct,
+    _select,
+    _slider,
+)
+from fp8lab.numerics.metrics import (
+    channel_sqnr,
+    flushed_fraction,
+    quantization_report,
+)
+from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.recipes import RECIPES
+from fp8lab.numerics.scaling import PerTensor
+from fp8lab.settings import size
+
+__all__ = ["CliffPanel", "PerTensorPanel"]
+
+
+class PerTensorPanel(Panel):
+    """One scale for the whole tensor: the histogram of |x| against the format's window, and
+    what it costs the ordinary values (every channel but the outlier channels)."""
+
+    title = "per-tensor scaling: what lands in the window, what clips, what flushes"
+    keep_artists = True  # the same shading and bars each time, moved
+
+    def __init__(self) -> None:
+        super().__init__(
+            distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
+            outliers=_slider(_outlier_options(), 0.0, "outlier channels"),
+            fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
+            rule=_select(RULES, "exact", "scale rule"),
+            margin=W.IntSlider(value=0, min=0, max=6, description="margin (powers of 2)"),
+            normalize=W.Checkbox(value=False, description="normalize each channel first"),
+        )
+        self.shape = (size(128, 64), size(1024, 256))
+
+    def compute(self, distribution, outliers, fmt, rule, margin, normalize) -> dict:
+        x, idx = sample(distribution, self.shape, outliers, normalize=normalize, return_outliers=True)
+        q = quantize(x, fmt, PerTensor(), rule, margin)
+        return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx), "margin": margin}
+
+    def draw(self, data, ax) -> None:
+        # an x axis that holds every setting's values and window: the learner sees them move, not the axis
+        plots.histogram_log2(data["x"], data["q"], ax=ax, xlim=(-30, 40))
+
+    def describe(self, data) -> str:
+        r = data["report"]
+        n = len(data["outlier_channels"])
+        ordinary = f"ordinary values ({'all channels' if n == 0 else f'all but the {n} outlier channels'})"
+        head = (f"<p style='font-size:14px'><b>{ordinary}: SQNR {r['ordinary_sqnr_db']:.1f} dB "
+                f"(each channel counts alike), {_pct(r['ordinary_underflow'])} flushed to 0</b></p>")
+        q = data["q"]
+        fmt = q.fmt
+        rule = {"exact": f"amax / {fmt.max_value:g}", "rceil": f"2^ceil(log2(amax / {fmt.max_value:g}))",
+                "floor": f"2^(floor(log2 amax) - {math.floor(math.log2(fmt.max_value))})"}[q.scale_rule]
+        margin = f" x 2^{data['margin']}" if data["margin"] else ""  # what compute used, not the control
+        return head + _metrics_html({"amax": f"{r['amax']:.4g}",
+                                     f"scale = {rule}{margin}": f"{float(q.scale):.4g}",
+                                     "SQNR, whole tensor (energy-weighted: the largest values decide it)":
+                                     f"{r['sqnr_db']:.1f} dB",
+                                     "overflow (clipped)": _pct(r["overflow"]),
+                                     "underflow, whole tensor (flushed to 0)": _pct(r["underflow"]),
+                                     "subnormal": _pct(r["subnormal"])})
+
+
+class CliffPanel(Panel):
+    """Outlier magnitude from none to 1e7 against each recipe's activation scaling: the cliff
+    where ordinary values start to flush, per recipe."""
+
+    title = "the outlier cliff: each recipe's activation scaling against outlier magnitude"
+    width, height = 6.4, 3.4
+    keep_artists = True  # the same lines each time, moved
+
+    def __init__(self) -> None:
+        super().__init__(
+            measure=_select([("SQNR of ordinary channels", "ordinary_sqnr_db"),
+                             ("share of ordinary values flushed", "ordinary_underflow")],
+                            "ordinary_sqnr_db", "measure"),
+            distribution=_select(DISTRIBUTIONS[:4], "normal", "distribution"),
+            recipes=W.SelectMultiple(options=list(CLIFF_RECIPES), value=list(CLIFF_RECIPES), description="recipes",
+                                     rows=5),
+        )
+        self.shape = (size(64, 32), size(1024, 256))
+        self._cache: dict[str, pd.DataFrame] = {}
+        for distribution in self.controls["distribution"].options:  # the controls only pick from these
+            self.table(distribution)
+
+    def table(self, distribution: str) -> pd.DataFrame:
+        """Every recipe at every outlier magnitude (1: none): SQNR of the ordinary channels and the
+        share of ordinary values flushed to zero (none of these recipes' rules clips)."""
+        if distribution not in self._cache:
+            rows = []
+            for magnitude in (1.0, *OUTLIERS[1:]):
+                x, idx = sample(distribution, self.shape, magnitude, return_outliers=True)
+                for name in CLIFF_RECIPES:
+                    deq = RECIPES[name].input.quantize(x).dequantize()  # fprop's activation operand, along K
+                    rows.append({"recipe": name, "outliers": magnitude, "ordinary_sqnr_db": channel_sqnr(x, deq, idx),
+                                 "ordinary_underflow": flushed_fraction(x, deq, idx)})
+            self._cache[distribution] = pd.DataFrame(rows)
+        return self._cache[distribution]
+
+    def compute(self, measure, distribution, recipes) -> dict:
+        if not recipes:
+            raise ValueError(f"pick at least one recipe; valid: {', '.join(CLIFF_RECIPES)}")
+        df = self.table(distribution)
+        df = df[df.recipe.isin(recipes)]
+        # the cliff: the first magnitude where a recipe's ordinary SQNR is 3 dB below its own clean value
+        cliffs = {}
+        for name, part in df.groupby("recipe", sort=False):
+            clean = float(part["ordinary_sqnr_db"].iloc[0])
+            worse = part[part["ordinary_sqnr_db"] < clean - 3]
+            cliffs[name] = float(worse["outliers"].iloc[0]) if len(worse) else None
+        return {"df": df, "measure": measure, "cliffs": cliffs}
+
+    def draw(self, data, ax) -> None:
+        plots.outlier_cliff(data["df"], data["measure"], ax=ax)
+
+    def describe(self, data) -> str:
+        df = data["df"]
+        rows = {}
+        for name, at in data["cliffs"].items():
+            part = df[df.recipe == name].set_index("outliers")
+            rows[name] = (f"3 dB below its clean SQNR from {plots.magnitude(at)}x on" if at is not None else
+                          "within 3 dB of clean up to 1e7x") + \
+                f"; at 1e6x: {part.loc[1e6, 'ordinary_sqnr_db']:.1f} dB, {_pct(part.loc[1e6, 'ordinary_underflow'])} " \
+                "flushed"
+        return _metrics_html(rows)

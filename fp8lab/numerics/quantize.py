@@ -1,0 +1,501 @@
+"""quantize(x, ...) -> QuantizedTensor, and back with .dequantize().
+
+Public: quantize, quantize_delayed, QuantizedTensor; quantize_spec / quantize_with (the
+settings checked once, then applied: what a training step calls).
+x[M, K] -> data[M, K] (the format's codes) and scale[ceil(M/rows), ceil(K/cols)]
+(float32 dequantization multipliers): x ~= data.float() * scale, broadcast per block.
+NVFP4 adds a second, per-tensor float32 factor: x ~= data * scale * tensor_scale.
+The definition is three steps in torch (quantize_with): scaling.amax_per_block,
+scaling.scale_from_amax (every scale rule), formats.cast; on the CPU fp8lab.numerics.kernels does the
+same in one pass, chosen in one place (quantize_with's first lines).
+Notebook 02 introduces quantize; 04 the block shapes; 01 the codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+
+from fp8lab.numerics import kernels
+from fp8lab.numerics.formats import E2M1, E4M3, FloatFormat, _check_float, cast, get_format, widen
+from fp8lab.numerics.scaling import (
+    AmaxHistory,
+    Granularity,
+    PerBlock,
+    PerTensor,
+    amax_per_block,
+    as_2d,
+    check_scale_args,
+    padded_blocks,
+    parse_granularity,
+    scale_from_amax,
+)
+
+__all__ = ["QuantizeSpec", "QuantizedTensor", "quantize", "quantize_delayed", "quantize_spec", "quantize_with"]
+
+# rows of blocks handled per step of the scale-and-cast loop: ~1 MiB of float32 at a time
+# stays in cache, so x is read once and the fp8 result written once
+_CHUNK_ELEMENTS = 1 << 18
+
+
+@dataclass(eq=False)
+class Derived:
+    """What a QuantizedTensor derives from its codes and scales: computed once, when first asked
+    for, or written by quantize's kernel in the same pass where that was nearly free. The only
+    mutable part of a QuantizedTensor; filling it changes no number, only when it is computed.
+
+    values:      data as float32, data's shape (QuantizedTensor.values())
+    scaled:      values times each element's block scale, tensor_scale left out, float32, data's
+                 shape (QuantizedTensor.scaled_values(): what an emulated GEMM multiplies where
+                 the scales vary along its contraction)
+    scale_range: (smallest, largest) block scale (QuantizedTensor.scale_range())
+    """
+
+    values: torch.Tensor | None = None
+    scaled: torch.Tensor | None = None
+    scale_range: tuple[float, float] | None = None
+
+    def t(self) -> Derived:
+        return Derived(None if self.values is None else self.values.t(),
+                       None if self.scaled is None else self.scaled.t(), self.scale_range)
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedTensor:
+    """A tensor in a low-precision format with per-block scales (checked on construction).
+
+    Frozen in what it means: no field is ever reassigned, and data, scale, tensor_scale and
+    amax are never written after construction. It caches, in place, in one declared field,
+    `derived` (see Derived): the float32 values, the scale-folded values and the scale range,
+    computed once from the codes when first asked for (or written by quantize's kernel in the
+    same pass). Caching changes no number. .t() and .to() hand their result the cache's
+    transposed or kept parts; dataclasses.replace would share it (pass derived=Derived()
+    when changing data or scales).
+
+    data:  x's shape, dtype fmt.storage_dtype (float8_e4m3fn / float8_e5m2; E2M1 values
+           are kept unpacked, one per byte, in float8_e4m3fn, which holds each exactly)
+    scale: float32 dequantization multipliers; () per tensor, (M, 1) per row,
+           (ceil(M/rows), ceil(K/cols)) per block (blocks clamped to the tensor)
+    tensor_scale: a second float32 factor (0-d) for two-level scaling (NVFP4), else None
+    amax:  the amax each scale was computed from (same shape as scale)
+    counts: (clipped, flushed) element counts, where quantize was asked to count them (the
+           Monitor does) and its kernel ran; None otherwise (metrics then count from x)
+    derived: values, scale-folded values and the scale range, computed once (see Derived)
+    A hand-built QuantizedTensor is checked like quantize's: a wrong dtype, device or scale
+    shape raises ValueError here, never garbage later.
+    """
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    fmt: FloatFormat
+    granularity: Granularity
+    scale_rule: str = "exact"
+    scale_fmt: FloatFormat | None = None
+    tensor_scale: torch.Tensor | None = None
+    amax: torch.Tensor | None = None
+    margin: int = 0
+    counts: tuple[int, int] | None = None
+    derived: Derived = field(default_factory=Derived, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, torch.Tensor) or not isinstance(self.scale, torch.Tensor):
+            raise TypeError("QuantizedTensor: data and scale must be torch.Tensors")
+        if not isinstance(self.fmt, FloatFormat) or not isinstance(self.granularity, Granularity):
+            raise TypeError("QuantizedTensor: fmt must be a FloatFormat and granularity a Granularity "
+                            "(fp8lab.get_format, fp8lab.parse_granularity)")
+        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.tensor_scale is not None)
+        if self.data.dtype != self.fmt.storage_dtype:
+            raise ValueError(f"QuantizedTensor: {self.fmt.name} data is stored as {self.fmt.storage_dtype}, "
+                             f"got {self.data.dtype}")
+        shape = self.granularity.scale_shape(tuple(as_2d(self.data, self.granularity).shape))
+        for name, t in (("scale", self.scale), ("amax", self.amax)):
+            if t is None:
+                continue
+            if t.dtype != torch.float32 or t.device != self.data.device or tuple(t.shape) != shape:
+                raise ValueError(
+                    f"QuantizedTensor: {name} must be float32 on {self.data.device}, shaped {shape} for "
+                    f"{self.granularity.label} blocks of data {tuple(self.data.shape)}; got {t.dtype} on {t.device}, "
+                    f"shaped {tuple(t.shape)}")
+        ts = self.tensor_scale
+        if ts is not None and (ts.dtype != torch.float32 or ts.device != self.data.device or ts.dim() != 0):
+            raise ValueError("QuantizedTensor: tensor_scale must be a 0-d float32 tensor on data's device")
+
+    def scale_range(self) -> tuple[float, float]:
+        """(smallest, largest) block scale, without tensor_scale; both NaN if a scale is NaN.
+        Found by the quantize kernel where it ran, else computed once (Derived)."""
+        if self.derived.scale_range is None:
+            smallest, largest = torch.aminmax(self.scale)
+            self.derived.scale_range = (float(smallest), float(largest))
+        return self.derived.scale_range
+
+    def values(self) -> torch.Tensor:
+        """data as float32 (the element values before scaling), computed once (Derived)."""
+        if self.derived.values is None:
+            self.derived.values = widen(self.data)
+        return self.derived.values
+
+    def scaled_values(self) -> torch.Tensor:
+        """values times each element's block scale (tensor_scale left out), float32, data's shape and
+        layout (a GEMM's summation order may follow it): what an emulated GEMM multiplies where the
+        scales vary along K. Computed once (Derived)."""
+        if self.derived.scaled is None:
+            scaled = self._times_block_scales(self.values())
+            if self.data.dim() == 2 and not self.data.is_contiguous() and self.data.t().is_contiguous():
+                scaled = scaled.t().contiguous().t()  # a transposed view, laid out as the kernel writes it
+            self.derived.scaled = scaled
+        return self.derived.scaled
+
+    def _times_block_scales(self, data: torch.Tensor) -> torch.Tensor:
+        if self.scale.dim() == 0:
+            return data * self.scale
+        d2 = as_2d(data, self.granularity)
+        blocks = padded_blocks(d2, self.block_shape)  # (MB, r, KB, c)
+        out = blocks * self.scale[:, None, :, None]
+        m, k = d2.shape
+        # contiguous, as the kernel writes it: a GEMM's summation order may follow the layout
+        return out.reshape(blocks.shape[0] * blocks.shape[1], -1)[:m, :k].contiguous().reshape(self.shape)
+
+    def t(self, granularity: Granularity | None = None) -> QuantizedTensor:
+        """The transpose, sharing data and scales: q[M, K] -> q.t()[K, M].
+
+        Exact for per-tensor and per-block scaling (a block's transpose is a block of the
+        transposed tensor, padding included). Per-row scales would become per-column, which
+        no granularity here describes: re-quantize instead (or quantize PerBlock(M, 1), one
+        block per column, and pass granularity=PerRow() to name its transpose's blocks).
+        """
+        if self.data.dim() != 2:
+            raise ValueError("t() needs a 2-D QuantizedTensor")
+        g = self.granularity
+        if isinstance(g, PerTensor):
+            scale, amax, gran = self.scale, self.amax, g
+        elif isinstance(g, PerBlock):
+            amax = self.amax.t() if self.amax is not None else None
+            scale, gran = self.scale.t(), PerBlock(g.cols, g.rows)
+        else:
+            raise ValueError(f"{g.label} scales are not transposable; quantize the transposed tensor instead")
+        if granularity is not None and granularity != gran:
+            if gran.block_shape(tuple(self.shape[::-1])) != granularity.block_shape(tuple(self.shape[::-1])):
+                raise ValueError(f"the transpose's blocks are {gran.label}, not {granularity.label}")
+            gran = granularity
+        return QuantizedTensor(self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt,
+                               self.tensor_scale, amax, self.margin, self.counts, self.derived.t())
+
+    def to(self, device: torch.device | str) -> QuantizedTensor:
+        """The same codes and scales on another device (cached float32 copies are not moved)."""
+        device = torch.device(device)
+        if self.data.device == device:
+            return self
+
+        def move(t):
+            return None if t is None else t.to(device)
+
+        return QuantizedTensor(move(self.data), move(self.scale), self.fmt, self.granularity, self.scale_rule,
+                               self.scale_fmt, move(self.tensor_scale), move(self.amax), self.margin, self.counts,
+                               Derived(scale_range=self.derived.scale_range))
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.data.shape
+
+    @property
+    def block_shape(self) -> tuple[int, int]:
+        x2d_shape = as_2d(self.data, self.granularity).shape
+        return self.granularity.block_shape(tuple(x2d_shape))
+
+    def expanded_scale(self) -> torch.Tensor:
+        """The scale of every element, float32, data's shape (tensor_scale folded in)."""
+        scale = self.scale
+        if self.tensor_scale is not None:
+            scale = scale * self.tensor_scale
+        if scale.dim() == 0:
+            return scale.expand(self.shape)
+        m, k = as_2d(self.data, self.granularity).shape
+        r, c = self.block_shape
+        full = scale.repeat_interleave(r, 0).repeat_interleave(c, 1)[:m, :k]
+        return full.reshape(self.shape)
+
+    def dequantize(self) -> torch.Tensor:
+        """data * scale (* tensor_scale), float32, the original shape."""
+        out = self.derived.scaled  # the same products, where the quantize kernel (or a GEMM) made them
+        if out is None:
+            out = self._times_block_scales(self.values())
+        elif self.tensor_scale is None:
+            out = out.clone()
+        return out * self.tensor_scale if self.tensor_scale is not None else out
+
+    def codes(self) -> torch.Tensor:
+        """The element codes as uint8 (E2M1: 4-bit codes 0..15, sign in bit 3)."""
+        if self.fmt is E2M1:
+            return _E2M1_FROM_E4M3_BYTE.to(self.data.device)[self.data.view(torch.uint8).long()]
+        return self.data.view(torch.uint8)
+
+    def scale_codes(self) -> torch.Tensor:
+        """The block scales in their own format's codes (E8M0 / E4M3), as uint8."""
+        if self.scale_fmt is None:
+            raise ValueError("these scales are float32; they have no 8-bit codes")
+        return self.scale.to(self.scale_fmt.storage_dtype).view(torch.uint8)
+
+    def packed(self) -> torch.Tensor:
+        """E2M1 data packed two per byte (torch.float4_e2m1fn_x2, low nibble first), for kernels."""
+        if self.fmt is not E2M1:
+            raise ValueError(f"only E2M1 data is packed; this is {self.fmt.name}")
+        codes = self.codes()
+        if codes.shape[-1] % 2:
+            raise ValueError("packing needs an even last dimension")
+        pairs = codes.reshape(*codes.shape[:-1], -1, 2)
+        return (pairs[..., 0] | (pairs[..., 1] << 4)).view(torch.float4_e2m1fn_x2)
+
+    @property
+    def scale_bits_per_element(self) -> float:
+        """Memory the scales cost, in bits per element (32 for float32 scales, 8 for E8M0/E4M3)."""
+        bits = 32 if self.scale_fmt is None else self.scale_fmt.bits
+        total = bits * self.scale.numel() + (32 if self.tensor_scale is not None else 0)
+        return total / max(self.data.numel(), 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"QuantizedTensor({self.fmt.name}, {self.granularity.label}, rule={self.scale_rule}, "
+            f"shape={tuple(self.shape)}, scale={tuple(self.scale.shape)}"
+            + (f" {self.scale_fmt.name}" if self.scale_fmt else " float32")
+            + (", two-level" if self.tensor_scale is not None else "")
+            + ")"
+        )
+
+
+def _e2m1_codes(values: torch.Tensor) -> torch.Tensor:
+    # E2M1 magnitudes in code order: 0, 0.5, 1, 1.5, 2, 3, 4, 6
+    magnitude = values.abs()
+    table = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], device=values.device)
+    idx = torch.searchsorted(table, magnitude.contiguous()).clamp(max=7).to(torch.uint8)
+    sign = torch.signbit(values).to(torch.uint8) << 3
+    return idx | sign
+
+
+# E2M1 data is stored as E4M3 bytes: a 256-entry table turns each byte into its 4-bit E2M1 code
+# (the bytes of the 16 E2M1 values; a NaN byte, from a NaN input, maps like the searchsorted
+# of NaN did: to the largest magnitude with its sign bit)
+_E2M1_FROM_E4M3_BYTE = _e2m1_codes(torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float())
+
+
+# ---- the scale-and-cast loop ------------------------------------------------------------------------
+
+
+def _scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """data[M, K] = cast(x * inverse[block], fmt) in fmt.storage_dtype, in cache-sized chunks of block rows.
+
+    x2d: [M, K] float32; inverse: [ceil(M/r), ceil(K/c)] float32 (or one value).
+    """
+    m, k = x2d.shape
+    if inverse.numel() == 1:  # one scale: any layout will do, so cut x into rows that chunk well
+        width = 1024 if x2d.numel() % 1024 == 0 else k
+        blocks, inv = x2d.reshape(-1, 1, 1, width), inverse.reshape(())  # (rows, 1, 1, width)
+    else:
+        blocks, inv = padded_blocks(x2d, block), inverse[:, None, :, None]  # (MB, r, KB, c), (MB, 1, KB, 1)
+    out = torch.empty(blocks.shape, dtype=fmt.storage_dtype, device=x2d.device)
+    mb, per_row = blocks.shape[0], max(blocks[0].numel(), 1)
+    # chunks keep the float32 temporary in the CPU's cache; a GPU does it in one pass
+    step = max(1, _CHUNK_ELEMENTS // per_row) if blocks.device.type == "cpu" else mb
+    for start in range(0, mb, step):
+        stop = min(start + step, mb)
+        out[start:stop] = cast(blocks[start:stop] * (inv if inv.dim() == 0 else inv[start:stop]), fmt,
+                               fmt.storage_dtype)
+    if inverse.numel() == 1:
+        return out.reshape(m, k)
+    data = out.reshape(blocks.shape[0] * blocks.shape[1], -1)  # (MB * r, KB * c)
+    return data if data.shape == (m, k) else data[:m, :k].contiguous()
+
+
+# ---- quantize -------------------------------------------------------------------------------------------
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def _refuse_inf(x: torch.Tensor) -> None:
+    n = int(torch.isinf(x).sum())
+    raise ValueError(
+        f"x has {n} infinite value(s): a scale needs a finite amax. fp8lab does not guess "
+        "here; replace them first (e.g. torch.nan_to_num(x, posinf=..., neginf=...)) or "
+        "find where they came from. (NaN is allowed and propagates to its block.)"
+    )
+
+
+def _input_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
+    """x as the float32 [M, K] the granularity talks about, checked (detached: no autograd graph)."""
+    _check_float(x)
+    if x.dtype == torch.float64 and x.numel():  # values float32 cannot hold would read as infinities
+        beyond = (x.abs() > _FLOAT32_MAX) & torch.isfinite(x)
+        if bool(beyond.any()):
+            raise ValueError(
+                f"x has {int(beyond.sum())} value(s) beyond float32's range (largest |x| "
+                f"{float(x[beyond].abs().max()):.3g} > {_FLOAT32_MAX:.3g}): fp8lab quantizes in float32. "
+                "Divide x by a power of two first (and multiply the scales back), or clamp it.")
+    x32 = x.detach() if x.dtype == torch.float32 else x.detach().to(torch.float32)
+    x2d = as_2d(x32, granularity)
+    if x2d.numel() == 0:
+        raise ValueError("cannot quantize an empty tensor")
+    return x2d
+
+
+def _given_amax(amax: torch.Tensor | float, blocks: tuple[int, int], granularity: Granularity,
+                shape: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """An amax passed to quantize, checked: one per block (MB, KB), float32, each >= 0 and finite or NaN."""
+    a = torch.as_tensor(amax, dtype=torch.float32, device=device)
+    if a.numel() != blocks[0] * blocks[1]:
+        raise ValueError(
+            f"amax has {a.numel()} value(s) but {granularity.label} scaling of shape {tuple(shape)} has "
+            f"{blocks[0] * blocks[1]} block(s): pass one amax per block, shaped {blocks} "
+            "(a single amax is for per-tensor scaling, as in delayed scaling)")
+    bad = (a < 0) | torch.isinf(a)
+    if bool(bad.any()):
+        raise ValueError(f"an amax is max|x| over its block: finite and >= 0, got {a[bad].flatten()[0].item()!r} "
+                         "(NaN is allowed: it propagates to its block)")
+    return a.reshape(blocks)
+
+
+@dataclass(frozen=True)
+class QuantizeSpec:
+    """quantize()'s settings, checked: what every call with them shares.
+
+    kernel: fp8lab.numerics.kernels' parameter block for these settings (the formats and the rule as
+    data), or None where the kernels don't store this format. TensorScaling (recipes.py)
+    keeps one spec, so a training step checks nothing twice.
+    """
+
+    fmt: FloatFormat
+    granularity: Granularity
+    scale_rule: str
+    margin: int
+    scale_fmt: FloatFormat | None
+    two_level: bool
+    kernel: bytes | None = field(default=None, compare=False, repr=False)
+
+
+def quantize_spec(
+    fmt: FloatFormat | str = E4M3,
+    granularity: Granularity | str = PerTensor(),
+    scale_rule: str = "exact",
+    margin: int = 0,
+    scale_fmt: FloatFormat | str | None = None,
+    two_level: bool = False,
+) -> QuantizeSpec:
+    """quantize()'s arguments checked once (a clear error names the valid choices)."""
+    try:
+        return _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level)
+    except TypeError:  # an unhashable argument: check it uncached, for the error that explains it
+        return _spec_cached.__wrapped__(fmt, granularity, scale_rule, margin, scale_fmt, two_level)
+
+
+@lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
+def _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level) -> QuantizeSpec:
+    args = check_scale_args(get_format(fmt), scale_rule, margin, scale_fmt, two_level)
+    return QuantizeSpec(args.fmt, parse_granularity(granularity), args.scale_rule, args.margin, args.scale_fmt,
+                        args.two_level, kernels.parameters(args))
+
+
+def quantize(
+    x: torch.Tensor,
+    fmt: FloatFormat | str = E4M3,
+    granularity: Granularity | str = PerTensor(),
+    scale_rule: str = "exact",
+    margin: int = 0,
+    *,
+    scale_fmt: FloatFormat | str | None = None,
+    two_level: bool = False,
+    amax: torch.Tensor | float | None = None,
+) -> QuantizedTensor:
+    """Quantize x to `fmt` with one scale per block of `granularity`.
+
+    x[M, K] -> QuantizedTensor(data[M, K], scale[ceil(M/rows), ceil(K/cols)]), where
+    scale = amax / (fmt.max_value / 2**margin) for "exact" (scaling.scale_from_amax has every
+    rule) and data = cast(x / scale, fmt), saturating at +-max_value.
+
+    scale_fmt  None: float32 scales. E8M0: power-of-two scales (MX). E4M3: scales rounded
+               to E4M3 (NVFP4), with two_level=True adding a per-tensor float32 scale
+               amax / (448 * fmt.max_value) so the E4M3 block scales use their whole range.
+    amax       use this amax instead of x's own: a scalar for per-tensor scaling (delayed
+               scaling), or one per block, shaped like the scale (amaxes reduced across
+               data-parallel ranks, fp8lab.training.distributed); each finite and >= 0, or NaN. Values
+               beyond it clip, and metrics.overflow_fraction shows how many.
+    NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError, and
+    so does a float64 value beyond float32's range. Per-row and per-block need a 2-D x
+    (reshape batches to (-1, K)); a block larger than x is clamped to it. x may have any
+    float dtype; it is detached: the result carries no autograd graph (fp8lab.nn.FP8Linear
+    defines the gradients of FP8 training).
+    """
+    return quantize_with(x, quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level), amax)
+
+
+def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | float | None = None, *,
+                  count: bool = False, values: bool | None = None) -> QuantizedTensor:
+    """quantize(x, ...) with its settings checked beforehand (quantize_spec).
+
+    The definition is the torch code at the end: the block amaxes, the scales
+    (scaling.scale_from_amax) and the cast (formats.cast). On the CPU, fp8lab.numerics.kernels computes
+    the same bits in one pass: this is the one place that chooses (kernels.engine(), decided
+    once per process). count=True also counts, in that pass, the elements that clipped and
+    flushed (QuantizedTensor.counts, for the Monitor); the torch code leaves that to metrics.
+    values=True has the kernel write the float32 values (scale-folded where a GEMM folds them)
+    in the same pass whatever the size, for an operand a GEMM reads next (None: up to
+    kernels.EAGER_VALUES elements; beyond, QuantizedTensor.values() widens the codes when asked).
+    """
+    x2d = _input_2d(x, spec.granularity)
+    m, k = x2d.shape
+    block = spec.granularity.block_shape((m, k))  # never larger than x
+    blocks = (-(-m // block[0]), -(-k // block[1]))  # (MB, KB)
+    given = None if amax is None else _given_amax(amax, blocks, spec.granularity, (m, k), x2d.device)
+    fold = _folds(spec.granularity, block, (m, k))
+
+    if spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels:
+        fused = kernels.quantize(x2d.contiguous(), block, spec.kernel, given, fold=fold, count=count, values=values)
+        if fused is None:
+            _refuse_inf(x2d)  # the kernel found an infinite amax
+        return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
+                          fused.scale_range, fused.counts)
+
+    # the definition, in torch: each block's amax, its scale, the cast
+    own = amax_per_block(x2d, spec.granularity)  # (MB, KB)
+    if bool(torch.isinf(own).any()):
+        _refuse_inf(x2d)
+    block_amax = own if given is None else given
+    scale, inverse, tensor_scale = scale_from_amax(block_amax, spec.fmt, spec.scale_rule, spec.margin,
+                                                   spec.scale_fmt, spec.two_level)
+    data = _scale_and_cast(x2d, block, inverse, spec.fmt)
+    return _quantized(x, spec, data, scale, tensor_scale, block_amax)
+
+
+def _folds(granularity: Granularity, block: tuple[int, int], shape: tuple[int, int]) -> bool:
+    """Whether the kernel writes values * block scale instead of the values: for blocks
+    smaller than the tensor both ways, whose scales vary along either dim a GEMM may
+    contract (1x32 along K, or 32x1 read transposed). A block spanning all rows or all
+    columns has one scale per row or column, which a GEMM applies to its output instead."""
+    return isinstance(granularity, PerBlock) and block[0] < shape[0] and block[1] < shape[1]
+
+
+def _quantized(x, spec: QuantizeSpec, data, scale, tensor_scale, block_amax, values=None, folded=False,
+               scale_range=None, counts=None) -> QuantizedTensor:
+    if isinstance(spec.granularity, PerTensor):
+        scale, block_amax = scale.reshape(()), block_amax.reshape(())
+    if data.shape != x.shape:
+        data = data.reshape(x.shape)
+        values = None if values is None else values.reshape(x.shape)
+    derived = Derived(None if folded else values, values if folded else None, scale_range)
+    return QuantizedTensor(data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale,
+                           block_amax, spec.margin, counts, derived)
+
+
+def quantize_delayed(
+    x: torch.Tensor,
+    history: AmaxHistory,
+    fmt: FloatFormat | str = E4M3,
+    margin: int = 0,
+) -> QuantizedTensor:
+    """Delayed per-tensor scaling: quantize x with the scale from `history`, then record x's amax.
+
+    On a step where |x| jumps above every amax in the history, the excess clips to
+    +-max_value: `metrics.overflow_fraction(x, q)` is then > 0.
+    """
+    q = quantize(x, fmt, PerTensor(), "exact", margin, amax=history.amax_for_step(x))
+    history.record(x)
+    return q

@@ -1,0 +1,15 @@
+"""FP8 training: the layers, the toy models, the training step, and what is built on them.
+
+  layers.py       FP8Linear (three FP8 GEMMs per linear layer), convert(model, recipe), layer_gemms,
+                  Monitor (public as fp8lab.nn)
+  gpu_support.py  which GEMMs of each recipe run real on which GPU generation, and why
+  models.py       the toy MLP and transformer with sink channels, their tasks
+  train.py        train (recipes side by side), train_step, notebook 06's settings and sweeps
+  measured.py     the training runs shipped with the lab (the sink cliff, delayed recovery)
+  distributed.py  FSDP2 under torchrun on the CPU; _watchdog.py ends a run whose launcher died
+  readiness.py    fp8lab.inspect: any model's FP8 readiness, per layer
+  export.py       a recipe written for torchao, TransformerEngine, torchtitan
+  cost.py         what each recipe costs: scale storage, amax, scale multiplies
+  capstone.py     notebook 08's three models and the article's claims tested
+Notebooks 06-08 introduce them.
+"""

@@ -1,0 +1,201 @@
+"""The lab's toy models and tasks, with the outlier knob ("sink channels").
+
+Public: ToyMLP (notebook 06's MLP), TinyTransformer (a 2-layer decoder), SinkChannels, make_model,
+MODELS, TeacherTask (regression on a random tanh teacher), MarkovTask (next token on a random
+Markov chain). Everything is generated in code from a seed: no downloads.
+The sink channels: a few hidden channels after the first layer are set to a constant F and the
+next layer's weights for them are held at zero, so fp32 never sees them, while every per-tensor
+scale of that layer's input does - as LLMs' massive activations and attention sinks do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["MODELS", "PLACEMENTS", "MarkovTask", "SinkChannels", "TeacherTask", "TinyTransformer", "ToyMLP",
+           "make_model"]
+
+MODELS = ("mlp", "transformer")
+
+# ---- models --------------------------------------------------------------------------------------
+
+
+PLACEMENTS = ("adjacent", "spread")
+
+
+class SinkChannels(nn.Module):
+    """Overwrite `count` channels of h[..., C] with `magnitude` (0 disables): massive activations.
+
+    placement "adjacent": channels 0..count-1 (they share one 16/32/128-wide block);
+    "spread": `count` channels drawn at random (they land in different blocks).
+    """
+
+    def __init__(self, channels: int, count: int = 4, magnitude: float = 0.0, seed: int = 1234,
+                 placement: str = "adjacent") -> None:
+        super().__init__()
+        if placement not in PLACEMENTS:
+            raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
+        if placement == "adjacent":
+            index = torch.arange(count)
+        else:
+            index = torch.randperm(channels, generator=torch.Generator().manual_seed(seed))[:count].sort().values
+        self.register_buffer("index", index)
+        self.magnitude = float(magnitude)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.magnitude == 0:
+            return h
+        h = h.clone()
+        h[..., self.index] = self.magnitude
+        return h
+
+
+class ToyMLP(nn.Module):
+    """in -> hidden -> hidden -> out with GELU, sink channels after the first layer, and a gain.
+
+    gain: the input is multiplied by it and fc1's output divided by it (fc1 has no bias;
+    b1 is added after): exact arithmetic does not notice, an FP8 cast of fc1's input does.
+    fc2's weight columns for the sink channels are zero and stay zero (see `project`).
+    """
+
+    def __init__(self, in_dim: int = 256, hidden: int = 1024, out_dim: int = 8, sinks: int = 4,
+                 sink_magnitude: float = 0.0, placement: str = "adjacent") -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(in_dim, hidden, bias=False)
+        self.b1 = nn.Parameter(torch.zeros(hidden))
+        self.sink = SinkChannels(hidden, sinks, sink_magnitude, placement=placement)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, out_dim)
+        self.gain = 1.0
+        self.project()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc1(x * self.gain) / self.gain + self.b1)
+        h = self.sink(h)
+        h = F.gelu(self.fc2(h))
+        return self.fc3(h)
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Hold fc2's weights for the sink channels at zero (call after each optimizer step)."""
+        self.fc2.weight[:, self.sink.index] = 0
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int, sinks: int, sink_magnitude: float, seed: int,
+                 placement: str = "adjacent") -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.norm2 = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 4 * d)
+        self.sink = SinkChannels(4 * d, sinks, sink_magnitude, seed, placement)
+        self.down = nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)  # (B, T, D) each
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D/H)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # attention stays in high precision
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        h = self.sink(F.gelu(self.up(self.norm2(x))))  # (B, T, 4D)
+        return x + self.down(h)
+
+
+class TinyTransformer(nn.Module):
+    """A 2-layer decoder (width 128, 4 heads) for next-token prediction; sinks in each MLP.
+
+    An FP8 GEMM's cost of quantizing grows with its operands (M*K + K*N) and its work with
+    M*K*N, so the narrower a toy, the more emulation overhead it shows: bench train also
+    measures it at d=64.
+    """
+
+    def __init__(self, vocab: int = 64, d: int = 128, layers: int = 2, heads: int = 4, seq: int = 32,
+                 sinks: int = 4, sink_magnitude: float = 0.0, placement: str = "adjacent") -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
+        self.blocks = nn.ModuleList(Block(d, heads, sinks, sink_magnitude, 1234 + i, placement) for i in range(layers))
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+        self.project()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Hold each block's `down` weights for its sink channels at zero (after each optimizer
+        step). Under FSDP2 the weight is a DTensor sharded by rows: each rank zeroes the
+        columns of the rows it holds (its local shard), which is all of them together."""
+        for block in self.blocks:
+            w = block.down.weight
+            local = w.to_local() if hasattr(w, "to_local") else w
+            local[:, block.sink.index] = 0
+
+
+def make_model(kind: str = "mlp", seed: int = 0, sink_magnitude: float = 0.0, **kw) -> nn.Module:
+    """A toy model with deterministic initial weights: the same `seed`, the same weights.
+
+    torch's layers draw their initial weights from the global generator; they do so here inside
+    torch.random.fork_rng with that generator seeded, so the caller's random state is left as it
+    was (building a model does not reseed anyone else's randomness)."""
+    if kind not in MODELS:
+        raise ValueError(f"unknown model {kind!r}; valid: {', '.join(MODELS)}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if kind == "mlp":
+            return ToyMLP(sink_magnitude=sink_magnitude, **kw)
+        return TinyTransformer(sink_magnitude=sink_magnitude, **kw)
+
+
+# ---- tasks ---------------------------------------------------------------------------------------
+
+
+class TeacherTask:
+    """Regression on a fixed random teacher: y = W2 tanh(W1 x), x ~ N(0, 1). MSE loss."""
+
+    def __init__(self, in_dim: int = 256, out_dim: int = 8, hidden: int = 64, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(10_000 + seed)
+        self.w1 = torch.randn(hidden, in_dim, generator=g) / math.sqrt(in_dim)
+        self.w2 = torch.randn(out_dim, hidden, generator=g) / math.sqrt(hidden)
+        self.in_dim = in_dim
+
+    def batch(self, g: torch.Generator, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(size, self.in_dim, generator=g)
+        return x, torch.tanh(x @ self.w1.t()) @ self.w2.t()
+
+    @staticmethod
+    def loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(pred, target)
+
+
+class MarkovTask:
+    """Next-token prediction on sequences from a fixed random sparse Markov chain. Cross-entropy."""
+
+    def __init__(self, vocab: int = 64, seq: int = 32, branching: int = 4, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(20_000 + seed)
+        self.next_tokens = torch.stack([torch.randperm(vocab, generator=g)[:branching] for _ in range(vocab)])
+        self.probs = torch.softmax(torch.randn(vocab, branching, generator=g) * 2, dim=-1)
+        self.vocab, self.seq = vocab, seq
+
+    def batch(self, g: torch.Generator, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.empty(size, self.seq + 1, dtype=torch.long)
+        tokens[:, 0] = torch.randint(self.vocab, (size,), generator=g)
+        for t in range(self.seq):
+            choice = torch.multinomial(self.probs[tokens[:, t]], 1, generator=g).squeeze(1)
+            tokens[:, t + 1] = self.next_tokens[tokens[:, t], choice]
+        return tokens[:, :-1], tokens[:, 1:]
+
+    @staticmethod
+    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
