@@ -6,14 +6,15 @@ it, everything is workshop-sized. FP8LAB_KERNELS=0 turns off the fused CPU kerne
 (fp8lab.numerics.kernels): same numbers, computed in torch; kernels.engine() asks once per process,
 when quantize first needs it, and says what it decided (python -m fp8lab doctor). Nothing
 else in fp8lab reads the environment (but kernels.py honours CC and XDG_CACHE_HOME to
-build them).
+build them). One setting is written, once, when fp8lab is imported: pin_blas_reproducibility()
+asks MKL for GEMMs whose bits do not depend on the thread count (MKL_CBWR, unless already set).
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["kernels_requested", "size", "smoke"]
+__all__ = ["BLAS_REPRODUCIBLE", "kernels_requested", "pin_blas_reproducibility", "size", "smoke"]
 
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
@@ -32,3 +33,19 @@ def kernels_requested() -> bool:
 def size(workshop: int, smoke_size: int) -> int:
     """`workshop` normally, `smoke_size` under FP8LAB_SMOKE=1 (read now)."""
     return smoke_size if smoke() else workshop
+
+
+# MKL's conditional numerical reproducibility (x86 builds of torch use MKL for fp32 GEMMs): STRICT
+# gives the same bits with any number of threads; AUTO keeps the fastest code path for this CPU.
+BLAS_REPRODUCIBLE = "AUTO,STRICT"
+
+
+def pin_blas_reproducibility() -> str:
+    """Set MKL_CBWR to BLAS_REPRODUCIBLE unless the user set it; return the value in force.
+
+    MKL reads the variable at its first call, so this runs when fp8lab is imported: in a process
+    that has multiplied matrices before importing fp8lab, MKL keeps what it read then. Without it
+    MKL splits a GEMM's sums differently with 1 and 2 threads, and a last-bit difference that fp32
+    training shrugs off moves an FP8 run: a value near a rounding boundary of E4M3 takes the other
+    code (a 2^-4 relative step), and the runs drift apart."""
+    return os.environ.setdefault("MKL_CBWR", BLAS_REPRODUCIBLE)

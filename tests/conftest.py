@@ -29,7 +29,7 @@ BROWSER_RUN = "test_notebook_in_the_browser"  # tests/test_browser.py, one per n
 def pytest_collection_modifyitems(config, items):
     """Each notebook runs once per `make test`, the way a learner runs it. The browser test runs
     every notebook top to bottom at workshop size in JupyterLab, with the workshop run's checks
-    (under a minute, under 1.5 GB, the notebook's own claims: tests/notebook_checks.py) and its
+    (under 1.5 GB, the notebook's own claims: tests/notebook_checks.py) and its
     widgets dragged, so where it runs a notebook, test_notebooks' nbclient runs of the same notebook
     (workshop size, and smoke mode: the CI shortcut) are deselected, and the summary says so. With
     -m "not browser" (make test BROWSER=0), or without chromium, the nbclient runs stay."""

@@ -15,8 +15,9 @@ import pytest
 
 from .test_distributed import CURVE, FLOOR
 
-WORKSHOP_LIMIT_S = 60.0  # each notebook runs top to bottom in under a minute on 2 cores
-MEMORY_LIMIT_MB = 1536.0
+# How long a notebook takes is a benchmark's question (`python -m fp8lab bench notebooks`: the table in
+# docs/performance.md); here the run only has to finish, and a hang fails it (the runners' guards).
+MEMORY_LIMIT_MB = 1536.0  # measured peaks 390-590 MB at workshop size; a leak or a runaway tensor fails
 
 PEAK = "import resource; print('PEAK_RSS_MB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
 
@@ -69,7 +70,6 @@ def check_after_run(stem: str, output: str, seconds: float) -> float:
         pytest.fail(f"{stem}: the checks after the run failed in the kernel:\n{output}")
     peak = float(output.split("PEAK_RSS_MB")[1].split()[0])
     print(f"{stem}: {seconds:.1f} s, kernel peak {peak:.0f} MB")
-    assert seconds <= WORKSHOP_LIMIT_S, f"{stem} took {seconds:.1f} s at workshop size (limit {WORKSHOP_LIMIT_S:g} s)"
     assert peak <= MEMORY_LIMIT_MB, f"{stem}'s kernel peaked at {peak:.0f} MB (limit {MEMORY_LIMIT_MB:g} MB)"
     if stem in CLAIMS:
         line = next((x for x in output.splitlines() if x.startswith("CLAIMS ")), None)

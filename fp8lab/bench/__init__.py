@@ -1,6 +1,7 @@
 """The project's own benchmarks: `python -m fp8lab bench NAME`, one file each.
 
-  quantize.py  gemm.py  train.py  inspect.py  widgets.py  gpu.py  (table.py: the tables' machine line)
+  quantize.py  gemm.py  train.py  inspect.py  widgets.py  notebooks.py  blas.py  gpu.py
+  (table.py: the tables' machine line)
 Candidates are timed in interleaved rounds on the same inputs, so a noisy, shared machine slows all
 of them alike; the tables report medians and ratios from one run. Tests never time anything.
 """
@@ -15,7 +16,7 @@ from fp8lab.timing import machine_line
 __all__ = ["BENCHES", "main"]
 
 
-BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "lessons", "inspect", "all")
+BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "notebooks", "blas", "lessons", "inspect", "all")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=None, help="matrix size (defaults per benchmark)")
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per candidate")
     p.add_argument("--device", default=None, help="for 'gpu': cuda (default when present) or cpu (dry run)")
+    p.add_argument("--only", nargs="*", default=None, help="for 'notebooks': only those whose name contains one")
     args = p.parse_args(argv)
     kernels.keep_freed_memory()  # as fp8lab.setup() does in the notebooks
     names = ("quantize", "gemm", "train", "widgets") if args.name == "all" else (args.name,)
@@ -56,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
             from fp8lab.bench.widgets import bench_widgets
 
             bench_widgets(rounds=args.rounds)
+        elif name == "notebooks":
+            from fp8lab.bench.notebooks import bench_notebooks
+
+            bench_notebooks(tuple(args.only) if args.only else None)
+        elif name == "blas":
+            from fp8lab.bench.blas import bench_blas
+
+            bench_blas(**kw)
         elif name == "inspect":
             from fp8lab.bench.inspect import bench_inspect
 

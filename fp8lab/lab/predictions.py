@@ -15,7 +15,7 @@ import ipywidgets as W
 
 from fp8lab.training.measured import cliff_means, first_break
 
-__all__ = ["PREDICTIONS", "Prediction", "PredictionSpec", "magnitude"]
+__all__ = ["PREDICTIONS", "Prediction", "PredictionSpec", "magnitude", "share"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,13 @@ class PredictionSpec:
 
 def _pct(v: float) -> str:
     return f"{100 * v:.3g}%"
+
+
+def share(v: float, floor: float = 1e-4) -> str:
+    """A share as the answer key prints it: 3 significant digits, or "under 0.01%" below `floor`.
+    The digits of a share that small follow the training trajectory, which moves with the machine
+    (threads, instruction sets); the claim it supports does not."""
+    return f"under {_pct(floor)}" if v < floor else _pct(v)
 
 
 def magnitude(v: float) -> str:
