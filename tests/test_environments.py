@@ -35,6 +35,7 @@ ENVIRONMENTS = ["environment.yml", "binder/environment.yml"]
 CONDA_TO_PYPI = {"matplotlib-base": "matplotlib", "pytorch": "torch"}
 NOT_PINNED_HERE = {"python", "pip"}
 REQUIREMENT = re.compile(r"([A-Za-z0-9_.\-]+)\s*([<>=!~][^;]*)?")
+SELF = re.compile(r"fp8lab\[([a-z,]+)\]")  # an extra that brings others: "fp8lab[torchao,data]"
 
 
 def _name(name: str) -> str:
@@ -47,11 +48,14 @@ def project() -> dict:
 
 
 def requirements(*groups: str) -> dict[str, SpecifierSet]:
-    """{package: range} of pyproject's groups: "dependencies" or an extra's name."""
+    """{package: range} of pyproject's groups: "dependencies" or an extra's name (with the extras it names)."""
     proj = project()
     found = {}
     for group in groups:
         for line in proj["dependencies"] if group == "dependencies" else proj["optional-dependencies"][group]:
+            if inner := SELF.fullmatch(line.strip()):
+                found.update(requirements(*inner[1].split(",")))
+                continue
             m = REQUIREMENT.fullmatch(line.strip())
             assert m, f"pyproject.toml: cannot read {line!r}"
             found[_name(m[1])] = SpecifierSet(m[2] or "")

@@ -74,14 +74,14 @@ def hosted_links(url: str | None, notebook: str) -> list[tuple[str, str]]:
         return []
     netloc, path = host
     in_repo = f"notebooks/{notebook}"
-    labpath = urllib.parse.quote(in_repo, safe="")
+    open_lab = f"HEAD?urlpath=lab/tree/{in_repo}"  # Binder opens JupyterLab at the notebook
     if netloc == "gitlab.com":
-        return [("Binder", f"https://mybinder.org/v2/gl/{urllib.parse.quote(path, safe='')}/HEAD?labpath={labpath}")]
+        return [("Binder", f"https://mybinder.org/v2/gl/{urllib.parse.quote(path, safe='')}/{open_lab}")]
     blob = f"https://github.com/{path}/blob/{BRANCH}/{in_repo}"
     return [
         ("Colab", f"https://colab.research.google.com/github/{path}/blob/{BRANCH}/{in_repo}"),
         ("Kaggle", f"https://kaggle.com/kernels/welcome?src={blob}"),
-        ("Binder", f"https://mybinder.org/v2/gh/{path}/HEAD?labpath={labpath}"),
+        ("Binder", f"https://mybinder.org/v2/gh/{path}/{open_lab}"),
     ]
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 
 from fp8lab.bench.table import print_table
+from fp8lab.extras import available
 from fp8lab.timing import time_interleaved
 
 __all__ = ["bench_quantize"]
@@ -30,15 +31,15 @@ def bench_quantize(size: int = 4096, rounds: int = 20) -> list[dict]:
         "fp8lab 128x128 E4M3": lambda: quantize(x, E4M3, PerBlock(128, 128)),
         "fp8lab 1x32 E4M3 + E8M0 (rceil)": lambda: quantize(x, E4M3, PerBlock(1, 32), "rceil", scale_fmt=E8M0),
     }
-    try:
+    if not available("torchao"):
+        print('torchao is not installed: its column is missing (pip install "fp8lab[torchao]")')
+    else:
         from torchao.prototype.mx_formats.config import ScaleCalculationMode
         from torchao.prototype.mx_formats.mx_tensor import MXTensor
 
         cands["torchao MXTensor.to_mx 1x32 (floor)"] = lambda: MXTensor.to_mx(x, torch.float8_e4m3fn, 32)
         cands["torchao MXTensor.to_mx 1x32 (rceil)"] = lambda: MXTensor.to_mx(
             x, torch.float8_e4m3fn, 32, ScaleCalculationMode.RCEIL)
-    except ImportError:
-        print("torchao not installed: its column is missing (pip install torchao==0.18.0)")
     times = time_interleaved(cands, rounds=rounds)
     # the floor: read 4 bytes and write 1 per element, at the bandwidth a copy reaches (a copy
     # reads 4 and writes 4): into fresh memory (x.clone(), which page-faults every page it

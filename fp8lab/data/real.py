@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from fp8lab.extras import require
+
 __all__ = ["VOCAB", "CharText", "Digits", "load_digits", "text_corpus"]
 
 # newline and the 95 printable ASCII characters: a fixed vocabulary of 96 tokens
@@ -100,10 +102,8 @@ class CharText:
 
 
 def _digits_file() -> Path:
+    require("data", "the handwritten digits (scikit-learn ships them)")
     spec = importlib.util.find_spec("sklearn")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the digits images ship with scikit-learn: pip install scikit-learn==1.9.1 "
-                          "(make setup installs it)")
     return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
 
 

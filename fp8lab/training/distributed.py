@@ -34,6 +34,7 @@ from typing import get_args, get_type_hints
 
 import torch
 
+from fp8lab.extras import require
 from fp8lab.numerics.recipes import GEMMS, RECIPES, TORCHAO_RECIPES, VARIANTS, get_recipe
 from fp8lab.training import _watchdog
 from fp8lab.training.layers import ENGINES, convert, tokens_per_scale
@@ -101,6 +102,8 @@ class DistConfig:
         if self.engine == "torchao" and self.recipe not in (*TORCHAO_RECIPES, "fp32"):
             raise ValueError(f"engine 'torchao' trains {', '.join(TORCHAO_RECIPES)}, not {self.recipe!r}; "
                              "use engine 'fp8lab' for it")
+        if self.engine == "torchao":
+            require("torchao", "engine 'torchao'")  # here, before any worker starts
         if self.amax_all_reduce and self.engine != "fp8lab":
             raise ValueError("amax_all_reduce needs engine 'fp8lab': torchao computes activation scales per rank")
         if self.steps < 1 or self.nproc < 1:

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fp8lab.extras import require
 from fp8lab.numerics.recipes import RECIPES, TORCHAO_RECIPES, VARIANTS, get_recipe
 
 __all__ = ["TARGETS", "Export", "export", "export_table"]
@@ -59,7 +60,11 @@ class Export:
         """The torchao config object (None for the text-only targets); ValueError where unavailable."""
         if not self.available:
             raise ValueError(f"{self.target} has no {self.recipe!r} recipe: {self.text}")
-        return self._build() if self._build is not None else None
+        if self._build is None:
+            return None
+        if self.target == "torchao":
+            require("torchao", f"export({self.recipe!r}, 'torchao').config")
+        return self._build()
 
     def __str__(self) -> str:
         head = f"{self.recipe} -> {self.target}" + ("" if self.available else " (unavailable)")

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fp8lab.extras import require
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.metrics import overflow_underflow
 from fp8lab.numerics.quantize import QuantizedTensor
@@ -448,10 +449,9 @@ def _convert_torchao(model: nn.Module, recipe: Recipe | str, keep: set[str]) -> 
             "use engine='fp8lab' for it (torchao removed delayed scaling in 2025; its MX and "
             "blockwise training paths need a GPU)"
         )
-    try:
-        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-    except ImportError as err:
-        raise ImportError("engine='torchao' needs torchao: pip install torchao==0.18.0") from err
+    require("torchao", "convert(engine='torchao')")
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
     config = Float8LinearConfig.from_recipe_name(name)
     if not torch.cuda.is_available():
         import dataclasses
