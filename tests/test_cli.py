@@ -63,3 +63,57 @@ def test_lab_command_binds_loopback_and_holds_no_token():
     assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(CONFIG_DIR), "/elsewhere"]
     with pytest.raises(ValueError, match="token"):
         lab_environment("")
+
+
+# ---- doctor: hosted GPUs, and a GPU that torch does not see -------------------------------------------------------
+
+
+def test_doctor_names_the_hosted_gpus_from_the_support_table():
+    from fp8lab.lab.doctor import HOSTED_GPUS, hosted_gpu_lines
+    from fp8lab.training.gpu_support import gemm_table
+
+    lines = dict(zip(HOSTED_GPUS, hosted_gpu_lines(), strict=True))
+    assert "T4" in next(k for k in lines if HOSTED_GPUS[k] == (7, 5))
+    for label, line in lines.items():
+        rows = gemm_table(HOSTED_GPUS[label], "12.9")
+        real = {r["recipe"] for r in rows} - {r["recipe"] for r in rows if r["backend"] == "emulated"}
+        if not real:
+            assert "everything emulated (FP8 GEMMs need sm_89 or newer)" in line, line
+        else:
+            assert line.split(": real ")[1].split(";")[0].split(", ") == [r for r in dict.fromkeys(
+                x["recipe"] for x in rows) if r in real], line
+    by_arch = {HOSTED_GPUS[k]: v for k, v in lines.items()}
+    assert "everything emulated" in by_arch[(7, 5)] and "everything emulated" in by_arch[(8, 0)]
+    assert "real tensorwise" in by_arch[(8, 9)] and "blockwise" in by_arch[(8, 9)].split("emulated")[1]
+    assert "blockwise" in by_arch[(9, 0)].split(";")[0]
+    assert "mxfp8, nvfp4" in by_arch[(10, 0)].split(";")[0]
+
+
+SMI_HEADER = """+-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |
+|-----------------------------------------+------------------------+----------------------+"""
+
+
+def test_doctor_explains_a_cuda_build_newer_than_the_driver():
+    from fp8lab.lab.doctor import cuda_mismatch, parse_nvidia_smi
+
+    smi = parse_nvidia_smi(SMI_HEADER, "Tesla T4, 550.54.15\nTesla T4, 550.54.15\n")
+    assert smi == {"gpus": ["Tesla T4", "Tesla T4"], "driver": "550.54.15", "cuda": "12.4"}
+    too_new = "\n".join(cuda_mismatch(smi, "13.0"))
+    assert "nvidia-smi lists 2 GPU(s) (Tesla T4; driver 550.54.15, serving CUDA up to 12.4)" in too_new
+    assert "built for CUDA 13.0, newer than the driver serves (CUDA 13.x needs driver >= 580.65.06)" in too_new
+    assert "--index-url https://download.pytorch.org/whl/cu124" in too_new and "update the NVIDIA driver" in too_new
+    old_driver = parse_nvidia_smi("", "NVIDIA L4, 515.65.01\n")  # no CUDA Version in the header
+    assert "CUDA 12.x needs driver >= 525.60.13" in "\n".join(cuda_mismatch(old_driver, "12.8"))
+    cpu_build = "\n".join(cuda_mismatch(smi, None))
+    assert "is a CPU build" in cpu_build and "whl/cu124" in cpu_build
+    assert "CUDA_VISIBLE_DEVICES=''" in "\n".join(cuda_mismatch(smi, "12.4", visible=""))
+    assert "should serve it" in "\n".join(cuda_mismatch(smi, "12.4"))
+    assert cuda_mismatch(None, "13.0") == [] and parse_nvidia_smi("", "") is None
+
+
+def test_doctor_reports_the_extras():
+    from fp8lab.lab.doctor import versions
+
+    v = versions()
+    assert "torchao" in v and "scikit-learn" in v

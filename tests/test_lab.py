@@ -14,8 +14,12 @@ from __future__ import annotations
 import http.server
 import json
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -23,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab.lab.launcher import FIRST_NOTEBOOK, find_free_port, launch, ready
+from fp8lab.lab.launcher import FIRST_NOTEBOOK, REPO, find_free_port, launch, ready
 
 from .labserver import isolated_jupyter, running_lab
 
@@ -246,3 +250,97 @@ def test_no_news_pop_up_and_no_update_check_yet_the_users_settings_persist(lab_b
         assert answer["settings"]["fetchNews"] == "true"
     finally:
         put({})  # as a newcomer has it, for the other tests on this lab
+
+
+# ---- `fp8lab lab` as a command: its working folder, its arguments, and SIGTERM ---------------------------------
+
+
+def test_copy_notebooks_copies_only_what_is_missing(tmp_path):
+    from fp8lab.lab.launcher import copy_notebooks, notebooks_source
+
+    source = notebooks_source()
+    names = sorted(p.name for p in [*source.glob("*.ipynb"), source / "ANSWERS.md"])
+    assert len(names) == 10, names  # nine notebooks and the answer key
+    copied, kept = copy_notebooks(tmp_path / "work")
+    assert copied == names and kept == []
+    mine = tmp_path / "work" / "02_per_tensor_scaling.ipynb"
+    mine.write_text("a learner's edit")
+    (tmp_path / "work" / "05_fp8_gemm.ipynb").unlink()
+    copied, kept = copy_notebooks(tmp_path / "work")
+    assert copied == ["05_fp8_gemm.ipynb"] and "02_per_tensor_scaling.ipynb" in kept and len(kept) == 9
+    assert mine.read_text() == "a learner's edit"
+
+
+def test_the_working_folder_is_the_clone_unless_dir_says_otherwise(tmp_path):
+    from fp8lab.lab.launcher import REPO, working_folder
+
+    assert working_folder(None) == (REPO, FIRST_NOTEBOOK)  # this checkout: notebooks/ in place, as `make lab`
+    assert working_folder(tmp_path / "x") == ((tmp_path / "x").resolve(), "00_setup_check.ipynb")
+
+
+def _lab_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fp8lab", "lab", *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_lab_help_names_its_options():
+    r = _lab_cli("--help")
+    assert r.returncode == 0, r.stderr
+    for option in ("--dir", "--port", "--no-browser", "--ip", "--allow-remote", "fp8lab-notebooks"):
+        assert option in r.stdout, option
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["notebooks"], "unrecognized arguments: notebooks"),
+    (["--port", "eighty"], "invalid int value"),
+    (["--port", "70000"], "--port must be in 1..65535"),
+    (["--ip", "0.0.0.0"], "add --allow-remote"),
+    (["--ip", "192.0.2.1", "--no-browser"], "add --allow-remote"),
+])
+def test_lab_refuses_bad_arguments_with_usage(args, says):
+    r = _lab_cli(*args)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "usage: fp8lab lab" in r.stderr and says in r.stderr, r.stderr
+
+
+def test_lab_refuses_a_port_in_use():
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        r = _lab_cli("--port", str(busy.getsockname()[1]), "--no-browser")
+    finally:
+        busy.close()
+    assert r.returncode == 2 and "is in use" in r.stderr, r.stderr
+
+
+def test_sigterm_stops_jupyter_with_the_launcher(tmp_path):
+    """`python -m fp8lab lab --dir X --no-browser` copies the notebooks into X and serves them behind the
+    token; SIGTERM to the launcher stops its Jupyter too, instead of leaving it serving with the token."""
+    from .wheels import alive, isolated_env, lab_children, start_lab, stop_lab
+
+    work = tmp_path / "my notebooks"
+    port = find_free_port(9300)
+    proc, _, url = start_lab([sys.executable, "-m", "fp8lab", "lab", "--dir", str(work), "--no-browser",
+                                  "--port", str(port)], {**isolated_env(tmp_path / "home"), "PYTHONPATH": str(REPO)},
+                                 tmp_path)
+    children = lab_children(proc.pid)
+    try:
+        assert url["port"] == port and url["path"] == "00_setup_check.ipynb"
+        assert len(list(work.glob("*.ipynb"))) == 9 and (work / "ANSWERS.md").is_file()
+        status, _ = _get(f"http://127.0.0.1:{port}/api/contents/00_setup_check.ipynb",
+                         headers={"Authorization": f"token {url['token']}"})
+        assert status == 200
+        assert _get(f"http://127.0.0.1:{port}/api/contents/00_setup_check.ipynb")[0] == 403
+        (server,) = children
+        assert url["token"] not in Path(f"/proc/{server}/cmdline").read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        deadline = time.monotonic() + 60  # a hang guard
+        while alive(server) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(server), "Jupyter kept serving after the launcher got SIGTERM"
+        assert not ready(port, url["token"]), "the port still answers to the token"
+    finally:
+        stop_lab(proc, children)

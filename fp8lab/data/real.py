@@ -102,7 +102,7 @@ class CharText:
 
 
 def _digits_file() -> Path:
-    require("data", "the handwritten digits (scikit-learn ships them)")
+    require("data", "loading the handwritten digits")
     spec = importlib.util.find_spec("sklearn")  # locates the package without importing it
     return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
 

@@ -1,0 +1,149 @@
+"""Without the optional extras the lab imports and runs, and each place that needs one says how to add it.
+
+torchao comes with `fp8lab[torchao]`, scikit-learn with `fp8lab[data]` (`fp8lab[lab]` brings both).
+They are hidden, not uninstalled: a subprocess starts with tests/fixtures/without_extras on
+PYTHONPATH, whose sitecustomize makes `import torchao` / `import sklearn` (and find_spec) fail as for
+a package never installed, in that process and in every process it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fp8lab.extras import EXTRAS, MissingExtra, available, require
+
+REPO = Path(__file__).resolve().parent.parent
+HIDER = REPO / "tests" / "fixtures" / "without_extras"
+
+
+def _without(code: str, hide: str = "torchao,sklearn", timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HIDER), str(REPO)]), "FP8LAB_TEST_WITHOUT": hide,
+           "FP8LAB_SMOKE": "1", "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_the_fixture_hides_the_packages():
+    code = """
+import importlib.util
+for name in ("torchao", "sklearn"):
+    try:
+        __import__(name)
+        print(name, "imported")
+    except ModuleNotFoundError:
+        print(name, "hidden")
+from fp8lab.extras import available
+print(available("torchao"), available("data"))
+"""
+    r = _without(code)
+    assert r.stdout.split() == ["torchao", "hidden", "sklearn", "hidden", "False", "False"], r.stdout + r.stderr
+    assert available("torchao") and available("data"), "this venv (make setup) has both extras"
+
+
+def test_every_module_imports_without_the_extras():
+    code = """
+import importlib, pkgutil, fp8lab
+failed = []
+for m in pkgutil.walk_packages(fp8lab.__path__, "fp8lab."):
+    try:
+        importlib.import_module(m.name)
+    except Exception as err:
+        failed.append(f"{m.name}: {type(err).__name__}: {err}")
+print("\\n".join(failed) or "ok")
+"""
+    r = _without(code)
+    assert r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+PLACES = """
+import json, torch
+from fp8lab.extras import MissingExtra
+
+def attempt(what, call):
+    try:
+        call()
+        out = {"what": what, "raised": None}
+    except Exception as err:
+        out = {"what": what, "raised": type(err).__name__, "message": str(err),
+               "import_error": isinstance(err, ImportError), "value_error": isinstance(err, ValueError)}
+    print(json.dumps(out))
+
+from fp8lab.nn import convert
+from fp8lab.training.export import export, export_table
+from fp8lab.training.distributed import compare
+from fp8lab.training import capstone
+from fp8lab.data.real import load_digits
+
+model = torch.nn.Sequential(torch.nn.Linear(32, 32))
+attempt("convert", lambda: convert(model, "tensorwise", engine="torchao"))
+attempt("export config", lambda: export("rowwise", "torchao").config)
+attempt("export text", lambda: export("rowwise", "torchao").text)
+attempt("export table", export_table)
+attempt("compare", lambda: compare("tensorwise", nproc=2, steps=2, engine="torchao", stream=None))
+attempt("digits case", lambda: capstone.make_case("digits"))
+attempt("load digits", load_digits)
+attempt("text case", lambda: capstone.make_case("char_lm"))
+"""
+
+
+def test_each_place_that_needs_an_extra_says_how_to_add_it():
+    r = _without(PLACES)
+    rows = {row["what"]: row for row in map(json.loads, r.stdout.splitlines())}
+    assert len(rows) == 8, r.stdout + r.stderr
+    for what, extra in [("convert", "torchao"), ("export config", "torchao"), ("compare", "torchao"),
+                        ("digits case", "data"), ("load digits", "data")]:
+        row = rows[what]
+        assert row["raised"] == "MissingExtra", (what, row)
+        assert f'pip install "fp8lab[{extra}]"' in row["message"], (what, row["message"])
+        assert row["import_error"] and row["value_error"], row
+    for what in ("export text", "export table", "text case"):  # what needs no extra still works
+        assert rows[what]["raised"] is None, rows[what]
+
+
+def test_a_notebook_shows_the_message_not_a_traceback():
+    code = """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_cell("from fp8lab.training import capstone")
+shell.run_cell("capstone.make_case('digits')")
+"""
+    r = _without(code)
+    out = r.stdout
+    assert 'MissingExtra: loading the handwritten digits needs scikit-learn' in out, out + r.stderr
+    assert 'pip install "fp8lab[data]"' in out
+    assert "Traceback" not in out and "real.py" not in out, out
+
+
+def test_the_distributed_panel_explains_a_missing_torchao():
+    code = """
+from fp8lab.lab.panels import DistributedPanel
+panel = DistributedPanel()
+panel.controls["engine"].value = "torchao"
+panel.run(blocking=True)
+print(panel.log.value)
+"""
+    r = _without(code)
+    assert "FAILED: engine 'torchao' needs torchao" in r.stdout, r.stdout + r.stderr
+    assert 'pip install "fp8lab[torchao]"' in r.stdout
+
+
+def test_doctor_says_which_extras_are_missing():
+    r = _without("from fp8lab.lab.doctor import versions; print(versions())")
+    assert """'torchao': 'not installed (optional: pip install "fp8lab[torchao]")'""" in r.stdout, r.stdout + r.stderr
+    assert """'scikit-learn': 'not installed (optional: pip install "fp8lab[data]")'""" in r.stdout
+
+
+def test_missing_extra_names_its_extra_and_refuses_unknown_ones():
+    err = MissingExtra("data", "this")
+    assert err.extra == "data" and err.name == "sklearn"
+    assert err._render_traceback_() == [f"MissingExtra: {err.msg}"]
+    with pytest.raises(ValueError, match="unknown extra 'cuda'; valid: torchao, data"):
+        available("cuda")
+    require("torchao", "nothing")  # installed here: no error
+    assert set(EXTRAS) == {"torchao", "data"}
