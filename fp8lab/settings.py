@@ -26,8 +26,13 @@ def smoke() -> bool:
 
 
 def kernels_requested() -> bool:
-    """FP8LAB_KERNELS is not 0 (false, no, off): the fused CPU kernels may be built and used."""
-    return os.environ.get("FP8LAB_KERNELS", "1").strip().lower() not in _OFF
+    """FP8LAB_KERNELS is unset, empty or 1 (true, yes, on): the fused CPU kernels may be built and
+    used; 0 (false, no, off): not. Any other value raises ValueError naming these."""
+    value = os.environ.get("FP8LAB_KERNELS", "").strip().lower() or "1"
+    if value not in _ON + _OFF:
+        raise ValueError(f"FP8LAB_KERNELS={os.environ['FP8LAB_KERNELS']!r} means neither on nor off; valid: "
+                         f"{', '.join(_ON)} (on) or {', '.join(_OFF)} (off)")
+    return value in _ON
 
 
 def size(workshop: int, smoke_size: int) -> int:

@@ -69,15 +69,15 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
     template = quantize_spec().kernel
     with pytest.raises(ValueError, match="blocks must lie within x"):
         kernels.quantize(x, (9, 64), template)
-    with pytest.raises(ValueError, match="contiguous 2-D float32"):
-        kernels.quantize(x.t(), (1, 8), template)
+    with pytest.raises(ValueError, match="2-D float32"):
+        kernels.quantize(x.reshape(-1), (1, 8), template)
     with pytest.raises(ValueError, match="one per block"):
         kernels.quantize(x, (1, 32), template, torch.ones(3))
-    p = kernels._block_params(template, x, (1, 32))
+    p, _ = kernels._block_params(template, x, (1, 32))
     p.size = ctypes.sizeof(p) - 8  # a layout Python and C disagree on
     with pytest.raises(RuntimeError, match="layout differs"):
         kernels._run("fp8lab_quantize", p)
-    p = kernels._block_params(template, x, (1, 32))
+    p, _ = kernels._block_params(template, x, (1, 32))
     p.blocks = 3  # a count that does not match M, K, r, c
     with pytest.raises(RuntimeError, match="inconsistent shapes"):
         kernels._run("fp8lab_quantize", p)

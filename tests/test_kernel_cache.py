@@ -1,7 +1,7 @@
-"""fp8lab.numerics.kernels' build cache: private, never loads what others could have written, heals a
+"""fp8lab.numerics.kernels_build's cache: private, never loads what others could have written, heals a
 corrupt library, tidies killed builds and old ones, and builds where a Mac's compiler would.
 
-Each test loads the kernels afresh (kernels._load.__wrapped__, not the process's cached load)
+Each test loads the kernels afresh (kernels_build.load_uncached, not the process's cached load)
 from a cache of its own (XDG_CACHE_HOME in tmp_path). Where only the cache's handling is under
 test, the cache is seeded with a copy of this session's library, or a stub stands in for
 _kernels.c (a tenth of a second to build); the tests of other compilers build the real source
@@ -11,6 +11,7 @@ loader would hand back the first copy), so each test makes its state before its 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -26,7 +27,7 @@ import pytest
 import torch
 
 from fp8lab import E2M1, E4M3, E5M2, PerBlock, PerRow, PerTensor, quantize
-from fp8lab.numerics import kernels
+from fp8lab.numerics import kernels, kernels_build
 
 COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not bu
 def _session_library() -> Path:
     """The library this session loaded (in the default cache, read before any test moves it)."""
     name = re.search(r"kernels-[0-9a-f]{16}\.so", kernels.status()[1])
-    return kernels._cache_dir() / name[0] if name else Path("/nonexistent")
+    return kernels_build.cache_dir() / name[0] if name else Path("/nonexistent")
 
 
 SESSION_LIBRARY = _session_library()
@@ -49,7 +50,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 def _load() -> tuple[object, str]:
-    return kernels._load.__wrapped__()
+    return kernels_build.load_uncached()
 
 
 def _seed(cache: Path, mode: int = 0o700) -> Path:
@@ -58,6 +59,8 @@ def _seed(cache: Path, mode: int = 0o700) -> Path:
     target = cache / SESSION_LIBRARY.name
     shutil.copyfile(SESSION_LIBRARY, target)
     target.chmod(mode)
+    digest = SESSION_LIBRARY.with_name(SESSION_LIBRARY.name + ".sha256")
+    shutil.copyfile(digest, target.with_name(digest.name))  # the checksum its build recorded
     return target
 
 
@@ -65,16 +68,17 @@ def _seed(cache: Path, mode: int = 0o700) -> Path:
 def stub_source(tmp_path, monkeypatch) -> None:
     """Build a stub instead of _kernels.c (a tenth of a second instead of seconds): every function
     _kernels.c exports, doing nothing. For tests of the cache, where what is built is immaterial."""
-    names = sorted(set(re.findall(r"^[A-Za-z][\w \t*]*\b(fp8lab_\w+)\s*\(", kernels._SOURCE.read_text(), re.M)))
+    names = sorted(set(re.findall(r"^[A-Za-z][\w \t*]*\b(fp8lab_\w+)\s*\(", kernels_build.SOURCE.read_text(), re.M)))
     assert "fp8lab_openmp" in names and "fp8lab_quantize" in names, names
     stub = tmp_path / "stub_kernels.c"
     stub.write_text("".join(f"int {name}(void) {{ return 0; }}\n" for name in names))
-    monkeypatch.setattr(kernels, "_SOURCE", stub)
+    monkeypatch.setattr(kernels_build, "SOURCE", stub)
 
 
 def _first_choice() -> Path:
     """The library a load tries first: native code, with torch's OpenMP where it can share it."""
-    return kernels._library_path(COMPILER, kernels._FLAGS + kernels._NATIVE + kernels._openmp_flags(COMPILER))
+    return kernels_build.library_path(COMPILER, kernels_build.FLAGS + kernels_build.NATIVE
+                                      + kernels_build.openmp_flags(COMPILER))
 
 
 def _script(path: Path, body: str) -> str:
@@ -89,7 +93,7 @@ def _agrees_with_torch(lib, monkeypatch) -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(300, 256, generator=g) * torch.exp2(torch.randint(-20, 20, (300, 256), generator=g).float())
     with monkeypatch.context() as m:
-        m.setattr(kernels, "_load", lambda: (lib, "the library under test"))
+        m.setattr(kernels, "_load", lambda: (kernels._bind(lib), "the library under test"))
         assert kernels.enabled(x)
         for granularity in (PerTensor(), PerRow(), PerBlock(1, 32), PerBlock(128, 128)):
             for kw in ({"fmt": E4M3}, {"fmt": E5M2, "scale_rule": "rceil"}, {"fmt": E2M1, "scale_fmt": E4M3}):
@@ -180,13 +184,16 @@ def test_without_posix_owners_the_checks_stand_aside(cache, monkeypatch):
 # ---- a corrupt library, a failed load ----------------------------------------------------------------------
 
 
-def test_a_corrupt_cached_library_is_rebuilt_once(cache, stub_source):
-    """A truncated or garbled library (a full disk, a copy cut short) must not mean a permanent
-    fallback to torch under a message about building."""
+def test_a_library_that_does_not_load_is_rebuilt_once(cache, stub_source):
+    """A library whose recorded checksum matches but which the loader refuses (garbled before its
+    checksum was taken) must not mean a permanent fallback to torch under a message about building."""
     cache.mkdir(parents=True, mode=0o700)
     corrupt = _first_choice()
     corrupt.write_bytes(b"\x7fELF" + bytes(100))
     corrupt.chmod(0o700)
+    digest = corrupt.with_name(corrupt.name + ".sha256")
+    digest.write_text(hashlib.sha256(corrupt.read_bytes()).hexdigest() + "\n")
+    digest.chmod(0o600)
     lib, why = _load()
     assert lib is not None, why
     assert f"rebuilt {corrupt.name}: the cached one did not load" in why
@@ -247,15 +254,15 @@ def test_a_vendored_openmp_copy_leaves_torchs_in_use(monkeypatch):
     """scikit-learn's wheel maps a libgomp of its own (libgomp-<hash>.so, a name -fopenmp code never
     asks for): the kernels still share torch's runtime. (CI failed here: once a notebook or test had
     imported scikit-learn, a second load built another library, without OpenMP.)"""
-    mapped = {n for n in kernels._openmp_libraries() if os.path.basename(n).startswith("libgomp.so")}
-    monkeypatch.setattr(kernels, "_openmp_libraries", lambda: mapped)
-    if not kernels._openmp_flags(COMPILER):
+    mapped = {n for n in kernels_build.openmp_libraries() if os.path.basename(n).startswith("libgomp.so")}
+    monkeypatch.setattr(kernels_build, "openmp_libraries", lambda: mapped)
+    if not kernels_build.openmp_flags(COMPILER):
         pytest.skip(f"torch's OpenMP is not shared here (mapped: {sorted(mapped)})")
     vendored = "/site-packages/scikit_learn.libs/libgomp-e985bcbb.so.1.0.0"
-    monkeypatch.setattr(kernels, "_openmp_libraries", lambda: mapped | {vendored})
-    assert kernels._openmp_flags(COMPILER) == ("-fopenmp",)
-    monkeypatch.setattr(kernels, "_openmp_libraries", lambda: mapped | {"/opt/other/libgomp.so.1"})
-    assert kernels._openmp_flags(COMPILER) == ()  # two runtimes answer to the soname: can't tell which
+    monkeypatch.setattr(kernels_build, "openmp_libraries", lambda: mapped | {vendored})
+    assert kernels_build.openmp_flags(COMPILER) == ("-fopenmp",)
+    monkeypatch.setattr(kernels_build, "openmp_libraries", lambda: mapped | {"/opt/other/libgomp.so.1"})
+    assert kernels_build.openmp_flags(COMPILER) == ()  # two runtimes answer to the soname: can't tell which
 
 
 def test_old_builds_are_pruned(cache):
@@ -269,8 +276,8 @@ def test_old_builds_are_pruned(cache):
     lib, why = _load()
     assert lib is not None, why
     kept = sorted(cache.glob("kernels-*.so"))
-    assert len(kept) == kernels._KEEP_BUILDS
-    assert set(kept) == {loaded, *recent[: kernels._KEEP_BUILDS - 1]}
+    assert len(kept) == kernels_build.KEEP_BUILDS
+    assert set(kept) == {loaded, *recent[: kernels_build.KEEP_BUILDS - 1]}
 
 
 # ---- compilers other than this machine's gcc ---------------------------------------------------------------
@@ -288,7 +295,7 @@ def test_a_compiler_that_refuses_native_code_and_openmp_still_builds(cache, tmp_
     lib, why = _load()
     assert lib is not None, why
     assert "without -march=native (clang: error: the clang compiler does not support '-march=native')" in why
-    if kernels._openmp_flags(COMPILER):  # where the real compiler would have shared torch's OpenMP
+    if kernels_build.openmp_flags(COMPILER):  # where the real compiler would have shared torch's OpenMP
         assert "without OpenMP (clang: error: unsupported option '-fopenmp')" in why
     assert lib.fp8lab_openmp() == 0 and "POSIX threads" in why
     _agrees_with_torch(lib, monkeypatch)

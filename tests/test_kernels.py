@@ -12,7 +12,7 @@ import torch
 import fp8lab
 from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, quantize
 from fp8lab.gemm import emulated_mm
-from fp8lab.numerics import kernels, scaling
+from fp8lab.numerics import kernels, kernels_build, scaling
 from fp8lab.numerics.quantize import quantize_spec, quantize_with
 from fp8lab.numerics.recipes import RECIPES, get_recipe
 from fp8lab.training.layers import _LayerState, _operand
@@ -321,11 +321,9 @@ def test_the_portable_build_without_openmp_or_native_code_gives_the_same_bits(tm
     """What a machine without torch's libgomp (or without -march=native) runs: the plain C
     loops, large tensors split over POSIX threads. Built here into an empty cache."""
     import ctypes
-    import shutil
 
-    monkeypatch.setattr(kernels, "_cache_dir", lambda: tmp_path)
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    portable = kernels._bind(ctypes.CDLL(str(kernels._build(compiler, kernels._FLAGS))))
+    monkeypatch.setattr(kernels_build, "cache_dir", lambda: tmp_path)
+    portable = kernels._bind(ctypes.CDLL(str(kernels_build.build(kernels_build.compiler(), kernels_build.FLAGS))))
     assert portable.fp8lab_openmp() == 0
     portable.fp8lab_set_threads(2)
     ours = kernels._load()

@@ -15,6 +15,7 @@ aborts the run with ASan's report; a clean run prints the number of tests and th
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,17 +29,18 @@ SKIP = "not unbuildable and not portable_build"
 ASAN = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")
 
 
-def _compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
+def _compiler() -> list[str]:
+    cc = os.environ.get("CC", "").strip()
+    argv = shlex.split(cc) if cc else [c for c in (shutil.which("cc") or shutil.which("gcc"),) if c]
+    if not argv:
         sys.exit("asan: no C compiler (cc)")
-    return cc
+    return argv
 
 
-def _libasan(cc: str) -> str:
-    found = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+def _libasan(cc: list[str]) -> str:
+    found = subprocess.run([*cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
     if not os.path.isabs(found):
-        sys.exit(f"asan: {cc} has no libasan (gcc's -fsanitize=address needs it; Debian: libasan8)")
+        sys.exit(f"asan: {' '.join(cc)} has no libasan (gcc's -fsanitize=address needs it; Debian: libasan8)")
     return found
 
 
@@ -49,20 +51,20 @@ def child(pytest_args: list[str]) -> int:
     """In the process with libasan preloaded: build, load, run the tests."""
     import pytest
 
-    from fp8lab.numerics import kernels
+    from fp8lab.numerics import kernels, kernels_build
 
     if os.environ.get("FP8LAB_ASAN_CANARY"):
         import tempfile
 
         planted = Path(tempfile.mkdtemp()) / "_kernels.c"
-        source = kernels._SOURCE.read_text()
+        source = kernels_build.SOURCE.read_text()
         assert source.count(CANARY[0]) == 1, "the canary's line is gone from _kernels.c"
         planted.write_text(source.replace(*CANARY))
-        kernels._SOURCE = planted
+        kernels_build.SOURCE = planted
         pytest_args = [*pytest_args, "-k", "block_amax_twins"]
     cc = _compiler()
-    flags = kernels._FLAGS + kernels._NATIVE + kernels._openmp_flags(cc) + ASAN
-    path = kernels._build(cc, flags)
+    flags = kernels_build.FLAGS + kernels_build.NATIVE + kernels_build.openmp_flags(cc) + ASAN
+    path = kernels_build.build(cc, flags)
     import ctypes
 
     lib = kernels._bind(ctypes.CDLL(str(path)))
@@ -71,6 +73,7 @@ def child(pytest_args: list[str]) -> int:
     reason = f"AddressSanitizer build ({path.name}: {' '.join(flags)})"
     kernels._load = lambda: (lib, reason)
     kernels._process_engine.cache_clear()
+    kernels_build._LOADED[:] = [(lib, reason)]  # (tests that ask the build module see this library too)
     print(f"asan: {kernels.engine()}", flush=True)
     start = time.perf_counter()
     code = pytest.main(["-q", "-p", "no:cacheprovider", "-k", SKIP, *TESTS, *pytest_args])

@@ -88,9 +88,9 @@ def operand_scaling(q: QuantizedTensor) -> str | None:
         return None
     if q.scale_fmt is None and q.tensor_scale is None and q.fmt in (E4M3, E5M2) and g.cols == 128:
         return B128X128 if g.rows == 128 else B1X128
-    if q.scale_fmt is E8M0 and q.tensor_scale is None and g.cols == 32 and q.fmt in (E4M3, E5M2):
+    if q.scale_fmt == E8M0 and q.tensor_scale is None and g.cols == 32 and q.fmt in (E4M3, E5M2):
         return B1X32
-    if q.scale_fmt is E4M3 and q.fmt is E2M1 and g.cols == 16:
+    if q.scale_fmt == E4M3 and q.fmt == E2M1 and g.cols == 16:
         return B1X16
     return None
 
@@ -174,7 +174,7 @@ def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str 
         raise KernelUnavailable(f"FP8 GEMMs need sm_89 or newer, this is {_sm(arch)}")
     kind = _pair_kind(a_q, b_q)
     fa, fb = a_q.fmt, b_q.fmt
-    if fa is E5M2 and fb is E5M2:
+    if fa == E5M2 and fb == E5M2:
         raise KernelUnavailable("cuBLASLt has no E5M2 x E5M2 FP8 GEMM")
     v2 = "torch.nn.functional.scaled_mm"
     has_v2 = hasattr(torch.nn.functional, "scaled_mm")
@@ -183,7 +183,7 @@ def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str 
         return KernelPlan(kind, arch, "torch._scaled_mm", 16, torch.float32, True, "cuBLASLt")
     if kind == ROWWISE:
         cublas = arch[0] == 9 and cublas_129  # torch: cuBLAS from 12.9 on sm_90, CUTLASS elsewhere
-        if not cublas and fb is not E4M3:
+        if not cublas and fb != E4M3:
             raise KernelUnavailable(f"the CUTLASS rowwise kernel ({_sm(arch)}) needs an E4M3 b, got {fb.name}")
         return KernelPlan(kind, arch, "torch._scaled_mm", 16, torch.bfloat16, True, "cuBLASLt" if cublas else "CUTLASS")
     if kind in BLOCKWISE_KINDS:
@@ -192,13 +192,13 @@ def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str 
                 f"DeepSeek-style 1x128/128x128 scaling runs on sm_90 (Hopper) only, this is {_sm(arch)}")
         if not cublas_129:
             raise KernelUnavailable(f"1x128/128x128 scaling needs cuBLAS >= 12.9, this torch has CUDA {cuda}")
-        if fa is not E4M3 or fb is not E4M3:
+        if fa != E4M3 or fb != E4M3:
             raise KernelUnavailable(f"1x128/128x128 scaling needs E4M3 operands, got {fa.name} and {fb.name}")
     elif kind == B1X32:
         if arch < (10, 0):
             raise KernelUnavailable(
                 f"MX block scaling (1x32, E8M0) needs sm_100 (Blackwell) or newer, this is {_sm(arch)}")
-        if fa is not E4M3 or fb is not E4M3:
+        if fa != E4M3 or fb != E4M3:
             raise KernelUnavailable(f"torch's MXFP8 kernel takes E4M3 operands, got {fa.name} and {fb.name}")
     elif kind == B1X16 and arch < (10, 0):
         raise KernelUnavailable(f"NVFP4 block scaling (1x16, E4M3 scales) needs sm_100 (Blackwell) or newer, "

@@ -4,7 +4,7 @@
    quantize.quantize_with, which strings them together) is the definition; these loops compute
    the same bits (tests/test_kernels.py proves it) in one pass where torch needs five
    (multiply, clamp, cast, widen, fold), each allocating a temporary. Built on first use by
-   fp8lab/kernels.py with the system C compiler and called through ctypes; without a
+   fp8lab/numerics/kernels_build.py with the system C compiler and called through ctypes; without a
    compiler fp8lab runs the torch code, and `python -m fp8lab doctor` says why.
 
    Formats and scale rules are data, as in Python: every number that describes a format
@@ -26,6 +26,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* the entry points kernels.py calls: exported whatever visibility the compiler is told to default
+   to (a wrapper adding -fvisibility=hidden); kernels_build.py lists the functions marked so */
+#define FP8LAB_API __attribute__((visibility("default")))
 
 /* ---- the parameter block (fp8lab/kernels.py: _Format, _Params; same fields, same order) ---------------- */
 
@@ -72,7 +76,7 @@ typedef struct {
 
 enum { OK = 0, INFINITE_AMAX = 1, BAD_SIZE = -1, BAD_SHAPE = -2, BAD_FORMAT = -3, BAD_RULE = -4 };
 
-const char *fp8lab_rule_names(void) { return RULE_NAMES; }
+FP8LAB_API const char *fp8lab_rule_names(void) { return RULE_NAMES; }
 
 static int check_format(fp8lab_format f) {
     return f.mantissa_bits >= 0 && f.mantissa_bits <= 22 && f.min_exponent >= -126 && f.min_exponent <= 127 &&
@@ -314,7 +318,7 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
 /* ---- the loops above, split over threads ----------------------------------------------------------
    Split at block-row boundaries (or anywhere, where one scale or one amax covers all rows),
    so every thread writes its own rows: the same bits for any number of threads.
-   Built with OpenMP (-fopenmp, when fp8lab/kernels.py finds torch running on libgomp), the
+   Built with OpenMP (-fopenmp, when fp8lab/numerics/kernels_build.py finds torch running on libgomp), the
    parts run on the OpenMP runtime torch itself uses: its worker threads, already waiting,
    and torch.set_num_threads's count. Torch splits its own elementwise loops beyond 32768
    elements, and so do these. Without OpenMP, POSIX threads (fp8lab_set_threads(n)) for
@@ -330,7 +334,7 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
 
 static int g_threads = 1;
 
-void fp8lab_set_threads(int n) { g_threads = n < 1 ? 1 : (n > 64 ? 64 : n); }
+FP8LAB_API void fp8lab_set_threads(int n) { g_threads = n < 1 ? 1 : (n > 64 ? 64 : n); }
 
 /* the threads to split `elements` (in `units` indivisible parts) over */
 static int64_t threads_for(int64_t elements, int64_t units) {
@@ -345,7 +349,7 @@ static int64_t threads_for(int64_t elements, int64_t units) {
 }
 
 /* whether the kernels run on OpenMP (1) or POSIX threads (0) */
-int fp8lab_openmp(void) {
+FP8LAB_API int fp8lab_openmp(void) {
 #ifdef _OPENMP
     return 1;
 #else
@@ -529,7 +533,7 @@ static void block_scales(const fp8lab_params *p, const float *amax, int64_t n, f
 /* ---- the entry points: each takes one fp8lab_params and checks it first ------------------------------------ */
 
 /* scaling.amax_per_block's twin: p->amax = max |x| per block */
-int fp8lab_block_amax(fp8lab_params *p) {
+FP8LAB_API int fp8lab_block_amax(fp8lab_params *p) {
     int bad = check(p);
     if (bad) return bad;
     block_amax(p, p->amax);
@@ -537,7 +541,7 @@ int fp8lab_block_amax(fp8lab_params *p) {
 }
 
 /* scaling.scale_from_amax's twin: p->scale, p->inverse (and p->tensor_scale) from p->given_amax */
-int fp8lab_scales(fp8lab_params *p) {
+FP8LAB_API int fp8lab_scales(fp8lab_params *p) {
     int bad = check(p);
     if (bad) return bad;
     block_scales(p, p->given_amax, p->blocks, p->scale, p->inverse, &p->tensor_scale);
@@ -545,7 +549,7 @@ int fp8lab_scales(fp8lab_params *p) {
 }
 
 /* formats.cast's twin, scaled: p->codes (and p->values) of cast(x * p->inverse[block], element) */
-int fp8lab_cast(fp8lab_params *p) {
+FP8LAB_API int fp8lab_cast(fp8lab_params *p) {
     int bad = check(p);
     if (bad) return bad;
     scale_cast(p, p->inverse, p->blocks, NULL);
@@ -590,7 +594,7 @@ static void clip_flush_counts(fp8lab_params *p) {
    (both NaN if one is, as torch.aminmax), and the clipped and flushed counts if p->count.
    Returns INFINITE_AMAX, having written only the amaxes, if x holds an infinity (the caller
    raises), else OK (or a negative code, having written nothing, for an inconsistent block). */
-int fp8lab_quantize(fp8lab_params *p) {
+FP8LAB_API int fp8lab_quantize(fp8lab_params *p) {
     int bad = check(p);
     if (bad) return bad;
     int64_t n = p->blocks;
@@ -618,7 +622,7 @@ int fp8lab_quantize(fp8lab_params *p) {
 
 /* out[m, n] *= a[m] * b[n] (the product rounded to float32 first, as torch forms the
    factor matrix outer(a, b)): per-row scales of both GEMM operands, without the matrix. */
-void fp8lab_scale_outer(float *out, int64_t M, int64_t N, const float *a, const float *b) {
+FP8LAB_API void fp8lab_scale_outer(float *out, int64_t M, int64_t N, const float *a, const float *b) {
 #ifdef _OPENMP
 #pragma omp parallel for if (threads_for(M * N, M) > 1) num_threads(threads_for(M * N, M))
 #endif

@@ -217,6 +217,21 @@ class FloatFormat:
         """log2(max_value / min_subnormal): how many powers of two the format spans."""
         return math.log2(self.max_value / self.min_subnormal)
 
+    # ---- identity: a format is its fields ---------------------------------------------------------
+    # Compare formats with ==, never `is`. A copy (copy.copy, copy.deepcopy) is the format itself,
+    # and pickling (torch.save of a model) stores a named constant by name, so that a reloaded
+    # model holds the very constants (E4M3, ...) again; any other format pickles as its fields.
+    def __copy__(self) -> FloatFormat:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> FloatFormat:
+        return self
+
+    def __reduce__(self):
+        if FORMATS.get(self.name) == self:
+            return (get_format, (self.name,))
+        return (FloatFormat, tuple(getattr(self, f) for f in self.__dataclass_fields__))
+
     def __repr__(self) -> str:
         return (
             f"FloatFormat({self.name}: {self.bits} bits, E{self.exponent_bits}M{self.mantissa_bits}, "
@@ -260,9 +275,11 @@ _ALIASES = {
 
 
 def get_format(fmt: FloatFormat | str) -> FloatFormat:
-    """A FloatFormat from itself or its name ('e4m3', 'e5m2', 'e8m0', 'e2m1', 'bf16', 'fp16')."""
+    """A FloatFormat from itself or its name ('e4m3', 'e5m2', 'e8m0', 'e2m1', 'bf16', 'fp16'); a format
+    equal to a named one is that one (the constant itself)."""
     if isinstance(fmt, FloatFormat):
-        return fmt
+        named = FORMATS.get(fmt.name)
+        return named if named == fmt else fmt
     if isinstance(fmt, str):
         key = fmt.strip().lower()
         key = _ALIASES.get(key, key)
@@ -281,6 +298,8 @@ def _check_float(x: torch.Tensor) -> None:
         raise TypeError(
             f"expected a real floating-point tensor (float32, bfloat16, float16, float64), got {x.dtype}"
         )
+    if x.layout != torch.strided:
+        raise ValueError(f"expected a dense (strided) tensor, got layout {x.layout}: convert it with x.to_dense()")
     if x.device.type == "meta":
         raise ValueError(
             f"x is a meta tensor (shape {tuple(x.shape)}, no values): quantizing needs the values; "

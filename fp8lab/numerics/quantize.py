@@ -38,6 +38,7 @@ __all__ = ["QuantizeSpec", "QuantizedTensor", "quantize", "quantize_delayed", "q
 # rows of blocks handled per step of the scale-and-cast loop: ~1 MiB of float32 at a time
 # stays in cache, so x is read once and the fp8 result written once
 _CHUNK_ELEMENTS = 1 << 18
+_GPU_CHUNK_ELEMENTS = 1 << 24  # (64 MiB of float32 per temporary)
 
 
 @dataclass(eq=False)
@@ -227,9 +228,16 @@ class QuantizedTensor:
 
     def codes(self) -> torch.Tensor:
         """The element codes as uint8 (E2M1: 4-bit codes 0..15, sign in bit 3)."""
-        if self.fmt is E2M1:
-            return _E2M1_FROM_E4M3_BYTE.to(self.data.device)[self.data.view(torch.uint8).long()]
-        return self.data.view(torch.uint8)
+        if self.fmt != E2M1:
+            return self.data.view(torch.uint8)
+        # a table lookup per chunk: the index tensor (int32) stays small whatever the size
+        table = _E2M1_FROM_E4M3_BYTE.to(self.data.device)
+        flat = self.data.reshape(-1).view(torch.uint8)
+        out = torch.empty_like(flat)
+        for start in range(0, flat.numel(), _LOOKUP_CHUNK):
+            part = flat[start:start + _LOOKUP_CHUNK]
+            torch.index_select(table, 0, part.to(torch.int32), out=out[start:start + _LOOKUP_CHUNK])
+        return out.reshape(self.data.shape)
 
     def scale_codes(self) -> torch.Tensor:
         """The block scales in their own format's codes (E8M0 / E4M3), as uint8."""
@@ -239,7 +247,7 @@ class QuantizedTensor:
 
     def packed(self) -> torch.Tensor:
         """E2M1 data packed two per byte (torch.float4_e2m1fn_x2, low nibble first), for kernels."""
-        if self.fmt is not E2M1:
+        if self.fmt != E2M1:
             raise ValueError(f"only E2M1 data is packed; this is {self.fmt.name}")
         codes = self.codes()
         if codes.shape[-1] % 2:
@@ -277,15 +285,17 @@ def _e2m1_codes(values: torch.Tensor) -> torch.Tensor:
 # (the bytes of the 16 E2M1 values; a NaN byte, from a NaN input, maps like the searchsorted
 # of NaN did: to the largest magnitude with its sign bit)
 _E2M1_FROM_E4M3_BYTE = _e2m1_codes(torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float())
+_LOOKUP_CHUNK = 1 << 22  # codes(): elements looked up at a time (16 MiB of int32 indices)
 
 
 # ---- the scale-and-cast loop ------------------------------------------------------------------------
 
 
 def _scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
-    """data[M, K] = cast(x * inverse[block], fmt) in fmt.storage_dtype, in cache-sized chunks of block rows.
+    """data[M, K] = cast(x * inverse[block], fmt) in fmt.storage_dtype, in chunks of block rows.
 
-    x2d: [M, K] float32; inverse: [ceil(M/r), ceil(K/c)] float32 (or one value).
+    x2d: [M, K] float32, bfloat16 or float16 (widened to float32 a chunk at a time: every value
+    is exact there); inverse: [ceil(M/r), ceil(K/c)] float32 (or one value).
     """
     m, k = x2d.shape
     if inverse.numel() == 1:  # one scale: any layout will do, so cut x into rows that chunk well
@@ -295,11 +305,13 @@ def _scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Te
         blocks, inv = padded_blocks(x2d, block), inverse[:, None, :, None]  # (MB, r, KB, c), (MB, 1, KB, 1)
     out = torch.empty(blocks.shape, dtype=fmt.storage_dtype, device=x2d.device)
     mb, per_row = blocks.shape[0], max(blocks[0].numel(), 1)
-    # chunks keep the float32 temporary in the CPU's cache; a GPU does it in one pass
-    step = max(1, _CHUNK_ELEMENTS // per_row) if blocks.device.type == "cpu" else mb
+    # chunks bound the float32 temporaries (x widened, times the inverse, clamped): on the CPU to
+    # what stays in its cache, on a GPU to _GPU_CHUNK_ELEMENTS, whatever x's size and dtype
+    chunk = _CHUNK_ELEMENTS if blocks.device.type == "cpu" else _GPU_CHUNK_ELEMENTS
+    step = max(1, chunk // per_row)
     for start in range(0, mb, step):
         stop = min(start + step, mb)
-        out[start:stop] = cast(blocks[start:stop] * (inv if inv.dim() == 0 else inv[start:stop]), fmt,
+        out[start:stop] = cast(blocks[start:stop].float() * (inv if inv.dim() == 0 else inv[start:stop]), fmt,
                                fmt.storage_dtype)
     if inverse.numel() == 1:
         return out.reshape(m, k)
@@ -310,6 +322,7 @@ def _scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Te
 # ---- quantize -------------------------------------------------------------------------------------------
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max
+_EXACT_IN_FLOAT32 = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _refuse_inf(x: torch.Tensor) -> None:
@@ -322,7 +335,8 @@ def _refuse_inf(x: torch.Tensor) -> None:
 
 
 def _input_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
-    """x as the float32 [M, K] the granularity talks about, checked (detached: no autograd graph)."""
+    """x as the [M, K] the granularity talks about, checked (detached: no autograd graph): float32,
+    bfloat16 or float16 as given (every value exact in float32), float64 rounded to float32."""
     _check_float(x)
     if x.dtype == torch.float64 and x.numel():  # values float32 cannot hold would read as infinities
         beyond = (x.abs() > _FLOAT32_MAX) & torch.isfinite(x)
@@ -331,7 +345,9 @@ def _input_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
                 f"x has {int(beyond.sum())} value(s) beyond float32's range (largest |x| "
                 f"{float(x[beyond].abs().max()):.3g} > {_FLOAT32_MAX:.3g}): fp8lab quantizes in float32. "
                 "Divide x by a power of two first (and multiply the scales back), or clamp it.")
-    x32 = x.detach() if x.dtype == torch.float32 else x.detach().to(torch.float32)
+    # float32, bfloat16 and float16 values are all exact in float32: kept as they are (the torch
+    # code widens them a chunk at a time, the kernel takes float32); float64 is rounded here
+    x32 = x.detach().to(torch.float32) if x.dtype not in _EXACT_IN_FLOAT32 else x.detach()
     x2d = as_2d(x32, granularity)
     if x2d.numel() == 0:
         raise ValueError("cannot quantize an empty tensor")
@@ -447,16 +463,19 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     given = None if amax is None else _given_amax(amax, blocks, spec.granularity, (m, k), x2d.device)
     fold = _folds(spec.granularity, block, (m, k))
 
-    if spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels:
-        fused = kernels.quantize(x2d.contiguous(), block, spec.kernel, given, fold=fold, count=count, values=values)
-        if fused is None:
-            _refuse_inf(x2d)  # the kernel found an infinite amax
+    x32 = x2d.to(torch.float32) if spec.kernel is not None and x2d.device.type == "cpu" else x2d
+    if (spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels and kernels.accepts(x32)
+            and (given is None or kernels.accepts(given))):
+        fused = kernels.quantize(x32, block, spec.kernel, given, fold=fold, count=count, values=values)
+        if fused is None or (bool(torch.isnan(fused.own).any()) and bool(torch.isinf(x32).any())):
+            _refuse_inf(x32)  # an infinite amax (or an infinity beside a NaN, whose amax is NaN)
         return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
                           fused.scale_range, fused.counts)
 
     # the definition, in torch: each block's amax, its scale, the cast
     own = amax_per_block(x2d, spec.granularity)  # (MB, KB)
-    if bool(torch.isinf(own).any()):
+    # a NaN in a block makes its amax NaN, which would hide an infinity beside it
+    if bool(torch.isinf(own).any()) or (bool(torch.isnan(own).any()) and bool(torch.isinf(x2d).any())):
         _refuse_inf(x2d)
     block_amax = own if given is None else given
     scale, inverse, tensor_scale = scale_from_amax(block_amax, spec.fmt, spec.scale_rule, spec.margin,

@@ -249,7 +249,7 @@ class ScaleArgs:
     def exponent_range(self) -> tuple[int, int]:
         """The exponents e of power-of-two scales 2^e: both 2^e and 2^-e finite in float32; an
         E8M0 scale can also be 2^-127 (a float32 subnormal, whose inverse is fine)."""
-        if self.scale_fmt is E8M0:
+        if self.scale_fmt == E8M0:
             return (-E8M0.bias, E8M0.max_exponent)  # (-127, 127)
         return (round(math.log2(_FLOAT32.tiny)), math.floor(math.log2(_FLOAT32.max)))  # (-126, 127)
 
@@ -289,7 +289,7 @@ def check_scale_args(
 @lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
 def _checked(fmt, scale_rule, margin, scale_fmt, two_level) -> ScaleArgs:
     fmt = get_format(fmt)
-    if fmt is E8M0:
+    if fmt == E8M0:
         raise ValueError("E8M0 is a scale-only format (no sign, no zero); quantize elements to e4m3, e5m2 or e2m1")
     if scale_rule not in SCALE_RULES:
         raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
@@ -304,11 +304,11 @@ def _checked(fmt, scale_rule, margin, scale_fmt, two_level) -> ScaleArgs:
         scale_fmt = get_format(scale_fmt)
         if scale_fmt not in (E8M0, E4M3):
             raise ValueError(f"scale_fmt must be None (float32), 'e8m0' or 'e4m3', got {scale_fmt.name}")
-    if scale_fmt is E8M0 and scale_rule == "exact":
+    if scale_fmt == E8M0 and scale_rule == "exact":
         raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor', not 'exact'")
-    if scale_fmt is E4M3 and scale_rule != "exact":
+    if scale_fmt == E4M3 and scale_rule != "exact":
         raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
-    if two_level and scale_fmt is not E4M3:
+    if two_level and scale_fmt != E4M3:
         raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
     return ScaleArgs(fmt, scale_rule, margin, scale_fmt, bool(two_level))
 
@@ -360,7 +360,7 @@ def scale_from_amax(
     amax = amax.to(torch.float32)
     zero, nan = amax == 0, torch.isnan(amax)
 
-    if args.scale_fmt is E4M3:  # NVFP4: exact scales rounded to E4M3, optionally under a tensor scale
+    if args.scale_fmt == E4M3:  # NVFP4: exact scales rounded to E4M3, optionally under a tensor scale
         ideal = amax / max_eff
         tensor_scale = None
         if args.two_level:
