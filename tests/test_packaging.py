@@ -1,9 +1,10 @@
 """The wheel is what `pip install .` gives a user: complete, with ranges, and its kernels load.
 
 Builds the wheel from a copy of the sources (offline: no build isolation, this venv's
-setuptools), installs it without dependencies into a folder of its own, and imports fp8lab from
-there with this venv's torch and a fresh kernel cache: the CPU kernels must compile from the
-_kernels.c inside the wheel and load. ~15-25 s on 2 busy cores.
+setuptools; tests/wheels.py), installs it without dependencies into a folder of its own, and imports
+fp8lab from there with this venv's torch and a fresh kernel cache: the CPU kernels must compile from
+the _kernels.c inside the wheel and load. The wheel carries the nine notebooks and the answer key,
+and its optional extras. ~15-25 s on 2 busy cores. tests/test_install.py installs it into fresh venvs.
 """
 
 from __future__ import annotations
@@ -18,24 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from .wheels import build_wheel
+
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = ["fp8lab/numerics/_kernels.c", "fp8lab/lab/jupyter_config/jupyter_lab_config.json",
-           "fp8lab/lab/jupyter_config/labconfig/default_setting_overrides.json"]
+           "fp8lab/lab/jupyter_config/labconfig/default_setting_overrides.json", "fp8lab/notebooks/ANSWERS.md",
+           *(f"fp8lab/notebooks/{p.name}" for p in sorted((REPO / "notebooks").glob("*.ipynb")))]
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    pytest.importorskip("setuptools", reason="the wheel is built with this venv's setuptools (the test extra)")
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    shutil.copytree(REPO / "fp8lab", src / "fp8lab", ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(tmp / "dist"), str(src)], check=True, capture_output=True, text=True, timeout=300)
-    (built,) = (tmp / "dist").glob("fp8lab-*.whl")
-    return built
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def test_the_wheel_ships_the_kernels_source_and_the_lab_config(wheel):
@@ -50,6 +44,31 @@ def test_the_wheel_ships_the_kernels_source_and_the_lab_config(wheel):
     pinned = [r for r in requires if "==" in r.split(";")[0]]
     assert not pinned, f"exact pins would replace a user's packages: {pinned}"
     assert info["Requires-Python"] == ">=3.11"
+
+
+def test_the_notebooks_in_the_wheel_are_the_repositorys(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        for path in [*sorted((REPO / "notebooks").glob("*.ipynb")), REPO / "notebooks" / "ANSWERS.md"]:
+            assert z.read(f"fp8lab/notebooks/{path.name}") == path.read_bytes(), path.name
+    assert len([p for p in SHIPPED if p.endswith(".ipynb")]) == 9
+
+
+def test_torchao_and_scikit_learn_are_extras_and_the_lab_brings_both(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        info = email.message_from_bytes(z.read(meta))
+    requires = info.get_all("Requires-Dist")
+    base = [r.split(";")[0].strip() for r in requires if "extra ==" not in r]
+    assert not [r for r in base if r.startswith(("torchao", "scikit-learn"))], base
+    by_extra: dict[str, list[str]] = {}
+    for r in requires:
+        if "extra ==" in r:
+            req, extra = r.split(";")
+            by_extra.setdefault(extra.split("==")[1].strip().strip('"'), []).append(req.strip())
+    assert {"torchao", "data", "lab", "book"} <= set(info.get_all("Provides-Extra"))
+    assert [r.split("<")[0].split(">")[0] for r in by_extra["torchao"]] == ["torchao"]
+    assert [r.split("<")[0].split(">")[0] for r in by_extra["data"]] == ["scikit-learn"]
+    assert "fp8lab[data,torchao]" in by_extra["lab"], by_extra["lab"]
 
 
 def test_the_installed_wheel_builds_and_loads_its_kernels(wheel, tmp_path):

@@ -64,8 +64,9 @@ def fresh_venv(path: Path, lab_packages: bool = True, own_torch: bool = False) -
     if lab_packages:
         (site / "_fp8lab_test_lab_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     if own_torch:
+        # --ignore-installed: into the venv itself, although this venv's torch is visible through the .pth
         r = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                            "torch==2.13.0"], capture_output=True, text=True, timeout=600,
+                            "--ignore-installed", "torch==2.13.0"], capture_output=True, text=True, timeout=600,
                            env={**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]})
         if r.returncode != 0:
             pytest.skip(f"no local torch 2.13.0 wheel for pip's find-links here: {r.stderr.strip()[-200:]}")

@@ -112,7 +112,7 @@ def jupyter_command(port: int, root: Path = REPO, extra: list[str] | None = None
     Jupyter opens the browser itself, through a file only this user can read (no token in a
     browser's command line)."""
     cmd = [
-        sys.executable, "-m", "jupyter", "lab",
+        sys.executable, "-m", "jupyterlab",  # this Python's JupyterLab, whatever its bin/ and PATH hold
         f"--ip={ip}",
         f"--port={port}",
         "--ServerApp.port_retries=0",
@@ -120,7 +120,7 @@ def jupyter_command(port: int, root: Path = REPO, extra: list[str] | None = None
         f"--LabApp.default_url=/lab/tree/{first}",
     ]
     if not open_browser:
-        cmd.insert(4, "--no-browser")
+        cmd.insert(3, "--no-browser")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # Jupyter refuses to run as root without it
     return cmd + list(extra or [])
