@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8lab.numerics.recipes import get_recipe
+from fp8lab.progress import progress_bar
 from fp8lab.settings import size
 from fp8lab.training.layers import convert
 from fp8lab.training.train import train_step
@@ -179,12 +180,12 @@ class CaseResult:
 
 
 def train_case(case: Case, runs: Sequence[str | Run] = TRAINED, steps: int | None = None, seed: int = 0,
-               progress: bool = False) -> CaseResult:
+               progress: bool = True) -> CaseResult:
     """Train one model per run from the same weights on the same batches; judge each on the held-out batch.
 
     runs: "fp32", recipe names, or Run(label, recipe, skip) (skip: linears kept in high precision,
     e.g. a ReadinessReport's skip list). Must include "fp32" (the reference of every gap).
-    progress: a tqdm bar (off by default: a closed bar leaves an empty widget in a notebook).
+    progress: a progress bar (fp8lab.progress: shown after a few seconds, left full when done).
     Returns a CaseResult: the training loss per step, and per run the held-out loss (as
     trained: FP8 runs evaluate with FP8 forward passes), its gap to fp32 and, for
     classifiers, the held-out accuracy. A run whose loss turns NaN/inf stops there (gap inf).
@@ -208,11 +209,7 @@ def train_case(case: Case, runs: Sequence[str | Run] = TRAINED, steps: int | Non
         optims[r.label] = torch.optim.Adam(model.parameters(), lr=case.lr)
     rows, messages = [], []
     g = torch.Generator().manual_seed(1_000 + seed)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, desc=f"{case.name}: {', '.join(labels)}", leave=False)
+    bar = progress_bar(total=steps, desc=f"{case.name}: {', '.join(labels)}") if progress else None
     t0 = time.perf_counter()
     for step in range(steps):
         x, y = case.batch(g)

@@ -22,6 +22,7 @@ from torch import nn
 from fp8lab.numerics.metrics import db, overflow_fraction
 from fp8lab.numerics.quantize import QuantizedTensor
 from fp8lab.numerics.recipes import Recipe, get_recipe
+from fp8lab.progress import progress_bar
 from fp8lab.training.layers import layer_gemms
 
 __all__ = ["COST_ORDER", "DEFAULT_RECIPES", "Capture", "LinearCall", "ReadinessReport", "capture",
@@ -523,6 +524,7 @@ def inspect(
     cost_order: Sequence[str] = COST_ORDER,
     mode: str | None = None,
     device: torch.device | str | None = None,
+    progress: bool = True,
 ) -> ReadinessReport:
     """An FP8 readiness report for `model` on `batch`: every nn.Linear's GEMM operands, each recipe.
 
@@ -537,6 +539,7 @@ def inspect(
     cost_order: recipe names, cheapest first (COST_ORDER: NVFP4, then per-tensor, per-row, blocks).
     mode: "train" / "eval" for the captured pass (None: as the model is). device: where the
         quantization statistics are computed (None: where the model ran).
+    progress: a progress bar over the linear calls (fp8lab.progress: shown after a few seconds).
     The model is not changed (see capture). Returns a ReadinessReport.
     """
     import time
@@ -554,7 +557,9 @@ def inspect(
         raise ValueError(f"outlier_ratio must be > 1 (a multiple of the median channel's amax), got {outlier_ratio}")
     cap = capture(model, batch, loss_fn, mode)
     dev = torch.device(device) if device is not None else None
-    rows = [row for call in cap.calls for row in _rows_for_call(call, recipes, outlier_ratio, dev)]
+    calls = progress_bar(cap.calls, desc=f"inspect: {len(cap.calls)} linear calls", unit="call") if progress \
+        else cap.calls
+    rows = [row for call in calls for row in _rows_for_call(call, recipes, outlier_ratio, dev)]
     if not rows:
         raise ValueError("no nn.Linear call reached the loss: nothing to inspect. "
                          + "; ".join(f"{d['module']}: {d['reason']}" for d in cap.not_covered))

@@ -20,6 +20,7 @@ from torch import nn
 
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.recipes import Recipe, get_recipe
+from fp8lab.progress import progress_bar
 from fp8lab.training.layers import Monitor, convert
 from fp8lab.training.models import MODELS, MarkovTask, TeacherTask, make_model
 
@@ -240,11 +241,7 @@ def train(
     messages: list[str] = []
     result = TrainResult(pd.DataFrame(columns=["step", "run", "loss"]), None, messages)
     data = torch.Generator().manual_seed(1_000 + seed)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, desc=f"{model}: {', '.join(r.label for r in runs)}", leave=False)
+    bar = progress_bar(total=steps, desc=f"{model}: {', '.join(r.label for r in runs)}") if progress else None
     t0 = time.perf_counter()
     step = 0
     for step in range(steps):
