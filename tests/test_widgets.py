@@ -479,17 +479,23 @@ def _drawn(draw) -> bytes:
     return plots.to_png(fig)
 
 
-@pytest.mark.parametrize("case", ["bars", "cliff", "block_sweep", "threshold_gone", "number_line", "mark_gone",
-                                  "histogram", "accumulation", "amax", "clip_marks_gone"])
+@pytest.mark.parametrize("case", ["bars", "cliff", "cliff_to_percent", "block_sweep", "threshold_gone", "number_line",
+                                  "mark_gone", "histogram", "accumulation", "amax", "clip_marks_gone", "heatmaps",
+                                  "log_then_linear", "fixed_then_autoscaled", "labels_then_none",
+                                  "image_then_lines", "image_then_bars"])
 def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
-    """The plot functions a panel redraws in place (Panel.keep_artists) give, on an ax that shows
-    an earlier drawing, the pixels they give on a new ax: new heights and limits, lines that
-    change colour or go away, a legend that changes."""
+    """A plot drawn on an ax that showed an earlier drawing, after fp8lab.lab.redraw.clear_data (what a
+    panel with keep_axes does between redraws), gives the pixels it gives on a new ax: new heights and
+    limits, lines that change colour or go away, a legend that changes, a formatter, a scale and a
+    colorbar that change."""
     import pandas as pd
     import torch
 
     from fp8lab import quantize
-    from fp8lab.numerics.scaling import PerTensor
+    from fp8lab.lab import redraw
+    from fp8lab.numerics.scaling import PerBlock, PerTensor
+
+    plots.use_theme()  # the panels' theme: its grid is what clear_data must put back
 
     cliff = pd.DataFrame([{"recipe": r, "outliers": o, "ordinary_sqnr_db": 30 - i * math.log10(o)}
                           for i, r in enumerate(("a", "b", "c")) for o in (1, 10, 100, 1000)])
@@ -499,6 +505,8 @@ def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
     acc = pd.DataFrame([{"accumulation": a, "K": k, "relative error": 10.0 ** (-i - 1) * k / 128}
                         for i, a in enumerate(("p", "q", "r")) for k in (128, 512, 2048)])
     x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
+    monitor = pd.DataFrame([{"run": "r", "layer": "fc1", "gemm": "fprop", "role": "input", "step": s,
+                             "underflow": 0.01 * s} for s in range(5)])
     steps = pd.DataFrame({"step": range(20), "amax": [1.0 + (s == 5) * 99 for s in range(20)],
                           "scale amax (delayed)": [1.0 + (5 <= s < 12) * 99 for s in range(20)],
                           "overflow (delayed)": [0.1 * (s == 5) for s in range(20)]})
@@ -507,6 +515,22 @@ def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
                  lambda ax: plots.bars({"a": 300.0, "b": 0.02}, ax, log=True, highlight="a")),
         "cliff": (lambda ax: plots.outlier_cliff(cliff, ax=ax),
                   lambda ax: plots.outlier_cliff(cliff[cliff.recipe != "a"], ax=ax)),
+        "cliff_to_percent": (lambda ax: plots.outlier_cliff(cliff, ax=ax),
+                             lambda ax: plots.outlier_cliff(cliff.assign(ordinary_underflow=0.5),
+                                                            "ordinary_underflow", ax=ax)),
+        "log_then_linear": (lambda ax: plots.bars({"a": 1.0, "b": 200.0}, ax, log=True),
+                            lambda ax: plots.bars({"a": 3.0, "b": 2.0}, ax)),
+        "fixed_then_autoscaled": (lambda ax: plots.histogram_log2(x, fmt="e4m3", ax=ax, xlim=(-30, 40)),
+                                  lambda ax: plots.bars({"a": 3.0, "b": 2.0}, ax)),
+        "labels_then_none": (lambda ax: plots.monitor_lines(monitor, "underflow", ax),
+                             lambda ax: plots.monitor_lines(None, "underflow", ax)),
+        "image_then_lines": (lambda ax: (ax.imshow([[0.0, 1.0], [2.0, 3.0]], extent=(0, 2, 2, 0)), ax.grid(False)),
+                             lambda ax: plots.gemm_error_vs_k(acc, ax)),
+        "image_then_bars": (lambda ax: (ax.imshow([[0.0, 1.0], [2.0, 3.0]], extent=(0, 2, 2, 0)), ax.grid(False)),
+                            lambda ax: plots.bars({"a": 3.0, "b": 2.0}, ax)),
+        "heatmaps": (lambda ax: plots.scale_heatmap(quantize(x, "e4m3", PerBlock(1, 32)), ax),
+                     lambda ax: plots.scale_heatmap(quantize(x * 1e3, "e4m3", PerBlock(16, 16)), ax,
+                                                    colorbar=redraw.kept_colorbar(ax))),
         "block_sweep": (lambda ax: plots.metric_vs_block(blocks, ax=ax, threshold=20),
                         lambda ax: plots.metric_vs_block(blocks[blocks.strategy == "y"].assign(sqnr_db=5), ax=ax,
                                                          threshold=30)),
@@ -530,6 +554,7 @@ def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
 
     def both(ax):
         first(ax)
+        redraw.clear_data(ax)
         second(ax)
 
     assert _drawn(both) == _drawn(second)

@@ -1,6 +1,6 @@
 """Figures: each function takes data (and an optional ax), draws, and returns the ax.
 
-Public: use_theme, figure, to_png, histogram_log2, kept_lines, number_line, scale_heatmap,
+Public: use_theme, figure, to_png, histogram_log2, number_line, scale_heatmap,
 block_error_heatmap, metric_vs_block, overflow_vs_block, gemm_error_vs_k, bars,
 loss_curves, monitor_lines, amax_over_steps, outlier_cliff, sink_cliff, readiness_heatmap,
 PALETTE, PIXEL_RATIO. One seaborn theme and a colour-blind-safe palette everywhere; axes carry
@@ -16,7 +16,7 @@ import numpy as np
 import seaborn as sns
 import torch
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator, PercentFormatter, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator, PercentFormatter
 
 from fp8lab.numerics.formats import FloatFormat, get_format
 from fp8lab.numerics.quantize import QuantizedTensor
@@ -32,7 +32,6 @@ __all__ = [
     "figure",
     "gemm_error_vs_k",
     "histogram_log2",
-    "kept_lines",
     "log_axis",
     "loss_curves",
     "magnitude",
@@ -198,52 +197,6 @@ def _tick(v: float) -> str:
     return f"{v:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
 
 
-# ---- redrawing in place --------------------------------------------------------------------------------
-
-
-def _kept(ax, key: str, shape, make, move=None):
-    """The artists this ax holds under `key` (a panel redrawing in place, Panel.keep_artists),
-    moved to the new data by move(artists), where they were made for the same `shape` (what
-    decides which artists there are); else the old ones removed and make() drawn. Returns them."""
-    kept = ax.__dict__.setdefault("_fp8lab_kept", {})
-    old = kept.get(key)
-    if old is not None and old[0] == shape and move is not None and all(a.axes is ax for a in old[1]):
-        move(old[1])
-        return old[1]
-    for artist in old[1] if old is not None else ():
-        if artist.axes is ax:
-            artist.remove()
-    made = make()
-    kept[key] = (shape, made)
-    return made
-
-
-def _drop(ax, key: str) -> None:
-    """Remove the artists kept under `key` (a plot that no longer draws them)."""
-    for artist in ax.__dict__.get("_fp8lab_kept", {}).pop(key, (None, ()))[1]:
-        if artist.axes is ax:
-            artist.remove()
-
-
-def _drop_others(ax, prefix: str, given) -> None:
-    """Remove the artists kept under keys that start with `prefix` but are not in `given` (a plot
-    redrawn in place with fewer lines or marks than before)."""
-    for key in [k for k in ax.__dict__.get("_fp8lab_kept", {}) if k.startswith(prefix) and k not in given]:
-        _drop(ax, key)
-
-
-def kept_lines(ax, lines: dict) -> None:
-    """Draw lines {key: (x, y, style)} on ax; on an ax that has lines under these keys (a panel
-    redrawing in place) move them instead (set_data, set(style)) and drop the ones no longer given.
-    The data limits are then recomputed from what is drawn, as a new plot computes them."""
-    _drop_others(ax, "line ", {f"line {key}" for key in lines})
-    for key, (x, y, style) in lines.items():
-        _kept(ax, f"line {key}", None, lambda x=x, y=y, style=style: ax.plot(x, y, **style),
-              lambda made, x=x, y=y, style=style: made[0].set(data=(x, y), **style))
-    ax.relim()
-    ax.autoscale_view()
-
-
 # ---- distributions and formats ---------------------------------------------------------------------
 
 
@@ -253,9 +206,7 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     """Histogram of log2|x| with the format's window shaded: green where values keep full
     precision (normal range), lighter where subnormal, grey where they flush to zero,
     vermillion beyond the max where they clip. A per-tensor scale sets the window. xlim: the
-    x range (log2) to show at least (a panel's fixed axis); wider where the data or window are.
-    On an ax that has this histogram already (a panel redrawing in place) the shading and the
-    bars move."""
+    x range (log2) to show at least (a panel's fixed axis); wider where the data or window are."""
     ax = _ax(ax)
     fmt = get_format(fmt if fmt is not None else q.fmt if q is not None else "e4m3")
     if scale is None:
@@ -275,20 +226,9 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     spans = [(left, lo_flush, FLUSH, 0.18, "flushes to 0"), (lo_flush, lo_normal, WINDOW, 0.08, "subnormal"),
              (lo_normal, hi, WINDOW, 0.18, f"{fmt.name} normal range"), (hi, right, CLIP, 0.15, "clips to max")]
     counts, edges = np.histogram(logs, bins=bins, range=(left, right))
-    heights = np.maximum(counts, 0.5)
-
-    def make():
-        return [*(ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
-                  for x0, x1, color, alpha, label in spans),
-                ax.stairs(heights, edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)]
-
-    def move(made):
-        for rect, (x0, x1, _color, _alpha, label) in zip(made, spans, strict=False):
-            rect.set(x=x0, width=x1 - x0, label=label)
-        made[-1].set_data(heights, edges, baseline=0.5)
-        ax.relim()
-
-    _kept(ax, "histogram", None, make, move)
+    for x0, x1, color, alpha, label in spans:
+        ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
+    ax.stairs(np.maximum(counts, 0.5), edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)
     ax.set_xlim(left, right)
     ax.set_yscale("log")
     steady_limits(ax, "y", lo=0.5)  # whole decades of counts
@@ -315,34 +255,17 @@ def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: 
         parts += [(row, dense[row], np.log2(v[normal]), 0.35, 0.8 if dense[row] else None),
                   (row, dense[row], np.log2(v[~normal]), 0.2, 0.35 if dense[row] else 0.5)]
 
-    def span(values):
-        return [values.min(), values.max()] if len(values) else [np.nan, np.nan]
-
-    def make():
-        marks = [ax.fill_between(span(values), row - half, row + half, color=PALETTE[row % 10], alpha=alpha, lw=0)
-                 if band else ax.vlines(values, row - half, row + half, color=PALETTE[row % 10], lw=0.8, alpha=alpha)
-                 for row, band, values, half, alpha in parts]
-        return marks + [ax.text(hi + 0.3, row, f"{len(v)} values", va="center", fontsize=8)
-                        for row, v in enumerate(inside)]
-
-    def move(made):
-        for artist, (row, band, values, half, _alpha) in zip(made, parts, strict=False):
-            if band:
-                artist.set_data(span(values), row - half, row + half)
-            else:
-                artist.set_segments([[(x, row - half), (x, row + half)] for x in values])
-        for label, (row, v) in zip(made[len(parts):], enumerate(inside), strict=True):
-            label.set(position=(hi + 0.3, row), text=f"{len(v)} values")
-
-    _kept(ax, "number line", [(f.name, d) for f, d in zip(formats, dense, strict=True)], make, move)
+    for row, band, values, half, alpha in parts:
+        if band:
+            span = [values.min(), values.max()] if len(values) else [np.nan, np.nan]
+            ax.fill_between(span, row - half, row + half, color=PALETTE[row % 10], alpha=alpha, lw=0)
+        else:
+            ax.vlines(values, row - half, row + half, color=PALETTE[row % 10], lw=0.8, alpha=alpha)
+    for row, v in enumerate(inside):
+        ax.text(hi + 0.3, row, f"{len(v)} values", va="center", fontsize=8)
     if mark is not None and mark > 0:
-        x, style = math.log2(mark), {"color": CLIP, "lw": 1.5, "ls": "--", "label": f"{mark:g}"}
-        _kept(ax, "mark", None, lambda: [ax.axvline(x, **style)], lambda made: made[0].set(xdata=[x, x], **style))
+        ax.axvline(math.log2(mark), color=CLIP, lw=1.5, ls="--", label=f"{mark:g}")
         ax.legend(loc="upper left", fontsize=8)
-    else:  # on an ax that showed a mark (redrawn in place): it goes, with its legend
-        _drop(ax, "mark")
-        if ax.get_legend() is not None:
-            ax.get_legend().remove()
     ax.set_yticks(range(len(formats)), [f.name for f in formats])
     ax.set_ylim(-0.6, len(formats) - 0.4)
     ax.set_xlim(lo, hi + 3)
@@ -368,34 +291,25 @@ def _block_grid(values: torch.Tensor, max_cells: int = 64) -> np.ndarray:
 
 
 def _heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = None, vmax: float | None = None,
-             shape: tuple[int, int] | None = None):
+             shape: tuple[int, int] | None = None, colorbar=None):
     """imshow + colorbar (what seaborn's heatmap draws, at a fraction of the cost). shape: the
-    (rows, cols) of blocks the grid stands for (it may be pooled): the ticks count blocks."""
+    (rows, cols) of blocks the grid stands for (it may be pooled): the ticks count blocks.
+    colorbar: an existing Colorbar to show this image's colours (else one is made beside ax)."""
     rows, cols = shape or grid.shape
-
-    def make():
-        im = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest",
-                       extent=(0, cols, rows, 0))
+    im = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest",
+                   extent=(0, cols, rows, 0))
+    if colorbar is None:
         ax.figure.colorbar(im, ax=ax, label=label)
-        return [im]
-
-    def move(made):  # new values, same image and colorbar: the pixels of a new drawing
-        im = made[0]
-        im.set_data(grid)
-        im.set_extent((0, cols, rows, 0))
-        with im.norm.callbacks.blocked():  # one colorbar update below, not one per limit
-            im.norm.vmin = float(np.nanmin(grid)) if vmin is None else vmin  # as imshow scales: data range
-            im.norm.vmax = float(np.nanmax(grid)) if vmax is None else vmax
-        im.changed()
-        im.colorbar.set_label(label)
-
-    _kept(ax, "heatmap", cmap, make, move)
+    else:
+        im.colorbar = colorbar
+        colorbar.update_normal(im)
+        colorbar.set_label(label)
     ax.set_xticks([0, cols], ["0", str(cols)])
     ax.set_yticks([0, rows], ["0", str(rows)])
     ax.grid(False)
 
 
-def scale_heatmap(q: QuantizedTensor, ax=None):
+def scale_heatmap(q: QuantizedTensor, ax=None, colorbar=None):
     """log2 of each block's scale: where the blocks with large values are."""
     ax = _ax(ax)
     s = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
@@ -403,14 +317,14 @@ def scale_heatmap(q: QuantizedTensor, ax=None):
     # colours on whole multiples of 4 binades: the same colour is the same scale across settings
     lo, hi = 4 * math.floor(float(grid.min()) / 4), 4 * math.ceil(float(grid.max()) / 4)
     _heatmap(ax, grid, "viridis", "log2(scale)", vmin=lo, vmax=max(hi, lo + 4),
-             shape=tuple(s.reshape(-1, s.shape[-1]).shape) if s.dim() else (1, 1))
+             shape=tuple(s.reshape(-1, s.shape[-1]).shape) if s.dim() else (1, 1), colorbar=colorbar)
     ax.set_xlabel(f"block column ({s.shape[-1] if s.dim() else 1} along K)")
     ax.set_ylabel(f"block row ({s.shape[0] if s.dim() else 1} along M)")
     ax.set_title(f"scales, {q.granularity.label} blocks")
     return ax
 
 
-def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None):
+def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None, colorbar=None):
     """The fraction of each block's values that lost more than rounding allows: a relative
     error beyond half a step of the format's normal range, 2^-(mantissa_bits + 1) (flushed
     and subnormal values). A block's SQNR would hide it: its energy is the outlier's."""
@@ -420,7 +334,8 @@ def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None):
     lost = ((x2 - q.dequantize()).abs() > x2.abs() * 2.0 ** -(q.fmt.mantissa_bits + 1)).float()
     # padding counts as neither lost nor present: divide by the real elements of each block
     frac = padded_blocks(lost, (r, c)).sum((1, 3)) / padded_blocks(torch.ones_like(lost), (r, c)).sum((1, 3))
-    _heatmap(ax, _block_grid(frac), "magma_r", "fraction of values lost", vmin=0, vmax=1, shape=tuple(frac.shape))
+    _heatmap(ax, _block_grid(frac), "magma_r", "fraction of values lost", vmin=0, vmax=1, shape=tuple(frac.shape),
+             colorbar=colorbar)
     ax.set_xlabel("block column (along K)")
     ax.set_ylabel("block row (along M)")
     ax.set_title("values lost per block (dark: most)")
@@ -433,18 +348,11 @@ def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | Non
     ax = _ax(ax)
     labels = list(dict.fromkeys(df["block"]))
     xs = {b: i for i, b in enumerate(labels)}
-    lines = {strategy: ([xs[b] for b in part["block"]], part[metric].to_numpy(),
-                        {"marker": "o", "color": PALETTE[i % 10], "label": strategy})
-             for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False))}
-    kept_lines(ax, lines)
-    if threshold is None:
-        _drop(ax, "threshold")
-    else:
-        style = {"color": CLIP, "ls": "--", "lw": 1, "label": f"{threshold:g} dB"}
-        _kept(ax, "threshold", None, lambda: [ax.axhline(threshold, **style)],
-              lambda made: made[0].set(ydata=[threshold, threshold], **style))
-    ax.relim()  # with the threshold as it is now (moved, or gone), as a new drawing's limits hold it
-    ax.autoscale_view()
+    for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False)):
+        ax.plot([xs[b] for b in part["block"]], part[metric].to_numpy(), marker="o", color=PALETTE[i % 10],
+                label=strategy)
+    if threshold is not None:
+        ax.axhline(threshold, color=CLIP, ls="--", lw=1, label=f"{threshold:g} dB")
     ticks = labels
     if "scale_bits_per_element" in df:
         bits = df.drop_duplicates("block").set_index("block")["scale_bits_per_element"]
@@ -463,9 +371,9 @@ def overflow_vs_block(df, ax=None):
     ax = _ax(ax)
     labels = list(dict.fromkeys(df["block"]))
     xs = {b: i for i, b in enumerate(labels)}
-    kept_lines(ax, {strategy: ([xs[b] for b in part["block"]], part["overflow"].to_numpy(),
-                                {"marker": "o", "color": PALETTE[i % 10], "label": strategy})
-                     for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False))})
+    for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False)):
+        ax.plot([xs[b] for b in part["block"]], part["overflow"].to_numpy(), marker="o", color=PALETTE[i % 10],
+                label=strategy)
     ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=90)
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
     # the top at 1, 2 or 5 x a power of ten: an axis that stays put while the data move a little
@@ -482,9 +390,9 @@ def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | N
     """A quantization metric against outlier magnitude (log x), one line per recipe: where
     each recipe's ordinary values fall off. df: recipe, outliers, and the metric's column."""
     ax = _ax(ax)
-    kept_lines(ax, {recipe: (part["outliers"].to_numpy(), part[metric].to_numpy(),
-                              {"marker": "o", "ms": 4, "color": PALETTE[i % 10], "label": recipe})
-                     for i, (recipe, part) in enumerate(df.groupby("recipe", sort=False))})
+    for i, (recipe, part) in enumerate(df.groupby("recipe", sort=False)):
+        ax.plot(part["outliers"].to_numpy(), part[metric].to_numpy(), marker="o", ms=4, color=PALETTE[i % 10],
+                label=recipe)
     ax.set_xscale("log")
     log_axis(ax, "x")
     if metric.endswith("underflow"):
@@ -492,7 +400,6 @@ def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | N
         ax.set_ylim(-0.03, 1.03)
         ax.set_ylabel("ordinary values flushed to 0")
     else:
-        ax.yaxis.set_major_formatter(ScalarFormatter())  # an ax redrawn in place had percent
         steady_limits(ax, "y", step=10, lo=0, hi=40)  # every recipe's SQNR; the axis stays put
         ax.set_ylabel("SQNR of ordinary channels (dB)")
     ax.set_xlabel("outlier channels' magnitude (x the others; 1: no outliers)")
@@ -549,9 +456,9 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
 def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K"):
     """Relative error of the GEMM against K, one line per accumulation setting (log-log)."""
     ax = _ax(ax)
-    kept_lines(ax, {label: (part["K"].to_numpy(), part["relative error"].to_numpy(),
-                             {"marker": "o", "color": PALETTE[i % 10], "label": label})
-                     for i, (label, part) in enumerate(df.groupby("accumulation", sort=False))})
+    for i, (label, part) in enumerate(df.groupby("accumulation", sort=False)):
+        ax.plot(part["K"].to_numpy(), part["relative error"].to_numpy(), marker="o", color=PALETTE[i % 10],
+                label=label)
     log_axis(ax, "x", base=2)
     log_axis(ax, "y")
     ax.set_xlabel("K (length of each dot product)")
@@ -563,31 +470,17 @@ def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K"):
 
 def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", log: bool = False,
          highlight: str | None = None):
-    """A bar per named value (e.g. error per recipe, time per backend). On an ax that has these
-    bars already (a panel redrawing in place), the bars take the new heights."""
+    """A bar per named value (e.g. error per recipe, time per backend), the highlighted one in vermillion."""
     ax = _ax(ax)
     names = list(values)
     colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
-    made = []
-
-    def make():
-        made.append(True)
-        return list(ax.bar(range(len(names)), [values[n] for n in names], color=colors))
-
-    def move(kept):
-        for rect, name, color in zip(kept, names, colors, strict=True):
-            rect.set(height=values[name], facecolor=color)
-        ax.relim()
-        ax.autoscale_view()
-
-    _kept(ax, "bars", (names, log), make, move)
-    if made:  # new bars get their labels; moved ones keep theirs (the same names)
-        labels = [n.replace(" (", "\n(") for n in names]
-        # upright where they fit side by side (~0.6 em per character at 8 pt), else turned 90 degrees
-        per_bar = ax.get_position().width * ax.figure.get_figwidth() / max(len(names), 1)
-        longest = max((len(line) for lab in labels for line in lab.split("\n")), default=0)
-        upright = longest * 8 * 0.6 / 72 < 0.95 * per_bar
-        ax.set_xticks(range(len(names)), labels, fontsize=8, rotation=0 if upright else 90)
+    ax.bar(range(len(names)), [values[n] for n in names], color=colors)
+    labels = [n.replace(" (", "\n(") for n in names]
+    # upright where they fit side by side (~0.6 em per character at 8 pt), else turned 90 degrees
+    per_bar = ax.get_position().width * ax.figure.get_figwidth() / max(len(names), 1)
+    longest = max((len(line) for lab in labels for line in lab.split("\n")), default=0)
+    upright = longest * 8 * 0.6 / 72 < 0.95 * per_bar
+    ax.set_xticks(range(len(names)), labels, fontsize=8, rotation=0 if upright else 90)
     if log:
         log_axis(ax, "y")
     ax.set_ylabel(ylabel)
@@ -664,19 +557,14 @@ def runs_legend(ax, colors: dict, layers=()) -> None:
 def amax_over_steps(df, ax=None):
     """Delayed scaling over steps: each step's amax, the amax its scale used, and the clips."""
     ax = _ax(ax)
-    lines = {"amax": (df["step"].to_numpy(), df["amax"].to_numpy(), {"color": PALETTE[0], "label": "this step's amax"})}
+    ax.plot(df["step"].to_numpy(), df["amax"].to_numpy(), color=PALETTE[0], label="this step's amax")
     for i, col in enumerate(c for c in df.columns if c.startswith("scale amax")):
-        lines[col] = (df["step"].to_numpy(), df[col].to_numpy(),
-                      {"drawstyle": "steps-mid", "color": PALETTE[i + 1], "label": col.replace("scale amax", "used")})
-    kept_lines(ax, lines)  # on an ax that has them (a panel redrawing in place), the lines move
-    clips = [c for c in df.columns if c.startswith("overflow")]
-    _drop_others(ax, "marks ", {f"marks {col}" for col in clips})
-    for i, col in enumerate(clips):
+        ax.plot(df["step"].to_numpy(), df[col].to_numpy(), drawstyle="steps-mid", color=PALETTE[i + 1],
+                label=col.replace("scale amax", "used"))
+    for i, col in enumerate(c for c in df.columns if c.startswith("overflow")):
         hit = df[df[col] > 0]
-        _kept(ax, f"marks {col}", None,
-              lambda hit=hit, i=i: [ax.scatter(hit["step"], hit["amax"], color=CLIP, marker="x", s=50, zorder=5,
-                                               label="clipped (overflow)" if i == 0 else None)],
-              lambda made, hit=hit: made[0].set_offsets(np.column_stack([hit["step"], hit["amax"]]).reshape(-1, 2)))
+        ax.scatter(hit["step"], hit["amax"], color=CLIP, marker="x", s=50, zorder=5,
+                   label="clipped (overflow)" if i == 0 else None)
     log_axis(ax, "y")
     ax.set_xlabel("step")
     ax.set_ylabel("amax (log)")

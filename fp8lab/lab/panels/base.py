@@ -25,6 +25,7 @@ from matplotlib.transforms import Bbox
 
 from fp8lab.figures import plots
 from fp8lab.figures.render import LayeredCanvas
+from fp8lab.lab import redraw
 from fp8lab.numerics.scaling import SCALE_RULES
 
 __all__ = [
@@ -99,10 +100,10 @@ class Panel:
 
     title = ""
     live_sliders: ClassVar[bool] = True
-    # keep_artists=True: draw() updates the artists of the last drawing (it must set everything it
-    # shows); the axes are not cleared between redraws (creating axes, colorbars and ticks is most
-    # of a redraw's drawing time)
-    keep_artists: ClassVar[bool] = False
+    # keep_axes=True: the axes, their tick objects and colorbars stay between redraws and only the
+    # data is drawn again (fp8lab.lab.redraw.clear_data): creating axes, colorbars and ticks is most
+    # of a redraw's drawing time. False: the axes are cleared whole (panels drawn on a button press)
+    keep_axes: ClassVar[bool] = False
     redraw_threads: int | None = 1  # torch threads for a redraw (None: the process's)
     width, height, ncols = 6.0, 3.2, 1
     right = 0.6  # inches right of the last plot (a legend beside it needs more)
@@ -162,9 +163,11 @@ class Panel:
             self._figure = (fig, axes, [ax.get_position() for ax in own])
             self.image.width = str(round(fig.get_figwidth() * CSS_DPI))
         fig, axes, boxes = self._figure
-        if self.keep_artists:
-            return fig, axes
         own = axes if isinstance(axes, list) else [axes]
+        if self.keep_axes:
+            for ax in own:
+                redraw.clear_data(ax)
+            return fig, axes
         for ax in list(fig.axes):
             if not any(ax is a for a in own):
                 fig.delaxes(ax)  # colorbars and twin axes of the last drawing

@@ -12,6 +12,7 @@ import pandas as pd
 
 from fp8lab.data.synthetic import DISTRIBUTIONS, sample
 from fp8lab.figures import plots
+from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     BLOCKS,
     ELEMENT_FORMATS,
@@ -41,7 +42,7 @@ class BlockPanel(Panel):
 
     title = "per-block scaling: scales and error per block"
     ncols, width, height = 2, 4.0, 3.2
-    keep_artists = True  # two heatmaps and their colorbars, updated in place
+    keep_axes = True  # two heatmaps, their colorbars kept
 
     def __init__(self) -> None:
         super().__init__(
@@ -60,8 +61,8 @@ class BlockPanel(Panel):
         return {"x": x, "q": q, "report": quantization_report(x, q, idx)}
 
     def draw(self, data, axes) -> None:
-        plots.scale_heatmap(data["q"], axes[0])
-        plots.block_error_heatmap(data["x"], data["q"], axes[1])
+        plots.scale_heatmap(data["q"], axes[0], colorbar=redraw.kept_colorbar(axes[0]))
+        plots.block_error_heatmap(data["x"], data["q"], axes[1], colorbar=redraw.kept_colorbar(axes[1]))
 
     def describe(self, data) -> str:
         r = data["report"]
@@ -78,7 +79,7 @@ class BlockSweepPanel(Panel):
 
     title = "SQNR and clipping vs block size, with the scales' memory under each block"
     ncols, width, height, bottom = 2, 5.0, 4.0, 1.35
-    keep_artists = True  # the same lines each time, moved
+    keep_axes = True
 
     def __init__(self) -> None:
         super().__init__(

@@ -26,7 +26,7 @@ class CostPanel(Panel):
     title = "the cost side: is per-tensor cheaper, and where?"
     width, height, ncols = 4.0, 3.0, 3
     bottom = 1.0  # the recipes' names under the bars, turned upright (tests/test_widgets.py checks legibility)
-    keep_artists = True  # the same bars each time, new heights
+    keep_axes = True
 
     def __init__(self) -> None:
         super().__init__(

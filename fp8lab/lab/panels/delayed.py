@@ -34,7 +34,7 @@ class DelayedPanel(Panel):
 
     title = "delayed vs current scaling over training steps"
     ncols, width = 2, 4.0
-    keep_artists = True  # the same lines each time, moved
+    keep_axes = True
 
     def __init__(self) -> None:
         super().__init__(
@@ -64,8 +64,8 @@ class DelayedPanel(Panel):
         df = data["df"]
         plots.amax_over_steps(df[["step", "amax", "scale amax (delayed)", "overflow (delayed)"]], axes[0])
         steps = df["step"].to_numpy()
-        plots.kept_lines(axes[1], {"current": (steps, df["sqnr current"].to_numpy(), {"color": plots.PALETTE[0]}),
-                                   "delayed": (steps, df["sqnr delayed"].to_numpy(), {"color": plots.PALETTE[1]})})
+        axes[1].plot(steps, df["sqnr current"].to_numpy(), color=plots.PALETTE[0])
+        axes[1].plot(steps, df["sqnr delayed"].to_numpy(), color=plots.PALETTE[1])
         axes[1].set_xlabel("step")
         axes[1].set_ylabel("SQNR (dB)")
         axes[1].set_title("SQNR: current (blue), delayed (orange)")

@@ -162,7 +162,7 @@ class NumberLinePanel(Panel):
 
     title = "number lines: E4M3 vs E5M2 vs bf16 (and FP4, fp16)"
     height = 2.6
-    keep_artists = True  # the same ticks and bands each time, moved
+    keep_axes = True
 
     def __init__(self) -> None:
         super().__init__(

@@ -32,7 +32,7 @@ class GemmPanel(Panel):
     """The error of an FP8 GEMM per recipe, against the exact product of the unquantized inputs."""
 
     title = "FP8 GEMM error per recipe (relative to the exact product)"
-    keep_artists = True  # the same bars each time, new heights
+    keep_axes = True
     WEIGHTS: ClassVar[dict[str, str]] = {"random": "random", "zero rows for the outlier channels (sinks)": "zero rows"}
 
     def __init__(self) -> None:
@@ -85,7 +85,7 @@ class AccumulationPanel(Panel):
     """Limited-precision accumulation (Hopper's ~14 bits) and DeepSeek-V3's promotion fix."""
 
     title = "accumulation precision: error vs K"
-    keep_artists = True  # the same lines each time, moved
+    keep_axes = True
 
     def __init__(self) -> None:
         super().__init__(

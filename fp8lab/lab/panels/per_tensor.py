@@ -44,7 +44,7 @@ class PerTensorPanel(Panel):
     what it costs the ordinary values (every channel but the outlier channels)."""
 
     title = "per-tensor scaling: what lands in the window, what clips, what flushes"
-    keep_artists = True  # the same shading and bars each time, moved
+    keep_axes = True
 
     def __init__(self) -> None:
         super().__init__(
@@ -92,7 +92,7 @@ class CliffPanel(Panel):
 
     title = "the outlier cliff: each recipe's activation scaling against outlier magnitude"
     width, height = 6.4, 3.4
-    keep_artists = True  # the same lines each time, moved
+    keep_axes = True
 
     def __init__(self) -> None:
         super().__init__(
