@@ -11,9 +11,10 @@ LOCK   := constraints.txt
 PIP    := $(BIN)/python -m pip install --quiet -c $(LOCK)
 LAB_STAMP  := $(VENV)/.fp8lab-lab
 TEST_STAMP := $(VENV)/.fp8lab-test
+BOOK_STAMP := $(VENV)/.fp8lab-book
 PYTHON_FLOOR := 3.11
 
-.PHONY: setup lab-env browser-deps lab test lint bench doctor clean
+.PHONY: setup lab-env book-env browser-deps lab test lint bench doctor book clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < tuple(map(int, "$(PYTHON_FLOOR)".split("."))))' || { \
@@ -36,7 +37,7 @@ setup: $(TEST_STAMP)
 $(TEST_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
 	$(PIP) -e ".[lab,test]"
 	@$(BIN)/python -c "from fp8lab import kernels; print('fp8lab quantize:', kernels.status()[1])"
-	@touch $(LAB_STAMP) $(TEST_STAMP)
+	@touch $(LAB_STAMP) $(TEST_STAMP) $(BOOK_STAMP)  # the test extra brings the book extra
 
 # The browser test (tests/test_browser.py) drives Debian's chromium with Playwright (pinned in
 # the `test` extra; Playwright's own browser download is not used). apt-get only when missing.
@@ -54,7 +55,18 @@ browser-deps:
 	  command -v chromium >/dev/null 2>&1; }
 
 lab: lab-env
-	$(BIN)/python -m fp8lab lab
+	$(BIN)/python -m fp8lab lab $(LAB_ARGS)
+
+# the static book: every notebook executed at workshop size and rendered as HTML pages in build/book
+# (tools/book.py; open build/book/index.html). BOOK_ARGS=--smoke builds it at small sizes, quickly.
+book-env: $(BOOK_STAMP)
+
+$(BOOK_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(PIP) -e ".[lab,book]"
+	@touch $(LAB_STAMP) $(BOOK_STAMP)
+
+book: book-env
+	$(BIN)/python tools/book.py $(BOOK_ARGS)
 
 test: setup browser-deps
 	$(BIN)/ruff check fp8lab tests
