@@ -1,11 +1,17 @@
 """A CPU stand-in for torch's CUDA scaled matmuls: the checks the kernels make, then the product.
 
-Written from PyTorch's source (pytorch main, read 2026-11-30):
+Written from PyTorch's source (pytorch main):
   aten/src/ATen/native/cuda/ScaledBlas.cpp      (_scaled_mm_out_cuda, _scaled_mm_cuda_v2_out and
-                                                 the per-recipe functions it dispatches to)
+                                                 the per-recipe functions it dispatches to: MX passes
+                                                 use_fast_accum=false whatever it is given; FP4 operands
+                                                 refuse use_fast_accum)
   aten/src/ATen/native/ScaledBlasUtils.cpp      (check_*_recipe: which (dtype, recipe, scale dtype)
-                                                 combinations the v2 entry dispatches)
-  aten/src/ATen/native/cuda/RowwiseScaledMM.cu  (check_inputs of the CUTLASS rowwise kernel)
+                                                 combinations the v2 entry dispatches; NVFP4 with a
+                                                 tensor scale on both operands or on neither)
+  aten/src/ATen/cuda/CUDABlas.cpp               (get_scale_mode: cuBLAS refuses use_fast_accum with
+                                                 1x128 and 128x128 block scaling)
+  aten/src/ATen/native/cuda/RowwiseScaledMM.cu  (check_inputs of the CUTLASS rowwise kernel: an E4M3
+                                                 or E5M2 a, an E4M3 b; bf16, fp16 or fp32 output)
   aten/src/ATen/native/cuda/cuBlasCommonArgs.h  (how operand layouts reach cuBLASLt, whose FP8
                                                  GEMM multiplies a row-major A by a column-major B)
 It is not torch's code and does not run it: it applies the checks that decide whether torch
@@ -89,7 +95,9 @@ class StandIn:
         self.arch = arch
         self.cublas_129 = cublas_129
         self.calls: list[tuple[str, str]] = []  # (entry, kernel) per accepted call
+        self.dtypes: list[tuple[torch.dtype, torch.dtype, torch.dtype]] = []  # (mat_a, mat_b, output) per call
         self.fail_next: Exception | None = None  # raise this once, from the next call (a transient failure)
+        self._operands: tuple = (None, None)  # the current call's (mat_a, mat_b) dtypes
 
     @contextlib.contextmanager
     def installed(self, monkeypatch):
@@ -117,6 +125,7 @@ class StandIn:
 
     def _out(self, a_values: torch.Tensor, b_values: torch.Tensor, out_dtype: torch.dtype,
              alpha: float = 1.0) -> torch.Tensor:
+        self.dtypes.append((self._operands[0], self._operands[1], out_dtype))
         return (alpha * (a_values @ b_values)).to(out_dtype)
 
     def _deepseek_support(self) -> None:
@@ -140,7 +149,6 @@ class StandIn:
             check(a.stride(1) == 1 and a.stride(0) >= a.size(1), f"CUTLASS rowwise: a.stride() {a.stride()}")
             check(b.stride(0) == 1 and b.stride(1) >= b.size(0), f"CUTLASS rowwise: b.stride() {b.stride()}")
             check(scale_a.stride(0) == 1 and scale_b.stride(1) == 1, "CUTLASS rowwise: scale strides")
-            check(out_dtype == torch.bfloat16, "Expected out.dtype() == at::kBFloat16 to be true, but got false.")
         else:
             self._cublas_layout(a, b)
         self.calls.append(("rowwise", "CUTLASS" if cutlass else "cuBLASLt"))
@@ -152,6 +160,7 @@ class StandIn:
     def scaled_mm_v1(self, mat1, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
                      use_fast_accum=False):
         self._transient()
+        self._operands = (mat1.dtype, mat2.dtype)
         self._arch_allowed(RuntimeError)
         check(mat1.dim() == 2 and mat2.dim() == 2, "mat1 and mat2 must be matrices")
         check(mat1.size(1) == mat2.size(0), "mat1 and mat2 shapes cannot be multiplied")
@@ -183,6 +192,7 @@ class StandIn:
                      swizzle_b=None, bias=None, output_dtype=torch.bfloat16, contraction_dim=(),
                      use_fast_accum=False):
         self._transient()
+        self._operands = (mat_a.dtype, mat_b.dtype)
         ST, SW = F.ScalingType, F.SwizzleType
 
         def as_list(v):
@@ -232,7 +242,7 @@ class StandIn:
                     (ST.BlockWise1x128, ST.BlockWise1x128)}
         if (single and mat_a.dtype == e4 and mat_b.dtype == e4 and (ra[0], rb[0]) in deepseek
                 and sa[0].dtype == sb[0].dtype == f32):
-            return self._deepseek(mat_a, mat_b, sa[0], ra[0], sb[0], rb[0], output_dtype)
+            return self._deepseek(mat_a, mat_b, sa[0], ra[0], sb[0], rb[0], output_dtype, use_fast_accum)
         if (single and mat_a.dtype == e4 and mat_b.dtype == e4 and ra == rb == [ST.BlockWise1x32]
                 and sa[0].dtype == sb[0].dtype == torch.float8_e8m0fnu):
             check(len(wa) == 1, f"swizzle_a must have 1 value, got {len(wa)}", ValueError)
@@ -283,9 +293,13 @@ class StandIn:
         raise ValueError(f"Invalid scaling configuration: recipes {ra} x {rb}, dtypes {mat_a.dtype} x {mat_b.dtype}, "
                          f"scale dtypes {[s.dtype for s in sa]} x {[s.dtype for s in sb]}")
 
-    def _deepseek(self, mat_a, mat_b, s_a, ra, s_b, rb, out_dtype):
+    def _deepseek(self, mat_a, mat_b, s_a, ra, s_b, rb, out_dtype, use_fast_accum):
         ST = F.ScalingType
         self._deepseek_support()
+        # cuBLAS's scale mode of a, then b (CUDABlas.cpp, get_scale_mode): no fast accumulation with blocks
+        for recipe in (ra, rb):
+            size = "1x128" if recipe == ST.BlockWise1x128 else "128x128"
+            check(not use_fast_accum, f"scaled_gemm doesn't support fast accum with {size} blockwise scaling")
         m, k, n = mat_a.size(0), mat_a.size(1), mat_b.size(1)
         kb, l4 = ceil_div(k, 128), round_up(ceil_div(k, 128), 4)
 

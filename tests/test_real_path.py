@@ -206,7 +206,7 @@ def test_nvfp4_without_a_tensor_scale_takes_the_single_scale_kernel(monkeypatch)
     with stand.installed(monkeypatch):
         _close_to_emulation(real_mm(a_q, b_q, arch=(10, 0), cuda="12.9"), a_q, b_q)
         b2 = quantize(w, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True)
-        with pytest.raises(KernelUnavailable, match="both have a tensor scale"):
+        with pytest.raises(KernelUnavailable, match="a tensor scale on both operands"):
             real_mm(a_q, b2, arch=(10, 0), cuda="12.9")
 
 
@@ -263,12 +263,12 @@ def test_the_probe_catches_a_kernel_that_disagrees(monkeypatch):
     a_q = quantize(x)
     plan = plan_gemm(a_q, a_q, (9, 0), "12.9")
     with stand.installed(monkeypatch):
-        assert backend._probe(plan, torch.device("cpu")) == (True, "probe ok")
+        assert backend._probe(plan, torch.device("cpu"), a_q, a_q, "12.9") == (True, "probe ok")
         wrong = StandIn((9, 0))
         wrong._out = lambda a, b, dtype, alpha=1.0: (1.01 * (a @ b)).to(dtype)  # a kernel 1% off
         monkeypatch.setattr(torch, "_scaled_mm", wrong.scaled_mm_v1)
         fresh = GemmBackend("auto", (9, 0), "12.9")
-        ok, why = fresh._probe(plan, torch.device("cpu"))
+        ok, why = fresh._probe(plan, torch.device("cpu"), a_q, a_q, "12.9")
         assert not ok and "disagreed with the emulation in its probe" in why
 
 

@@ -8,32 +8,27 @@ BACKENDS. Notebook 05 calls matmul; notebook 00 and `python -m fp8lab doctor` sh
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 
 from fp8lab.gemm.accumulation import AccumulatorModel
-from fp8lab.gemm.emulation import EMULATIONS, emulated_mm, quantize_operands
+from fp8lab.gemm.emulation import EMULATIONS, _check_matmul_shapes, emulated_mm, quantize_operands
 from fp8lab.gemm.real import (
-    B1X16,
-    B1X32,
-    B1X128,
-    B128X128,
-    ROWWISE,
-    TENSORWISE,
     Arch,
     KernelPlan,
     KernelUnavailable,
+    _pair_kind,
     _sm,
     _target,
+    check_fast_accum,
     plan_gemm,
     prepare_real_mm,
 )
-from fp8lab.numerics.formats import E2M1, E4M3, E8M0
 from fp8lab.numerics.quantize import QuantizedTensor
 from fp8lab.numerics.recipes import Recipe, get_recipe
-from fp8lab.numerics.scaling import PerBlock, PerRow
 
 __all__ = [
     "BACKENDS",
@@ -73,15 +68,15 @@ def _cpu_choice() -> BackendChoice:
     return BackendChoice("emulated", EMULATED_KERNEL, f"emulated: {why}")
 
 
-_PROBE_SCALINGS: dict[str, tuple[dict, dict]] = {
-    TENSORWISE: ({}, {}),
-    ROWWISE: ({"granularity": PerRow(), "scale_rule": "rceil"},) * 2,
-    f"{B1X128} x {B128X128}": ({"granularity": PerBlock(1, 128)}, {"granularity": PerBlock(128, 128)}),
-    f"{B128X128} x {B1X128}": ({"granularity": PerBlock(128, 128)}, {"granularity": PerBlock(1, 128)}),
-    f"{B1X128} x {B1X128}": ({"granularity": PerBlock(1, 128)},) * 2,
-    B1X32: ({"granularity": PerBlock(1, 32), "scale_rule": "rceil", "scale_fmt": E8M0},) * 2,
-    B1X16: ({"fmt": E2M1, "granularity": PerBlock(1, 16), "scale_fmt": E4M3, "two_level": True},) * 2,
-}
+def _probe_operand(q: QuantizedTensor, rows: int, k: int, g: torch.Generator, device: torch.device,
+                   magnitude: float = 1.0) -> QuantizedTensor:
+    """A small operand quantized as q is (its format, blocks, scale rule and scale format, tensor
+    scale): what the kernel planned for q runs on in the probe."""
+    from fp8lab.numerics.quantize import quantize
+
+    x = torch.randn(rows, k, generator=g) * magnitude
+    return quantize(x.to(device), q.fmt, q.granularity, q.scale_rule, q.margin, scale_fmt=q.scale_fmt,
+                    two_level=q.tensor_scale is not None)
 
 
 class GemmBackend:
@@ -92,10 +87,12 @@ class GemmBackend:
     arch, cuda: None reads them from the operands' device and torch.version.cuda; set, they
           make the real path act as that GPU generation would (tests run torch's functions
           replaced by a stand-in with torch's checks, on CPU tensors).
-    probe: before a kernel family's first real use on a device, run it once on a small problem
-          and compare with the emulation; a family whose probe fails is emulated, with the
-          probe's reason. A family that passed is never switched off: a later failure falls
-          back to the emulation for that call only, and is counted and reported once.
+    probe: before a kernel's first real use on a device, run it once on a small problem and
+          compare with the emulation. What is probed is what was planned (KernelPlan: the
+          family, both operands' formats, the output dtype, NVFP4's tensor scales), on operands
+          quantized as the pair is; a plan whose probe fails is emulated, with the probe's reason.
+          A plan that passed is never switched off: a later failure falls back to the emulation
+          for that call only, and is counted and reported once.
     Every decision is counted per (layer, gemm, kernel, backend, reason): report() and summary().
     """
 
@@ -124,6 +121,13 @@ class GemmBackend:
     def __deepcopy__(self, memo: dict) -> GemmBackend:
         return self  # a backend is the process's (or a test's) decision, shared by every copy of a model
 
+    def __reduce__(self):
+        # a saved model (torch.save) reloads with the process's default backend for its mode, or a
+        # backend deciding alike; probes and counts belong to the process that made them
+        if _DEFAULT_BACKENDS.get(self.mode) is self:
+            return (default_backend, (self.mode,))
+        return (GemmBackend, (self.mode, self.arch, self.cuda, self.probe, self.verbose))
+
     # ---- the decision ----
     def choose(self, a_q: QuantizedTensor, b_q: QuantizedTensor) -> BackendChoice:
         """Real or emulated for this pair, and why (probing the kernel family once on a GPU)."""
@@ -135,7 +139,7 @@ class GemmBackend:
             arch, cuda, device = _target(a_q, self.arch, self.cuda)
             plan = plan_gemm(a_q, b_q, arch, cuda)
             if self.probe and device.type == "cuda":
-                ok, why = self._probe(plan, device)
+                ok, why = self._probe(plan, device, a_q, b_q, cuda)
                 if not ok:
                     raise KernelUnavailable(why)
         except KernelUnavailable as err:
@@ -144,30 +148,35 @@ class GemmBackend:
             return BackendChoice("emulated", EMULATED_KERNEL, f"emulated: {err}")
         return BackendChoice("scaled_mm", f"scaled_mm {plan.kind}", f"real: scaled_mm {plan.label}", plan)
 
-    def _probe(self, plan: KernelPlan, device: torch.device) -> tuple[bool, str]:
-        key = (str(device), plan.kind)
+    def _probe(self, plan: KernelPlan, device: torch.device, a_q: QuantizedTensor, b_q: QuantizedTensor,
+               cuda: str | None) -> tuple[bool, str]:
+        """Run `plan` once on small operands quantized as a_q and b_q are, against the emulation."""
+        key = (str(device), plan)
         if key not in self.probes:
-            sa, sb = _PROBE_SCALINGS[plan.kind]
             g = torch.Generator().manual_seed(0)
-            a, b = torch.randn(96, 384, generator=g), torch.randn(80, 384, generator=g) * 3
-            from fp8lab.numerics.quantize import quantize
-
-            a_q, b_q = quantize(a.to(device), **sa), quantize(b.to(device), **sb)
+            pa, pb = _probe_operand(a_q, 96, 384, g, device), _probe_operand(b_q, 80, 384, g, device, 3.0)
             try:
-                got = prepare_real_mm(a_q, b_q, plan, device).result().double().cpu()
+                if plan_gemm(pa, pb, plan.arch, cuda) != plan:
+                    raise KernelUnavailable(f"the probe's operands plan {plan_gemm(pa, pb, plan.arch, cuda).label}")
+                got = prepare_real_mm(pa, pb, plan, device).result().double().cpu()
             except Exception as exc:  # a kernel that fails its probe is emulated, with the reason
-                self.probes[key] = (False, f"{plan.kind} failed its probe: {type(exc).__name__}: "
+                self.probes[key] = (False, f"{plan.label} failed its probe: {type(exc).__name__}: "
                                            f"{str(exc).splitlines()[0][:160]}")
             else:
-                ok, worst = agrees_with_emulation(got, a_q, b_q, plan.out_dtype)
+                ok, worst = agrees_with_emulation(got, pa, pb, plan.out_dtype)
                 self.probes[key] = (ok, "probe ok" if ok else
-                                    f"{plan.kind} disagreed with the emulation in its probe (worst {worst:.2g})")
+                                    f"{plan.label} disagreed with the emulation in its probe (worst {worst:.2g})")
         return self.probes[key]
 
     # ---- running ----
     def mm(self, a_q: QuantizedTensor, b_q: QuantizedTensor, *, layer: str = "", gemm: str = "matmul",
            use_fast_accum: bool = False, out_device: torch.device | None = None) -> torch.Tensor:
-        """a_q @ b_q.T as float32, real or emulated as choose() says; counts the decision."""
+        """a_q @ b_q.T as float32, real or emulated as choose() says; counts the decision.
+        use_fast_accum=True is for the kernels that take it (FAST_ACCUM_KINDS): ValueError for a
+        pair whose kernel refuses or ignores it, on any machine."""
+        if use_fast_accum:
+            with contextlib.suppress(KernelUnavailable):  # (no kernel at all: the emulation runs anyway)
+                check_fast_accum(_pair_kind(a_q, b_q))
         choice = self.choose(a_q, b_q)
         if choice.plan is not None:
             device = _target(a_q, self.arch, self.cuda)[2]
@@ -298,7 +307,9 @@ def matmul(
     operands and emulates otherwise (a GemmBackend may be passed instead of a mode); the
     choice and its reason are printed the first time per (device, kernel, shapes). A kernel
     that fails at run time falls back to emulation for that call, counted, with the reason.
-    The real kernels' bf16 outputs (rowwise, MX, NVFP4) are returned as float32.
+    The real kernels' bf16 outputs (MX, NVFP4) are returned as float32. An operand with no
+    elements (M, N or K of 0) gives zeros [M, N], as torch.matmul does. use_fast_accum=True asks
+    the tensorwise and rowwise kernels for their fast accumulation (ValueError for other pairs).
     """
     if emulation not in EMULATIONS:
         raise ValueError(f"unknown emulation {emulation!r}; valid: {', '.join(EMULATIONS)}")
@@ -311,6 +322,9 @@ def matmul(
         home = a.data.device
     else:
         home = a.device
+        _check_matmul_shapes(a, b)
+        if a.numel() == 0 or b.numel() == 0:  # (M, N or K of 0: nothing to quantize, as torch.matmul)
+            return torch.zeros(a.shape[0], b.shape[1], device=home)
         a_q, b_q = quantize_operands(a.detach(), b.detach(), recipe)
     if a_q.shape[1] != b_q.shape[1]:
         raise ValueError(

@@ -1,14 +1,18 @@
 """The emulated FP8 GEMM: the same codes and scales as the hardware, exact products, fp32 sums.
 
 Public: emulated_mm(a_q, b_q) (a_q[M, K] @ b_q[N, K].T, bit-exact where every partial sum is),
-quantize_operands(a, b, recipe) (both operands in their [rows, K] layouts), EMULATIONS.
+quantize_operands(a, b, recipe) (both operands in their [rows, K] layouts), ieee_fp32_matmul()
+(the context every emulated matmul runs in), MAX_ACCUMULATED_PRODUCTS, EMULATIONS.
 The definition (emulation="reference") and its fast twin (one fp32 GEMM over all of K, block
 scales folded into the values) share one signature and one test. Notebook 05 introduces it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,9 +25,61 @@ from fp8lab.numerics.scaling import PerBlock, PerRow, PerTensor
 if TYPE_CHECKING:
     from fp8lab.gemm.accumulation import AccumulatorModel
 
-__all__ = ["EMULATIONS", "emulated_mm", "quantize_operands"]
+__all__ = ["EMULATIONS", "MAX_ACCUMULATED_PRODUCTS", "emulated_mm", "ieee_fp32_matmul", "quantize_operands"]
 
 EMULATIONS: tuple[str, ...] = ("fast", "reference")
+
+# the accumulation model walks every product a[m, k] * b[n, k] in float64 (~17 bytes each with its
+# temporaries): it takes problems of at most this many products, a chunk of rows of a at a time
+MAX_ACCUMULATED_PRODUCTS = 1 << 30
+_PRODUCTS_PER_CHUNK = 1 << 22
+
+
+# ---- fp32 matmuls as IEEE float32 ---------------------------------------------------------------------
+
+_PIN_LOCK = threading.Lock()
+_pinned: list = []  # [depth, saved settings] while some thread is inside ieee_fp32_matmul()
+
+
+def _precision_settings() -> list:
+    """The objects whose fp32_precision lets torch run float32 matmuls in lower precision (TF32 on
+    CUDA, bf16 through oneDNN on the CPU): torch.backends.cuda.matmul, torch.backends.mkldnn.matmul."""
+    found = [torch.backends.cuda.matmul, getattr(torch.backends.mkldnn, "matmul", None)]
+    return [m for m in found if m is not None and hasattr(m, "fp32_precision")]
+
+
+@contextlib.contextmanager
+def ieee_fp32_matmul() -> Iterator[None]:
+    """Inside, float32 matmuls are IEEE float32 (products and sums rounded to float32), whatever the
+    process set: torch.backends.cuda.matmul.allow_tf32, set_float32_matmul_precision("high" or
+    "medium") or the backends' fp32_precision would run them in TF32 (10-bit mantissas) or bf16,
+    which is not what an emulation of FP8 products summed in fp32 may compute. The settings in
+    force are restored when the last thread inside leaves."""
+    with _PIN_LOCK:
+        if not _pinned:
+            settings = _precision_settings()
+            if settings:
+                saved = [(m, m.fp32_precision) for m in settings]
+                for m in settings:
+                    m.fp32_precision = "ieee"
+            else:  # a torch without the per-backend settings: the legacy switch
+                saved = torch.get_float32_matmul_precision()
+                torch.set_float32_matmul_precision("highest")
+            _pinned[:] = [0, saved]
+        _pinned[0] += 1
+    try:
+        yield
+    finally:
+        with _PIN_LOCK:
+            _pinned[0] -= 1
+            if _pinned[0] == 0:
+                saved = _pinned[1]
+                if isinstance(saved, str):
+                    torch.set_float32_matmul_precision(saved)
+                else:
+                    for m, value in saved:
+                        m.fp32_precision = value
+                _pinned.clear()
 
 
 # ---- operands -----------------------------------------------------------------------------------
@@ -110,6 +166,9 @@ def emulated_mm(
     definition. Both equal dequantize(a_q) @ dequantize(b_q).T up to fp32 rounding: the Higham
     bound |out - exact| <= gamma * (|a| @ |b|.T), gamma = (K + 2) u / (1 - (K + 2) u),
     u = 2^-24, plus u * |exact| for folding float32 scales (tests/test_gemm.py, one test for both).
+    The fp32 matmuls run as IEEE float32 whatever the process's TF32 or bf16 settings
+    (ieee_fp32_matmul). The accumulation model takes at most MAX_ACCUMULATED_PRODUCTS
+    products (M * N * K), a chunk of rows of a at a time.
     """
     if emulation not in EMULATIONS:
         raise ValueError(f"unknown emulation {emulation!r}; valid: {', '.join(EMULATIONS)}")
@@ -118,14 +177,18 @@ def emulated_mm(
             f"operands must share K: a_q is {tuple(a_q.shape)} (M, K), b_q is {tuple(b_q.shape)} (N, K); "
             "quantize b as b.t() (its [N, K] layout), e.g. with fp8lab.gemm.quantize_operands"
         )
-    if emulation == "fast" and accumulation is None:  # the one switch: the fast twin where it applies
+    if accumulation is not None:
+        return _scale_output(_accumulate(accumulation, a_q, b_q), a_q, b_q)
+    with ieee_fp32_matmul():
+        return _emulated(a_q, b_q, emulation)
+
+
+def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> torch.Tensor:
+    if emulation == "fast":  # the one switch: the fast twin where it applies
         on_cpu = a_q.data.device.type == "cpu"
         out = _emulated_fast(a_q, b_q, kernels.scale_outer_ if on_cpu and kernels.engine().kernels else _scale_outer_)
         if out is not None:
             return out
-
-    if accumulation is not None:
-        return _scale_output(accumulation.accumulate(_scaled_products(a_q, b_q)), a_q, b_q)  # (M, N, K) -> (M, N)
     a = a_q.values()  # (M, K) exact FP8 values, float32
     b = b_q.values()  # (N, K)
     m, k = a.shape
@@ -147,15 +210,39 @@ def _scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor)
     return out if factor is None else out * factor
 
 
-def _scaled_products(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
-    """Every product a[m, k] * sa[m, k] * b[n, k] * sb[n, k], exact in float64: (M, N, K), what
-    the accumulator model sums (tensor scales excepted: they scale the output)."""
+def _scaled_operands(a_q: QuantizedTensor, b_q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """a[m, k] * sa[m, k] (M, K) and b[n, k] * sb[n, k] (N, K), exact in float64 (tensor scales excepted)."""
     k = a_q.shape[1]
     sa, wa = _k_blocks(a_q)
     sb, wb = _k_blocks(b_q)
     a_s = a_q.values().double() * sa.double().repeat_interleave(wa, 1)[:, :k]
     b_s = b_q.values().double() * sb.double().repeat_interleave(wb, 1)[:, :k]
+    return a_s, b_s
+
+
+def _scaled_products(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+    """Every product a[m, k] * sa[m, k] * b[n, k] * sb[n, k], exact in float64: (M, N, K), what
+    the accumulator model sums (tensor scales excepted: they scale the output)."""
+    a_s, b_s = _scaled_operands(a_q, b_q)
     return a_s[:, None, :] * b_s[None, :, :]
+
+
+def _accumulate(accumulation: AccumulatorModel, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+    """The accumulation model's sums (M, N) float32 of the scaled products, a chunk of rows of a at a
+    time (each output is its own walk: the same numbers as all at once); ValueError beyond
+    MAX_ACCUMULATED_PRODUCTS products."""
+    (m, k), n = a_q.shape, b_q.shape[0]
+    if m * n * k > MAX_ACCUMULATED_PRODUCTS:
+        raise ValueError(
+            f"the accumulation model walks every product in float64: M*N*K = {m}*{n}*{k} = {m * n * k:.3g} "
+            f"products is beyond its {MAX_ACCUMULATED_PRODUCTS:.3g}; use fewer rows M or columns N (its "
+            "error statistics depend on K), or emulation without an accumulation model")
+    a_s, b_s = _scaled_operands(a_q, b_q)
+    out = torch.empty(m, n, dtype=torch.float32, device=a_s.device)
+    rows = max(1, _PRODUCTS_PER_CHUNK // max(n * k, 1))
+    for start in range(0, m, rows):
+        out[start:start + rows] = accumulation.accumulate(a_s[start:start + rows, None, :] * b_s[None])  # (r, N, K)
+    return out
 
 
 def _scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

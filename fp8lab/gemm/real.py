@@ -21,11 +21,13 @@ from fp8lab.numerics.quantize import QuantizedTensor
 from fp8lab.numerics.scaling import PerRow, PerTensor
 
 __all__ = [
+    "FAST_ACCUM_KINDS",
     "KERNEL_KINDS",
     "Arch",
     "KernelPlan",
     "KernelUnavailable",
     "PreparedGemm",
+    "check_fast_accum",
     "operand_scaling",
     "plan_gemm",
     "prepare_real_mm",
@@ -42,13 +44,19 @@ __all__ = [
 #     contiguous, so operands are copied into that layout; M, N, K divisible by 16;
 #   - TensorWise: one float32 scale each; never two E5M2 operands;
 #   - RowWise: scale_a (M, 1), scale_b (1, N), float32, contiguous; cuBLAS on sm_90 with
-#     cuBLAS >= 12.9, else CUTLASS (sm_89, sm_100+), which wants an E4M3 b and a bf16 output;
+#     cuBLAS >= 12.9, else CUTLASS (sm_89, sm_100+), which wants an E4M3 b (RowwiseScaledMM.cu,
+#     check_inputs: bf16, fp16 or fp32 outputs in current torch; bf16 only in CUTLASS kernels
+#     before torch 2.13);
+#   - use_fast_accum: TensorWise and RowWise take it; cuBLAS refuses it with 1x128 / 128x128 block
+#     scaling (aten/src/ATen/cuda/CUDABlas.cpp, get_scale_mode), the MX kernel ignores it (torch
+#     passes false), and NVFP4 refuses it (ScaledBlas.cpp, Float4_e2m1fn_x2);
 #   - BlockWise1x128 / 128x128 (DeepSeek-V3): sm_90 only, cuBLAS >= 12.9, E4M3 both; a 1x128
 #     operand's scales (rows, ceil(K/128)) outer-dim-major (strides (1, rows)); a 128x128
 #     operand's scales (round_up(ceil(K/128), 4), ceil(rows/128)) with strides (1, round_up(...));
 #   - BlockWise1x32 (MX: E4M3 elements, E8M0 scales) and BlockWise1x16 (NVFP4: packed E2M1,
-#     E4M3 scales, plus a float32 tensor scale): sm_100+, scales in the 32x4x4 swizzled
-#     (128-row x 4-column tile) layout, one scale per row per K block, contiguous.
+#     E4M3 scales, with a float32 tensor scale on both operands or on neither: ScaledBlasUtils.cpp
+#     check_nvfp4_recipe, check_nvfp4_recipe_single_scale): sm_100+, scales in the 32x4x4
+#     swizzled (128-row x 4-column tile) layout, one scale per row per K block, contiguous.
 
 Arch = tuple[int, int]
 
@@ -62,8 +70,9 @@ TENSORWISE, ROWWISE = "TensorWise", "RowWise"
 B1X128, B128X128, B1X32, B1X16 = "BlockWise1x128", "BlockWise128x128", "BlockWise1x32", "BlockWise1x16"
 BLOCKWISE_KINDS = (f"{B1X128} x {B128X128}", f"{B128X128} x {B1X128}", f"{B1X128} x {B1X128}")
 KERNEL_KINDS = (TENSORWISE, ROWWISE, *BLOCKWISE_KINDS, B1X32, B1X16)
-_OUT_DTYPE = {TENSORWISE: torch.float32, ROWWISE: torch.bfloat16, B1X32: torch.bfloat16, B1X16: torch.bfloat16,
+_OUT_DTYPE = {TENSORWISE: torch.float32, ROWWISE: torch.float32, B1X32: torch.bfloat16, B1X16: torch.bfloat16,
               **dict.fromkeys(BLOCKWISE_KINDS, torch.float32)}
+FAST_ACCUM_KINDS = (TENSORWISE, ROWWISE)  # the kernels that take use_fast_accum (see above)
 _K_MULTIPLE = {TENSORWISE: 16, ROWWISE: 16, B1X32: 32, B1X16: 32, **dict.fromkeys(BLOCKWISE_KINDS, 128)}
 
 
@@ -147,7 +156,9 @@ class KernelPlan:
     kind: the kernel family (KERNEL_KINDS); entry: "torch._scaled_mm" (TensorWise, RowWise) or
     "torch.nn.functional.scaled_mm" (block scalings); k_multiple: K is zero-padded to a multiple
     of it (M and N to 16); out_dtype: what the kernel writes (float32 where the kernel offers
-    it, else bfloat16); fast_accum: whether use_fast_accum means anything to it.
+    it, else bfloat16); fast_accum: whether the kernel takes use_fast_accum; library: "cuBLASLt" or
+    "CUTLASS"; formats: the two operands' element formats (the dtypes the kernel runs on);
+    two_level: NVFP4 with tensor scales. Two calls with equal plans run the same kernel.
     """
 
     kind: str
@@ -156,11 +167,26 @@ class KernelPlan:
     k_multiple: int
     out_dtype: torch.dtype
     fast_accum: bool
-    library: str  # "cuBLASLt" or "CUTLASS"
+    library: str
+    formats: tuple[str, str] = ("e4m3", "e4m3")
+    two_level: bool = False
 
     @property
     def label(self) -> str:
-        return f"{self.kind} on {_sm(self.arch)} ({self.library})"
+        return f"{self.kind} {self.formats[0]} x {self.formats[1]} on {_sm(self.arch)} ({self.library})"
+
+
+def check_fast_accum(kind: str) -> None:
+    """ValueError unless the kernel family `kind` takes use_fast_accum=True (FAST_ACCUM_KINDS)."""
+    if kind not in FAST_ACCUM_KINDS:
+        raise ValueError(f"use_fast_accum=True applies to the {' and '.join(FAST_ACCUM_KINDS)} kernels only, not "
+                         f"{kind}: cuBLAS refuses it with 1x128 / 128x128 block scaling, the MX kernel ignores it "
+                         "and torch refuses it for NVFP4; pass use_fast_accum=False")
+
+
+def _cutlass_rowwise_float32() -> bool:
+    """Whether this torch's CUTLASS rowwise kernel writes float32 (torch 2.13 on; bf16 only before)."""
+    return _version(torch.__version__.split("+")[0]) >= (2, 13)
 
 
 def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str | None) -> KernelPlan:
@@ -174,18 +200,20 @@ def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str 
         raise KernelUnavailable(f"FP8 GEMMs need sm_89 or newer, this is {_sm(arch)}")
     kind = _pair_kind(a_q, b_q)
     fa, fb = a_q.fmt, b_q.fmt
+    formats = (fa.name, fb.name)
     if fa == E5M2 and fb == E5M2:
         raise KernelUnavailable("cuBLASLt has no E5M2 x E5M2 FP8 GEMM")
     v2 = "torch.nn.functional.scaled_mm"
     has_v2 = hasattr(torch.nn.functional, "scaled_mm")
     cublas_129 = _version(cuda) >= (12, 9)
     if kind == TENSORWISE:
-        return KernelPlan(kind, arch, "torch._scaled_mm", 16, torch.float32, True, "cuBLASLt")
+        return KernelPlan(kind, arch, "torch._scaled_mm", 16, torch.float32, True, "cuBLASLt", formats)
     if kind == ROWWISE:
         cublas = arch[0] == 9 and cublas_129  # torch: cuBLAS from 12.9 on sm_90, CUTLASS elsewhere
         if not cublas and fb != E4M3:
             raise KernelUnavailable(f"the CUTLASS rowwise kernel ({_sm(arch)}) needs an E4M3 b, got {fb.name}")
-        return KernelPlan(kind, arch, "torch._scaled_mm", 16, torch.bfloat16, True, "cuBLASLt" if cublas else "CUTLASS")
+        out = torch.float32 if cublas or _cutlass_rowwise_float32() else torch.bfloat16
+        return KernelPlan(kind, arch, "torch._scaled_mm", 16, out, True, "cuBLASLt" if cublas else "CUTLASS", formats)
     if kind in BLOCKWISE_KINDS:
         if arch[0] != 9:
             raise KernelUnavailable(
@@ -200,13 +228,18 @@ def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str 
                 f"MX block scaling (1x32, E8M0) needs sm_100 (Blackwell) or newer, this is {_sm(arch)}")
         if fa != E4M3 or fb != E4M3:
             raise KernelUnavailable(f"torch's MXFP8 kernel takes E4M3 operands, got {fa.name} and {fb.name}")
-    elif kind == B1X16 and arch < (10, 0):
-        raise KernelUnavailable(f"NVFP4 block scaling (1x16, E4M3 scales) needs sm_100 (Blackwell) or newer, "
-                                f"this is {_sm(arch)}")
+    elif kind == B1X16:
+        if arch < (10, 0):
+            raise KernelUnavailable(f"NVFP4 block scaling (1x16, E4M3 scales) needs sm_100 (Blackwell) or newer, "
+                                    f"this is {_sm(arch)}")
+        if (a_q.tensor_scale is None) != (b_q.tensor_scale is None):
+            raise KernelUnavailable("torch's NVFP4 kernels take a tensor scale on both operands (two-level) or on "
+                                    "neither; this pair has one on one operand only")
     if not has_v2:
         raise KernelUnavailable(f"{kind} needs torch.nn.functional.scaled_mm (torch >= 2.9), this is torch "
                                 f"{torch.__version__}")
-    return KernelPlan(kind, arch, v2, _K_MULTIPLE[kind], _OUT_DTYPE[kind], kind in BLOCKWISE_KINDS, "cuBLASLt")
+    return KernelPlan(kind, arch, v2, _K_MULTIPLE[kind], _OUT_DTYPE[kind], kind in FAST_ACCUM_KINDS, "cuBLASLt",
+                      formats, kind == B1X16 and a_q.tensor_scale is not None)
 
 
 def _up(x: int, m: int) -> int:
@@ -281,8 +314,11 @@ def prepare_real_mm(a_q: QuantizedTensor, b_q: QuantizedTensor, plan: KernelPlan
     scale 1 (zero codes contribute nothing whatever their scale)."""
     import torch.nn.functional as F
 
-    if use_fast_accum and not plan.fast_accum:
-        raise ValueError(f"use_fast_accum has no meaning for the {plan.kind} kernel (torch refuses or ignores it)")
+    if use_fast_accum:
+        check_fast_accum(plan.kind)
+    if plan.kind == B1X16 and {a_q.tensor_scale is not None, b_q.tensor_scale is not None} != {plan.two_level}:
+        raise ValueError("this NVFP4 plan was made for operands " + ("with" if plan.two_level else "without")
+                         + " tensor scales: plan these operands with plan_gemm")
     m, k = a_q.shape
     n = b_q.shape[0]
     mp, np_, kp = _up(m, 16), _up(n, 16), _up(k, plan.k_multiple)
@@ -324,9 +360,7 @@ def prepare_real_mm(a_q: QuantizedTensor, b_q: QuantizedTensor, plan: KernelPlan
     # BlockWise1x16 (NVFP4): E4M3 block scales, one per row per 16 elements, and the tensor scales
     sa, sb = (_swizzled(_scales_along_k(q, 16).to(torch.float8_e4m3fn).view(torch.uint8), torch.float8_e4m3fn, device)
               for q in (a_q, b_q))
-    if (a_q.tensor_scale is None) != (b_q.tensor_scale is None):
-        raise KernelUnavailable("NVFP4 operands must both have a tensor scale (two-level) or neither")
-    if a_q.tensor_scale is None:
+    if not plan.two_level:
         args = (mat_a, mat_b, sa, ST.BlockWise1x16, sb, ST.BlockWise1x16)
         kwargs = {"swizzle_a": SW.SWIZZLE_32_4_4, "swizzle_b": SW.SWIZZLE_32_4_4, "output_dtype": plan.out_dtype}
     else:

@@ -328,25 +328,42 @@ def _kill(proc: subprocess.Popen, run_dir: Path, grace_s: float = 5.0) -> None:
     proc.wait()
 
 
+# the longest wall-clock limit: 30 days (the ranks' collectives wait this plus 30 s, which
+# timedelta and the process groups' millisecond clocks hold with room to spare)
+MAX_TIMEOUT_S = 30 * 86400.0
+
+
 def _check_timeout(timeout_s: float) -> float:
-    """timeout_s as a positive finite float, or ValueError."""
+    """timeout_s as a positive finite float up to MAX_TIMEOUT_S, or ValueError."""
+    why = f"timeout must be a positive, finite number of seconds up to {MAX_TIMEOUT_S:.0f} (30 days), got {timeout_s!r}"
     try:
         value = float(timeout_s)
     except (TypeError, ValueError):
-        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout_s!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout_s!r}")
+        raise ValueError(why) from None
+    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
+        raise ValueError(why)
     return value
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all: a temporary beside it, then a rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write `text` to `path` whole or not at all: a private temporary of an unguessable name beside
+    it (created anew, so nothing planted under a predictable name is followed or written), then a
+    rename. The file gets the mode a new file gets (the umask's), or keeps an existing one's."""
     try:
-        tmp.write_text(text)
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def _root_cause(lines: list[str]) -> str:
@@ -517,7 +534,8 @@ def _parser() -> argparse.ArgumentParser:
         types = [t for t in get_args(kind) if t is not type(None)] or [kind]  # int | None -> int
         p.add_argument(flag, type=types[0], default=f.default, choices=f.metadata.get("choices"), help=help_)
     p.add_argument("--out", help="write the losses (JSON) here")
-    p.add_argument("--timeout", type=_seconds, default=120.0, help="wall-clock limit in seconds (positive)")
+    p.add_argument("--timeout", type=_seconds, default=120.0,
+                   help=f"wall-clock limit in seconds (positive, up to {MAX_TIMEOUT_S:.0f})")
     p.add_argument("--compare", action="store_true", help="also train in this process and print both curves")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # set by the launcher for torchrun
     p.add_argument("--run-dir", help=argparse.SUPPRESS)
@@ -559,11 +577,8 @@ def _worker(ns: argparse.Namespace) -> int:
         result = _train(cfg, rank, world, device, log)
         if rank == 0:
             result.update(config=asdict(cfg), backend=backend, device=device.type, world_size=world)
-            out = Path(ns.out) if ns.out else None
-            if out is not None:
-                tmp = out.with_suffix(out.suffix + ".tmp")
-                tmp.write_text(json.dumps(result))
-                tmp.replace(out)  # whole or absent, never half-written
+            if ns.out:
+                _write_atomically(Path(ns.out), json.dumps(result))  # whole or absent, never half-written
             print(f"done: {len(result['loss'])} steps in {result['train_seconds']:.2f} s, "
                   f"final loss {result['loss'][-1]:.5f}", flush=True)
         dist.barrier()

@@ -9,7 +9,8 @@ export() never raises for a known recipe and target: check .available. Notebook 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fp8lab.extras import require
@@ -41,9 +42,11 @@ class Export:
     """One recipe for one target.
 
     available    False where the target has no such recipe; then `text` says why
-    text         a usage snippet (or the reason it is unavailable)
+    text         a usage snippet, valid Python (or the reason it is unavailable)
     differences  what the target computes unlike fp8lab's recipe ("" where nothing)
     source       the file(s) this is read from
+    command_line torchtitan: the same recipe as command-line flags (a shell line, names quoted; the
+                 Python snippet shows it in a comment); "" where the target has none
     config       (property) torchao: the config object, built on access; other targets: None
     """
 
@@ -54,6 +57,7 @@ class Export:
     differences: str = ""
     source: str = ""
     _build: Callable[[], object] | None = field(default=None, repr=False, compare=False)
+    command_line: str = ""
 
     @property
     def config(self) -> object | None:
@@ -252,33 +256,53 @@ _TITAN_SOURCE = ("torchtitan torchtitan/config/job_config.py (TOML / command-lin
                  "torchtitan/components/quantization/float8.md, mxfp8.md, nvfp4.py (Python configs, 2026)")
 
 
-def _torchtitan(recipe: str) -> Export:
+def _comment(line: str) -> str:
+    """A shell line shown inside a Python comment: on one line, whatever the layer names hold."""
+    return line.replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _torchtitan(recipe: str, skip: Sequence[str] = ()) -> Export:
+    """The Python config (text) and the command line (command_line) are kept apart: the text is
+    Python, with the flags in a comment; layer names are Python strings there and shell-quoted in
+    the flags."""
+    keep_py = f", filter_fqns={list(skip)!r}" if skip else ""
     if recipe in TORCHAO_RECIPES:
-        fsdp = (" --float8.enable_fsdp_float8_all_gather --float8.precompute_float8_dynamic_scale_for_fsdp"
-                if recipe == "tensorwise" else "")
-        fsdp_py = (", enable_fsdp_float8_all_gather=True, precompute_float8_dynamic_scale_for_fsdp=True"
-                   if recipe == "tensorwise" else "")
+        flags = ["--model.converters", "float8", "--float8.recipe_name", recipe]
+        fsdp_py = ""
+        if recipe == "tensorwise":
+            flags += ["--float8.enable_fsdp_float8_all_gather", "--float8.precompute_float8_dynamic_scale_for_fsdp"]
+            fsdp_py = ", enable_fsdp_float8_all_gather=True, precompute_float8_dynamic_scale_for_fsdp=True"
+        if skip:
+            flags += ["--float8.filter_fqns", ",".join(skip)]
+        line = shlex.join(flags)
         text = f"""\
-# command line / TOML (torchtitan's JobConfig, [model] and [float8] sections):
---model.converters float8 --float8.recipe_name {recipe}{fsdp}
-#   --float8.filter_fqns output   keep layers in high precision; --float8.emulate   test without an FP8 GPU
 # newer torchtitan, in the model registry's Python config:
-quantization=[Float8LinearConverter.Config(recipe_name="{recipe}"{fsdp_py})]"""
+quantization = [Float8LinearConverter.Config(recipe_name="{recipe}"{fsdp_py}{keep_py})]
+# or on the command line (torchtitan's JobConfig: TOML, or these flags in a shell):
+#   {_comment(line)}
+#   --float8.filter_fqns output   keeps layers in high precision; --float8.emulate   tests without an FP8 GPU"""
         return Export(recipe, "torchtitan", True, text,
-                      "torchao's float8 training underneath: see export(recipe, 'torchao')", _TITAN_SOURCE)
+                      "torchao's float8 training underneath: see export(recipe, 'torchao')", _TITAN_SOURCE,
+                      command_line=line)
     if recipe == "mxfp8":
-        text = """\
-# command line / TOML (torchtitan's JobConfig, [model] and [mx] sections):
---model.converters mx --mx.recipe_name mxfp8
+        flags = ["--model.converters", "mx", "--mx.recipe_name", "mxfp8"]
+        if skip:
+            flags += ["--mx.filter_fqns", ",".join(skip)]
+        line = shlex.join(flags)
+        text = f"""\
 # newer torchtitan, in the model registry's Python config (RCEIL: E8M0 scales rounded up):
-quantization=[MXFP8LinearConverter.Config(recipe_name="mxfp8_rceil")]"""
+quantization = [MXFP8LinearConverter.Config(recipe_name="mxfp8_rceil"{keep_py})]
+# or on the command line (torchtitan's JobConfig: TOML, or these flags in a shell):
+#   {_comment(line)}"""
         return Export(recipe, "torchtitan", True, text,
                       "torchao's MX training underneath (Blackwell GPUs); the converter skips the output layer "
-                      "by default", _TITAN_SOURCE)
+                      "by default", _TITAN_SOURCE, command_line=line)
     if recipe == "nvfp4":
-        text = """\
+        keep = f"  # the layers it converts: leave out {list(skip)!r}" if skip else \
+            "  # keep the LM head out: dims must divide by 128"
+        text = f"""\
 # newer torchtitan only (experimental), in the model registry's Python config:
-quantization=[NVFP4LinearConverter.Config(fqns=[...])]  # keep the LM head out: dims must divide by 128"""
+quantization = [NVFP4LinearConverter.Config(fqns=[...])]{keep}"""
         return Export(recipe, "torchtitan", True, text,
                       "torchao's NVFP4 training underneath: random Hadamard transform and stochastic rounding "
                       "of gradients, which fp8lab does not model; Blackwell (SM100) GPUs only", _TITAN_SOURCE)
@@ -299,13 +323,16 @@ quantization=[NVFP4LinearConverter.Config(fqns=[...])]  # keep the LM head out: 
 # ---- the entry points -----------------------------------------------------------------------------------------
 
 
-def export(recipe: str, target: str, *, emulate: bool = False) -> Export:
+def export(recipe: str, target: str, *, emulate: bool = False, skip: Sequence[str] = ()) -> Export:
     """`recipe` (a name in RECIPES or VARIANTS) as `target` ("torchao", "transformer_engine", "torchtitan") has it.
 
     Returns an Export whatever the pair; where the target lacks the recipe, .available is
     False and .text says why (and .config raises ValueError). emulate=True (torchao only)
     builds the config that runs without FP8 hardware, where torchao has one: tensorwise and
-    rowwise (emulate=True) and mxfp8 (KernelPreference.EMULATED). Unknown names raise ValueError.
+    rowwise (emulate=True) and mxfp8 (KernelPreference.EMULATED). skip: layer names to keep in
+    high precision, spelled into the snippet (torchtitan: filter_fqns, in the Python config and
+    the command line; torchao: a SKIP set for the module filter; TransformerEngine: a comment).
+    Unknown names raise ValueError.
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; valid targets: {', '.join(TARGETS)}")
@@ -316,11 +343,19 @@ def export(recipe: str, target: str, *, emulate: bool = False) -> Export:
     recipe = recipe.strip().lower()
     if emulate and target != "torchao":
         raise ValueError("emulate=True applies to target 'torchao' only")
-    if target == "torchao":
-        return _torchao(recipe, emulate)
-    if target == "transformer_engine":
-        return _transformer_engine(recipe)
-    return _torchtitan(recipe)
+    if isinstance(skip, str) or not all(isinstance(name, str) for name in skip):
+        raise ValueError(f"skip is a list of layer names (as named_modules() names them), got {skip!r}")
+    skip = tuple(skip)
+    if target == "torchtitan":
+        return _torchtitan(recipe, skip)
+    e = _torchao(recipe, emulate) if target == "torchao" else _transformer_engine(recipe)
+    if not (e.available and skip):
+        return e
+    names = ", ".join(repr(name) for name in skip)
+    how = (f"SKIP = {{{names}}}  # keep in high precision\n"
+           "# add `and fqn not in SKIP` to the module filter above (module_filter_fn / filter_fn)"
+           if target == "torchao" else f"# keep these as torch.nn.Linear (do not build them as te.Linear): {names}")
+    return dataclasses.replace(e, text=f"{e.text}\n{how}")
 
 
 def export_table():

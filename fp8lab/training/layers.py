@@ -182,8 +182,7 @@ def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
     if (reuse is not None and isinstance(reuse.granularity, PerTensor | PerBlock)
             and reuse.granularity == _transposed(scaling.granularity) and _same_numerics(reuse, scaling)):
         return reuse.t()
-    source = source.float()
-    if not transpose:
+    if not transpose:  # (quantize takes float32, bfloat16 and float16 as they are: no float32 copy here)
         return _quantize(state, source, role, gemm, scaling)
     g = scaling.granularity
     # amaxes reduced across ranks are shaped for the GEMM's own layout: with a reducer (and
@@ -199,7 +198,7 @@ def _transposed(g):
 
 
 def _same_numerics(q: QuantizedTensor, s: TensorScaling) -> bool:
-    return (q.fmt is s.fmt and q.scale_rule == s.scale_rule and q.scale_fmt is s.scale_fmt
+    return (q.fmt == s.fmt and q.scale_rule == s.scale_rule and q.scale_fmt == s.scale_fmt
             and (q.tensor_scale is not None) == s.two_level and q.margin == s.margin)
 
 
@@ -264,18 +263,26 @@ def _mm(state: _LayerState, a_q: QuantizedTensor, b_q: QuantizedTensor, gemm: st
     return state.backend.mm(a_q, b_q, layer=state.name, gemm=gemm)
 
 
+def _rows(t: torch.Tensor, m: int) -> torch.Tensor:
+    """t[M, C], or one row of zeros where M is 0: an empty batch is quantized (and its amaxes reduced
+    across ranks, and recorded) as an all-zero row would be, and gives the empty result."""
+    return t if m else t.new_zeros(1, t.shape[1])
+
+
 class _FP8LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, state: _LayerState):
         x2 = x.reshape(-1, x.shape[-1])  # (M, K)
+        m = x2.shape[0]
         ctx.state = state
         ctx.has_bias = bias is not None
         ctx.q_x = ctx.q_w = None
-        if state.recipe is None:
+        ctx.m = m
+        if state.recipe is None or weight.numel() == 0:  # (N or K of 0: nothing to quantize, nothing to sum)
             out = F.linear(x2, weight, bias)
         else:
-            ctx.q_x, ctx.q_w = _fprop_operands(state, x2, weight)
-            out = _mm(state, ctx.q_x, ctx.q_w, "fprop").to(x.dtype)
+            ctx.q_x, ctx.q_w = _fprop_operands(state, _rows(x2, m), weight)
+            out = _mm(state, ctx.q_x, ctx.q_w, "fprop")[:m].to(x.dtype)
             if bias is not None:  # (in the input's dtype: a float16 input gives a float16 output)
                 out = out.add_(bias.to(out.dtype))
         ctx.save_for_backward(x2, weight)
@@ -286,22 +293,23 @@ class _FP8LinearFunction(torch.autograd.Function):
         x2, weight = ctx.saved_tensors
         state: _LayerState = ctx.state
         g = grad_out.reshape(-1, grad_out.shape[-1])  # (M, N)
+        m = ctx.m
         grad_x = grad_w = grad_b = None
-        if state.recipe is None:  # the ops nn.Linear's backward runs, in its order
+        if state.recipe is None or weight.numel() == 0:  # the ops nn.Linear's backward runs, in its order
             if ctx.needs_input_grad[0]:
                 grad_x = g.mm(weight)
             if ctx.needs_input_grad[1]:
                 grad_w = g.t().mm(x2)
         else:
-            gf = g.float()
+            gq, xq = _rows(g, m), _rows(x2, m)  # (quantized as they are: float32, bfloat16 or float16)
             q_g = None
             if ctx.needs_input_grad[0]:
-                q_g, q_wt = _dgrad_operands(state, gf, weight, ctx.q_w)
-                grad_x = _mm(state, q_g, q_wt, "dgrad").to(x2.dtype)
+                q_g, q_wt = _dgrad_operands(state, gq, weight, ctx.q_w)
+                grad_x = _mm(state, q_g, q_wt, "dgrad")[:m].to(x2.dtype)
             if ctx.needs_input_grad[1]:
-                q_gt, q_xt = _wgrad_operands(state, gf, x2, q_g, ctx.q_x)
+                q_gt, q_xt = _wgrad_operands(state, gq, xq, q_g, ctx.q_x)
                 if q_gt is None or q_xt is None:  # high-precision weight gradient
-                    grad_w = gf.t().mm(x2.float())
+                    grad_w = g.float().t().mm(x2.float())
                 else:
                     grad_w = _mm(state, q_gt, q_xt, "wgrad")
                 grad_w = grad_w.to(weight.dtype)
@@ -324,9 +332,14 @@ class FP8Linear(nn.Linear):
              emulated), "emulated", or a fp8lab.gemm.GemmBackend (shared by convert's layers; it
              counts which backend each GEMM used: backends_used(), GemmBackend.summary()).
     Delayed recipes keep one AmaxHistory per role (input, weight, grad_output), updated
-    every step. A Monitor, if given, records per-role statistics of every quantization.
+    every step; state_dict() carries them (as "amax_history.<role>": the recorded amaxes,
+    float64, oldest first), so a reloaded layer scales its next step as the saved one would
+    (a state dict without them leaves the histories as they are). A Monitor, if given, records
+    per-role statistics of every quantization.
     amax_reducer: amax -> amax reduced over data-parallel ranks, applied where one scale
     covers the token dim (see scale_spans_tokens); None keeps every rank's own amax.
+    An empty batch (x with 0 rows) gives the empty output nn.Linear gives, and zero gradients;
+    it is quantized (amaxes reduced, histories recorded) as one row of zeros would be.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: Recipe | str = "tensorwise",
@@ -345,6 +358,8 @@ class FP8Linear(nn.Linear):
             {role: self.recipe.delayed.new_history() for role in ("input", "weight", "grad_output")}
             if self.recipe is not None and self.recipe.delayed is not None else None
         )
+        self.register_state_dict_post_hook(_save_histories)
+        self.register_load_state_dict_pre_hook(_load_histories)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, recipe: Recipe | str, **kw) -> FP8Linear:
@@ -374,11 +389,49 @@ class FP8Linear(nn.Linear):
         return [r for r in self.backend.report() if r["layer"] == self.layer_name]
 
 
+_HISTORY_KEY = "amax_history."
+
+
+def _save_histories(module: FP8Linear, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """state_dict hook: each role's recorded amaxes (float64, oldest first) under prefix + amax_history.<role>."""
+    for role, history in (module.histories or {}).items():
+        state_dict[prefix + _HISTORY_KEY + role] = torch.tensor(history.history, dtype=torch.float64)
+
+
+def _load_histories(module: FP8Linear, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
+                    missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+    """load_state_dict pre-hook: the saved amaxes replace each history's (keys absent: histories kept)."""
+    for key in [k for k in state_dict if k.startswith(prefix + _HISTORY_KEY)]:
+        role = key[len(prefix + _HISTORY_KEY):]
+        saved = state_dict.pop(key)
+        if module.histories is None or role not in module.histories:
+            if strict:
+                unexpected_keys.append(key)
+            continue
+        history = module.histories[role]
+        history.reset()
+        for amax in saved.tolist():
+            history.record(amax)
+
+
 # ---- convert ------------------------------------------------------------------------------------------------------
 
 
-def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    return [(n, m) for n, m in model.named_modules() if type(m) is nn.Linear]
+def _linears(model: nn.Module, engine: str) -> list[tuple[str, nn.Linear]]:
+    """The layers convert swaps: exact nn.Linear, and (engine fp8lab) FP8Linear layers of an earlier convert."""
+    return [(n, m) for n, m in model.named_modules()
+            if type(m) is nn.Linear or (engine == "fp8lab" and type(m) is FP8Linear)]
+
+
+def _no_linears(model: nn.Module) -> str:
+    """Why convert finds nothing to swap: the message names what the model has instead."""
+    subclasses = [f"{n or '(model)'} ({type(m).__name__})" for n, m in model.named_modules()
+                  if isinstance(m, nn.Linear) and type(m) is not nn.Linear]
+    if not subclasses:
+        return "the model has no nn.Linear layers to convert"
+    return (f"the model has no nn.Linear layers to convert: its linear layers are subclasses of nn.Linear "
+            f"({', '.join(subclasses[:6])}{', ...' if len(subclasses) > 6 else ''}), whose forward may differ "
+            "from nn.Linear's, so convert leaves them alone: build those layers as nn.Linear to convert them")
 
 
 def convert(
@@ -402,7 +455,9 @@ def convert(
     amax_reducer: engine "fp8lab" only; see FP8Linear (fp8lab.training.distributed passes an
             all-reduce MAX over ranks).
     The model is deep-copied unless inplace=True. Parameters are shared with the copy's
-    Linear layers, so build the optimizer after converting.
+    Linear layers, so build the optimizer after converting. Converting a converted model again
+    (engine "fp8lab") gives its FP8Linear layers the new recipe (kept layers go back to
+    nn.Linear); subclasses of nn.Linear other than FP8Linear are left alone.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert takes a torch.nn.Module, got {type(model).__name__}")
@@ -410,11 +465,14 @@ def convert(
         raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     if amax_reducer is not None and engine != "fp8lab":
         raise ValueError("amax_reducer needs engine='fp8lab': torchao computes its activation scales per rank")
+    if engine == "torchao" and fp8_layers(model):
+        raise ValueError(f"the model holds fp8lab FP8Linear layers ({', '.join(n for n, _ in fp8_layers(model))}): "
+                         "convert the original model with engine='torchao', or fp8lab.nn.unwrap(model) first")
     if not inplace:
         model = copy.deepcopy(model)
-    linears = _linears(model)
+    linears = _linears(model, engine)
     if not linears:
-        raise ValueError("the model has no nn.Linear layers to convert")
+        raise ValueError(_no_linears(model))
     keep = set()
     if keep_first_last:
         keep |= {linears[0][0], linears[-1][0]}
@@ -432,13 +490,25 @@ def convert(
 
     for name, lin in linears:
         if name in keep:
+            if type(lin) is FP8Linear:  # kept in high precision: back to the plain layer
+                _swap(model, name, _plain_linear(lin))
             continue
-        new = FP8Linear.from_linear(lin, recipe, backend=backend, monitor=monitor, name=name,
-                                    amax_reducer=amax_reducer)
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, new)
+        _swap(model, name, FP8Linear.from_linear(lin, recipe, backend=backend, monitor=monitor, name=name,
+                                                 amax_reducer=amax_reducer))
     return model
+
+
+def _swap(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, attr, new)
+
+
+def _plain_linear(lin: nn.Linear) -> nn.Linear:
+    """An nn.Linear sharing lin's parameters."""
+    plain = nn.Linear(lin.in_features, lin.out_features, lin.bias is not None, device="meta")
+    plain.weight, plain.bias = lin.weight, lin.bias
+    return plain
 
 
 def _convert_torchao(model: nn.Module, recipe: Recipe | str, keep: set[str]) -> nn.Module:
@@ -474,9 +544,5 @@ def unwrap(model: nn.Module) -> nn.Module:
     """A copy of the model with every FP8Linear back to a plain nn.Linear (same weights)."""
     model = copy.deepcopy(model)
     for name, lin in fp8_layers(model):
-        plain = nn.Linear(lin.in_features, lin.out_features, lin.bias is not None, device="meta")
-        plain.weight, plain.bias = lin.weight, lin.bias
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, plain)
+        _swap(model, name, _plain_linear(lin))
     return model

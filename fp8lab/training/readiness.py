@@ -157,7 +157,9 @@ def capture(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor]
     Returns a Capture: per call x[M, K], weight[N, K], grad_output[M, N] (float32, batch dims
     flattened into M), the modules it could not cover with the reason, and notes. The model's
     parameters, their .grad and requires_grad, its train/eval flags, buffers (BatchNorm
-    statistics), hooks and the RNG state are as before the call.
+    statistics, and a buffer the forward replaces with a new tensor), hooks and the RNG state are
+    as before the call. A call with no rows (an empty batch) is listed as not covered. A model on
+    the meta device is refused with ValueError (it has no values to measure).
     """
     if mode is not None and mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)} (or None: the model's own)")
@@ -168,6 +170,11 @@ def capture(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor]
         raise ValueError("the model has no nn.Linear layers, so there is nothing to inspect: fp8lab's FP8 recipes "
                          "swap nn.Linear layers (fp8lab.nn.convert)" + (f". Found instead: {found}" if found else ""))
     params = list(model.parameters())
+    meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
+    if meta:
+        raise ValueError(f"the model's {', '.join(meta[:4])}{', ...' if len(meta) > 4 else ''} are on the meta device: "
+                         "they have shapes but no values, and inspect needs values. Materialize the model first "
+                         "(model.to_empty(device='cpu'), then load its weights or reset_parameters())")
     device = params[0].device
     batch = _to_device(batch, device)
     notes: list[str] = []
@@ -175,7 +182,10 @@ def capture(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor]
     counts: dict[str, int] = {}
     flags = {m: m.training for m in model.modules()}
     requires = [p.requires_grad for p in params]
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    # every module's buffers as they are (the tensor objects and their values): a forward may write
+    # into a buffer (BatchNorm statistics), or put a new tensor in its place (self.steps = self.steps + 1)
+    buffers = {m: (dict(m._buffers), {k: b.detach().clone() for k, b in m._buffers.items() if b is not None})
+               for m in model.modules()}
     handles = []
 
     def hook_for(name: str):
@@ -211,14 +221,20 @@ def capture(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor]
         for m, flag in flags.items():
             m.training = flag
         with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
+            for m, (objects, values) in buffers.items():
+                m._buffers.clear()
+                m._buffers.update(objects)
+                for k, v in values.items():
+                    objects[k].copy_(v)
     called = {c.layer for c in calls}
     for name, _ in linears:
         if name not in called:
             not_covered.append({"module": name, "type": "Linear", "reason": "not called in this forward pass"})
     for c in calls:
-        if c.grad_output is None:
+        if c.x.shape[0] == 0:
+            not_covered.append({"module": c.layer, "type": "Linear",
+                                "reason": f"call {c.call}: it had no rows (an empty batch): nothing to measure"})
+        elif c.grad_output is None:
             not_covered.append({"module": c.layer, "type": "Linear",
                                 "reason": f"call {c.call}: its output does not reach the loss (no gradient)"})
     stray = _stray_matrices(model, {n for n, _ in linears})
@@ -226,7 +242,8 @@ def capture(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor]
         notes.append("2-D parameters outside nn.Linear: " + ", ".join(stray) + ". If the forward pass multiplies "
                      "by them (a tied output head, a projection written as F.linear or @), that GEMM is not "
                      "inspected here and convert leaves it in high precision.")
-    return Capture([c for c in calls if c.grad_output is not None], not_covered, notes, float(loss.detach()))
+    kept = [c for c in calls if c.grad_output is not None and c.x.shape[0] > 0]
+    return Capture(kept, not_covered, notes, float(loss.detach()))
 
 
 def _loss(output: Any, loss_fn: Callable[[Any], torch.Tensor] | None, notes: list[str]) -> torch.Tensor:
@@ -471,24 +488,13 @@ class ReadinessReport:
         return convert(model, recipe, skip=self.skip(recipe), **kw)
 
     def export(self, target: str, recipe: str | None = None) -> str:
-        """fp8lab.export(recipe, target)'s text, with this report's skip list spelled for that target."""
+        """fp8lab.export(recipe, target, skip=...)'s text: this report's skip list spelled for that target."""
         from fp8lab.training.export import TARGETS, export
 
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; valid targets: {', '.join(TARGETS)}")
         recipe = recipe or self.best_recipe()
-        skip = self.skip(recipe)
-        e = export(recipe, target)
-        if not e.available or not skip:
-            return e.text
-        names = ", ".join(repr(s) for s in skip)
-        how = {
-            "torchao": f"SKIP = {{{names}}}  # keep in high precision (fp8lab.inspect)\n"
-                       "# add `and fqn not in SKIP` to the module filter above (module_filter_fn / filter_fn)",
-            "transformer_engine": f"# keep these as torch.nn.Linear (do not build them as te.Linear): {names}",
-            "torchtitan": f"--float8.filter_fqns {','.join(skip)}   # or filter_fqns=[{names}] in the Python config",
-        }[target]
-        return f"{e.text}\n{how}"
+        return export(recipe, target, skip=self.skip(recipe)).text
 
     def summary(self) -> str:
         rec = self.recommendation()

@@ -113,24 +113,20 @@ class Run:
 @dataclass
 class TrainResult:
     """history: tidy DataFrame (step, run, loss); monitor: per-layer statistics; messages;
-    backends: which backend ran each run's GEMMs (run, gemm, backend, reason, calls)."""
+    backends: which backend ran each run's GEMMs (run, gemm, backend, reason, calls), kept up to
+    date as the runs go (backend_lines() says it in words); announced: the lines train() printed
+    after each run's first step (which GEMMs run real or emulated, and why)."""
 
     history: object
     monitor: object
     messages: list[str] = field(default_factory=list)
     seconds: float = 0.0
     backends: object = None
+    announced: list[str] = field(default_factory=list)
 
     def backend_lines(self) -> list[str]:
         """One line per run and backend: which GEMMs ran real or emulated, and why."""
-        if self.backends is None or len(self.backends) == 0:
-            return []
-        lines = []
-        for (run, backend, reason), df in self.backends.groupby(["run", "backend", "reason"], sort=False):
-            gemms = "/".join(dict.fromkeys(df["gemm"]))
-            lines.append(f"{run}: {gemms} {reason.split(': ', 1)[0] if backend != 'fallback' else 'FELL BACK'} "
-                         f"({reason.split(': ', 1)[-1]}; {int(df['calls'].sum())} GEMMs)")
-        return lines
+        return _backend_lines(self.backends)
 
     def final_loss(self, last: int = 10):
         """Mean loss of each run over its last `last` recorded steps (NaN-stopped runs: inf)."""
@@ -206,6 +202,7 @@ def train(
     progress: bool = True,
     should_stop: Callable[[], bool] | None = None,
     device: torch.device | str | None = None,
+    announce: bool | None = None,
 ) -> TrainResult:
     """Train one model per recipe, side by side, from the same weights on the same batches.
 
@@ -219,7 +216,10 @@ def train(
     stops with a message; the others continue. Returns a TrainResult.
     device: where the models train (None: the GPU if there is one, else the CPU); backend:
     "auto" (real FP8 GEMMs where the GPU has the kernel), "emulated", or a GemmBackend.
-    TrainResult.backends says which backend each run's GEMMs used.
+    TrainResult.backends says which backend each run's GEMMs used; announce: print it once per
+    run, after the run's first step, one line per backend (which GEMMs ran real, emulated or fell
+    back, and why; kept in TrainResult.announced). None: where GEMMs can run real (on a GPU, or
+    with a GemmBackend acting as one); on the CPU everything is emulated, and doctor says why.
     """
     import pandas as pd
 
@@ -234,6 +234,8 @@ def train(
     if gain_schedule is not None and model != "mlp":
         raise ValueError("gain_schedule needs the mlp (its fc1 carries the gain)")
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if announce is None:
+        announce = device.type == "cuda" or (isinstance(backend, GemmBackend) and backend.arch is not None)
     base = make_model(model, seed, sink_magnitude).to(device)
     task = TeacherTask(seed=seed) if model == "mlp" else MarkovTask(seed=seed)
     runs = _make_runs(recipes, base, lr, engine, backend, monitor_every, keep_first_last, skip)
@@ -262,11 +264,18 @@ def train(
                 rows.append({"step": step, "run": run.label, "loss": math.nan})
                 continue
             rows.append({"step": step, "run": run.label, "loss": value})
+        if step == 0:  # every run's three GEMMs have run once: say where, once per run
+            result.backends = _backend_frame(runs)
+            result.announced = _backend_lines(result.backends)
+            if announce:
+                for line in result.announced:
+                    print(f"fp8lab: {line}")
         if bar is not None:
             bar.update(1)
         if (callback is not None and (step + 1) % every == 0) or step == steps - 1:
             result.history = pd.DataFrame(rows)
             result.monitor = _monitor_frame(runs)
+            result.backends = _backend_frame(runs)
             result.seconds = time.perf_counter() - t0
             if callback is not None and callback(result, step) is False:
                 messages.append(f"stopped by the callback at step {step}")
@@ -283,6 +292,18 @@ def train(
     result.seconds = time.perf_counter() - t0
     result.backends = _backend_frame(runs)
     return result
+
+
+def _backend_lines(backends) -> list[str]:
+    """One line per run and backend of a backends frame (run, gemm, backend, reason, calls)."""
+    if backends is None or len(backends) == 0:
+        return []
+    lines = []
+    for (run, backend, reason), df in backends.groupby(["run", "backend", "reason"], sort=False):
+        gemms = "/".join(dict.fromkeys(df["gemm"]))
+        lines.append(f"{run}: {gemms} {reason.split(': ', 1)[0] if backend != 'fallback' else 'FELL BACK'} "
+                     f"({reason.split(': ', 1)[-1]}; {int(df['calls'].sum())} GEMMs)")
+    return lines
 
 
 def _backend_frame(runs: list[Run]):

@@ -125,6 +125,8 @@ class TrainingPanel(Panel):
             for run, v in self.result.final_loss().items():
                 rows[f"final loss {run}"] = f"{v:.4g}" if math.isfinite(v) else "stopped (NaN/inf)"
             rows["seconds"] = f"{self.result.seconds:.1f}"
+        if self.result is not None:  # which GEMMs ran real or emulated, and why
+            rows.update(dict.fromkeys(self.result.backend_lines(), ""))
         for m in self.messages:
             rows[m] = ""
         return _metrics_html(rows) if rows else "Press Start to train."
