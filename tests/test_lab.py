@@ -317,7 +317,8 @@ def test_lab_refuses_a_port_in_use():
 
 def test_sigterm_stops_jupyter_with_the_launcher(tmp_path):
     """`python -m fp8lab lab --dir X --no-browser` copies the notebooks into X and serves them behind the
-    token; SIGTERM to the launcher stops its Jupyter too, instead of leaving it serving with the token."""
+    token; SIGTERM to the launcher stops its Jupyter and the kernels too, instead of leaving them serving with
+    the token."""
     from .wheels import alive, isolated_env, lab_children, start_lab, stop_lab
 
     work = tmp_path / "my notebooks"
@@ -335,12 +336,20 @@ def test_sigterm_stops_jupyter_with_the_launcher(tmp_path):
         assert _get(f"http://127.0.0.1:{port}/api/contents/00_setup_check.ipynb")[0] == 403
         (server,) = children
         assert url["token"] not in Path(f"/proc/{server}/cmdline").read_text()
+        status, _ = _get(f"http://127.0.0.1:{port}/api/kernels", method="POST", body=b"{}",
+                         headers={"Authorization": f"token {url['token']}", "Content-Type": "application/json"})
+        assert status == 201
+        deadline = time.monotonic() + 60  # a hang guard
+        while not lab_children(server) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        children += lab_children(server)  # the kernel
+        assert len(children) == 2, children
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
-        deadline = time.monotonic() + 60  # a hang guard
-        while alive(server) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline + 60:
             time.sleep(0.2)
         assert not alive(server), "Jupyter kept serving after the launcher got SIGTERM"
+        assert not alive(children[1]), "the kernel outlived the launcher"
         assert not ready(port, url["token"]), "the port still answers to the token"
     finally:
         stop_lab(proc, children)
