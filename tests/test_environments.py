@@ -9,8 +9,10 @@ extra (test tools stay out), at constraints.txt's versions, whether from conda o
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -219,11 +221,73 @@ def test_binder_post_build_fails_loudly_and_installs_fp8lab_without_dependencies
     assert post_build.stat().st_mode & 0o111, "binder/postBuild must be executable"
 
 
-def test_readme_binder_link_opens_notebook_00():
+def _links_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tools_links", REPO / "tools" / "links.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NOTEBOOK_NAMES = [p.name for p in sorted((REPO / "notebooks").glob("*.ipynb"))]
+
+
+def test_hosted_links_open_each_notebook_from_one_repository_url():
+    links = _links_tool()
+    for name in NOTEBOOK_NAMES:
+        got = dict(links.hosted_links("https://github.com/acme/fp8lab", name))
+        assert got["Binder"] == f"https://mybinder.org/v2/gh/acme/fp8lab/HEAD?urlpath=lab/tree/notebooks/{name}"
+        assert got["Colab"] == f"https://colab.research.google.com/github/acme/fp8lab/blob/main/notebooks/{name}"
+        assert got["Kaggle"] == f"https://kaggle.com/kernels/welcome?src=https://github.com/acme/fp8lab/blob/main/notebooks/{name}"
+    assert [service for service, _ in links.hosted_links("https://gitlab.com/acme/fp8lab", name)] == ["Binder"]
+    assert links.hosted_links("https://git.example.org/acme/fp8lab", name) == []  # an unknown host: no link at all
+    assert links.hosted_links(None, name) == []
+    assert links.install_source(None) == "fp8lab[torchao,data]"
+    assert links.install_source("https://github.com/acme/fp8lab") == "fp8lab[torchao,data] @ git+https://github.com/acme/fp8lab"
+
+
+def test_the_notebooks_and_the_readme_are_as_tools_links_writes_them():
+    """`python tools/links.py --check`: the links cells, the first cells and the README's block follow
+    pyproject.toml's [project.urls] Repository."""
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "links.py"), "--check"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_setting_the_repository_url_fills_every_link_and_the_install_source(tmp_path):
+    links = _links_tool()
+    shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
+    text = (REPO / "pyproject.toml").read_text()
+    assert "[project.urls]" not in text, "the Repository URL is set: this test's copy would name it twice"
+    (tmp_path / "pyproject.toml").write_text(text.replace(
+        "[project.optional-dependencies]",
+        '[project.urls]\nRepository = "https://github.com/acme/fp8lab"\n\n[project.optional-dependencies]', 1))
+    (tmp_path / "README.md").write_text(f"# fp8lab\n\n{links.BEGIN}\n{links.END}\n")
+    changes = links.plan(tmp_path)
+    assert set(changes) == {*(tmp_path / "notebooks" / n for n in NOTEBOOK_NAMES), tmp_path / "README.md"}
+    for name in NOTEBOOK_NAMES:
+        nb = json.loads(changes[tmp_path / "notebooks" / name])
+        cells = ["".join(c["source"]) for c in nb["cells"]]
+        (links_cell,) = [c for c in cells if links.BEGIN in c]
+        assert f"(https://colab.research.google.com/github/acme/fp8lab/blob/main/notebooks/{name})" in links_cell
+        first = next(c for c, cell in zip(cells, nb["cells"], strict=True) if cell["cell_type"] == "code")
+        assert "'fp8lab[torchao,data] @ git+https://github.com/acme/fp8lab'" in first
+    assert "https://mybinder.org/v2/gh/acme/fp8lab/HEAD?urlpath=lab/tree/notebooks/00_setup_check.ipynb" in \
+        changes[tmp_path / "README.md"]
+
+
+def test_no_link_a_learner_clicks_holds_a_placeholder():
+    """No OWNER (or other placeholder) in a link of a notebook, nor of the README once it holds the links block."""
+    texts = ["\n".join("".join(c["source"]) for c in json.loads((REPO / "notebooks" / n).read_text())["cells"]
+                       if c["cell_type"] == "markdown") for n in NOTEBOOK_NAMES]
     readme = (REPO / "README.md").read_text()
-    m = re.search(r"https://mybinder\.org/v2/gh/([^/\s]+)/([^/\s]+)/HEAD\?urlpath=([^)\s]+)", readme)
-    assert m, "README.md has no mybinder.org link"
-    assert m[3] == "lab/tree/notebooks/00_setup_check.ipynb"
+    if _links_tool().BEGIN in readme:
+        texts.append(readme)
+    link = re.compile(r"\]\((https?://[^)\s]+)\)|href=[\"'](https?://[^\"']+)")
+    urls = [markdown or tag for t in texts for markdown, tag in link.findall(t)]
+    placeholders = [u for u in urls if re.search(r"OWNER|USER(NAME)?/|<[a-z ]+>|example\.(com|org)", u)]
+    assert not placeholders, placeholders
 
 
 def test_binder_start_puts_the_labs_jupyter_config_first():
