@@ -14,6 +14,7 @@ the ones below it (the import-linter contract in pyproject.toml):
   numerics/   formats, scaling, quantize (+ its C fast path), metrics, recipes, anatomy
   data/       synthetic tensors and the real data shipped with Python
   settings, timing, _version: environment settings, timing helpers, the version (no fp8lab imports)
+  extras, progress: the optional extras and how to add one, progress bars (no fp8lab imports)
 """
 
 from fp8lab.settings import pin_blas_reproducibility
