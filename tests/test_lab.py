@@ -304,6 +304,13 @@ def test_lab_refuses_bad_arguments_with_usage(args, says):
     assert "usage: fp8lab lab" in r.stderr and says in r.stderr, r.stderr
 
 
+def test_lab_refuses_a_working_folder_that_is_a_file(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    r = _lab_cli("--dir", str(tmp_path / "notes.txt"), "--no-browser")
+    assert r.returncode == 2 and "cannot hold the notebooks" in r.stderr, r.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_lab_refuses_a_port_in_use():
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))

@@ -263,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
 
     root, first = working_folder(args.dir)
     if (root, first) != (REPO, FIRST_NOTEBOOK):
-        copied, kept = copy_notebooks(root)
+        try:
+            copied, kept = copy_notebooks(root)
+        except OSError as err:  # a file of that name, no permission, a full disk
+            p.error(f"--dir {root} cannot hold the notebooks: {err}")
         if copied:
             print(f"fp8lab: copied {len(copied)} files into {root}: {', '.join(copied)}")
         if kept:
