@@ -1,14 +1,16 @@
 """Agg rendering for the panels: a cache of rendered glyphs, a kept background, a quick PNG.
 
-Public: GlyphCacheCanvas (a FigureCanvasAgg), glyph_cache_stats(), LayeredCanvas (the panels'
-canvas: the background kept while it does not change, see there), encode_png. A panel's redraw spends
-most of its Agg time on text (measured 2026-11-30: ~60% of a render is FreeType laying out
-and rasterizing the same tick labels and titles again), and its pixels do not depend on the
-pixels around them. This canvas keeps each string's layout and each glyph's bitmap, keyed
-by everything matplotlib renders them from (font file and face, size, dpi, hinting, the
-rotation matrix and the position's fraction of a pixel, in FreeType's 1/64 units); a glyph
-moved by whole pixels is the same bitmap moved. The PNGs are byte for byte those of plain
-Agg (tests/test_widgets.py compares every panel). Used by fp8lab.figures.plots.to_png.
+Public: GlyphCacheCanvas (a FigureCanvasAgg whose renderer keeps each string's layout and each
+glyph's bitmap), LayeredCanvas (the panels' canvas: the background kept while it does not change),
+encode_png, glyph_cache_stats(), status() (whether each speed-up is on, and why not). Text is most
+of a panel's Agg time, and a glyph's pixels do not depend on the pixels around it: the cache keys a
+bitmap by everything matplotlib renders it from (font file and face, size, dpi, hinting, the
+rotation matrix and the position's fraction of a pixel); a glyph moved by whole pixels is the same
+bitmap moved. The PNGs are byte for byte those of plain Agg (tests/test_widgets.py compares every
+panel). Both speed-ups rest on private matplotlib APIs, each reached through one function below
+(PRIVATE_APIS); a self-test renders with and without each speed-up on first use, and any missing
+or changed API, or any pixel that differs, turns that speed-up off for the process: plain Agg
+draws, and status() says why.
 """
 
 from __future__ import annotations
@@ -19,18 +21,67 @@ from contextlib import contextmanager
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
-from matplotlib.ft2font import RenderMode
 from matplotlib.transforms import Bbox
 
-__all__ = ["GlyphCacheCanvas", "LayeredCanvas", "encode_png", "glyph_cache_stats"]
+__all__ = ["PRIVATE_APIS", "GlyphCacheCanvas", "LayeredCanvas", "encode_png", "glyph_cache_stats", "status"]
 
 _MAX_ENTRIES = 20_000  # glyph bitmaps (a few hundred bytes each) and layouts; cleared whole when full
 _layouts: dict[tuple, list[tuple]] = {}
 _glyphs: dict[tuple, tuple[np.ndarray, int, int]] = {}
 _stats = {"glyph hits": 0, "glyph misses": 0}
 _lock = threading.Lock()
-# the private Agg methods this renderer stands in for: if a matplotlib lacks them, plain Agg draws
-SUPPORTED = all(hasattr(RendererAgg, m) for m in ("_prepare_font", "_draw_text_glyphs_and_boxes", "draw_text"))
+
+
+# -- the private matplotlib APIs used here, each reached through one function ---------------------
+
+
+def _prepare_font(renderer, prop):  # RendererAgg._prepare_font: the FT2Font for a FontProperties
+    return renderer._prepare_font(prop)
+
+
+def _text_features(mtext) -> tuple:  # Text.get_fontfeatures / get_language (matplotlib 3.11)
+    return (mtext.get_fontfeatures(), mtext.get_language()) if mtext is not None else (None, None)
+
+
+def _layout(font, s: str, flags, features, language) -> list[tuple]:  # FT2Font._layout
+    items = font._layout(s, flags=flags, features=features, language=language)
+    return [(item.ft_object, item.glyph_index, item.x, item.y) for item in items]
+
+
+def _render_glyph(ft, glyph_index: int, flags, matrix, offset, antialiased: bool):
+    """FT2Font._set_transform and FT2Font._render_glyph (with ft2font.RenderMode): one glyph's bitmap."""
+    from matplotlib.ft2font import RenderMode
+
+    ft._set_transform(matrix, offset)  # the fraction of a pixel only
+    return ft._render_glyph(glyph_index, flags, RenderMode.NORMAL if antialiased else RenderMode.MONO)
+
+
+def _blit(renderer, buffer, left: int, top: int, gc) -> None:  # RendererAgg._renderer.draw_text_image
+    renderer._renderer.draw_text_image(buffer, left, top, 0, gc)
+
+
+def _tick_kw(axis, which: str = "major") -> dict:  # Axis._major_tick_kw / _minor_tick_kw
+    return axis._major_tick_kw if which == "major" else axis._minor_tick_kw
+
+
+def _made_ticks(axis, which: str = "major") -> list:
+    """The ticks an axis has made so far (Axis.majorTicks is a lazy list that makes them when read)."""
+    return axis.__dict__.get("majorTicks" if which == "major" else "minorTicks", [])
+
+
+def _place_titles(ax, renderer) -> None:  # Axes._update_title_position, as Axes.draw calls it
+    ax._update_title_position(renderer)
+
+
+PRIVATE_APIS = {  # speed-up -> the functions above it needs (tests/test_widgets.py breaks each one)
+    "glyph cache": ("_prepare_font", "_text_features", "_layout", "_render_glyph", "_blit"),
+    "kept background": ("_tick_kw", "_made_ticks", "_place_titles"),
+}
+_status: dict[str, tuple[bool, str]] = {}  # speed-up -> (on, why), decided once per process
+
+
+def _turn_off(speedup: str, err: BaseException) -> None:
+    _status[speedup] = (False, f"off: {type(err).__name__}: {str(err)[:160]} (plain Agg draws instead)")
 
 
 def glyph_cache_stats() -> dict[str, int]:
@@ -47,10 +98,16 @@ class _GlyphCacheRenderer(RendererAgg):
     mathtext and TeX as Agg draws them)."""
 
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
-        if ismath:
+        if ismath or not _status.get("glyph cache", (True, ""))[0]:
             return super().draw_text(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
-        features = mtext.get_fontfeatures() if mtext is not None else None
-        language = mtext.get_language() if mtext is not None else None
+        try:
+            self._draw_text_kept(gc, x, y, s, prop, angle, mtext)
+        except Exception as err:  # a matplotlib whose private APIs moved: plain Agg from now on
+            _turn_off("glyph cache", err)
+            super().draw_text(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
+
+    def _draw_text_kept(self, gc, x, y, s, prop, angle, mtext) -> None:
+        features, language = _text_features(mtext)
         flags = get_hinting_flag()
         size = prop.get_size_in_points()
         key = (tuple(prop.get_family()), prop.get_style(), prop.get_variant(), prop.get_weight(), prop.get_stretch(),
@@ -58,9 +115,7 @@ class _GlyphCacheRenderer(RendererAgg):
                tuple(features) if features is not None else None, language)
         layout = _layouts.get(key)
         if layout is None:
-            font = self._prepare_font(prop)
-            items = font._layout(s, flags=flags, features=features, language=language)
-            layout = [(item.ft_object, item.glyph_index, item.x, item.y) for item in items]
+            layout = _layout(_prepare_font(self, prop), s, flags, features, language)
             with _lock:
                 if len(_layouts) >= _MAX_ENTRIES:
                     _layouts.clear()
@@ -78,8 +133,7 @@ class _GlyphCacheRenderer(RendererAgg):
             hit = _glyphs.get(gkey)
             if hit is None:
                 ft.set_size(size, self.dpi)
-                ft._set_transform(matrix, [tx & 63, ty & 63])  # the fraction of a pixel only
-                bitmap = ft._render_glyph(glyph_index, flags, RenderMode.NORMAL if antialiased else RenderMode.MONO)
+                bitmap = _render_glyph(ft, glyph_index, flags, matrix, [tx & 63, ty & 63], antialiased)
                 buffer = np.array(bitmap.buffer, copy=True)
                 if not antialiased:
                     buffer *= 0xff
@@ -93,20 +147,21 @@ class _GlyphCacheRenderer(RendererAgg):
                 _stats["glyph hits"] += 1
             buffer, left, top = hit
             left, top = left + (tx >> 6), top + (ty >> 6)  # whole pixels move the bitmap, nothing else
-            self._renderer.draw_text_image(buffer, left, int(height) - top + buffer.shape[0], 0, gc)
+            _blit(self, buffer, left, int(height) - top + buffer.shape[0], gc)
 
 
 class GlyphCacheCanvas(FigureCanvasAgg):
     """FigureCanvasAgg whose renderer keeps rendered glyphs (see the module docstring)."""
 
     def get_renderer(self):
-        if not SUPPORTED:
+        if not status()["glyph cache"][0]:
             return super().get_renderer()
         w, h = self.get_width_height(physical=True)
         key = w, h, self.figure.dpi
-        if self._lastKey != key or not isinstance(getattr(self, "renderer", None), _GlyphCacheRenderer):
+        if getattr(self, "_glyph_key", None) != key or not isinstance(getattr(self, "renderer", None),
+                                                                        _GlyphCacheRenderer):
             self.renderer = _GlyphCacheRenderer(w, h, self.figure.dpi)
-            self._lastKey = key
+            self._glyph_key = key
         return self.renderer
 
 
@@ -143,11 +198,11 @@ def _axis_key(axis) -> tuple:
     locs = tuple(np.asarray(axis.get_majorticklocs(), float).tolist())
     labels = tuple(axis.major.formatter.format_ticks(list(locs))) if locs else ()
     minor = tuple(np.asarray(axis.get_minorticklocs(), float).tolist())
-    ticks = axis.__dict__.get("majorTicks", [])  # only those already made: making ticks is the cost
+    ticks = _made_ticks(axis)  # only those already made: making ticks is the cost
     label = axis.label
     return (axis.get_visible(), axis.get_scale(), tuple(axis.get_view_interval()), locs, labels,
             axis.major.formatter.get_offset() if hasattr(axis.major.formatter, "get_offset") else "",
-            minor, repr(sorted(axis._major_tick_kw.items())), repr(sorted(axis._minor_tick_kw.items())),
+            minor, repr(sorted(_tick_kw(axis).items())), repr(sorted(_tick_kw(axis, "minor").items())),
             label.get_text(), label.get_fontsize(), label.get_color(), label.get_visible(), axis.get_label_position(),
             tuple((t.label1.get_fontsize(), t.label1.get_rotation(), t.label1.get_color(), t.label1.get_visible(),
                    t.label2.get_visible(), t.tick1line.get_visible(), t.gridline.get_visible()) for t in ticks))
@@ -159,8 +214,9 @@ def _grid_on(axis) -> bool:
     heatmap, zorder 0) may be drawn after it: the pixels are the same."""
     import matplotlib as mpl
 
-    if "gridOn" in axis._major_tick_kw:
-        return bool(axis._major_tick_kw["gridOn"])
+    kw = _tick_kw(axis)
+    if "gridOn" in kw:
+        return bool(kw["gridOn"])
     rc = mpl.rcParams
     return bool(rc["axes.grid"]) and rc["axes.grid.which"] in ("major", "both") and \
         rc["axes.grid.axis"] in ("both", axis.axis_name)
@@ -271,7 +327,7 @@ class LayeredCanvas(GlyphCacheCanvas):
         for axis in (ax.xaxis, ax.yaxis) if ax.axison else ():
             if not axis.get_visible():
                 continue
-            ticks = [*axis.__dict__.get("majorTicks", []), *axis.__dict__.get("minorTicks", [])]
+            ticks = [*_made_ticks(axis), *_made_ticks(axis, "minor")]
             boxes += [label.get_window_extent(renderer) for tick in ticks for label in (tick.label1, tick.label2)
                       if label.get_visible() and label.get_text()]
             boxes += [text.get_window_extent(renderer) for text in (axis.label, axis.offsetText)
@@ -316,19 +372,31 @@ class LayeredCanvas(GlyphCacheCanvas):
         return True
 
     def draw(self):
+        if not status()["kept background"][0]:
+            self.stats["whole"] += 1
+            return super().draw()
+        try:
+            self._draw_layers()
+        except Exception as err:  # a matplotlib whose private APIs moved: whole drawings from now on
+            _turn_off("kept background", err)
+            self._background = None
+            self.stats["whole"] += 1
+            super().draw()
+
+    def _draw_layers(self) -> None:
         layers = self._layers()
         if layers is None:
             self.stats["whole"] += 1
             self._background = None
-            return super().draw()
+            super().draw()
+            return
         front, legends = layers
         renderer = self.get_renderer()
         figure_part, axes_parts = self._background_key(renderer)
         hidden = [a for _, a in front] + legends
         self.stats[self._background_layer(renderer, figure_part, axes_parts, hidden)] += 1
         for ax in self.figure.axes:  # as Axes.draw does, with the titles shown: titles clear of top ticks
-            if hasattr(ax, "_update_title_position"):
-                ax._update_title_position(renderer)
+            _place_titles(ax, renderer)
         for ax, artist in sorted(front, key=lambda pair: pair[1].get_zorder()):
             if ax is None:
                 artist.draw(renderer)
@@ -382,3 +450,66 @@ class LayeredCanvas(GlyphCacheCanvas):
         gc = renderer.new_gc()
         renderer.draw_image(gc, x0, y0, pixels)
         gc.restore()
+
+
+def status() -> dict[str, tuple[bool, str]]:
+    """Whether each speed-up ("glyph cache", "kept background") is on, and why not. The first call
+    runs each one's self-test: draw a small figure with it and without it; any exception or any
+    pixel that differs turns it off for the process."""
+    for speedup, probe in (("glyph cache", _probe_glyphs), ("kept background", _probe_layers)):
+        if speedup not in _status:
+            try:
+                same = probe()
+            except Exception as err:
+                _turn_off(speedup, err)
+                continue
+            _status.setdefault(speedup, (True, "on (its self-test drew the same pixels as plain Agg)") if same else
+                               (False, "off: its self-test drew other pixels than plain Agg (plain Agg draws instead)"))
+    return dict(_status)
+
+
+def _probe_figure():
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3.0, 1.6), dpi=100)
+    axes = fig.subplots(1, 2)
+    for i, ax in enumerate(axes):
+        ax.plot([1, 2, 3], [3, 1 + i, 2], label=f"run {i}")
+        ax.set_title(f"probe {i}: Ag 0.5 dB")
+        ax.set_xlabel("log2 |x|")
+        ax.set_xticks([1, 2, 3], ["1e-3", "0.5", "448"], rotation=90 * i)
+        ax.legend(fontsize=7)
+    return fig, axes
+
+
+def _probe_glyphs() -> bool:
+    """Text drawn by the glyph cache (twice: laid out, then from the cache) and by plain Agg."""
+    with _lock:  # from empty caches: every private API runs
+        _layouts.clear()
+        _glyphs.clear()
+    fig, _ = _probe_figure()
+    plain = FigureCanvasAgg(fig)
+    plain.draw()
+    reference = np.asarray(plain.buffer_rgba()).copy()
+    w, h = plain.get_width_height(physical=True)
+    for _ in range(2):
+        renderer = _GlyphCacheRenderer(w, h, fig.dpi)
+        fig.draw(renderer)
+        if not np.array_equal(np.asarray(renderer.buffer_rgba()), reference):
+            return False
+    return True
+
+
+def _probe_layers() -> bool:
+    """A figure drawn in layers, its data moved and drawn again over the kept background, against the
+    same figure drawn whole in the same two layers."""
+    fig, axes = _probe_figure()
+    kept = LayeredCanvas(fig, glyphs=False)
+    kept._draw_layers()
+    kept._draw_layers()  # the first drawing made the ticks: the background's key holds them from now on
+    axes[0].lines[0].set_ydata([2, 3, 1])
+    kept._draw_layers()
+    shown = np.asarray(kept.buffer_rgba()).copy()
+    whole = LayeredCanvas(fig, keep=False, glyphs=False)
+    whole._draw_layers()
+    return kept.stats["kept"] == 1 and np.array_equal(shown, np.asarray(whole.buffer_rgba()))

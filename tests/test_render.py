@@ -1,0 +1,70 @@
+"""fp8lab.figures.render's speed-ups rest on private matplotlib APIs: each one, missing or changed,
+turns its speed-up off and plain Agg draws the same panel, never an error (PRIVATE_APIS names them)."""
+
+import io
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from PIL import Image
+
+from fp8lab.figures import render
+from fp8lab.lab.panels import PerTensorPanel
+
+ACCESSORS = [(speedup, name) for speedup, names in render.PRIVATE_APIS.items() for name in names]
+
+
+@pytest.fixture
+def fresh_status(monkeypatch):
+    """The speed-ups decided again in this test (and as before after it)."""
+    monkeypatch.setattr(render, "_status", {})
+    return render
+
+
+def _panel_pixels() -> tuple[np.ndarray, np.ndarray]:
+    """A panel drawn twice (a slider moved): the pixels it showed, and plain Agg's drawing of its figure."""
+    panel = PerTensorPanel()
+    panel.update(outliers=1e5)
+    panel.update(margin=1)
+    shown = np.asarray(Image.open(io.BytesIO(panel.image.value)).convert("RGBA"))
+    fig = panel._figure[0]
+    plain = FigureCanvasAgg(fig)
+    plain.draw()
+    return shown, np.asarray(plain.buffer_rgba())
+
+
+def test_both_speed_ups_pass_their_self_tests_here(fresh_status):
+    assert all(on for on, _ in render.status().values()), render.status()
+
+
+@pytest.mark.parametrize("speedup, name", ACCESSORS, ids=[n for _, n in ACCESSORS])
+def test_a_missing_private_api_turns_its_speed_up_off_and_plain_agg_draws(fresh_status, monkeypatch, speedup, name):
+    def missing(*args, **kwargs):
+        raise AttributeError(f"matplotlib has no {name} here")
+
+    monkeypatch.setattr(render, name, missing)
+    on, why = render.status()[speedup]
+    assert not on and "AttributeError" in why, why
+    shown, plain = _panel_pixels()
+    differ = (np.abs(plain.astype(int) - shown.astype(int)).max(-1) > 8).mean()
+    assert differ < 0.02, f"{differ:.1%} of the pixels differ from plain Agg"  # the layers' own order aside
+
+
+def test_a_private_api_that_changes_what_it_returns_is_caught_by_the_pixels(fresh_status, monkeypatch):
+    original = render._layout
+    monkeypatch.setattr(render, "_layout", lambda *a, **k: original(*a, **k)[:-1])  # one glyph short
+    on, why = render.status()["glyph cache"]
+    assert not on and "other pixels" in why, why
+
+
+def test_a_private_api_that_breaks_after_the_self_test_falls_back_mid_run(fresh_status, monkeypatch):
+    assert render.status()["glyph cache"][0] and render.status()["kept background"][0]
+
+    def gone(*args, **kwargs):
+        raise AttributeError("gone")
+
+    monkeypatch.setattr(render, "_blit", gone)
+    monkeypatch.setattr(render, "_place_titles", gone)
+    shown, plain = _panel_pixels()  # no error: both fall back while drawing
+    assert not render.status()["glyph cache"][0] and not render.status()["kept background"][0]
+    assert (np.abs(plain.astype(int) - shown.astype(int)).max(-1) > 8).mean() < 0.02
