@@ -13,7 +13,6 @@ from __future__ import annotations
 import weakref
 
 import matplotlib
-
 from matplotlib.transforms import Bbox
 
 __all__ = ["clear_data", "kept_colorbar"]
