@@ -3,6 +3,7 @@ scaled matmuls as sm_89, sm_90 and sm_100 accept them (tests/scaled_mm_standin.p
 checks of torch's CUDA code and computes the product), against the exact emulation."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +31,7 @@ from tests.scaled_mm_standin import StandIn
 ARCHS = {"sm_89": (8, 9), "sm_90": (9, 0), "sm_100": (10, 0)}
 NAMES = [*RECIPES, *VARIANTS]
 SHAPES = {"aligned": (128, 384, 256), "odd": (200, 328, 72)}  # (M, K, N) of a linear layer
-# What each generation has, read from ScaledBlas.cpp (DESIGN.md, "Real and emulated"): the spec
+# What each generation has, read from torch's ScaledBlas.cpp (docs/gpu.md): the spec
 TENSOR_OR_ROW = {"tensorwise", "delayed", "rowwise", "rowwise_with_gw_hp"}
 REAL = {(8, 9): TENSOR_OR_ROW, (9, 0): TENSOR_OR_ROW | {"blockwise"}, (10, 0): TENSOR_OR_ROW | {"mxfp8", "nvfp4"}}
 
@@ -323,10 +324,10 @@ def test_bench_gpu_dry_run_reports_a_broken_kernel(monkeypatch):
     assert out["failures"] and all(f.startswith("(b)") for f in out["failures"])
 
 
-def test_the_readme_gpu_table_is_generated_from_the_decision():
-    readme = (fp8lab.__file__.rsplit("/fp8lab/", 1)[0] + "/README.md")
-    text = open(readme).read()
-    assert gpu_support_markdown() in text
+def test_the_docs_gpu_table_is_generated_from_the_decision():
+    text = (Path(fp8lab.__file__).resolve().parents[1] / "docs" / "gpu.md").read_text()
+    shown = text.split("<!-- gpu-table:begin -->\n")[1].split("\n<!-- gpu-table:end -->")[0]
+    assert shown == gpu_support_markdown()
     for label, arch in GPU_GENERATIONS.items():
         rows = gemm_table(arch, "12.9")
         real = {r["recipe"] for r in rows if r["backend"] == "scaled_mm"}
