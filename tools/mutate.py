@@ -46,7 +46,8 @@ def m(name: str, path: str, old: str, new: str, *tests: str) -> Mutation:
 
 NUM = "fp8lab/numerics/"
 F, S, Q, K, C = NUM + "formats.py", NUM + "scaling.py", NUM + "quantize.py", NUM + "kernels.py", NUM + "_kernels.c"
-G, N, MT, R, X = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py", "fp8lab/lab/exercises.py"
+G, N, MT, R = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py"
+X = "fp8lab/lab/exercises/scaling.py"
 T = "tests/"
 HARD = T + "test_hardening.py"
 
