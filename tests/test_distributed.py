@@ -17,9 +17,11 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -311,6 +313,48 @@ def test_the_timeout_must_be_a_positive_number_of_seconds(value, capsys):
     assert "--timeout" in err and "positive" in err and "number of seconds" in err, err
     with pytest.raises(ValueError, match="positive, finite number of seconds"):
         run_distributed(steps=1, stream=None, timeout_s=float(value) if value != "soon" else -1.0)
+
+
+@pytest.mark.parametrize("value", ["1e14", "1e10", str(31 * 86400)])
+def test_a_timeout_beyond_thirty_days_is_refused_before_any_rank_starts(value, capsys):
+    """Before: --timeout 1e14 was accepted, then every worker died with OverflowError (the collectives'
+    timedelta)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--timeout", value])
+    assert exit_.value.code == 2
+    assert "up to 2592000 (30 days)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"up to 2592000 \(30 days\)"):
+        run_distributed(steps=1, stream=None, timeout_s=float(value))
+    from fp8lab.training.distributed import MAX_TIMEOUT_S, _check_timeout
+
+    assert _check_timeout(MAX_TIMEOUT_S) == MAX_TIMEOUT_S  # the limit itself is a valid timeout
+    timedelta(seconds=MAX_TIMEOUT_S + 30)  # what the workers make of it
+
+
+def test_out_is_written_through_a_private_temporary_never_a_planted_link(tmp_path):
+    """Before: --out wrote through a predictable temporary name (.NAME.PID.tmp) beside the file, which
+    followed a symlink planted there: anyone who could write the folder could have the run overwrite
+    another file of the user's. Now the temporary is created anew under an unguessable name."""
+    from fp8lab.training.distributed import _write_atomically
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's other file")
+    out = tmp_path / "losses.json"
+    for pid in {os.getpid(), os.getppid()}:  # the names the temporary had
+        (tmp_path / f".{out.name}.{pid}.tmp").symlink_to(victim)
+    (tmp_path / f"{out.name}.tmp").symlink_to(victim)
+    _write_atomically(out, '{"loss": [1.0]}')
+    assert victim.read_text() == "the user's other file"
+    assert out.read_text() == '{"loss": [1.0]}' and not out.is_symlink()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~_umask()
+    leftovers = {p.name for p in tmp_path.iterdir()} - {"victim.txt", "losses.json"}
+    assert all((tmp_path / name).is_symlink() for name in leftovers)  # only the planted links remain
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def test_out_in_a_missing_folder_is_refused_before_the_run(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fp8lab
-from fp8lab.numerics.recipes import RECIPES, VARIANTS
+from fp8lab.numerics.recipes import RECIPES, TORCHAO_RECIPES, VARIANTS
 from fp8lab.training.export import TARGETS, export, export_table
 from fp8lab.training.models import TeacherTask, make_model
 
@@ -195,3 +195,52 @@ def test_torchtitan_text_names_the_flags(recipe):
     assert e.available
     for needle in TITAN_TABLE[recipe]:
         assert needle in e.text, (needle, e.text)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("recipe", ALL)
+def test_every_snippet_is_python(recipe, target):
+    """Before: the torchtitan snippet mixed command-line flags with Python: not valid Python for 4
+    recipes. Now every snippet parses as Python; torchtitan's flags are a comment there, and a shell
+    line of their own (Export.command_line)."""
+    import ast
+    import shlex
+
+    e = export(recipe, target)
+    if not e.available:
+        return
+    ast.parse(e.text)
+    if target == "torchtitan" and e.command_line:
+        converter = "float8" if recipe in TORCHAO_RECIPES else "mx"
+        assert shlex.split(e.command_line)[:2] == ["--model.converters", converter]
+        assert e.command_line in e.text  # (shown in the Python snippet's comment)
+
+
+def test_the_reports_skip_list_is_python_and_quoted_for_every_target():
+    """Before: the readiness report's torchtitan export put flags and Python on one line and the layer
+    names unquoted on the command line. Layer names here need quoting (a space, a quote)."""
+    import ast
+    import shlex
+
+    from torch import nn
+
+    class Named(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleDict({"in proj": nn.Linear(32, 64), "out's": nn.Linear(64, 32)})
+
+        def forward(self, x):
+            return self.layers["out's"](torch.relu(self.layers["in proj"](x)))
+
+    report = fp8lab.inspect(Named(), torch.randn(16, 32), recipes=("tensorwise",), target_db=1000.0)
+    skip = report.skip("tensorwise")
+    assert skip == ["layers.in proj", "layers.out's"]
+    for target in TARGETS:
+        text = report.export(target, "tensorwise")
+        ast.parse(text)
+        for name in skip:
+            assert repr(name) in text, (target, name)
+    line = export("tensorwise", "torchtitan", skip=skip).command_line
+    assert shlex.split(line)[-2:] == ["--float8.filter_fqns", ",".join(skip)]
+    with pytest.raises(ValueError, match="list of layer names"):
+        export("tensorwise", "torchao", skip="fc1")

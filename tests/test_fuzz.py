@@ -3,7 +3,8 @@
 Every case runs twice, on the kernels and under kernels.disabled() (the torch code, the
 definition): the results must be the same bits (any NaN equals any NaN), or both calls must
 raise the same exception type; nothing may crash. Inputs: shapes 0..300 per side, contiguous,
-transposed, strided and sliced views, float32/float64/bfloat16/float16, magnitudes from
+transposed, strided and sliced views, views with a pending negation and data at a misaligned
+address (memory that is not the values as C reads them), float32/float64/bfloat16/float16, magnitudes from
 float32's smallest subnormal to 1e38 (and float64 beyond), NaN, +-inf, +-0.
 The default run is bounded (FP8LAB_FUZZ_EXAMPLES per test, 25); a long run:
     FP8LAB_FUZZ_EXAMPLES=2000 python -m pytest tests/test_fuzz.py   (random, not derandomized)
@@ -101,12 +102,12 @@ def tensors(draw, rows=None, cols=None):
     side = _SIDES
     m = draw(side) if rows is None else rows
     k = draw(side) if cols is None else cols
-    layout = draw(st.sampled_from(["contiguous", "transposed", "strided", "sliced"]))
+    layout = draw(st.sampled_from(["contiguous", "transposed", "strided", "sliced", "negated view", "misaligned"]))
     dtype = draw(st.sampled_from([torch.float32, torch.float32, torch.float64, torch.bfloat16, torch.float16]))
     lo = draw(st.integers(-149, 126) if dtype != torch.float16 else st.integers(-24, 14))  # (float16: to 65504)
     span = draw(st.integers(0, 60 if dtype != torch.float16 else 10))
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
-    shape = {"contiguous": (m, k), "transposed": (k, m), "strided": (m, 2 * k), "sliced": (m + 1, k + 3)}[layout]
+    shape = {"transposed": (k, m), "strided": (m, 2 * k), "sliced": (m + 1, k + 3)}.get(layout, (m, k))
     e = torch.rand(shape, generator=g, dtype=torch.float64) * span + lo
     x = torch.exp2(e.clamp(max=127.9)) * torch.sign(torch.randn(shape, generator=g, dtype=torch.float64))
     x = x.float().double()  # float32 values (subnormals included), kept in float64 for a moment
@@ -117,7 +118,19 @@ def tensors(draw, rows=None, cols=None):
         for v in draw(st.lists(specials, max_size=3)):
             flat[draw(st.integers(0, flat.numel() - 1))] = v
     x = x.to(dtype)
+    if layout == "negated view":  # x's values, stored negated with a pending negation (what x.conj().imag gives)
+        return torch._neg_view(-x)
+    if layout == "misaligned":  # x's values at an address that is not a multiple of the element size
+        memory = torch.zeros(x.numel() * x.element_size() + 1, dtype=torch.uint8)
+        view = memory[1:].view(dtype).view(x.shape) if x.element_size() == 1 else _unaligned(memory, x)
+        return view.copy_(x)
     return {"contiguous": x, "transposed": x.t(), "strided": x[:, ::2], "sliced": x[1:, 3:]}[layout]
+
+
+def _unaligned(memory: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A tensor like x whose data starts one byte into `memory` (torch.frombuffer keeps any offset)."""
+    buffer = memory.numpy().data.cast("B")
+    return torch.frombuffer(buffer, dtype=x.dtype, offset=1, count=x.numel()).view(x.shape)
 
 
 granularities = st.one_of(

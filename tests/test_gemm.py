@@ -187,6 +187,60 @@ def test_accumulator_model_validates():
         AccumulatorModel(mantissa_bits=0)
 
 
+def test_the_accumulation_model_has_a_size_limit_and_works_in_chunks(monkeypatch):
+    """Before: the model materialized every product, ~17 bytes per M*N*K with no size check (1024 x
+    4096 x 1024 would have needed ~68 GiB). Now a problem beyond MAX_ACCUMULATED_PRODUCTS is refused
+    before anything is allocated, and rows of a are walked a chunk at a time, with the same numbers."""
+    from fp8lab.gemm import emulation
+    from tests.test_hardening import _Largest
+
+    model = AccumulatorModel()
+    big_a, big_b = quantize(torch.randn(1024, 4096)), quantize(torch.randn(1024, 4096))
+    with pytest.raises(ValueError, match=r"M\*N\*K = 1024\*1024\*4096 = 4.29e\+09 products is beyond"):
+        emulated_mm(big_a, big_b, accumulation=model)
+    g = torch.Generator().manual_seed(5)
+    a_q, b_q = quantize(torch.rand(40, 320, generator=g)), quantize(torch.rand(24, 320, generator=g), E4M3, PerRow())
+    whole = emulation._scale_output(model.accumulate(emulation._scaled_products(a_q, b_q)), a_q, b_q)
+    monkeypatch.setattr(emulation, "MAX_ACCUMULATED_PRODUCTS", 40 * 24 * 320 - 1)
+    with pytest.raises(ValueError, match="products is beyond"):  # (the limit is checked before any work)
+        emulated_mm(a_q, b_q, accumulation=model)
+    monkeypatch.setattr(emulation, "MAX_ACCUMULATED_PRODUCTS", 40 * 24 * 320)
+    monkeypatch.setattr(emulation, "_PRODUCTS_PER_CHUNK", 3 * 24 * 320)  # chunks of 3 rows
+    with _Largest() as seen:
+        got = emulated_mm(a_q, b_q, accumulation=model)
+    assert torch.equal(got, whole)
+    assert seen.largest[torch.float64] <= 3 * 24 * 320  # no tensor of every product at once
+
+
+def test_the_emulation_stays_ieee_float32_whatever_the_matmul_precision():
+    """Before: the emulation's fp32 matmuls inherited set_float32_matmul_precision("high" / "medium")
+    (TF32 on a GPU; on the CPU "medium" is bf16 through oneDNN): with block scales folded in,
+    exactness broke. Now the emulation pins IEEE float32 for its matmuls (on every backend) and
+    restores the process's settings."""
+    precision = "medium"  # (what lowers float32 matmuls on a CPU; "high" is TF32, a GPU's)
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(256, 512, generator=g), torch.randn(128, 512, generator=g)
+    pairs = [(quantize(a, E4M3, PerBlock(1, 32), "rceil", scale_fmt=E8M0), quantize(b, E4M3, PerBlock(1, 32), "rceil",
+                                                                                  scale_fmt=E8M0)),
+             (quantize(a, E4M3, PerBlock(1, 128)), quantize(b, E4M3, PerBlock(128, 128))),
+             (quantize(a), quantize(b))]
+    want = [emulated_mm(*pair) for pair in pairs]
+    reference = [emulated_mm(*pair, emulation="reference") for pair in pairs]
+    old = torch.get_float32_matmul_precision()
+    backends = (torch.backends.cuda.matmul, torch.backends.mkldnn.matmul)
+    try:
+        torch.set_float32_matmul_precision(precision)
+        settings = [m.fp32_precision for m in backends]
+        assert a.matmul(b.t()).sub(a.double().matmul(b.double().t())).abs().max() > 1e-3  # (it does lower precision)
+        for pair, w, r in zip(pairs, want, reference, strict=True):
+            assert torch.equal(emulated_mm(*pair), w)
+            assert torch.equal(emulated_mm(*pair, emulation="reference"), r)
+        assert [m.fp32_precision for m in backends] == settings  # restored
+        assert torch.get_float32_matmul_precision() == precision
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
 # ---- backends (the real path itself: tests/test_real_path.py) ------------------------------------------
 
 

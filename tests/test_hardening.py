@@ -310,3 +310,148 @@ def test_check_scale_refuses_the_reciprocal():
 
     fb = check_scale(reciprocal)
     assert not fb.ok and "reciprocal" in fb.message
+
+
+# ---- tensors whose memory is not their values: the C code reads memory, so it must see values ---------------------
+
+
+def _views(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """x's values behind memory that does not hold them as a plain row-major float32 array."""
+    buffer = bytearray(x.numel() * 4 + 1)
+    misaligned = torch.frombuffer(buffer, dtype=torch.float32, offset=1, count=x.numel()).view(x.shape)
+    misaligned.copy_(x)
+    return {"pending negation": torch._neg_view(-x), "misaligned": misaligned,
+            "conjugate's imaginary part": torch.complex(torch.zeros_like(x), -x).conj().imag}
+
+
+@BOTH_PATHS
+def test_views_the_c_code_cannot_read_as_memory_give_the_values(path):
+    """Before: a view with a pending negation (torch._neg_view, x.conj().imag) quantized with the wrong
+    sign on the C path (4.0 instead of -4.0); an amax given as such a view scaled with the wrong sign.
+    Every input the kernel reads is made readable first (resolved, contiguous, aligned)."""
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(21)) * 3
+    x[0, 0] = -4.0
+    with kernels.disabled():
+        want = quantize(x, E4M3, PerBlock(1, 32)).dequantize()
+    for name, view in _views(x).items():
+        assert torch.equal(view, x), name
+        got = _on(path, lambda v=view: quantize(v, E4M3, PerBlock(1, 32)).dequantize())
+        assert torch.equal(got, want), name
+    amax = torch._neg_view(torch.tensor(-8.0))  # the value 8.0, stored as -8.0
+    q = _on(path, lambda: quantize(x, E4M3, amax=amax))
+    assert q.scale.item() == pytest.approx(8.0 / 448, rel=1e-6)
+    sa, sb = torch._neg_view(-torch.rand(8) - 1), torch.rand(16) + 1
+    out = torch.randn(8, 16)
+    with kernels.disabled():
+        twin = emulated_mm(quantize(x, E4M3, PerRow()), quantize(torch.randn(16, 64), E4M3, PerRow()))
+    if path == "kernels" and kernels.engine().kernels:
+        assert torch.equal(kernels.scale_outer_(out.clone(), sa, sb), out * (sa[:, None] * sb[None, :]))
+    assert twin.shape == (8, 16)
+
+
+FAKE_AND_ZERO = """
+import torch, fp8lab
+from fp8lab.numerics import kernels
+assert kernels.status()[0], kernels.status()[1]
+z = torch._efficientzerotensor((4, 64))
+q = fp8lab.quantize(z, granularity="1x32")
+assert torch.equal(q.dequantize(), torch.zeros(4, 64))
+from torch._subclasses.fake_tensor import FakeTensorMode
+try:
+    with FakeTensorMode():
+        fp8lab.quantize(torch.randn(4, 64), granularity="1x32")
+except Exception as err:  # no values to quantize: an exception, never the C code reading nothing
+    print(type(err).__name__)
+print("DONE")
+"""
+
+
+@needs_kernels
+def test_tensors_without_memory_of_their_own_run_in_torch():
+    """Before: a zero tensor (torch._efficientzerotensor, which autograd makes) and a FakeTensor (what
+    torch.compile traces with) reached the C code, which read address 0: SIGSEGV. In a process of
+    its own."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", FAKE_AND_ZERO], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    assert proc.stdout.rstrip().endswith("DONE")
+
+
+def test_layouts_without_values_in_memory_get_a_clear_error():
+    for x in (torch.randn(4, 64).to_sparse(), torch.randn(4, 64).to_mkldnn()):
+        with pytest.raises(ValueError, match=r"dense \(strided\) tensor.*to_dense"):
+            quantize(x)
+
+
+# ---- a NaN must not hide an infinity ---------------------------------------------------------------------------
+
+
+@BOTH_PATHS
+@pytest.mark.parametrize("granularity", [PerTensor(), PerRow(), PerBlock(1, 32)], ids=lambda g: g.label)
+def test_an_infinity_beside_a_nan_is_refused(path, granularity):
+    """Before: a NaN in the same block made the block's amax NaN, and an infinity beside it was let
+    through (quantized as NaN) instead of raising as an infinity alone does."""
+    x = torch.randn(4, 64)
+    x[1, 3], x[1, 5] = math.nan, math.inf
+    with pytest.raises(ValueError, match=r"1 infinite value\(s\)"):
+        _on(path, lambda: quantize(x, E4M3, granularity))
+    with pytest.raises(ValueError, match=r"1 infinite value\(s\)"):
+        _on(path, lambda: quantize(x, E4M3, granularity, amax=torch.ones(granularity.scale_shape((4, 64)))))
+    x[1, 5] = 1.0  # the NaN alone still propagates to its block
+    assert torch.isnan(_on(path, lambda: quantize(x, E4M3, granularity)).dequantize()).any()
+    with pytest.raises(ValueError, match="infinite"):
+        AmaxHistory().record(torch.tensor([math.nan, -math.inf]))
+
+
+# ---- memory: no full-size float32 or int64 temporaries of a GEMM operand -----------------------------------------
+
+
+class _Largest(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records, per dtype, the most elements of a tensor any op allocates while active (views of
+    memory that already exists are not allocations)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest: dict[torch.dtype, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        known = {t.untyped_storage().data_ptr() for t in inputs}
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in known:
+                self.largest[t.dtype] = max(self.largest.get(t.dtype, 0), t.numel())
+        return out
+
+
+def test_quantizing_a_bf16_operand_makes_no_full_size_float32_copy():
+    """Before: every operand was widened to a full-size float32 tensor (and more float32 temporaries
+    of its size) before the cast: 1-2 GB for one 8192^2 operand on a GPU. The torch code (what runs
+    on a GPU) now widens a bounded chunk at a time."""
+    from fp8lab.numerics import quantize as quantize_module
+
+    x = torch.randn(1024, 1024).to(torch.bfloat16)
+    for granularity in (PerTensor(), PerBlock(1, 128), PerBlock(128, 128)):
+        with kernels.disabled(), _Largest() as seen:
+            q = quantize(x, E4M3, granularity)
+        with kernels.disabled():
+            want = quantize(x.float(), E4M3, granularity)
+        assert torch.equal(q.data.view(torch.uint8), want.data.view(torch.uint8)) and torch.equal(q.scale, want.scale)
+        assert seen.largest.get(torch.float32, 0) <= quantize_module._CHUNK_ELEMENTS, granularity  # (CPU's chunk)
+
+
+def test_e2m1_codes_make_no_int64_index_per_element():
+    """Before: QuantizedTensor.codes() of E2M1 data built an int64 index tensor (8 bytes per element)
+    on every NVFP4 call: ~0.5 GB for one 8192^2 operand."""
+    from fp8lab.numerics import quantize as quantize_module
+
+    q = quantize(torch.randn(512, 1024), E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True)
+    with _Largest() as seen:
+        codes = q.codes()
+    assert seen.largest.get(torch.int64, 0) == 0
+    assert seen.largest.get(torch.int32, 0) <= quantize_module._LOOKUP_CHUNK
+    table = quantize_module._e2m1_codes(torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]))
+    assert torch.equal(codes, quantize_module._e2m1_codes(q.values())) and table.tolist() == list(range(8))

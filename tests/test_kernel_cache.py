@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import fp8lab.settings
 from fp8lab import E2M1, E4M3, E5M2, PerBlock, PerRow, PerTensor, quantize
 from fp8lab.numerics import kernels, kernels_build
 
@@ -311,3 +312,162 @@ def test_clang_builds_the_same_kernels(cache, monkeypatch):
     assert lib is not None, why
     assert "built with clang" in why
     _agrees_with_torch(lib, monkeypatch)
+
+
+# ---- what a user's machine does to a library and a compiler --------------------------------------------------
+
+
+TRUNCATED = """
+import sys
+from pathlib import Path
+from fp8lab.numerics import kernels, kernels_build
+target = kernels_build.library_path(kernels_build.compiler(), kernels_build.FLAGS + kernels_build.NATIVE
+                                    + kernels_build.openmp_flags(kernels_build.compiler()))
+target.parent.mkdir(parents=True, mode=0o700)
+target.write_bytes(Path(sys.argv[1]).read_bytes()[:int(sys.argv[2])])
+target.chmod(0o700)
+digest = Path(sys.argv[1] + ".sha256")
+target.with_name(target.name + ".sha256").write_bytes(digest.read_bytes())  # the whole library's checksum
+target.with_name(target.name + ".sha256").chmod(0o600)
+import torch, fp8lab
+ok, why = kernels.status()
+q = fp8lab.quantize(torch.randn(64, 64), granularity="1x32")
+print(ok, "|", why)
+"""
+
+
+@pytest.mark.parametrize("size", [1024, 16 * 1024])
+def test_a_truncated_cached_library_is_rebuilt_never_loaded(cache, size):
+    """Before: a real prefix (1-20 KB) of a built library in the cache made the first quantize die with
+    SIGBUS inside ctypes.CDLL (the loader maps what the headers promise), on every start. Now a cached
+    library is loaded only if its bytes are the ones its build recorded. In a process of its own."""
+    proc = subprocess.run([sys.executable, "-c", TRUNCATED, str(SESSION_LIBRARY), str(size)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "XDG_CACHE_HOME": str(cache.parent)})
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    ok, why = proc.stdout.strip().rsplit("\n", 1)[-1].split(" | ", 1)
+    assert ok == "True" and "not loaded: its bytes are not those its build wrote" in why, why
+
+
+def test_truncated_or_unrecorded_libraries_are_never_intact(cache):
+    """Every prefix is refused before the loader sees it, and so is a library whose checksum is missing."""
+    library = _seed(cache)
+    whole = library.read_bytes()
+    assert kernels_build._intact(library) == ""
+    for size in (64, 1024, 4096, 20 * 1024, len(whole) - 1):
+        library.write_bytes(whole[:size])
+        assert "not those its build wrote" in kernels_build._intact(library), size
+    library.write_bytes(whole)
+    library.with_name(library.name + ".sha256").unlink()
+    assert "no checksum" in kernels_build._intact(library)
+
+
+def test_a_compiler_that_hides_symbols_still_exports_the_kernels(cache, tmp_path, monkeypatch):
+    """A compiler wrapper adding -fvisibility=hidden: the entry points are marked for export in the source."""
+    hidden = _script(tmp_path / "cc", 'set -- -fvisibility=hidden "$@"')
+    monkeypatch.setenv("CC", hidden)
+    lib, why = _load()
+    assert lib is not None, why
+    for name in kernels_build.EXPORTED:
+        assert hasattr(lib, name), name
+    assert set(kernels_build.EXPORTED) >= {"fp8lab_quantize", "fp8lab_scale_outer", "fp8lab_rule_names"}
+    source = kernels_build.SOURCE.read_text()
+    defined = set(re.findall(r"^[A-Za-z][\w \t*]*\b(fp8lab_\w+)\s*\(", source, re.M))
+    assert defined == set(kernels_build.EXPORTED)  # every fp8lab_ function defined is marked for export
+
+
+def test_a_library_without_fp8labs_functions_falls_back_to_torch(cache, tmp_path, monkeypatch, stub_source):
+    """Before: a library that loads but lacks fp8lab's symbols made every quantize raise AttributeError
+    and doctor crash. Now the kernels are off, with the reason."""
+    renaming = _script(tmp_path / "cc", 'set -- -Dfp8lab_quantize=fp8lab_quantize_elsewhere "$@"')
+    monkeypatch.setenv("CC", renaming)
+    lib, why = _load()
+    assert lib is None
+    assert "lacks fp8lab_quantize" in why and "quantization runs in torch" in why
+
+
+def test_a_library_without_fp8labs_functions_leaves_quantize_and_doctor_working(cache, tmp_path):
+    """The same, as a user meets it: a fresh process, quantize and the doctor's report."""
+    renaming = _script(tmp_path / "cc", 'set -- -Dfp8lab_scale_outer=fp8lab_scale_outer_elsewhere "$@"')
+    code = ("import torch, fp8lab; from fp8lab.lab import doctor; "
+            "q = fp8lab.quantize(torch.randn(64, 64), granularity='1x32'); "
+            "print([line for line in doctor.report(probe=False).splitlines() if 'quantize' in line][0])")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CC": renaming, "XDG_CACHE_HOME": str(cache.parent)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "lacks fp8lab_scale_outer" in proc.stdout
+
+
+def test_threads_asking_together_build_once(tmp_path):
+    """Before: the first use from 8 threads compiled _kernels.c 8 times (and each loaded its own). Now
+    8 threads run the compiler exactly as often as one thread does (one build)."""
+    runs = {}
+    for threads in (1, 8):
+        log = tmp_path / f"compiler-{threads}.log"
+        counting = _script(tmp_path / f"cc{threads}", f'echo "$*" >> {log}')
+        code = ("import threading; from fp8lab.numerics import kernels; "
+                f"ts = [threading.Thread(target=kernels.status) for _ in range({threads})]; "
+                "[t.start() for t in ts]; [t.join() for t in ts]; print(kernels.status()[0])")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "CC": counting, "XDG_CACHE_HOME": str(tmp_path / f"xdg{threads}")})
+        assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr[-2000:]
+        runs[threads] = log.read_text().splitlines()
+    assert len(runs[8]) == len(runs[1]) and sum(" -o " in line for line in runs[8]) == 1, runs
+
+
+@pytest.mark.parametrize("how", ["with an option", "behind a launcher"])
+def test_cc_is_a_command_line(cache, monkeypatch, stub_source, how):
+    """Before: CC="ccache gcc" or CC="cc -O2" turned the kernels off (CC was taken as one file name)."""
+    cc = f"{COMPILER} -O2" if how == "with an option" else f"env FP8LAB_UNUSED=1 {COMPILER}"
+    monkeypatch.setenv("CC", cc)
+    lib, why = _load()
+    assert lib is not None, why
+    assert kernels_build.compiler() == cc.split()
+    assert kernels_build.library_path(cc.split(), kernels_build.FLAGS) != kernels_build.library_path(
+        [COMPILER], kernels_build.FLAGS)  # another command line, another build
+    monkeypatch.setenv("CC", "cc 'unbalanced")
+    with pytest.warns(UserWarning, match="not a command line"):
+        lib, why = _load()
+    assert lib is None and "quantization runs in torch" in why
+
+
+def test_a_hanging_compiler_is_stopped_with_its_children_and_said(cache, tmp_path, monkeypatch, stub_source, capfd):
+    """Before: a hanging compiler blocked the first quantize for 150 s without a word and left its
+    children running. Now every compiler run of a load shares one deadline, a run in progress says so
+    on stderr, and a run past the deadline is stopped with everything it started."""
+    pids = tmp_path / "children"
+    hanging = tmp_path / "cc"
+    hanging.write_text(f"#!/bin/sh\nsleep 600 &\necho $! >> {pids}\nwait\n")
+    hanging.chmod(0o755)
+    monkeypatch.setenv("CC", str(hanging))
+    monkeypatch.setattr(kernels_build, "NOTICE_S", 0.2)
+    lib, why = kernels_build.load_uncached(timeout_s=2.0)
+    assert lib is None
+    assert "did not finish within 2 s" in why and "quantization runs in torch" in why
+    assert "fp8lab: compiling the CPU kernels with cc" in capfd.readouterr().err
+    children = [int(p) for p in pids.read_text().split()]
+    assert children
+    deadline = time.monotonic() + 30  # (a hang guard: they are killed at once)
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in children)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "of"])
+def test_an_fp8lab_kernels_value_that_means_nothing_is_said(monkeypatch, value):
+    """Before: unrecognised FP8LAB_KERNELS values silently meant on."""
+    monkeypatch.setenv("FP8LAB_KERNELS", value)
+    with pytest.warns(UserWarning, match="FP8LAB_KERNELS"):
+        lib, why = _load()
+    assert lib is None
+    assert f"FP8LAB_KERNELS={value!r}" in why and "1, true, yes, on" in why and "0, false, no, off" in why
+    for on in ("", "1", "on", " Yes "):
+        monkeypatch.setenv("FP8LAB_KERNELS", on)
+        assert fp8lab.settings.kernels_requested()

@@ -171,3 +171,31 @@ def test_torchao_and_fp8lab_engines_agree(recipe):
     assert diff[0] < 1e-5
     assert diff.max() < 0.03
     assert abs(a[-10:].mean() - b[-10:].mean()) / a[-10:].mean() < 0.01
+
+
+def test_converting_again_changes_the_recipe_and_keeps_what_it_should():
+    """Before: converting a converted model said "the model has no nn.Linear layers to convert"."""
+    model = make_model("mlp", 0, hidden=64)
+    once = convert(model, "tensorwise", backend="emulated")
+    twice = convert(once, "mxfp8", backend="emulated", skip=["fc3"])
+    assert [(n, m.recipe.name) for n, m in fp8_layers(twice)] == [("fc1", "mxfp8"), ("fc2", "mxfp8")]
+    assert type(twice.fc3) is nn.Linear  # kept in high precision: back to the plain layer
+    assert [n for n, _ in fp8_layers(once)] == ["fc1", "fc2", "fc3"]  # (deep-copied: the first is as it was)
+    x = torch.randn(4, 256)
+    assert torch.equal(twice(x), convert(model, "mxfp8", backend="emulated", skip=["fc3"])(x))
+    with pytest.raises(ValueError, match=r"FP8Linear layers \(fc1, fc2, fc3\).*unwrap"):
+        convert(once, "tensorwise", engine="torchao")
+
+
+def test_a_model_of_linear_subclasses_is_told_what_it_has():
+    """Before: a model whose linears are subclasses of nn.Linear was told it had no nn.Linear layers."""
+
+    class Scaled(nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    model = nn.Sequential(Scaled(8, 8), nn.ReLU(), Scaled(8, 4))
+    with pytest.raises(ValueError, match=r"subclasses of nn.Linear \(0 \(Scaled\), 2 \(Scaled\)\).*build those"):
+        convert(model, "tensorwise")
+    with pytest.raises(ValueError, match=r"has no nn\.Linear layers to convert$"):
+        convert(nn.Sequential(nn.ReLU()), "tensorwise")

@@ -326,6 +326,40 @@ def test_the_model_is_not_changed():
     assert torch.equal(torch.get_rng_state(), rng)
 
 
+class Counting(nn.Module):
+    """A forward that puts a new tensor in place of its buffer (self.steps = self.steps + 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 8)
+        self.register_buffer("steps", torch.zeros(()))
+        self.register_buffer("scale", torch.ones(8))
+
+    def forward(self, x):
+        self.steps = self.steps + 1
+        self.scale = self.scale * 2
+        return self.fc(x) * self.scale
+
+
+def test_a_buffer_the_forward_replaces_is_given_back():
+    """Before: inspect restored buffers by copying into the tensors it had saved, so a buffer that the
+    forward re-assigned (a new tensor object) stayed changed."""
+    model = Counting()
+    steps, scale = model.steps, model.scale
+    fp8lab.inspect(model, torch.randn(4, 16), recipes=("tensorwise",))
+    assert model.steps is steps and model.scale is scale
+    assert model.steps.item() == 0 and torch.equal(model.scale, torch.ones(8))
+    assert dict(model.named_buffers()).keys() == {"steps", "scale"}
+
+
+def test_a_model_on_the_meta_device_gets_a_clear_error():
+    """Before: inspect on a meta-device model failed with an internal message (meta tensors have no values)."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+    with pytest.raises(ValueError, match=r"on the meta device.*to_empty"):
+        fp8lab.inspect(model, torch.randn(4, 16))
+
+
 def test_restores_the_model_when_the_loss_fails():
     model = Stateful()
     with pytest.raises(ValueError, match="scalar"):

@@ -332,3 +332,100 @@ def test_the_docs_gpu_table_is_generated_from_the_decision():
         rows = gemm_table(arch, "12.9")
         real = {r["recipe"] for r in rows if r["backend"] == "scaled_mm"}
         assert real == REAL[arch], label
+
+
+# ---- the plan says what runs, the probe runs what is planned --------------------------------------------------
+
+
+def test_fast_accumulation_where_the_kernel_takes_it_and_a_clear_error_elsewhere(monkeypatch):
+    """Before: the plan allowed use_fast_accum for 1x128/128x128 blocks, which cuBLAS refuses
+    ("scaled_gemm doesn't support fast accum with 1x128 blockwise scaling", CUDABlas.cpp get_scale_mode),
+    and refused it for tensorwise and rowwise, which take it: matmul(..., "blockwise",
+    use_fast_accum=True) on an H100 fell back on every call. Now the plan follows torch's source,
+    and a pair whose kernel refuses it raises ValueError on any machine (the stand-in refuses it too)."""
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(128, 256, generator=g), torch.randn(256, 64, generator=g)
+    stand = StandIn((9, 0))
+    with stand.installed(monkeypatch):
+        for recipe, takes in (("tensorwise", True), ("rowwise", True), ("blockwise", False)):
+            pair = fp8lab.gemm.quantize_operands(a, b, recipe)
+            plan = plan_gemm(*pair, (9, 0), "12.9")
+            assert plan.fast_accum == takes, recipe
+            backend = GemmBackend("auto", (9, 0), "12.9", verbose=False)
+            if takes:
+                out = matmul(a, b, recipe, backend=backend, use_fast_accum=True, verbose=False)
+                assert backend.fallbacks() == 0 and out.shape == (128, 64)
+                continue
+            with pytest.raises(ValueError, match="use_fast_accum=True applies to the TensorWise and RowWise"):
+                matmul(a, b, recipe, backend=backend, use_fast_accum=True, verbose=False)
+            with pytest.raises(ValueError, match="use_fast_accum=True applies"):
+                matmul(a, b, recipe, backend="emulated", use_fast_accum=True, verbose=False)
+            with pytest.raises(RuntimeError, match="doesn't support fast accum with 1x128 blockwise scaling"):
+                prepare = prepare_real_mm(*pair, plan, torch.device("cpu"))
+                prepare.kwargs["use_fast_accum"] = True
+                prepare.run()
+            assert backend.fallbacks() == 0
+
+
+def test_rowwise_writes_float32_where_torch_does():
+    """Before: rowwise was planned with a bf16 output everywhere, against KernelPlan's own rule (float32
+    where the kernel offers it): cuBLAS (sm_90, 12.9) writes float32, and current torch's CUTLASS
+    rowwise kernel takes bf16, fp16 and fp32 outputs (RowwiseScaledMM.cu, check_inputs)."""
+    x = torch.randn(64, 128)
+    pair = (quantize(x, E4M3, PerRow(), "rceil"), quantize(x, E4M3, PerRow(), "rceil"))
+    assert plan_gemm(*pair, (9, 0), "12.9").out_dtype == torch.float32
+    assert plan_gemm(*pair, (8, 9), "12.9").out_dtype == torch.float32  # (torch >= 2.13 here)
+
+
+def test_an_nvfp4_pair_with_one_tensor_scale_is_planned_emulated():
+    """Before: an NVFP4 pair with a tensor scale on one operand only was planned "real" and then
+    failed at run time (every call a fallback). torch takes both or neither (ScaledBlasUtils.cpp)."""
+    x = torch.randn(64, 128)
+    one = quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True)
+    none = quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3)
+    for a_q, b_q in ((one, none), (none, one)):
+        with pytest.raises(KernelUnavailable, match="tensor scale on both operands"):
+            plan_gemm(a_q, b_q, (10, 0), "12.9")
+    assert plan_gemm(one, one, (10, 0), "12.9").two_level and not plan_gemm(none, none, (10, 0), "12.9").two_level
+
+
+def test_the_probe_runs_the_planned_formats(monkeypatch):
+    """Before: the probe ran E4M3 x E4M3 for every kernel family, while tensorwise dgrad and wgrad run
+    E5M2 x E4M3: a kernel that failed only for the pair in use passed its probe. Now a probe is
+    keyed by the whole plan (formats included) and runs operands quantized as the pair is."""
+    stand = StandIn((9, 0))
+    g = torch.Generator().manual_seed(4)
+    pairs = layer_gemms(torch.randn(64, 256, generator=g), torch.randn(128, 256, generator=g),
+                        torch.randn(64, 128, generator=g), "tensorwise")
+    backend = GemmBackend("auto", (9, 0), "12.9", verbose=False)
+    with stand.installed(monkeypatch):
+        for gemm, pair in pairs.items():
+            plan = plan_gemm(*pair, (9, 0), "12.9")
+            before = len(stand.dtypes)
+            fresh = (str(torch.device("cpu")), plan) not in backend.probes
+            assert backend._probe(plan, torch.device("cpu"), *pair, "12.9") == (True, "probe ok")
+            ran = stand.dtypes[before:]  # (wgrad's plan is dgrad's: probed once)
+            assert ran == ([(pair[0].data.dtype, pair[1].data.dtype, plan.out_dtype)] if fresh else []), gemm
+        assert {plan.formats for _, plan in backend.probes} == {("e4m3", "e4m3"), ("e5m2", "e4m3")}
+
+
+def test_train_announces_which_gemms_ran_real_or_emulated_and_why(monkeypatch, capsys):
+    """Before: training on a GPU counted planned emulation silently (TrainResult.backend_lines was never
+    shown): mxfp8 on an H100 emulated without a word. Now train() says it once per run, after the
+    run's first step, and TrainResult keeps it."""
+    from fp8lab.training.train import train
+
+    stand = StandIn((9, 0))
+    with stand.installed(monkeypatch):
+        res = train(("tensorwise", "mxfp8"), steps=2, batch=16, progress=False, monitor_every=None,
+                    backend=GemmBackend("auto", (9, 0), "12.9", verbose=False))
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fp8lab: ")]
+    assert printed == [f"fp8lab: {line}" for line in res.announced]
+    assert printed[:2] == [
+        "fp8lab: tensorwise: fprop real (scaled_mm TensorWise e4m3 x e4m3 on sm_90 (cuBLASLt); 3 GEMMs)",
+        "fp8lab: tensorwise: dgrad/wgrad real (scaled_mm TensorWise e5m2 x e4m3 on sm_90 (cuBLASLt); 5 GEMMs)"]
+    assert printed[2] == ("fp8lab: mxfp8: fprop/dgrad/wgrad emulated (MX block scaling (1x32, E8M0) needs sm_100 "
+                          "(Blackwell) or newer, this is sm_90; 8 GEMMs)")  # said after the first step: 8 GEMMs
+    assert res.backend_lines()[2].endswith("; 16 GEMMs)")  # the whole run's counts, kept
+    quiet = train("tensorwise", steps=1, batch=8, progress=False, monitor_every=None)  # the CPU: nothing to say
+    assert quiet.announced and "fp8lab: " not in capsys.readouterr().out

@@ -463,9 +463,9 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     given = None if amax is None else _given_amax(amax, blocks, spec.granularity, (m, k), x2d.device)
     fold = _folds(spec.granularity, block, (m, k))
 
-    x32 = x2d.to(torch.float32) if spec.kernel is not None and x2d.device.type == "cpu" else x2d
-    if (spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels and kernels.accepts(x32)
-            and (given is None or kernels.accepts(given))):
+    kernel = spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels
+    x32 = x2d.to(torch.float32) if kernel else x2d  # (the kernel reads float32)
+    if kernel and kernels.accepts(x32) and (given is None or kernels.accepts(given)):
         fused = kernels.quantize(x32, block, spec.kernel, given, fold=fold, count=count, values=values)
         if fused is None or (bool(torch.isnan(fused.own).any()) and bool(torch.isinf(x32).any())):
             _refuse_inf(x32)  # an infinite amax (or an infinity beside a NaN, whose amax is NaN)

@@ -462,6 +462,8 @@ class AmaxHistory:
         """Append this step's amax (pass the tensor, or its amax: >= 0, or NaN)."""
         if isinstance(x_or_amax, torch.Tensor) and x_or_amax.numel() > 1:
             value = float(amax_per_block(x_or_amax, PerTensor()).max())
+            if math.isnan(value) and bool(torch.isinf(x_or_amax).any()):  # a NaN's amax hides an infinity
+                value = math.inf
         else:
             value = float(x_or_amax)
         if value < 0 or math.isinf(value):
