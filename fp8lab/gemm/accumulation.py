@@ -1,7 +1,9 @@
 """The accumulation model: a limited-precision tensor-core accumulator, and promotion to fp32.
 
 Public: AccumulatorModel (DeepSeek-V3's ~14-bit accumulator and its fix), accumulation_error,
-accumulation_errors (the relative error of a GEMM against its exact product, for one K or many).
+accumulation_errors (the relative error of a GEMM against its exact product, for one K or many:
+over the whole output, MEASURES "frobenius", or the largest over its elements, "max", the measure
+DeepSeek-V3 quotes).
 The emulation (fp8lab.gemm.emulation) sums in fp32 unless given an AccumulatorModel. Notebook 05
 introduces it.
 """
@@ -17,7 +19,11 @@ import torch
 from fp8lab.gemm.emulation import _scale_output, _scaled_products, emulated_mm, quantize_operands
 from fp8lab.numerics.quantize import QuantizedTensor
 
-__all__ = ["AccumulatorModel", "accumulation_error", "accumulation_errors"]
+__all__ = ["MEASURES", "AccumulatorModel", "accumulation_error", "accumulation_errors"]
+
+# how a GEMM's error against its exact product is summed up: ||got - exact|| / ||exact|| over the whole
+# output (Frobenius), or max_ij |got - exact| / |exact| (the largest relative error of one output element)
+MEASURES = ("frobenius", "max")
 
 
 # ---- the model ---------------------------------------------------------------------
@@ -89,8 +95,9 @@ def accumulation_errors(
     accumulation: AccumulatorModel | None = None,
     distribution: str = "uniform",
     size: int = 8,
+    measure: str = "frobenius",
 ) -> list[float]:
-    """[accumulation_error(k, accumulation, distribution, size) for k in ks], the same floats,
+    """[accumulation_error(k, accumulation, distribution, size, measure=measure) for k in ks], the same floats,
     with the accumulator model walking all the K at once (one pass over the largest).
 
     Each K's products are padded with zeros in front: the model's accumulator stays exactly 0
@@ -100,7 +107,7 @@ def accumulation_errors(
     use; other K are walked one by one). tests/test_gemm.py checks the equality bit for bit."""
     ks = list(ks)
     if accumulation is None or not ks:
-        return [accumulation_error(k, accumulation, distribution, size) for k in ks]
+        return [accumulation_error(k, accumulation, distribution, size, measure=measure) for k in ks]
     longest = max(ks)
     every = accumulation.promote_every
 
@@ -113,14 +120,15 @@ def accumulation_errors(
         return every > k and (longest % every == 0 or every > longest)  # no promotion inside K either way
 
     together = [k for k in ks if aligned(k)]
-    errors = {k: accumulation_error(k, accumulation, distribution, size) for k in ks if not aligned(k)}
+    errors = {k: accumulation_error(k, accumulation, distribution, size, measure=measure)
+              for k in ks if not aligned(k)}
     if together:
         operands = [_accumulation_operands(k, distribution, size) for k in together]
         products = torch.stack([torch.nn.functional.pad(_scaled_products(a_q, b_q), (longest - k, 0))
                                 for k, (a_q, b_q, _) in zip(together, operands, strict=True)])
         outs = accumulation.accumulate(products)  # (len(together), M, N)
         for k, out, (a_q, b_q, exact) in zip(together, outs, operands, strict=True):
-            errors[k] = _relative_error(_scale_output(out, a_q, b_q), exact)
+            errors[k] = _relative_error(_scale_output(out, a_q, b_q), exact, measure)
     return [errors[k] for k in ks]
 
 
@@ -139,24 +147,32 @@ def accumulation_error(
     distribution: str = "uniform",
     size: int = 8,
     gemm: Callable[[QuantizedTensor, QuantizedTensor], torch.Tensor] | None = None,
+    measure: str = "frobenius",
 ) -> float:
-    """Relative error (Frobenius) of a GEMM of FP8 operands against their exact product.
+    """Relative error of a GEMM of FP8 operands against their exact product (measure: MEASURES).
 
     a[size, K] @ b[K, size], drawn uniform in [0, 1) (same sign: the sum grows like K, the
     worst case for a short accumulator) or normal (mixed signs), quantized tensorwise. The
     GEMM is the emulation with `accumulation` unless `gemm(a_q, b_q)` is given (the GPU's).
+    measure "frobenius": ||got - exact|| / ||exact|| over the size x size output; "max": the largest
+    |got - exact| / |exact| of one element (with mixed signs an output near zero decides it).
     """
     if distribution not in ("uniform", "normal"):
         raise ValueError(f"unknown distribution {distribution!r}; valid: uniform, normal")
+    if measure not in MEASURES:
+        raise ValueError(f"unknown measure {measure!r}; valid: {', '.join(MEASURES)}")
     a_q, b_q, exact = _accumulation_operands(k, distribution, size)
     if gemm is None:
         got = emulated_mm(a_q, b_q, emulation="reference", accumulation=accumulation)
     else:
         got = gemm(a_q, b_q)
-    return _relative_error(got, exact)
+    return _relative_error(got, exact, measure)
 
 
-def _relative_error(got: torch.Tensor, exact: torch.Tensor) -> float:
-    """||got - exact|| / ||exact|| (Frobenius), in float64 on the CPU."""
+def _relative_error(got: torch.Tensor, exact: torch.Tensor, measure: str = "frobenius") -> float:
+    """||got - exact|| / ||exact|| (Frobenius), or max |got - exact| / |exact| over the elements ("max"),
+    in float64 on the CPU."""
     got = got.double().cpu()
+    if measure == "max":
+        return ((got - exact).abs() / exact.abs()).max().item()
     return (torch.linalg.norm(got - exact) / torch.linalg.norm(exact)).item()

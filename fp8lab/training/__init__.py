@@ -5,7 +5,9 @@
   gpu_support.py  which GEMMs of each recipe run real on which GPU generation, and why
   models.py       the toy MLP and transformer with sink channels, their tasks
   train.py        train (recipes side by side), train_step, notebook 06's settings and sweeps
-  measured.py     the training runs shipped with the lab (the sink cliff, delayed recovery)
+  measured.py     the training runs shipped with the lab (the sink cliff, delayed recovery, rowwise's mismatch)
+  operands.py     one activation as the forward and the weight-gradient GEMM quantize it; why rowwise fails
+  sharding.py     an FP8 all-gather of a sharded tensor: where ranks must agree on one amax
   distributed.py  FSDP2 under torchrun on the CPU; _watchdog.py ends a run whose launcher died
   readiness.py    fp8lab.inspect: any model's FP8 readiness, per layer
   export.py       a recipe written for torchao, TransformerEngine, torchtitan

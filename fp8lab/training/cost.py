@@ -1,9 +1,9 @@
 """The cost side of each recipe: scale storage, how its amax is found, scale multiplies in the GEMM,
 this machine's measured times, and published GPU speed-ups with their sources.
 
-Public: cost_table(recipes, k, ranks) -> DataFrame, measure(recipes, size) -> DataFrame,
-per_tensor_vs_block(table, measured) -> DataFrame, answer(comparison), PUBLISHED, scale_bits_per_element,
-scale_multiplies. Everything except the measured times and PUBLISHED is computed from the
+Public: cost_table(recipes, k, m, parallel) -> DataFrame, measure(recipes, size) -> DataFrame,
+per_tensor_vs_block(table, measured) -> DataFrame, answer(comparison), PUBLISHED, PARALLEL,
+scale_bits_per_element, scale_multiplies. Everything except the measured times and PUBLISHED is computed from the
 recipes' own scalings (fp8lab.recipes). Notebook 08 shows it (CostPanel); 05 calls it once.
 """
 
@@ -19,8 +19,8 @@ import torch
 from fp8lab.numerics.recipes import GEMMS, Recipe, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import PerRow, PerTensor
 
-__all__ = ["PUBLISHED", "Published", "answer", "cost_class", "cost_table", "measure", "per_tensor_vs_block",
-           "scale_bits_per_element", "scale_multiplies"]
+__all__ = ["PARALLEL", "PUBLISHED", "Published", "answer", "cost_class", "cost_table", "measure",
+           "per_tensor_vs_block", "scale_bits_per_element", "scale_multiplies"]
 
 COST_RECIPES = ("delayed", "tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4")
 
@@ -35,30 +35,41 @@ class Published:
     source: str
 
 
-_TE = "TransformerEngine docs, speedups.rst (GEMM speed-up over BF16, a 5B model)"
+_TE = ("TransformerEngine docs, GEMM Speedups Across Precisions (speedups.rst): a 5B model's linear-layer GEMMs "
+       "over BF16, 'autocast' = each GEMM with the quantization of its inputs")
 _TORCHAO_FLOAT8 = "torchao float8 training docs (Llama3-8B, 8 GPUs, training throughput over BF16)"
 _TORCHAO_MX = ("torchao torchao/prototype/mx_formats/README.md @ 09f13255 (torchtitan Llama3-8B, 8x B200, "
                "tokens/s over BF16)")
 _DEEPGEMM = "DeepGEMM README (FP8 GEMM throughput, 1x128 / 128x128 scaling)"
 
-# What the libraries that run these recipes on GPUs report (FACTS.md "Speed anchors"; the torchao
-# MX table read from its README). Speed-ups are over BF16 on the same hardware.
+# What the libraries that run these recipes on GPUs report (TransformerEngine's speedups page; the torchao
+# MX table read from its README). Speed-ups are over BF16 on the same hardware. TransformerEngine's are
+# "autocast" figures: the GEMMs together with the per-step quantization of their inputs, not the kernels alone.
+_AUTOCAST = "GEMM + quantization (autocast)"
 PUBLISHED: dict[str, tuple[Published, ...]] = {
-    "delayed": (Published("1.69x", "GEMM", "H200", _TE),),
-    "tensorwise": (Published("1.57x", "GEMM (current scaling)", "H200", _TE),
+    "delayed": (Published("1.69x", _AUTOCAST, "H200", _TE), Published("1.61x", _AUTOCAST, "B300", _TE)),
+    "tensorwise": (Published("1.57x", f"{_AUTOCAST}, current scaling", "H200", _TE),
+                   Published("1.41x", f"{_AUTOCAST}, current scaling", "B300", _TE),
                    Published("+25%", "training", "8x H100", _TORCHAO_FLOAT8),
                    Published("+25.4%", "training (FP8 all-gather)", "8x B200", _TORCHAO_MX)),
     "rowwise": (Published("+10%", "training", "8x H100", _TORCHAO_FLOAT8),
                 Published("+4.0%", "training", "8x B200", _TORCHAO_MX)),
-    "blockwise": (Published("1.41x", "GEMM", "H200", _TE),
+    "blockwise": (Published("1.41x", _AUTOCAST, "H200", _TE),
                   Published("up to 1550 TFLOPS", "FP8 GEMM", "H800", _DEEPGEMM)),
-    "mxfp8": (Published("1.44x", "GEMM", "B300", _TE),
+    "mxfp8": (Published("1.44x", _AUTOCAST, "B300", _TE),
               Published("+16.1% (rceil), +20.0% (floor)", "training", "8x B200", _TORCHAO_MX),
               Published("2-3x", "GEMM, common shapes", "B200", _TORCHAO_MX)),
-    "nvfp4": (Published("2.03x", "GEMM", "B300", _TE),),
+    "nvfp4": (Published("2.03x", _AUTOCAST, "B300", _TE),),
 }
-PUBLISHED_NOTE = ("TransformerEngine also reports 1.92x on H200 for FP8 GEMMs whose operands are already "
-                  "quantized: the rest of each recipe's gap to it is the cost of making its scales.")
+PUBLISHED_NOTE = ("TransformerEngine's figures are 'autocast' ones: each GEMM with the quantization of its inputs. "
+                  "With operands already quantized it reports 1.92x for FP8 on H200 (and 3.55x for NVFP4 on B300): "
+                  "the rest of each recipe's gap to that is the cost of making its scales. On Blackwell, "
+                  "TransformerEngine runs the 1x128 / 128x128 recipe as MXFP8.")
+
+# Where the ranks of a parallel job must agree on an amax before casting (TransformerEngine: its amax
+# reduction serves sequence-parallel tensors, FP8 weights sharded by FSDP, and delayed scaling's histories).
+PARALLEL = ("one process", "data parallel", "FSDP: FP8 all-gather of weights",
+            "sequence parallel: FP8 all-gather of activations")
 
 
 def _block(s: TensorScaling, rows: int, cols: int) -> tuple[int, int]:
@@ -101,36 +112,53 @@ def scale_multiplies(recipe: Recipe | str, k: int, gemm: str = "fprop") -> tuple
     return math.ceil(k / c) + extra, f"once per {c}-wide K block, inside the sum"
 
 
-def _amax_text(recipe: Recipe, ranks: int) -> str:
+def _amax_text(recipe: Recipe, parallel: str = "one process") -> str:
+    """How `recipe` finds its amaxes, and what `parallel` (one of PARALLEL) adds to it."""
     from fp8lab.training.layers import scale_spans_tokens
 
+    if parallel not in PARALLEL:
+        raise ValueError(f"unknown parallelism {parallel!r}; valid: {', '.join(PARALLEL)}")
     s = recipe.input
-    reduce = [f"{gemm} {role}" for gemm, roles in GEMMS.items() for role in roles
-              if (scaling := recipe.scaling(role, gemm)) is not None and scale_spans_tokens(role, gemm,
-                                                                                          scaling.granularity)]
     if recipe.delayed is not None:
-        text = "from the amax history of past steps: no pass before the cast (this step's amax is recorded after)"
+        text = "from the amax history of past steps: the tensor is read once, to cast it"
     elif isinstance(s.granularity, PerTensor):
-        text = "a reduction over the whole tensor before any element can be cast: a synchronisation point"
+        text = ("a reduction over the whole tensor before any element can be cast: the tensor is read twice "
+                "(amax, then cast)")
     elif isinstance(s.granularity, PerRow):
         text = "per row (local), but wgrad's rows are columns of x and dy: a reduction over all tokens"
     else:
         r, c = s.granularity.block_shape((1 << 20, 1 << 20))
-        text = f"local to each {r}x{c} block: no synchronisation"
-    if ranks > 1:
-        text += (f"; with {ranks} data-parallel ranks, an all-reduce for " + ", ".join(reduce)) if reduce else \
-            f"; with {ranks} data-parallel ranks, no all-reduce (blocks never span ranks)"
+        text = f"local to each {r}x{c} block: found as the block is read"
+        if s.two_level:
+            text += ", under one tensor scale from the whole tensor's amax (read twice)"
+    if parallel == "data parallel":
+        if recipe.delayed is not None:
+            return text + ("; data parallel: the histories are all-reduced so that every rank keeps the same scales "
+                           "(TransformerEngine's reduce_amax)")
+        return text + "; data parallel: nothing to agree on (each rank's GEMMs read only its own tensors)"
+    if parallel.startswith("FSDP"):
+        if isinstance(recipe.weight.granularity, PerTensor) or recipe.weight.two_level:
+            return text + "; FSDP: an all-reduce of each weight's amax before its shards are cast (a tensor scale)"
+        return text + "; FSDP: no all-reduce (each weight row or block lies on one rank)"
+    if parallel.startswith("sequence"):
+        gathered = [f"{gemm} {role}" for gemm, roles in GEMMS.items() for role in roles if role != "weight"
+                    and (sc := recipe.scaling(role, gemm)) is not None
+                    and (sc.two_level or scale_spans_tokens(role, gemm, sc.granularity))]
+        if gathered:
+            return text + "; sequence parallel: an all-reduce for " + ", ".join(gathered)
+        return text + "; sequence parallel: no all-reduce (a block never spans ranks' tokens)"
     return text
 
 
-def cost_table(recipes: Sequence[str] = COST_RECIPES, k: int = 4096, m: int = 4096, ranks: int = 1):
+def cost_table(recipes: Sequence[str] = COST_RECIPES, k: int = 4096, m: int = 4096, parallel: str = "one process"):
     """Per recipe, for an fprop GEMM x[m, k] @ w[n, k]^T with n = k: element bits, scale bits per
-    element of x and w, how the amax is found, scale multiplies per output element and where,
-    and the published GPU speed-ups (with sources). DataFrame indexed by recipe."""
+    element of x and w, how the amax is found (and what `parallel`, one of PARALLEL, adds), scale
+    multiplies per output element and where, and the published GPU speed-ups (with sources).
+    DataFrame indexed by recipe."""
     import pandas as pd
 
-    if k < 1 or m < 1 or ranks < 1:
-        raise ValueError("k, m and ranks must be positive")
+    if k < 1 or m < 1:
+        raise ValueError("k and m must be positive")
     rows = []
     for name in recipes:
         r = get_recipe(name)
@@ -141,7 +169,7 @@ def cost_table(recipes: Sequence[str] = COST_RECIPES, k: int = 4096, m: int = 40
             "element bits": r.input.fmt.bits,
             "scale bits/element (x)": scale_bits_per_element(r.input, m, k),
             "scale bits/element (w)": scale_bits_per_element(r.weight, k, k),
-            "amax": _amax_text(r, ranks),
+            "amax": _amax_text(r, parallel),
             "scale multiplies per output": mults,
             "applied": where,
             "published GPU speed-up": "; ".join(f"{p.value} {p.what}, {p.hardware}" for p in pub) or "none found",
@@ -200,14 +228,15 @@ def per_tensor_vs_block(table, measured=None, per_tensor: str = "tensorwise", bl
          block: str(b["scale multiplies per output"]),
          "cheaper": which(t["scale multiplies per output"], b["scale multiplies per output"])},
         {"aspect": "finding the amax", per_tensor: t["amax"], block: b["amax"],
-         "cheaper": block if "synchronisation point" in t["amax"] and "no synchronisation" in b["amax"] else "same"},
+         "cheaper": block if "read twice" in t["amax"] and "as the block is read" in b["amax"] else "same"},
     ]
-    gemm_t = _first_speedup(per_tensor, "H200")
-    gemm_b = _first_speedup(block, "H200")
-    if gemm_t and gemm_b:
-        rows.append({"aspect": "published GEMM speed-up over BF16, H200 (TransformerEngine)",
-                     per_tensor: f"{gemm_t:g}x", block: f"{gemm_b:g}x",
-                     "cheaper": which(gemm_t, gemm_b, lower_is_cheaper=False)})
+    for hardware, blocked in (("H200", block), ("B300", "mxfp8")):  # on Blackwell, TE's block recipe is MXFP8
+        gemm_t, gemm_b = _first_speedup(per_tensor, hardware), _first_speedup(blocked, hardware)
+        if gemm_t and gemm_b:
+            shown = f"{gemm_b:g}x" + ("" if blocked == block else f" ({blocked})")
+            rows.append({"aspect": f"published speed-up over BF16, GEMM + quantization, {hardware} (TransformerEngine)",
+                         per_tensor: f"{gemm_t:g}x", block: shown,
+                         "cheaper": which(gemm_t, gemm_b, lower_is_cheaper=False).replace(block, blocked)})
     if measured is not None:
         for col in ("quantize ms", "GEMM ms"):
             qt, qb = float(measured.loc[per_tensor, col]), float(measured.loc[block, col])
@@ -226,7 +255,7 @@ def _measured_winner(a: float, b: float, name_a: str, name_b: str, tolerance: fl
 
 def _first_speedup(recipe: str, hardware: str) -> float | None:
     for p in PUBLISHED.get(recipe, ()):
-        if p.hardware == hardware and p.value.endswith("x") and p.what.startswith("GEMM"):
+        if p.hardware == hardware and p.value.endswith("x") and p.what.startswith(_AUTOCAST):
             return float(p.value[:-1])
     return None
 

@@ -1,0 +1,113 @@
+"""One activation, two GEMMs: what a linear layer's forward and weight-gradient GEMMs keep of the same tensor.
+
+Public: operand_losses(x, recipe, outlier_channels) (the activation as fprop quantizes it, along K, and as
+wgrad quantizes it, along M), lesson_mismatch(recipes, sinks, seed) (fc2's input in the lesson MLP, per
+recipe and GEMM, from fp8lab.inspect), constant_loss(seed) (the lesson task's loss of predicting the mean),
+GEMM_ROLES. Notebook 05 shows the first (the three GEMMs), notebook 06 the others (why rowwise fails).
+A linear layer y = x @ w^T runs three GEMMs, each operand scaled along the dimension that GEMM sums over:
+    fprop  y[M, N]  = x[M, K] @ w[N, K]^T      x in 1 x c tiles along K (a token's channels share a scale)
+    wgrad  dw[N, K] = dy^T[N, M] @ x[M, K]     x^T in 1 x c tiles along M: c x 1 tiles of x (a channel's tokens)
+so the same x is quantized twice, along different axes (fp8lab.nn.layer_gemms builds both, as FP8Linear does).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fp8lab.numerics.metrics import channel_sqnr, flushed_fraction
+from fp8lab.numerics.recipes import Recipe, get_recipe
+from fp8lab.numerics.scaling import PerRow, PerTensor
+from fp8lab.training.layers import layer_gemms
+
+__all__ = ["GEMM_ROLES", "constant_loss", "lesson_mismatch", "operand_losses"]
+
+# the GEMMs that read the activation x, and what each sums over
+GEMM_ROLES = {"fprop": "x[M, K], summed over K (channels)", "wgrad": "x^T[K, M], summed over M (tokens)"}
+
+
+def _block_label(q, gemm: str) -> str:
+    """One scale's region, in x's layout, as a learner reads it: per-tensor, per token, per channel, or r x c."""
+    if isinstance(q.granularity, PerTensor):
+        return "per-tensor"
+    if isinstance(q.granularity, PerRow):
+        return "per row (one token)" if gemm == "fprop" else "per column (one channel)"
+    r, c = q.granularity.rows, q.granularity.cols
+    return f"{r}x{c}" if gemm == "fprop" else f"{c}x{r}"
+
+
+def operand_losses(x: torch.Tensor, recipe: Recipe | str, outlier_channels: torch.Tensor | list[int] | None = None,
+                   seed: int = 0) -> dict[str, dict]:
+    """x[M, K] quantized as `recipe`'s fprop and wgrad GEMMs read it (fp8lab.nn.layer_gemms), seen in x's layout.
+
+    Returns {"fprop": ..., "wgrad": ...}, each a dict: "values" (the dequantized operand as x[M, K], None where
+    the recipe keeps that GEMM in high precision), "block" ((rows, cols) of one scale's region in x's layout),
+    "label" (that region in words), "format", "ordinary_flushed" (share of the ordinary channels' nonzero values
+    flushed to zero) and "ordinary_sqnr_db" (their SQNR, every channel alike; fp8lab.metrics.channel_sqnr).
+    The weight and output gradient the three GEMMs also need are drawn from `seed`: they change nothing here.
+    """
+    recipe = get_recipe(recipe)
+    x = x.detach().float()
+    m, k = x.shape
+    g = torch.Generator().manual_seed(seed)
+    n = 16  # the layer's output width: any; it only shapes the weight and gradient operands
+    pairs = layer_gemms(x, torch.randn(n, k, generator=g), torch.randn(m, n, generator=g), recipe)
+    out = {}
+    for gemm, pair in (("fprop", pairs["fprop"]), ("wgrad", pairs["wgrad"])):
+        if pair is None:  # the recipe runs this GEMM in high precision: nothing is quantized
+            out[gemm] = {"values": None, "block": (m, k), "label": "high precision", "format": "high precision",
+                         "ordinary_flushed": 0.0, "ordinary_sqnr_db": math.inf}
+            continue
+        q = pair[0] if gemm == "fprop" else pair[1]  # fprop: x_q[M, K]; wgrad: xT_q[K, M]
+        values = q.dequantize().reshape(q.shape)
+        rows, cols = q.block_shape
+        if gemm == "wgrad":  # back to x's layout: a 1 x c tile of x^T is a c x 1 tile of x
+            values, rows, cols = values.t(), cols, rows
+        rows, cols = min(rows, m), min(cols, k)
+        out[gemm] = {"values": values, "block": (rows, cols), "label": _block_label(q, gemm),
+                     "format": q.fmt.name, "ordinary_flushed": flushed_fraction(x, values, outlier_channels),
+                     "ordinary_sqnr_db": channel_sqnr(x, values, outlier_channels)}
+    return out
+
+
+def _lesson_model_and_batch(sinks: float, seed: int):
+    from fp8lab.training.models import TeacherTask, make_model
+    from fp8lab.training.train import LESSON
+
+    model = make_model("mlp", seed, sinks)
+    task = TeacherTask(seed=seed)
+    x, y = task.batch(torch.Generator().manual_seed(1_000 + seed), LESSON.batch)  # train()'s first batch
+    return model, x, y, task
+
+
+def lesson_mismatch(recipes: tuple[str, ...] = ("tensorwise", "rowwise", "rowwise_with_gw_hp"), sinks: float = 1e6,
+                    seed: int = 0, layer: str = "fc2"):
+    """fc2's input in notebook 06's MLP (LESSON, its initial weights, the first batch) as each recipe's fprop and
+    wgrad GEMMs quantize it, measured by fp8lab.inspect: DataFrame indexed by (recipe, gemm) with underflow
+    (share of the operand flushed to zero), sqnr_ordinary_db and format ("high precision" where the recipe
+    runs that GEMM unquantized)."""
+    from fp8lab.training.readiness import inspect
+
+    model, x, y, task = _lesson_model_and_batch(sinks, seed)
+    report = inspect(model, x, lambda out: task.loss(out, y), recipes=recipes, progress=False)
+    f = report.frame
+    part = f[(f.layer == layer) & (f.operand == "input") & f.gemm.isin(("fprop", "wgrad"))]
+    return part.set_index(["recipe", "gemm"])[["format", "granularity", "underflow", "sqnr_ordinary_db"]]
+
+
+def constant_loss(seed: int = 0, steps: int | None = None, last: int = 10) -> float:
+    """The lesson task's final loss for a model that ignores its input and predicts the mean target (0: the
+    teacher y = W2 tanh(W1 x) is odd in x ~ N(0, 1)), on train()'s batches: the mean of its MSE over the last
+    `last` of `steps` steps, as TrainResult.final_loss averages a run's. A run above it did worse than a constant."""
+    from fp8lab.training.models import TeacherTask
+    from fp8lab.training.train import LESSON
+
+    steps = LESSON.steps if steps is None else steps
+    task = TeacherTask(seed=seed)
+    g = torch.Generator().manual_seed(1_000 + seed)  # the batches train() draws, in order
+    losses = []
+    for _ in range(steps):
+        _, y = task.batch(g, LESSON.batch)
+        losses.append(float(y.square().mean()))
+    return sum(losses[-last:]) / len(losses[-last:])
