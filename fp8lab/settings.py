@@ -1,6 +1,7 @@
 """Run-wide settings, read from the environment each time they are asked for (never at import).
 
 Public: smoke(), kernels_requested(), size(workshop, smoke).
+FP8LAB_DRAW=sync|thread chooses how panels redraw (auto: fp8lab.lab.panels.base.draw_mode).
 FP8LAB_SMOKE=1 shrinks sizes and steps so every notebook runs in seconds in CI; without
 it, everything is workshop-sized. FP8LAB_KERNELS=0 turns off the fused CPU kernels
 (fp8lab.numerics.kernels): same numbers, computed in torch; kernels.engine() asks once per process,
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BLAS_REPRODUCIBLE", "kernels_requested", "pin_blas_reproducibility", "size", "smoke"]
+__all__ = ["BLAS_REPRODUCIBLE", "DRAW_MODES", "draw_requested", "kernels_requested", "pin_blas_reproducibility", "size",
+           "smoke"]
 
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
@@ -33,6 +35,17 @@ def kernels_requested() -> bool:
         raise ValueError(f"FP8LAB_KERNELS={os.environ['FP8LAB_KERNELS']!r} means neither on nor off; valid: "
                          f"{', '.join(_ON)} (on) or {', '.join(_OFF)} (off)")
     return value in _ON
+
+
+DRAW_MODES = ("auto", "thread", "sync")
+
+
+def draw_requested() -> str:
+    """FP8LAB_DRAW: how panels redraw (fp8lab.lab.panels.base.draw_mode decides "auto" once per process)."""
+    value = os.environ.get("FP8LAB_DRAW", "auto").strip().lower() or "auto"
+    if value not in DRAW_MODES:
+        raise ValueError(f"FP8LAB_DRAW={value!r} is not a drawing mode; valid: {', '.join(DRAW_MODES)}")
+    return value
 
 
 def size(workshop: int, smoke_size: int) -> int:

@@ -7,12 +7,15 @@ screens show them sharp. Live panels (`Panel.live_sliders`) redraw while a slide
 the expensive ones redraw on release and time or train on a button. A change from the browser
 never redraws in the kernel's message handler: it marks the panel stale, and one drawing thread
 redraws with the controls' newest values until nothing is stale (`Panel.request_redraw`), so
-values that arrive during a redraw replace each other and only the latest is drawn.
+values that arrive during a redraw replace each other and only the latest is drawn. Front ends
+that drop output sent from other threads get the "sync" drawing mode instead (draw_mode()).
 """
 
 from __future__ import annotations
 
+import functools
 import html
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +30,7 @@ from fp8lab.figures import plots
 from fp8lab.figures.render import LayeredCanvas
 from fp8lab.lab import redraw
 from fp8lab.numerics.scaling import SCALE_RULES
+from fp8lab.settings import draw_requested
 
 __all__ = [
     "BLOCKS",
@@ -39,6 +43,7 @@ __all__ = [
     "SLIDERS",
     "TORCH_THREADS",
     "Panel",
+    "draw_mode",
 ]
 
 OUTLIERS = (0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
@@ -125,11 +130,12 @@ class Panel:
         self._drawer: threading.Thread | None = None
         self.redraws = 0  # redraws made for browser changes (request_redraw), for tests
         self.drawn_values: dict | None = None
+        self.sync = draw_mode() == "sync"  # redraw and run in the kernel's own thread
         for ctl in controls.values():
             if hasattr(ctl, "value"):
                 ctl.observe(self._on_change, names="value")
-            if isinstance(ctl, SLIDERS):
-                ctl.continuous_update = self.live_sliders
+            if isinstance(ctl, SLIDERS):  # in sync mode a drag must not queue a redraw per value
+                ctl.continuous_update = self.live_sliders and not self.sync
             ctl.style.description_width = "initial"
         boxes = [W.HBox(list(controls.values())[i : i + 3]) for i in range(0, len(controls), 3)]
         self.widget = W.VBox([W.HTML(f"<b>{html.escape(self.title)}</b>"), *boxes, self.image, self.text])
@@ -198,12 +204,16 @@ class Panel:
         return self.data
 
     def _launch(self, work: Callable[[], None], blocking: bool):
-        """Run `work` now (blocking), or in a background thread so that the kernel keeps
-        answering widget messages (Stop, redraws) meanwhile; one run at a time."""
+        """Run `work` now (blocking, and always in sync mode), or in a background thread so that
+        the kernel keeps answering widget messages (Stop, redraws) meanwhile; one run at a time.
+        In sync mode the kernel's interrupt (the notebook's stop button) ends a run."""
         if self._thread is not None and self._thread.is_alive():
             return None
-        if blocking:
-            work()
+        if blocking or self.sync:
+            try:
+                work()
+            except KeyboardInterrupt:
+                self.text.value += "<p><b>Stopped</b> (the kernel was interrupted).</p>"
             return None
 
         def in_thread() -> None:
@@ -243,7 +253,12 @@ class Panel:
         would make every value of a drag wait its turn and be drawn, stale, in order. Here the
         handler only marks the panel stale; one drawing thread redraws, and after each redraw
         draws again if anything changed meanwhile, reading the controls then. However many
-        values arrive during a redraw, one more redraw follows, with the last of them."""
+        values arrive during a redraw, one more redraw follows, with the last of them.
+        In sync mode the handler redraws itself (its sliders send one value per release)."""
+        if self.sync:
+            self.redraws += 1
+            self.refresh()
+            return
         with self._slot:
             self._stale = True
             if self._drawer is not None:
@@ -265,7 +280,10 @@ class Panel:
         except BaseException as err:  # shown in the panel, and raised to the thread's hook (the kernel logs it)
             with self._slot:
                 self._drawer = None
+                again = self._stale  # a change that arrived during the failed redraw is still to be drawn
             self.text.value = f"<span style='color:#d55e00'><b>Redraw failed:</b> {html.escape(repr(err))}</span>"
+            if again:
+                self.request_redraw()
             raise
 
     def wait_redrawn(self, timeout: float = 30.0) -> bool:
@@ -291,3 +309,18 @@ def _slider(options, value, description: str) -> W.SelectionSlider:
 
 def _outlier_options():
     return [(("none" if v == 0 else f"{plots.magnitude(v)}x"), v) for v in OUTLIERS]
+
+
+@functools.cache
+def draw_mode() -> str:
+    """How panels redraw, decided once per process.
+
+    "thread": a change marks the panel stale and a drawing thread redraws (live sliders send values
+    while dragged); training and timing run in a background thread, with a Stop button.
+    "sync": the kernel's own thread redraws (sliders send their value on release) and runs training
+    in the foreground, which the kernel's interrupt stops: for front ends that drop or delay what
+    other threads send. FP8LAB_DRAW chooses; "auto" (the default) is "sync" on Colab, else "thread"."""
+    asked = draw_requested()
+    if asked != "auto":
+        return asked
+    return "sync" if "google.colab" in sys.modules else "thread"

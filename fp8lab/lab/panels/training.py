@@ -61,6 +61,8 @@ class TrainingPanel(Panel):
         )
         self.start.on_click(lambda _: self.run(blocking=False))
         self.stop.on_click(lambda _: self._stop_event.set())
+        if self.sync:  # training runs in the kernel's thread: the notebook's interrupt button stops it
+            self.stop.tooltip = "in this front end, stop a run with the notebook's interrupt (stop) button"
         self.widget.children = (self.widget.children[0], *self.widget.children[1:4],
                                 W.HBox([self.start, self.stop, self.progress]), *self.widget.children[4:])
         self._stop_event = threading.Event()
