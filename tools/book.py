@@ -2,8 +2,9 @@
 
     python tools/book.py [--out build/book] [--smoke] [--only 00 05]    (`make book`: workshop size)
 
-Each notebook runs top to bottom with nbclient (a fresh kernel, FP8LAB_SMOKE=0 unless --smoke), with
-the widgets' state kept (nbclient's store_widget_state). A kernel-less page cannot run the widgets'
+Each notebook runs top to bottom with nbclient (a fresh kernel, FP8LAB_SMOKE=0 unless --smoke, panels
+drawing in the cell that changes them: FP8LAB_DRAW=sync), with the widgets' state kept (nbclient's
+store_widget_state). A kernel-less page cannot run the widgets'
 JavaScript, so each widget output is replaced by static HTML made from that state: the panel's last
 PNG (an ipywidgets.Image: its bytes are in the state), its text, the controls with their values,
 progress bars and Output widgets' contents. nbconvert's HTMLExporter (lab template) then writes one
@@ -151,16 +152,20 @@ def execute(path: Path, smoke: bool, timeout: int = 900):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    before = os.environ.get("FP8LAB_SMOKE")
-    os.environ["FP8LAB_SMOKE"] = "1" if smoke else "0"
+    # the kernel inherits these: the size, and panels that redraw in the cell that changed them (FP8LAB_DRAW=sync),
+    # so that each widget's saved state is its drawing at the end of the cell
+    settings = {"FP8LAB_SMOKE": "1" if smoke else "0", "FP8LAB_DRAW": os.environ.get("FP8LAB_DRAW", "sync")}
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, store_widget_state=True,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
     finally:
-        if before is None:
-            os.environ.pop("FP8LAB_SMOKE", None)
-        else:
-            os.environ["FP8LAB_SMOKE"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return nb
 
 
