@@ -109,7 +109,7 @@ def test_runs_top_to_bottom_in_smoke_mode(path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
-def test_runs_at_workshop_size_within_a_minute_and_1_5_gb(path, record_property):
+def test_runs_at_workshop_size_under_1_5_gb_with_its_claims(path, record_property):
     nb, seconds = _execute(path, smoke=False)
     assert not _errors(nb), _errors(nb)
     record_property("seconds", seconds)
