@@ -1,6 +1,7 @@
 """Figures: plots take data and an optional ax and return the ax; render makes their PNGs.
 
   plots.py   every figure of the lab, declarative (one seaborn theme, a colour-blind palette)
+  gemms.py   a linear layer's GEMMs: one activation as two GEMMs quantize it; rowwise's mismatch (notebooks 05, 06)
   render.py  Agg that keeps rendered glyphs: the same PNG bytes in half the time
 The panels (fp8lab.lab.panels) show them; their in-place redraws are fp8lab.lab.redraw.
 """

@@ -1,7 +1,7 @@
-"""Notebook 08's three models: an FP8 readiness report and a short training each, and the seed's claims tested.
+"""Notebook 08's three models: an FP8 readiness report and a short training each, and the use-case claims tested.
 
 Public: CASES, Case, make_case(name), Run, train_case(case, runs, steps) -> CaseResult, claims(...),
-BUDGET, TRAINED. The cases:
+BUDGET, TRAINED, ARTICLE. The cases:
     llm_like  the lab's transformer (fp8lab.training.models) on its Markov task, with sink channels (massive
               activations) in every MLP
     char_lm   the same transformer, no sinks, as a character model of Python's own documentation
@@ -29,8 +29,8 @@ from fp8lab.settings import size
 from fp8lab.training.layers import convert
 from fp8lab.training.train import train_step
 
-__all__ = ["ACCURACY_BUDGET", "BUDGET", "CASES", "TRAINED", "Case", "CaseResult", "Run", "claims", "make_case",
-           "train_case", "verdict"]
+__all__ = ["ACCURACY_BUDGET", "ARTICLE", "BUDGET", "CASES", "TRAINED", "Case", "CaseResult", "Run", "claims",
+           "make_case", "train_case", "verdict"]
 
 CASES = ("llm_like", "char_lm", "digits")
 # A recipe "suits" a model when its held-out loss is within BUDGET of fp32's (language models), or its
@@ -41,6 +41,9 @@ BUDGET = 0.01
 ACCURACY_BUDGET = 0.01
 TRAINED = ("fp32", "tensorwise", "blockwise", "mxfp8")  # the recipes each case trains by default
 SINK_MAGNITUDE = 1e6  # notebook 06's lesson setting
+# the article the lab follows
+ARTICLE = ("Per-Tensor and Per-Block Scaling Strategies for Effective FP8 Training (NVIDIA technical blog)",
+           "https://developer.nvidia.com/blog/per-tensor-and-per-block-scaling-strategies-for-effective-fp8-training/")
 
 
 @dataclass
@@ -247,13 +250,13 @@ def train_case(case: Case, runs: Sequence[str | Run] = TRAINED, steps: int | Non
                       time.perf_counter() - t0, messages)
 
 
-# ---- the seed's claims ------------------------------------------------------------------------------------------
+# ---- the use-case claims ----------------------------------------------------------------------------------------
 
 
 def claims(results: dict[str, CaseResult], reports: dict | None = None):
-    """The seed's use-case claims, tested on these runs: DataFrame (claim, model, evidence, holds).
+    """A use-case rule of thumb, tested on these runs: DataFrame (claim, model, evidence, holds).
 
-    The seed: per-block scaling suits "complex" models with diverse data such as image
+    The rule: per-block scaling suits "complex" models with diverse data such as image
     recognition; per-tensor scaling suits "certain NLP tasks". A recipe suits a model when it
     is within the budget (CaseResult.suits: held-out loss within BUDGET of fp32's, accuracy
     within ACCURACY_BUDGET for the classifier). Needs results for the three CASES with

@@ -208,7 +208,7 @@ def measure(recipes: Sequence[str] = COST_RECIPES, size: int = 512, rounds: int 
 
 
 def per_tensor_vs_block(table, measured=None, per_tensor: str = "tensorwise", block: str = "blockwise"):
-    """The seed's question, is per-tensor cheaper and where?, answered row by row from cost_table()
+    """Is per-tensor cheaper, and where? Answered row by row from cost_table()
     (and measure()): DataFrame (aspect, per-tensor, per-block, cheaper)."""
     import pandas as pd
 

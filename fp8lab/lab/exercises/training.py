@@ -32,7 +32,9 @@ SURVIVAL_LIMIT = 0.05
 _WHY = {
     "tensorwise": "one scale for the whole tensor is set by the 10^6 sinks: every other activation flushes to zero",
     "delayed": "per-tensor too, and its scale comes from past steps as well",
-    "rowwise": "every row holds the sink channels, so every row's scale is set by them - worst of all",
+    "rowwise": "in the forward GEMM every row (token) holds the sinks, so every row's scale is theirs and fc2's "
+               "ordinary inputs flush; its weight-gradient GEMM, scaled per channel, keeps them: it trains fc2 on "
+               "inputs the forward pass dropped and ends worse than predicting the mean",
     "nvfp4": "E2M1 has 3.6 binades: even its 16-element blocks lose the rest of a sink's block, and it starts "
              "worse than the FP8 recipes anyway",
     "blockwise": "its 1x128 blocks along K keep the damage in the sinks' own block",
@@ -75,8 +77,9 @@ def check_survivors(answer) -> Feedback:
     missing = truth - chosen
     if missing:
         name = sorted(missing)[0]
-        return Feedback(False, f"{name} survives too: {_WHY.get(name, 'it ends within 5%')}, and the wgrad layout "
-                               f"(blocks along M) never sees the sinks.{note}")
+        return Feedback(False, f"{name} survives too: {_WHY.get(name, 'it ends within 5%')}, and in the weight-"
+                               f"gradient GEMM (blocks along M) a sink channel shares its blocks with nothing else."
+                               f"{note}")
     return Feedback(True, f"{' and '.join(sorted(truth))}: blocks along K keep the damage in the sinks' own block."
                           f"{note}")
 

@@ -3,8 +3,10 @@
   base.py         Panel: controls, a figure, a text; redraws coalesced on one drawing thread
   setup_check.py  00: TimingPanel          formats.py   01: BitsPanel, NumberLinePanel
   per_tensor.py   02: PerTensorPanel, CliffPanel        delayed.py   03: DelayedPanel
-  blocks.py       04: BlockPanel, BlockSweepPanel       gemm.py      05: GemmPanel, AccumulationPanel
-  training.py     06: TrainingPanel, TrainingCliffPanel distributed.py 07: DistributedPanel, ExportPanel
+  blocks.py       04: BlockPanel, BlockSweepPanel       gemm.py      05: GemmOperandsPanel, GemmPanel,
+                                                                     AccumulationPanel
+  training.py     06: TrainingPanel, TrainingCliffPanel mismatch.py  06: MismatchPanel
+  distributed.py  07: DistributedPanel, ExportPanel
   cost.py         05, 08: CostPanel
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute, redraw;
 returns the data it plotted, so tests drive it without a browser) and `widget` (what the notebook shows).
@@ -22,7 +24,8 @@ from fp8lab.lab.panels.cost import CostPanel
 from fp8lab.lab.panels.delayed import DelayedPanel
 from fp8lab.lab.panels.distributed import DistributedPanel, ExportPanel
 from fp8lab.lab.panels.formats import BitsPanel, NumberLinePanel
-from fp8lab.lab.panels.gemm import AccumulationPanel, GemmPanel
+from fp8lab.lab.panels.gemm import AccumulationPanel, GemmOperandsPanel, GemmPanel
+from fp8lab.lab.panels.mismatch import MismatchPanel
 from fp8lab.lab.panels.per_tensor import CliffPanel, PerTensorPanel
 from fp8lab.lab.panels.setup_check import TimingPanel
 from fp8lab.lab.panels.training import TrainingCliffPanel, TrainingPanel
@@ -39,7 +42,9 @@ __all__ = [
     "DelayedPanel",
     "DistributedPanel",
     "ExportPanel",
+    "GemmOperandsPanel",
     "GemmPanel",
+    "MismatchPanel",
     "NumberLinePanel",
     "Panel",
     "PerTensorPanel",
@@ -52,8 +57,9 @@ __all__ = [
 PANELS: dict[str, Callable[[], Panel]] = {
     "timing": TimingPanel, "bits": BitsPanel, "number_line": NumberLinePanel, "per_tensor": PerTensorPanel,
     "cliff": CliffPanel, "delayed": DelayedPanel, "block": BlockPanel, "block_sweep": BlockSweepPanel,
-    "gemm": GemmPanel, "accumulation": AccumulationPanel, "training": TrainingPanel,
-    "training_cliff": TrainingCliffPanel, "distributed": DistributedPanel, "export": ExportPanel,
+    "gemm_operands": GemmOperandsPanel, "gemm": GemmPanel, "accumulation": AccumulationPanel,
+    "training": TrainingPanel, "training_cliff": TrainingCliffPanel, "mismatch": MismatchPanel,
+    "distributed": DistributedPanel, "export": ExportPanel,
     "cost": CostPanel,
 }
 

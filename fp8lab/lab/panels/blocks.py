@@ -34,7 +34,11 @@ from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.scaling import parse_granularity
 from fp8lab.settings import size
 
-__all__ = ["BlockPanel", "BlockSweepPanel"]
+__all__ = ["SHAPE", "BlockPanel", "BlockSweepPanel"]
+
+# one activation shape for notebook 04's panels and its table: the outlier channels' largest value, and so
+# what one scale per tensor costs the rest, grows with the rows drawn (more draws, a larger maximum)
+SHAPE = (size(128, 64), size(1024, 256))
 
 
 class BlockPanel(Panel):
@@ -52,7 +56,20 @@ class BlockPanel(Panel):
             distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
             outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
         )
-        self.shape = (size(128, 64), size(1024, 256))
+        self.shape = SHAPE
+
+    def table(self, blocks: tuple[str, ...] = ("per-tensor", "per-row", "128x128", "1x128", "1x32"),
+              outliers: float = 1e5):
+        """The same tensor (E4M3, fp32 exact scales; per-row: rceil, as torchao's rowwise; 1x32: E8M0 rceil, as MX)
+        for each block: DataFrame of quantization reports, indexed by block."""
+        x, idx = sample("normal", self.shape, outliers, return_outliers=True)
+        rules = {"per-row": ("rceil", None), "1x32": ("rceil", "e8m0")}
+        rows = {}
+        for b in blocks:
+            rule, sf = rules.get(b, ("exact", None))
+            rows[b] = quantization_report(x, quantize(x, "e4m3", parse_granularity(b), rule, scale_fmt=sf), idx)
+        return pd.DataFrame(rows).T[["scale_rule", "ordinary_sqnr_db", "ordinary_underflow", "sqnr_db",
+                                     "scale_bits_per_element"]]
 
     def compute(self, block, fmt, scales, distribution, outliers) -> dict:
         x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
@@ -89,7 +106,7 @@ class BlockSweepPanel(Panel):
             measure=_select(("ordinary channels", "all values"), "ordinary channels", "SQNR of"),
             threshold=W.IntSlider(value=20, min=5, max=45, description="target SQNR (dB)"),
         )
-        self.shape = (size(16, 16), size(1024, 256))
+        self.shape = SHAPE
         self._cache: dict[tuple, pd.DataFrame] = {}
 
     def sweep(self, fmt: str, distribution: str, outliers: float, measure: str) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from fp8lab.lab.panels.base import (
     _slider,
 )
 from fp8lab.settings import size
+from fp8lab.training.cost import PARALLEL
 
 __all__ = ["CostPanel"]
 
@@ -31,21 +32,21 @@ class CostPanel(Panel):
     def __init__(self) -> None:
         super().__init__(
             k=_slider([256, 1024, 4096, 16384], 4096, "K (contraction length)"),
-            ranks=_select([1, 8, 64], 1, "data-parallel ranks"),
+            parallel=_select(PARALLEL, PARALLEL[0], "parallelism"),
         )
         self.tokens = 4096  # M: rows of x in the GEMM x[M, K] @ w[K, K]^T
         self.size = size(512, 128)
         self._measured = None  # timed once per panel: the controls change nothing that is timed
 
-    def compute(self, k, ranks) -> dict:
+    def compute(self, k, parallel) -> dict:
         from fp8lab.training import cost
 
         if self._measured is None:
             self._measured = cost.measure(size=self.size, rounds=3)
-        table = cost.cost_table(k=k, m=self.tokens, ranks=ranks)
+        table = cost.cost_table(k=k, m=self.tokens, parallel=parallel)
         comparison = cost.per_tensor_vs_block(table, self._measured)
         return {"table": table, "measured": self._measured, "comparison": comparison,
-                "answer": cost.answer(comparison), "k": k, "ranks": ranks}
+                "answer": cost.answer(comparison), "k": k, "parallel": parallel}
 
     def draw(self, data, axes) -> None:
         table, measured = data["table"], data["measured"]
@@ -66,7 +67,8 @@ class CostPanel(Panel):
         sources = sorted({s for v in table["sources"] for s in v.split("; ") if s})
         from fp8lab.training.cost import PUBLISHED_NOTE
 
-        return (f"<table style='font-size:12px'><tr><th>recipe</th><th>how the amax is found</th>"
+        where = html.escape(data["parallel"])
+        return (f"<table style='font-size:12px'><tr><th>recipe</th><th>how the amax is found ({where})</th>"
                 f"<th>published GPU speed-up (over BF16)</th></tr>{rows}</table>"
                 f"<p style='font-size:11px'>sources: {html.escape(' | '.join(sources))}. "
                 f"{html.escape(PUBLISHED_NOTE)}</p><p><b>Is per-tensor cheaper?</b> {html.escape(data['answer'])}</p>")

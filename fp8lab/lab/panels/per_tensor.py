@@ -11,6 +11,7 @@ import math
 
 import ipywidgets as W
 import pandas as pd
+import torch
 
 from fp8lab.data.synthetic import DISTRIBUTIONS, sample
 from fp8lab.figures import plots
@@ -53,14 +54,18 @@ class PerTensorPanel(Panel):
             fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
             rule=_select(RULES, "exact", "scale rule"),
             margin=W.IntSlider(value=0, min=0, max=6, description="margin (powers of 2)"),
-            normalize=W.Checkbox(value=False, description="normalize each channel first"),
+            normalize=W.Checkbox(value=False, description="divide each channel by its amax first"),
         )
         self.shape = (size(128, 64), size(1024, 256))
 
     def compute(self, distribution, outliers, fmt, rule, margin, normalize) -> dict:
-        x, idx = sample(distribution, self.shape, outliers, normalize=normalize, return_outliers=True)
+        x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
+        if normalize:  # the tensor the cast sees, outlier channels included: x[:, c] / amax_c (the factors go to
+            # the next layer's weights' columns, as SmoothQuant folds them, or are an input feature's normalization)
+            x = x / x.abs().amax(0).clamp(min=torch.finfo(torch.float32).tiny)
         q = quantize(x, fmt, PerTensor(), rule, margin)
-        return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx), "margin": margin}
+        return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx), "margin": margin,
+                "normalized": normalize}
 
     def draw(self, data, ax) -> None:
         # an x axis that holds every setting's values and window: the learner sees them move, not the axis
@@ -70,6 +75,8 @@ class PerTensorPanel(Panel):
         r = data["report"]
         n = len(data["outlier_channels"])
         ordinary = f"ordinary values ({'all channels' if n == 0 else f'all but the {n} outlier channels'})"
+        if data["normalized"]:
+            ordinary += ", each channel divided by its amax"
         head = (f"<p style='font-size:14px'><b>{ordinary}: SQNR {r['ordinary_sqnr_db']:.1f} dB "
                 f"(each channel counts alike), {_pct(r['ordinary_underflow'])} flushed to 0</b></p>")
         q = data["q"]

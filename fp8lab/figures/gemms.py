@@ -1,0 +1,78 @@
+"""Figures of a linear layer's GEMMs: one activation as two GEMMs quantize it, and what the mismatch costs.
+
+Public: flushed_map (the share of x[M, K]'s values one GEMM's quantization flushed to zero, in x's layout),
+mismatch_flush and mismatch_losses (notebook 06: fc2's input flushed per recipe and GEMM; final losses beside
+a constant predictor). Declarative, as fp8lab.figures.plots: data in, the ax out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, _ax, _block_grid, _heatmap
+
+__all__ = ["flushed_map", "mismatch_flush", "mismatch_losses"]
+
+
+def flushed_map(x: torch.Tensor, values: torch.Tensor | None, ax=None, title: str = "", colorbar=None,
+                outlier_channels=None):
+    """Where x[M, K]'s nonzero values became zero in `values` (its dequantized operand, in x's layout; None:
+    the GEMM runs in high precision, nothing flushes), pooled to at most 64 x 64 cells: dark cells lost most.
+    Outlier channels are marked along the top."""
+    ax = _ax(ax)
+    x = x.detach().float()
+    flushed = torch.zeros_like(x) if values is None else ((x != 0) & (values == 0)).float()
+    m, k = x.shape
+    _heatmap(ax, _block_grid(flushed), "magma_r", "share flushed to 0", vmin=0, vmax=1, shape=(m, k),
+             colorbar=colorbar)
+    if outlier_channels is not None and len(outlier_channels):
+        cols = np.asarray(outlier_channels, dtype=float) + 0.5
+        ax.scatter(cols, np.full(len(cols), -0.02 * m), marker="v", s=30, color=CLIP, clip_on=False,
+                   label="outlier channels")
+    ax.set_xlabel("channel (K)")
+    ax.set_ylabel("token (M)")
+    ax.set_title(title, fontsize=9)
+    return ax
+
+
+def mismatch_flush(df, ax=None):
+    """Share of fc2's input flushed to zero, per recipe (groups) and GEMM (bars: fprop, wgrad); a GEMM kept in
+    high precision is drawn as an empty bar labelled "hp". df: index (recipe, gemm), column underflow, and
+    format ("high precision" where nothing is quantized)."""
+    ax = _ax(ax)
+    recipes = list(dict.fromkeys(df.index.get_level_values(0)))
+    width = 0.38
+    for j, (gemm, color) in enumerate((("fprop", PALETTE[0]), ("wgrad", PALETTE[1]))):
+        for i, recipe in enumerate(recipes):
+            row = df.loc[(recipe, gemm)]
+            xpos = i + (j - 0.5) * width
+            if row["format"] == "high precision":
+                ax.bar(xpos, 1.0, width, fill=False, edgecolor=color, hatch="//", label=None)
+                ax.text(xpos, 0.5, "hp", ha="center", va="center", fontsize=8, color=color)
+            else:
+                ax.bar(xpos, float(row["underflow"]), width, color=color, label=gemm if i == 0 else None)
+    ax.set_xticks(range(len(recipes)), [r.replace("_with_", "\n+") for r in recipes], fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("share of fc2's input flushed to 0")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title("fc2's input, as each GEMM quantizes it", fontsize=9)
+    return ax
+
+
+def mismatch_losses(df, ax=None):
+    """Final loss per recipe: the mean over seeds (bar) and each seed (dots), with the loss of predicting the
+    mean target (dashed). df: columns seed, run, loss, constant."""
+    ax = _ax(ax)
+    runs = list(dict.fromkeys(df["run"]))
+    for i, run in enumerate(runs):
+        part = df[df.run == run]
+        ax.bar(i, float(part["loss"].mean()), 0.6, color=PALETTE[(i + 2) % 10])
+        ax.scatter(np.full(len(part), i), part["loss"].to_numpy(), color="black", s=12, zorder=3)
+    ax.axhline(float(df.groupby("seed")["constant"].first().mean()), color=FLUSH, ls="--", lw=1.2,
+               label="predicting the mean")
+    ax.set_xticks(range(len(runs)), [r.replace("_with_", "\n+") for r in runs], fontsize=8)
+    ax.set_ylabel("final loss (150 steps)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title("final loss, sinks at 1e6 (dots: seeds)", fontsize=9)
+    return ax
