@@ -14,7 +14,7 @@ TEST_STAMP := $(VENV)/.fp8lab-test
 BOOK_STAMP := $(VENV)/.fp8lab-book
 PYTHON_FLOOR := 3.11
 
-.PHONY: setup lab-env book-env browser-deps lab test test-machines test-loaded lint bench doctor book clean
+.PHONY: setup lab-env book-env browser-deps lab test test-machines test-loaded compat lint bench doctor book clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < tuple(map(int, "$(PYTHON_FLOOR)".split("."))))' || { \
@@ -80,6 +80,17 @@ test-machines: setup
 	@for m in $(MACHINES); do echo "make test-machines: $$m"; \
 	  env $$(echo $$m | tr , ' ') $(BIN)/python -m pytest -m machine -p no:cacheprovider $(PYTEST_ARGS) || exit 1; done
 
+# The oldest supported versions (compat.txt, pyproject's floors): a second venv holding them, and the core
+# tests run there. torch from PyPI is a CUDA build: several GB on the first run.
+COMPAT_VENV := .venv-compat
+COMPAT_TESTS := tests/test_formats.py tests/test_quantize.py tests/test_gemm.py tests/test_scaling_metrics_recipes.py \
+                tests/test_nn.py tests/test_kernels.py tests/test_train.py tests/test_widgets.py
+compat:
+	@[ -x $(COMPAT_VENV)/bin/python ] || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -r compat.txt pytest hypothesis
+	$(COMPAT_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider -q -m "not slow" $(COMPAT_TESTS) $(PYTEST_ARGS)
+
 # `make test` while two busy processes hold both cores (tools/under_load.py): the suite judges no time
 test-loaded: setup browser-deps
 	$(BIN)/python tools/under_load.py --busy 2 -- $(MAKE) test
@@ -94,7 +105,7 @@ bench: lab-env
 	$(BIN)/python -m fp8lab bench all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(COMPAT_VENV) .pytest_cache .ruff_cache build *.egg-info
 
 # Checks of the checks, not part of `make test`: the mutation check (45 plausible bugs in the core,
 # each must fail the fast tests; tools/mutate.py) and the C kernels' tests under AddressSanitizer

@@ -55,16 +55,34 @@ def finals(live):
     return out
 
 
+# How far a run trained here may end from the shipped one (relative). The FP8 runs move with the
+# machine: a last-bit difference in an fp32 sum (another instruction set, MKL's code path) turns a value
+# near an E4M3 rounding boundary into the neighbouring code, and the trajectories drift. Measured on
+# seeds 0 and 1 at 150 steps, shipped runs (AMD EPYC, AVX2, 1 thread) against an Intel Xeon (AVX-512)
+# with 2 threads, 1 thread, MKL_CBWR=COMPATIBLE, ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2:
+# fp32 ends at the same 6 digits everywhere; a run that trains well (within 5% of fp32) moved by at
+# most 0.52%; a run the sinks break (tensorwise, rowwise at 1e6) by at most 3.7%. The bounds are ~4x
+# and ~3x those; the claims the lessons make (the tests below) rest on gaps of 25% and more.
+SHIPPED_FP32 = 1e-5
+SHIPPED_TRAINS_WELL = 0.02
+SHIPPED_BROKEN = 0.10
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("magnitude", [0.0, LESSON.sink_magnitude])
 def test_the_shipped_runs_are_what_the_code_trains_now(live, magnitude):
     """fp8lab.training.measured's runs (shipped to 6 significant digits, the lessons' other seeds) are the
-    code's: LIVE_SEED trained now ends where the shipped table says, every run (a change to
-    training, quantization or the GEMM moves these: then `python -m fp8lab measured --write`)."""
+    code's: LIVE_SEED trained now ends where the shipped table says, every run, within what another
+    machine moves it by (a change to training, quantization or the GEMM that moves them further: then
+    `python -m fp8lab measured --write`)."""
     shipped = _shipped(magnitude, LIVE_SEED)
     assert set(shipped.index) == {"fp32", *FP8}
     for run, loss in shipped.items():
-        assert abs(live[magnitude][run] - loss) <= 2e-6 * loss, (run, live[magnitude][run], loss)
+        if run == "fp32":
+            allowed = SHIPPED_FP32
+        else:
+            allowed = SHIPPED_TRAINS_WELL if loss <= 1.05 * shipped["fp32"] else SHIPPED_BROKEN
+        assert abs(live[magnitude][run] - loss) <= allowed * loss, (run, live[magnitude][run], loss, allowed)
 
 
 @pytest.mark.slow

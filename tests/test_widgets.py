@@ -13,6 +13,7 @@ from PIL import Image
 from fp8lab.figures import plots
 from fp8lab.lab.panels import PANELS, BitsPanel, DistributedPanel, TimingPanel, TrainingPanel, sweep_values
 from fp8lab.lab.predictions import Prediction
+from tests.test_lessons import SHIPPED_BROKEN, SHIPPED_FP32, SHIPPED_TRAINS_WELL
 
 
 def seen(panel) -> str:
@@ -294,9 +295,12 @@ def test_the_sink_cliff_recomputes_a_shipped_point_live():
     panel.update(recipes=("fp32", "tensorwise", "blockwise"), sinks=1e6)
     panel.recompute(blocking=True)
     point = panel.data["point"]
+    fp32 = point["fp32"]["seed 0"]
     for run in ("fp32", "tensorwise", "blockwise"):
         live, shipped = point[run]["recomputed now (seed 0)"], point[run]["seed 0"]
-        assert live == pytest.approx(shipped, rel=0.02), (run, live, shipped)
+        # within what another machine moves a run by (measured: tests/test_lessons.py)
+        allowed = SHIPPED_FP32 if run == "fp32" else SHIPPED_TRAINS_WELL if shipped <= 1.05 * fp32 else SHIPPED_BROKEN
+        assert live == pytest.approx(shipped, rel=allowed), (run, live, shipped)
     assert "recomputed now" in panel.text.value
 
 
@@ -405,6 +409,7 @@ def test_a_redraw_shows_what_a_whole_fresh_drawing_shows(name):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from fp8lab.figures.render import LayeredCanvas, glyph_cache_stats
+    from fp8lab.figures.render import status as render_status
 
     panel = _panel(name)
     fig = panel._figure[0]
@@ -434,7 +439,9 @@ def test_a_redraw_shows_what_a_whole_fresh_drawing_shows(name):
                 fresh.update(**panel.values())
                 assert fresh.image.value == panel.image.value, f"(b) {name}.{control}={value!r}"
             compared += 1
-    assert compared and glyph_cache_stats()["glyph hits"] > hits, "the glyph cache was never used"
+    assert compared
+    if render_status()["glyph cache"][0]:  # (off where matplotlib lacks its private APIs: tests/test_render.py)
+        assert glyph_cache_stats()["glyph hits"] > hits, "the glyph cache was never used"
     if name in ("per_tensor", "gemm", "training_cliff"):
         assert canvas.stats["kept"] > 0, canvas.stats  # the background was kept at least once
 

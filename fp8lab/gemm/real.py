@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8lab.gemm.emulation import _k_blocks
-from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0
+from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0, e8m0_codes
 from fp8lab.numerics.quantize import QuantizedTensor
 from fp8lab.numerics.scaling import PerRow, PerTensor
 
@@ -273,13 +273,6 @@ def _row_scales(q: QuantizedTensor, rows: int, device: torch.device) -> torch.Te
     return _padded(s, rows, 1, 1.0, device)
 
 
-def _e8m0_codes(scale: torch.Tensor) -> torch.Tensor:
-    """Power-of-two float32 scales -> their E8M0 codes (uint8): 2^e -> e + 127; NaN -> 255."""
-    _, exp = torch.frexp(scale)  # scale = 0.5 * 2^exp exactly (2^-127, a float32 subnormal, included)
-    codes = (exp - 1 + 127).clamp(0, 254).to(torch.uint8)
-    return torch.where(torch.isnan(scale), torch.full_like(codes, 255), codes)
-
-
 def _swizzled(codes: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Scale codes (rows, K blocks) as uint8 -> the 32x4x4 layout, viewed as `dtype`, on device."""
     return swizzle_scales(codes.to(device)).view(dtype)
@@ -353,8 +346,8 @@ def prepare_real_mm(a_q: QuantizedTensor, b_q: QuantizedTensor, plan: KernelPlan
         kwargs = {"output_dtype": plan.out_dtype, "use_fast_accum": use_fast_accum}
         return PreparedGemm(plan, F.scaled_mm, args, kwargs, m, n)
     if kind == B1X32:
-        sa = _swizzled(_e8m0_codes(_scales_along_k(a_q, 32)), torch.float8_e8m0fnu, device)
-        sb = _swizzled(_e8m0_codes(_scales_along_k(b_q, 32)), torch.float8_e8m0fnu, device)
+        sa = _swizzled(e8m0_codes(_scales_along_k(a_q, 32)), torch.float8_e8m0fnu, device)
+        sb = _swizzled(e8m0_codes(_scales_along_k(b_q, 32)), torch.float8_e8m0fnu, device)
         kwargs = {"swizzle_a": SW.SWIZZLE_32_4_4, "swizzle_b": SW.SWIZZLE_32_4_4, "output_dtype": plan.out_dtype}
         return PreparedGemm(plan, F.scaled_mm, (mat_a, mat_b, sa, ST.BlockWise1x32, sb, ST.BlockWise1x32), kwargs, m, n)
     # BlockWise1x16 (NVFP4): E4M3 block scales, one per row per 16 elements, and the tensor scales
@@ -405,7 +398,7 @@ def swizzle_scales(scales: torch.Tensor) -> torch.Tensor:
     16 j + 4 i + c. Returns a flat contiguous tensor of ceil(R/128)*128 * ceil(KB/4)*4.
     Works on any dtype by moving bytes: float8 scales (E8M0, E4M3) are permuted as uint8.
     """
-    if scales.dtype in (torch.float8_e8m0fnu, torch.float8_e4m3fn, torch.float8_e5m2):
+    if scales.dtype.is_floating_point and scales.element_size() == 1:  # float8: E8M0 (torch >= 2.7), E4M3, E5M2
         return swizzle_scales(scales.view(torch.uint8)).view(scales.dtype)
     r, kb = scales.shape
     rt, ct = math.ceil(r / 128), math.ceil(kb / 4)

@@ -28,6 +28,7 @@ __all__ = [
     "FloatFormat",
     "cast",
     "cast_reference",
+    "e8m0_codes",
     "get_format",
     "widen",
 ]
@@ -308,11 +309,23 @@ def _check_float(x: torch.Tensor) -> None:
 
 
 def _out_dtype(fmt: FloatFormat, dtype: torch.dtype) -> torch.dtype:
-    if dtype not in (torch.float32, fmt.storage_dtype):
+    if dtype == torch.float32:  # float32 needs no storage dtype (torch < 2.7 has no float8_e8m0fnu)
+        return dtype
+    storage = fmt.storage_dtype if fmt.name == "e2m1" or fmt.torch_dtype is not None else None
+    if storage is None or dtype != storage:
         raise ValueError(
-            f"cast returns float32 values or {fmt.name}'s storage dtype {fmt.storage_dtype}, not {dtype}"
+            f"cast returns float32 values or {fmt.name}'s storage dtype "
+            f"{storage or f'(none in torch {torch.__version__})'}, not {dtype}"
         )
     return dtype
+
+
+def e8m0_codes(scale: torch.Tensor) -> torch.Tensor:
+    """Power-of-two float32 scales -> their E8M0 codes (uint8): 2^e -> e + 127; NaN -> 255. The bytes of
+    scale.to(torch.float8_e8m0fnu), without that dtype (torch < 2.7 lacks it)."""
+    _, exp = torch.frexp(scale.float())  # scale = 0.5 * 2^exp exactly (2^-127, a float32 subnormal, included)
+    codes = (exp - 1 + 127).clamp(0, 254).to(torch.uint8)
+    return torch.where(torch.isnan(scale), torch.full_like(codes, 255), codes)
 
 
 def cast_reference(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -19,7 +19,7 @@ from functools import lru_cache
 import torch
 
 from fp8lab.numerics import kernels
-from fp8lab.numerics.formats import E2M1, E4M3, FloatFormat, _check_float, cast, get_format, widen
+from fp8lab.numerics.formats import E2M1, E4M3, FloatFormat, _check_float, cast, e8m0_codes, get_format, widen
 from fp8lab.numerics.scaling import (
     AmaxHistory,
     Granularity,
@@ -243,6 +243,8 @@ class QuantizedTensor:
         """The block scales in their own format's codes (E8M0 / E4M3), as uint8."""
         if self.scale_fmt is None:
             raise ValueError("these scales are float32; they have no 8-bit codes")
+        if self.scale_fmt.name == "e8m0":  # by frexp: torch < 2.7 has no float8_e8m0fnu
+            return e8m0_codes(self.scale)
         return self.scale.to(self.scale_fmt.storage_dtype).view(torch.uint8)
 
     def packed(self) -> torch.Tensor:
@@ -253,7 +255,8 @@ class QuantizedTensor:
         if codes.shape[-1] % 2:
             raise ValueError("packing needs an even last dimension")
         pairs = codes.reshape(*codes.shape[:-1], -1, 2)
-        return (pairs[..., 0] | (pairs[..., 1] << 4)).view(torch.float4_e2m1fn_x2)
+        # torch >= 2.8 has float4_e2m1fn_x2; before it, the same bytes as uint8
+        return (pairs[..., 0] | (pairs[..., 1] << 4)).view(getattr(torch, "float4_e2m1fn_x2", torch.uint8))
 
     @property
     def scale_bits_per_element(self) -> float:
