@@ -223,16 +223,8 @@ def train(
     """
     import pandas as pd
 
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
-    if isinstance(recipes, str | Recipe):  # one recipe, not a sequence of its letters
-        recipes = (recipes,)
-    if batch is None:  # the transformer's batch holds 32 tokens per sequence
-        batch = LESSON.batch if model == "mlp" else LESSON.batch // 4
-    if steps < 1 or batch < 1:
-        raise ValueError("steps and batch must be positive")
-    if gain_schedule is not None and model != "mlp":
-        raise ValueError("gain_schedule needs the mlp (its fc1 carries the gain)")
+    batch = _checked(recipes, model, steps, batch, gain_schedule)
+    recipes = (recipes,) if isinstance(recipes, str | Recipe) else recipes  # one recipe, not its letters
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     if announce is None:
         announce = device.type == "cuda" or (isinstance(backend, GemmBackend) and backend.arch is not None)
@@ -240,30 +232,14 @@ def train(
     task = TeacherTask(seed=seed) if model == "mlp" else MarkovTask(seed=seed)
     runs = _make_runs(recipes, base, lr, engine, backend, monitor_every, keep_first_last, skip)
     rows: list[dict] = []
-    messages: list[str] = []
-    result = TrainResult(pd.DataFrame(columns=["step", "run", "loss"]), None, messages)
+    result = TrainResult(pd.DataFrame(columns=["step", "run", "loss"]), None, [])
     data = torch.Generator().manual_seed(1_000 + seed)
     bar = progress_bar(total=steps, desc=f"{model}: {', '.join(r.label for r in runs)}") if progress else None
     t0 = time.perf_counter()
-    step = 0
     for step in range(steps):
         x, y = task.batch(data, batch)  # one batch, shared by every run (drawn on the CPU: same on any device)
-        x, y = x.to(device), y.to(device)
-        gain = gain_schedule(step) if gain_schedule is not None else 1.0
-        for run in runs:
-            if run.stopped:
-                continue
-            if run.monitor is not None:
-                run.monitor.step = step
-            if gain_schedule is not None:
-                run.model.gain = gain
-            value = train_step(run.model, run.optimizer, task.loss, x, y, run.autocast)
-            if not math.isfinite(value):
-                run.stopped = f"{run.label} stopped at step {step}: loss is {value} (the other runs go on)"
-                messages.append(run.stopped)
-                rows.append({"step": step, "run": run.label, "loss": math.nan})
-                continue
-            rows.append({"step": step, "run": run.label, "loss": value})
+        gain = gain_schedule(step) if gain_schedule is not None else None
+        _step_every_run(runs, task, x.to(device), y.to(device), step, gain, rows, result.messages)
         if step == 0:  # every run's three GEMMs have run once: say where, once per run
             result.backends = _backend_frame(runs)
             result.announced = _backend_lines(result.backends)
@@ -273,24 +249,60 @@ def train(
         if bar is not None:
             bar.update(1)
         if (callback is not None and (step + 1) % every == 0) or step == steps - 1:
-            result.history = pd.DataFrame(rows)
-            result.monitor = _monitor_frame(runs)
-            result.backends = _backend_frame(runs)
-            result.seconds = time.perf_counter() - t0
+            _snapshot(result, runs, rows, t0)
             if callback is not None and callback(result, step) is False:
-                messages.append(f"stopped by the callback at step {step}")
+                result.messages.append(f"stopped by the callback at step {step}")
                 break
         if should_stop is not None and should_stop():
-            messages.append(f"stopped at step {step}")
+            result.messages.append(f"stopped at step {step}")
             break
         if all(run.stopped for run in runs):
             break
     if bar is not None:
         bar.close()
+    return _snapshot(result, runs, rows, t0)
+
+
+def _checked(recipes, model: str, steps: int, batch: int | None, gain_schedule) -> int:
+    """train's arguments checked; returns the batch size (the model's default where None)."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
+    if batch is None:  # the transformer's batch holds 32 tokens per sequence
+        batch = LESSON.batch if model == "mlp" else LESSON.batch // 4
+    if steps < 1 or batch < 1:
+        raise ValueError("steps and batch must be positive")
+    if gain_schedule is not None and model != "mlp":
+        raise ValueError("gain_schedule needs the mlp (its fc1 carries the gain)")
+    return batch
+
+
+def _step_every_run(runs: list[Run], task, x: torch.Tensor, y: torch.Tensor, step: int, gain: float | None,
+                    rows: list[dict], messages: list[str]) -> None:
+    """One training step of every run still going, on the same batch; a run whose loss is not finite
+    stops, with a message, and the others go on."""
+    for run in runs:
+        if run.stopped:
+            continue
+        if run.monitor is not None:
+            run.monitor.step = step
+        if gain is not None:
+            run.model.gain = gain
+        value = train_step(run.model, run.optimizer, task.loss, x, y, run.autocast)
+        if not math.isfinite(value):
+            run.stopped = f"{run.label} stopped at step {step}: loss is {value} (the other runs go on)"
+            messages.append(run.stopped)
+            value = math.nan
+        rows.append({"step": step, "run": run.label, "loss": value})
+
+
+def _snapshot(result: TrainResult, runs: list[Run], rows: list[dict], t0: float) -> TrainResult:
+    """The result so far: its history, monitors, backends and time."""
+    import pandas as pd
+
     result.history = pd.DataFrame(rows, columns=["step", "run", "loss"])
     result.monitor = _monitor_frame(runs)
-    result.seconds = time.perf_counter() - t0
     result.backends = _backend_frame(runs)
+    result.seconds = time.perf_counter() - t0
     return result
 
 
