@@ -1,5 +1,6 @@
 """Figures: plots take data and an optional ax and return the ax; render makes their PNGs.
 
+  axes.py    the theme, a figure and its PNG, axes that stay legible and put while sliders move
   plots.py   every figure of the lab, declarative (one seaborn theme, a colour-blind palette)
   gemms.py   a linear layer's GEMMs: one activation as two GEMMs quantize it; rowwise's mismatch (notebooks 05, 06)
   render.py  Agg that keeps rendered glyphs: the same PNG bytes in half the time
