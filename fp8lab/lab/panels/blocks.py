@@ -34,11 +34,13 @@ from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.scaling import parse_granularity
 from fp8lab.settings import size
 
-__all__ = ["SHAPE", "BlockPanel", "BlockSweepPanel"]
+__all__ = ["BlockPanel", "BlockSweepPanel", "activation_shape"]
 
-# one activation shape for notebook 04's panels and its table: the outlier channels' largest value, and so
-# what one scale per tensor costs the rest, grows with the rows drawn (more draws, a larger maximum)
-SHAPE = (size(128, 64), size(1024, 256))
+
+def activation_shape() -> tuple[int, int]:
+    """The one activation shape of notebook 04's panels and table (smaller under FP8LAB_SMOKE): the outlier
+    channels' largest value, and so what one scale per tensor costs the rest, grows with the rows drawn."""
+    return size(128, 64), size(1024, 256)
 
 
 class BlockPanel(Panel):
@@ -56,7 +58,7 @@ class BlockPanel(Panel):
             distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
             outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
         )
-        self.shape = SHAPE
+        self.shape = activation_shape()
 
     def table(self, blocks: tuple[str, ...] = ("per-tensor", "per-row", "128x128", "1x128", "1x32"),
               outliers: float = 1e5):
@@ -106,7 +108,7 @@ class BlockSweepPanel(Panel):
             measure=_select(("ordinary channels", "all values"), "ordinary channels", "SQNR of"),
             threshold=W.IntSlider(value=20, min=5, max=45, description="target SQNR (dB)"),
         )
-        self.shape = SHAPE
+        self.shape = activation_shape()
         self._cache: dict[tuple, pd.DataFrame] = {}
 
     def sweep(self, fmt: str, distribution: str, outliers: float, measure: str) -> pd.DataFrame:

@@ -1,0 +1,118 @@
+"""FACILITATOR.md: the learner minutes (defined there once), a 3-hour plan that adds up, every notebook in it,
+the key linked, and the smoke-mode differences it names are the ones the key shows."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GUIDE = ROOT / "FACILITATOR.md"
+NOTEBOOKS = [p.stem for p in sorted((ROOT / "notebooks").glob("0*.ipynb"))]
+WORKSHOP_MINUTES = 180
+HOWS = ("run", "demo", "-")
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"## {heading}")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def _table(section: str) -> list[list[str]]:
+    """The rows of the first Markdown table in `section` (header and rule left out), cells stripped."""
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows[2:]]
+
+
+def learner_minutes(text: str | None = None) -> dict[str, tuple[int, int]]:
+    """notebook -> (solo minutes, workshop minutes), from FACILITATOR.md's "Learner minutes" table: the one
+    place these numbers live (the README's notebook map quotes it)."""
+    text = GUIDE.read_text() if text is None else text
+    return {nb: (int(solo), int(workshop)) for nb, solo, workshop in _table(_section(text, "Learner minutes"))}
+
+
+def plan(text: str | None = None) -> list[tuple[int, str, str]]:
+    """(minutes, notebook or "break", how) per block of FACILITATOR.md's 3-hour plan."""
+    text = GUIDE.read_text() if text is None else text
+    return [(int(minutes), nb, how) for _, minutes, nb, how, _ in _table(_section(text, "The 3-hour plan"))]
+
+
+def check_plan(text: str) -> None:
+    minutes = learner_minutes(text)
+    blocks = plan(text)
+    assert set(minutes) == set(NOTEBOOKS), "the learner-minutes table names every notebook, once"
+    assert sum(m for m, _, _ in blocks) <= WORKSHOP_MINUTES, f"the plan takes {sum(m for m, _, _ in blocks)} min"
+    assert {nb for _, nb, _ in blocks} - {"break"} == set(NOTEBOOKS), "every notebook has a block in the plan"
+    assert all(how in HOWS for _, _, how in blocks)
+    for nb, (_, workshop) in minutes.items():
+        assert sum(m for m, n, _ in blocks if n == nb) == workshop, f"{nb}: the plan and the table disagree"
+    assert sum(w for _, w in minutes.values()) <= WORKSHOP_MINUTES
+    assert all(solo >= workshop for solo, workshop in minutes.values()), "a workshop does not take longer than solo"
+
+
+def test_the_plan_fits_three_hours_and_matches_the_learner_minutes():
+    check_plan(GUIDE.read_text())
+    solo = sum(s for s, _ in learner_minutes().values())
+    assert 240 <= solo <= 300, f"solo, the lab takes {solo} min: the guide says about 4 h 45 min"
+    assert f"{solo // 60} h {solo % 60} min" in GUIDE.read_text()
+
+
+def test_a_plan_that_does_not_add_up_is_caught():
+    """Mutations of the guide: a block longer than the table says, and a plan past 180 minutes."""
+    text = GUIDE.read_text()
+    longer = text.replace("| 7 | 30 | 05_fp8_gemm |", "| 7 | 35 | 05_fp8_gemm |")
+    assert longer != text
+    with pytest.raises(AssertionError):
+        check_plan(longer)
+    both = longer.replace("| 05_fp8_gemm | 45 | 30 |", "| 05_fp8_gemm | 45 | 35 |")
+    with pytest.raises(AssertionError, match="the plan takes 185 min"):
+        check_plan(both)
+
+
+def test_the_guide_links_the_key_and_says_how_to_reset_and_stop():
+    text = GUIDE.read_text()
+    assert "notebooks/ANSWERS.md" in text and "python -m fp8lab answers --write" in text
+    for needle in ("Restart Kernel", "Stop", "Interrupt", "FP8LAB_SMOKE=1"):
+        assert needle in text, needle
+    for nb in NOTEBOOKS:  # misconceptions and questions for every notebook
+        assert f"**{nb[:2]} · " in _section(text, "Per notebook"), nb
+
+
+@pytest.mark.slow
+def test_the_answers_that_smoke_mode_changes_are_the_ones_the_guide_names(monkeypatch):
+    """Every answer of the key computed at workshop size and under FP8LAB_SMOKE=1: the notebooks whose answers
+    differ are the ones the guide lists (~1 min: the key twice)."""
+    from fp8lab.lab import answers
+    from fp8lab.lab.answers import scale_out
+
+    def run(smoke: str) -> dict:
+        monkeypatch.setenv("FP8LAB_SMOKE", smoke)
+        scale_out._llm_report.cache_clear()
+        return {f.__name__: f() for f in answers.ANSWERS}
+
+    workshop, smoke = run("0"), run("1")
+    differ = sorted({workshop[k].notebook[:2] for k in workshop
+                     if (workshop[k].answer, workshop[k].claims) != (smoke[k].answer, smoke[k].claims)})
+    line = re.search(r"answers that differ under `FP8LAB_SMOKE=1` are those of notebooks: ([\d, ]+)\.",
+                     " ".join(GUIDE.read_text().split()))
+    assert line, "the guide names the notebooks whose answers smoke mode changes"
+    assert differ == [n.strip() for n in line.group(1).split(",")]
+    assert os.environ.get("FP8LAB_SMOKE") == "1"  # (monkeypatch restores it after the test)
+
+
+def test_the_readme_map_quotes_the_learner_minutes():
+    """Where the README's notebook map gives learner minutes, they are FACILITATOR.md's."""
+    readme = (ROOT / "README.md").read_text()
+    rows = [r for r in readme.splitlines() if r.startswith("|") and any(nb in r for nb in NOTEBOOKS)]
+    header = next((r for r in readme.splitlines() if r.startswith("|") and "learner" in r.lower()), None)
+    if header is None:
+        pytest.skip("the README's notebook map gives no learner minutes (FACILITATOR.md holds them)")
+    cols = [c.strip().lower() for c in header.strip("|").split("|")]
+    col = next(i for i, c in enumerate(cols) if "learner" in c)
+    minutes = learner_minutes()
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        nb = next(n for n in NOTEBOOKS if n in cells[0])
+        assert re.findall(r"\d+", cells[col])[0] == str(minutes[nb][0]), (nb, cells[col], minutes[nb])
