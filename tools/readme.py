@@ -1,10 +1,13 @@
-"""The README's generated blocks, from the package's own data: the sink cliff table.
+"""The README's generated blocks: the notebook map (learner minutes from FACILITATOR.md) and the sink
+cliff table (the shipped runs).
 
     python tools/readme.py           write them
     python tools/readme.py --check   exit 1 where the README differs (tests/test_docs.py runs it)
 
-The block sits between `<!-- cliff:begin -->` and `<!-- cliff:end -->`: final loss against each
-run's own run without sinks, mean of the shipped seeds (fp8lab.training.measured).
+Each block sits between `<!-- NAME:begin -->` and `<!-- NAME:end -->`. The map's minutes are the
+"solo" column of FACILITATOR.md's learner-minutes table, the one place they live; the cliff is the
+final loss against each run's own run without sinks, mean of the shipped seeds
+(fp8lab.training.measured).
 """
 
 from __future__ import annotations
@@ -15,7 +18,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+FACILITATOR = ROOT / "FACILITATOR.md"
 SINKS = (1e3, 1e4, 1e5, 1e6, 1e7)
+# what a learner does and meets in each notebook (the README's words; the notebooks say it at length)
+TEACHES = {
+    "00_setup_check": "what this machine runs real and emulated, and why; where FP8 sits in a training step; a first "
+                      "timing",
+    "01_fp8_formats": "click the bits of E4M3, E5M2, E8M0, E2M1: value, neighbours, gap, rounding; number lines; "
+                      "precision in dB",
+    "02_per_tensor_scaling": "amax, scale, overflow, underflow, margin; outlier channels flush the ordinary values "
+                             "while the whole-tensor SQNR looks fine; the outlier cliff per recipe",
+    "03_delayed_scaling": "an amax history against a spike and drift; history length, max vs most recent, margin",
+    "04_per_block_scaling": "block size from 1x16 to per-tensor; scale heatmaps; SQNR against the scales' cost; "
+                            "MX's E8M0 floor vs rceil",
+    "05_fp8_gemm": "the three GEMMs of a linear layer; the error per recipe; accumulation precision and K "
+                   "(DeepSeek-V3's 14 bits); speed here",
+    "06_training_live": "a toy model trains live, recipes side by side, the sink channels; why per-tensor and "
+                        "rowwise break; per-layer monitors; delayed scaling when the data change",
+    "07_beyond_one_machine": "one process against two under FSDP2; where ranks must agree on an amax; the recipe "
+                             "for torchao, TransformerEngine, torchtitan",
+    "08_your_model": "predict, then inspect and train: an LLM-like model, real text, real images; the article's "
+                     "claims tested; the cost side",
+}
 
 
 def cliff_table() -> str:
@@ -33,8 +57,30 @@ def cliff_table() -> str:
     return "\n".join(rows)
 
 
+def learner_minutes() -> dict[str, int]:
+    """{notebook: solo minutes} from FACILITATOR.md's learner-minutes table."""
+    out = {}
+    for line in FACILITATOR.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in TEACHES and cells[1].isdigit():
+            out[cells[0]] = int(cells[1])
+    return out
+
+
+def notebook_map() -> str:
+    minutes = learner_minutes()
+    missing = set(TEACHES) - set(minutes)
+    if missing:
+        raise ValueError(f"FACILITATOR.md's learner-minutes table lacks {sorted(missing)}")
+    rows = ["| notebook | what you do and learn | minutes |", "|---|---|---|"]
+    rows += [f"| [{nb}](notebooks/{nb}.ipynb) | {what} | {minutes[nb]} |" for nb, what in TEACHES.items()]
+    total = sum(minutes.values())
+    rows.append(f"| all nine | | {total} (about {total // 60} h {total % 60:02d}) |")
+    return "\n".join(rows)
+
+
 def blocks() -> dict[str, str]:
-    return {"cliff": cliff_table()}
+    return {"notebook-map": notebook_map(), "cliff": cliff_table()}
 
 
 def filled(text: str) -> str:
