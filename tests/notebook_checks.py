@@ -23,7 +23,7 @@ PEAK = "import resource; print('PEAK_RSS_MB', resource.getrusage(resource.RUSAGE
 
 
 def _check_08(c: dict) -> None:
-    """Notebook 08 tests the seed's claims on its own runs (seed 0, workshop steps). Measured on seeds
+    """Notebook 08 tests the use-case claims on its own runs (seed 0, workshop steps). Measured on seeds
     0, 1, 2 when written: LLM-like tensorwise +2.3/+1.4/+1.6% (budget 1%), blockwise +0.5/+0.3/+0.3%;
     character model tensorwise +0.1%; digits within 0.6 points for every recipe."""
     assert c["holds"] == [True, False, True, False, True], c

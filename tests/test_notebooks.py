@@ -165,11 +165,13 @@ def test_04_floor_rule_text_points_at_clipping_not_sqnr():
     assert "floor often scores the *higher* SQNR" in t and "clips each block's largest values" in t
 
 
-def test_05_names_when_outliers_hurt_and_why_accumulation_differs_from_deepseek():
+def test_05_names_when_outliers_hurt_and_quotes_deepseek_with_its_measure():
     t = _text("05_fp8_gemm")
     assert "At 100x outliers the recipes barely differ; at 1e5 they do." not in t
     assert "b's rows for those channels** to zero" in t
-    assert "same sign" in t and "DeepSeek's ~2%, measured on real GEMMs, lies between the two" in t
+    assert "same sign" in t and "maximum relative error of nearly 2%" in t and "**Error of**" in t
+    assert "DeepSeek's ~2%, measured on real GEMMs, lies between the two" not in t
+    assert "use_fast_accum" in t and "use_split_accumulator" in t  # the knobs, and which one the emulation is
     assert "no `dequantize()`" in t  # exercise 05 can no longer pass by dequantizing
 
 
@@ -193,3 +195,73 @@ def test_a_prediction_comes_before_the_panel_that_reveals_it(stem, prediction, p
     p = next(i for i, c in enumerate(cells) if prediction in c.source)
     reveal = next(i for i, c in enumerate(cells) if c.source.strip().endswith(panel))
     assert p < reveal
+
+
+# ---- sources, words and pointers ------------------------------------------------------------------------------
+
+# a source a notebook names -> the address it must link in the same notebook
+SOURCES = {
+    "DeepSeek-V3": ("arxiv.org/abs/2412.19437",),
+    "OCP": ("opencompute.org/documents/",),
+    "FP8 Formats for Deep Learning": ("arxiv.org/abs/2209.05433",),
+    "SmoothQuant": ("arxiv.org/abs/2211.10438",),
+    "Per-Tensor and Per-Block Scaling Strategies for Effective FP8 Training":
+        ("developer.nvidia.com/blog/per-tensor-and-per-block-scaling-strategies-for-effective-fp8-training",),
+    "primer": ("TransformerEngine/blob/main/docs/examples/fp8_primer.ipynb",),
+    "TransformerEngine": ("nvidia.github.io/TransformerEngine", "github.com/NVIDIA/TransformerEngine"),
+}
+
+
+def _markdown(path: Path) -> str:
+    return " ".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_every_source_is_linked_where_a_notebook_uses_it(path):
+    text = _markdown(path)
+    for name, addresses in SOURCES.items():
+        if name in text:
+            assert any(a in text for a in addresses), f"{path.stem} names {name} without linking it"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_the_article_is_never_called_the_seed(path):
+    text = " ".join(c.source for c in nbformat.read(path, as_version=4).cells)
+    assert not re.search(r"\bseed's\b|\bthe seed\b(?! \d)", text, re.I), path.stem
+
+
+def test_08_names_and_links_the_article_and_says_what_its_verdicts_rest_on():
+    t = _text("08_your_model")
+    assert "NVIDIA's article [Per-Tensor and Per-Block Scaling Strategies for Effective FP8 Training](" in t
+    assert "60 training steps" in t and "not that it diverged" in t
+
+
+def test_00_and_05_point_to_the_gpu_table_and_00_says_what_the_emulation_equals():
+    for stem in ("00_setup_check", "05_fp8_gemm"):
+        t = _text(stem)
+        assert "](../docs/gpu.md)" in t and "README's GPU table" not in t and "the README has the GPU table" not in t
+    t = _text("00_setup_check")
+    assert "The numbers are the same; only the speed differs." not in t
+    assert "`use_fast_accum=False`" in t and "`use_split_accumulator=True`" in t
+    assert "## Where FP8 sits in a training step" in t  # before anything else is taught
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_long_runs_show_their_progress(path):
+    """Progress bars are on by default (fp8lab.progress): no notebook turns them off."""
+    code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert "progress=False" not in code
+
+
+def test_04_reveals_the_predictions_options_only_after_the_question():
+    cells = _cells("04_per_block_scaling")
+    prediction = _index("04_per_block_scaling", 'Prediction("best_block")')
+    table = _index("04_per_block_scaling", "BlockPanel().table()")
+    assert prediction < table
+    before = " ".join(c.source for c in cells[:prediction])
+    assert "ordinary_sqnr_db" not in before and "PerRow()" not in before
+
+
+def test_the_scale_is_said_to_be_the_reciprocal_of_transformer_engines():
+    for stem in ("02_per_tensor_scaling", "07_beyond_one_machine"):
+        assert "FP8_MAX / amax" in _text(stem), stem
