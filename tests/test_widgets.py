@@ -349,11 +349,9 @@ def test_changes_during_a_redraw_coalesce_to_the_newest_value(monkeypatch):
     margin.value = 1  # the first change starts a redraw, held in compute until the gate opens
     assert started.wait(30), "a change did not start a redraw"
     values = [2, 3, 4, 5, 6, 5, 4, 3, 2, 0] * 3 + [4]  # 31 changes while that redraw runs
-    t0 = time.perf_counter()
     for v in values:
-        margin.value = v
-    handled = time.perf_counter() - t0
-    assert handled < 1.0, f"the change handler blocked for {handled:.2f} s: it must not redraw in line"
+        margin.value = v  # returns at once: no value is drawn in the handler (compute would record it)
+    assert drawn == [1], f"the change handler redrew in line: {drawn}"
     gate.set()
     assert panel.wait_redrawn(30), "the redraws did not finish"
     assert drawn == [1, values[-1]], f"stale values were drawn: {drawn}"
