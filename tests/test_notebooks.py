@@ -256,7 +256,7 @@ def test_long_runs_show_their_progress(path):
 def test_04_reveals_the_predictions_options_only_after_the_question():
     cells = _cells("04_per_block_scaling")
     prediction = _index("04_per_block_scaling", 'Prediction("best_block")')
-    table = _index("04_per_block_scaling", "BlockPanel().table()")
+    table = _index("04_per_block_scaling", "block_table()")
     assert prediction < table
     before = " ".join(c.source for c in cells[:prediction])
     assert "ordinary_sqnr_db" not in before and "PerRow()" not in before

@@ -99,21 +99,10 @@ BLOCK_OPTIONS = ("per-tensor", "per-row", "128x128", "1x128", "1x32")
 
 
 def _blocks(seed: int) -> dict[str, float]:
-    """SQNR of the ordinary channels per block option at outliers 1e5, on notebook 04's tensor drawn with `seed`
-    (as BlockPanel.table quantizes it)."""
-    from fp8lab.data.synthetic import sample
-    from fp8lab.numerics.metrics import quantization_report
-    from fp8lab.numerics.quantize import quantize
-    from fp8lab.numerics.scaling import parse_granularity
+    """SQNR of the ordinary channels per block option at outliers 1e5, on notebook 04's tensor drawn with `seed`."""
+    from fp8lab.lab.panels.blocks import block_table
 
-    x, idx = sample("normal", _panel("block").shape, 1e5, seed=seed, return_outliers=True)
-    rules = {"per-row": ("rceil", None), "1x32": ("rceil", "e8m0")}
-    out = {}
-    for b in BLOCK_OPTIONS:
-        rule, sf = rules.get(b, ("exact", None))
-        out[b] = quantization_report(x, quantize(x, "e4m3", parse_granularity(b), rule, scale_fmt=sf),
-                                     idx)["ordinary_sqnr_db"]
-    return out
+    return block_table(BLOCK_OPTIONS, 1e5, seed)["ordinary_sqnr_db"].astype(float).to_dict()
 
 
 def _winner(db: dict[str, float]) -> tuple[str, float]:
@@ -122,7 +111,7 @@ def _winner(db: dict[str, float]) -> tuple[str, float]:
 
 
 def _p04_block() -> tuple[str, str]:
-    sq = _panel("block").table(BLOCK_OPTIONS)["ordinary_sqnr_db"].astype(float).to_dict()
+    sq = _blocks(0)
     best, _ = _winner(sq)
     return best, "SQNR of the ordinary channels: " + ", ".join(f"{b} {v:.1f} dB" for b, v in sq.items()) + "."
 

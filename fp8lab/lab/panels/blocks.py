@@ -34,13 +34,28 @@ from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.scaling import parse_granularity
 from fp8lab.settings import size
 
-__all__ = ["BlockPanel", "BlockSweepPanel", "activation_shape"]
+__all__ = ["BlockPanel", "BlockSweepPanel", "activation_shape", "block_table"]
 
 
 def activation_shape() -> tuple[int, int]:
     """The one activation shape of notebook 04's panels and table (smaller under FP8LAB_SMOKE): the outlier
     channels' largest value, and so what one scale per tensor costs the rest, grows with the rows drawn."""
     return size(128, 64), size(1024, 256)
+
+
+def block_table(blocks: tuple[str, ...] = ("per-tensor", "per-row", "128x128", "1x128", "1x32"),
+                outliers: float = 1e5, seed: int = 0):
+    """The panels' tensor (activation_shape(), normal, outlier channels) quantized with each block, E4M3, fp32 exact
+    scales (per-row: rounded up to powers of two, as torchao's rowwise; 1x32: E8M0 rceil, as MX): DataFrame of
+    quantization reports, indexed by block (notebook 04 reveals its prediction's options with it)."""
+    x, idx = sample("normal", activation_shape(), outliers, seed=seed, return_outliers=True)
+    rules = {"per-row": ("rceil", None), "1x32": ("rceil", "e8m0")}
+    rows = {}
+    for b in blocks:
+        rule, sf = rules.get(b, ("exact", None))
+        rows[b] = quantization_report(x, quantize(x, "e4m3", parse_granularity(b), rule, scale_fmt=sf), idx)
+    return pd.DataFrame(rows).T[["scale_rule", "ordinary_sqnr_db", "ordinary_underflow", "sqnr_db",
+                                 "scale_bits_per_element"]]
 
 
 class BlockPanel(Panel):
@@ -59,19 +74,6 @@ class BlockPanel(Panel):
             outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
         )
         self.shape = activation_shape()
-
-    def table(self, blocks: tuple[str, ...] = ("per-tensor", "per-row", "128x128", "1x128", "1x32"),
-              outliers: float = 1e5):
-        """The same tensor (E4M3, fp32 exact scales; per-row: rceil, as torchao's rowwise; 1x32: E8M0 rceil, as MX)
-        for each block: DataFrame of quantization reports, indexed by block."""
-        x, idx = sample("normal", self.shape, outliers, return_outliers=True)
-        rules = {"per-row": ("rceil", None), "1x32": ("rceil", "e8m0")}
-        rows = {}
-        for b in blocks:
-            rule, sf = rules.get(b, ("exact", None))
-            rows[b] = quantization_report(x, quantize(x, "e4m3", parse_granularity(b), rule, scale_fmt=sf), idx)
-        return pd.DataFrame(rows).T[["scale_rule", "ordinary_sqnr_db", "ordinary_underflow", "sqnr_db",
-                                     "scale_bits_per_element"]]
 
     def compute(self, block, fmt, scales, distribution, outliers) -> dict:
         x, idx = sample(distribution, self.shape, outliers, return_outliers=True)

@@ -21,7 +21,7 @@ class MismatchPanel(Panel):
 
     title = "why rowwise fails: the forward and the weight-gradient GEMM see different inputs"
     ncols, width, height = 2, 4.2, 3.2
-    keep_axes = True
+    keep_axes = False  # redrawn only when the recipe list changes: the axes are cleared whole
 
     def __init__(self) -> None:
         from fp8lab.training.measured import MISMATCH_RUNS
