@@ -436,7 +436,9 @@ def test_a_hanging_compiler_is_stopped_with_its_children_and_said(cache, tmp_pat
     on stderr, and a run past the deadline is stopped with everything it started."""
     pids = tmp_path / "children"
     hanging = tmp_path / "cc"
-    hanging.write_text(f"#!/bin/sh\nsleep 600 &\necho $! >> {pids}\nwait\n")
+    # a child holding the compiler's output pipes, and one that does not (a daemon it started)
+    hanging.write_text(f"#!/bin/sh\nsleep 600 &\necho $! >> {pids}\nsleep 600 </dev/null >/dev/null 2>&1 &\n"
+                       f"echo $! >> {pids}\nwait\n")
     hanging.chmod(0o755)
     monkeypatch.setenv("CC", str(hanging))
     monkeypatch.setattr(kernels_build, "NOTICE_S", 0.2)

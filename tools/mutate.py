@@ -1,7 +1,8 @@
 """The mutation check fp8lab keeps (`make mutate`; not part of `make test`).
 
 Each mutation below is a plausible bug, one edit to the core (formats, scaling, quantize, the C
-kernels, gemm, nn, metrics, recipes, exercises). For each, a copy of the working tree gets the
+kernels and their build, gemm, nn, metrics, recipes, exercises, inspect, export, distributed, train).
+For each, a copy of the working tree gets the
 edit and runs the fast tests that guard that code (no slow, browser or GPU tests); the mutation
 is killed if they fail. Reports the score and the time; exits 1 if any mutation survives.
 
@@ -46,10 +47,13 @@ def m(name: str, path: str, old: str, new: str, *tests: str) -> Mutation:
 
 NUM = "fp8lab/numerics/"
 F, S, Q, K, C = NUM + "formats.py", NUM + "scaling.py", NUM + "quantize.py", NUM + "kernels.py", NUM + "_kernels.c"
+KB, SET = NUM + "kernels_build.py", "fp8lab/settings.py"
 G, N, MT, R = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py"
 X = "fp8lab/lab/exercises/scaling.py"
+RD, EX, DI, TR = ("fp8lab/training/" + f for f in ("readiness.py", "export.py", "distributed.py", "train.py"))
 T = "tests/"
 HARD = T + "test_hardening.py"
+MODELS, CACHE, REAL = T + "test_hardening_models.py", T + "test_kernel_cache.py", T + "test_real_path.py"
 
 MUTATIONS = [
     # ---- formats: the cast and the format's numbers
@@ -94,8 +98,10 @@ MUTATIONS = [
     m("margin not bounded by the format", S, "    if margin > _largest_margin(fmt):", "    if False:",
       T + "test_quantize.py", HARD),
     # ---- quantize
-    m("the torch code lets infinities through", Q, "    if bool(torch.isinf(own).any()):\n        _refuse_inf(x2d)",
-      "    pass", T + "test_quantize.py", T + "test_fuzz.py"),
+    m("the torch code lets infinities through", Q,
+      "    if bool(torch.isinf(own).any()) or (bool(torch.isnan(own).any())"
+      " and bool(torch.isinf(x2d).any())):\n        _refuse_inf(x2d)", "    pass",
+      T + "test_quantize.py", T + "test_fuzz.py"),
     m("a negative amax is accepted", Q, "bad = (a < 0) | torch.isinf(a)", "bad = torch.isinf(a)", HARD),
     m("QuantizedTensor does not check its scale's shape", Q, "or tuple(t.shape) != shape:", ":",
       T + "test_quantize.py", HARD),
@@ -174,6 +180,117 @@ MUTATIONS = [
     m("check_scale accepts the reciprocal", X, "        if math.isclose(got, want, rel_tol=1e-5):\n",
       "        if math.isclose(got, want, rel_tol=1e-5) or (want > 0 and math.isclose(got * want, 1, rel_tol=1e-4)):\n",
       T + "test_exercises.py", HARD),
+    # ---- models as users handle them: compile, copy, save, empty batches
+    m("the fused quantize is traced by torch.compile", K,
+      "@torch.compiler.disable\ndef quantize(x2d", "def quantize(x2d",
+      MODELS + "::test_torch_compile_runs_with_the_c_kernels_on"),
+    m("a pickled format is a new object", F,
+      "        if FORMATS.get(self.name) == self:\n            return (get_format",
+      "        if False:\n            return (get_format",
+      MODELS + "::test_copied_or_reloaded_formats_are_the_formats"),
+    m("blockwise plans compare formats by identity", G,
+      'if fa != E4M3 or fb != E4M3:\n            raise KernelUnavailable(f"1x128',
+      'if fa is not E4M3 or fb is not E4M3:\n            raise KernelUnavailable(f"1x128',
+      MODELS + "::test_formats_equal_to_the_constants_are_treated_as_them"),
+    m("E2M1 codes by identity", Q, "        if self.fmt != E2M1:\n            return self.data.view(torch.uint8)",
+      "        if self.fmt is not E2M1:\n            return self.data.view(torch.uint8)",
+      MODELS + "::test_formats_equal_to_the_constants_are_treated_as_them"),
+    m("amax histories left out of state_dict", N, "        self.register_state_dict_post_hook(_save_histories)\n", "",
+      MODELS + "::test_a_converted_model_round_trips_with_identical_outputs_and_kernels"),
+    m("an empty batch is quantized as it is", N, "    return t if m else t.new_zeros(1, t.shape[1])", "    return t",
+      MODELS + "::test_an_empty_batch_gives_what_nn_linear_gives"),
+    m("matmul quantizes empty operands", G, "        if a.numel() == 0 or b.numel() == 0:", "        if False:",
+      MODELS + "::test_an_empty_batch_gives_what_nn_linear_gives"),
+    m("inspect measures calls with no rows", RD,
+      "kept = [c for c in calls if c.grad_output is not None and c.x.shape[0] > 0]",
+      "kept = [c for c in calls if c.grad_output is not None]", MODELS + "::test_inspect_skips_a_call_with_no_rows"),
+    # ---- what the C code reads
+    m("a pending negation reaches the C code", K, "    t = t.resolve_conj().resolve_neg().contiguous()",
+      "    t = t.contiguous()", HARD + "::test_views_the_c_code_cannot_read_as_memory_give_the_values"),
+    m("the C code reads any CPU float32 tensor", K,
+      "    if type(t) is not torch.Tensor or t.layout != torch.strided or t.device.type != \"cpu\" or t.dtype != "
+      "torch.float32:\n        return False", "    return t.device.type == \"cpu\" and t.dtype == torch.float32",
+      HARD + "::test_tensors_without_memory_of_their_own_run_in_torch"),
+    m("the torch code lets an infinity beside a NaN through", Q,
+      " or (bool(torch.isnan(own).any()) and bool(torch.isinf(x2d).any())):", ":",
+      HARD + "::test_an_infinity_beside_a_nan_is_refused"),
+    m("the kernel path lets an infinity beside a NaN through", Q,
+      "        if fused is None or (bool(torch.isnan(fused.own).any()) and bool(torch.isinf(x32).any())):",
+      "        if fused is None:", HARD + "::test_an_infinity_beside_a_nan_is_refused"),
+    m("a bf16 operand is widened whole before quantizing", Q,
+      "x32 = x.detach().to(torch.float32) if x.dtype not in _EXACT_IN_FLOAT32 else x.detach()",
+      "x32 = x.detach().to(torch.float32)", HARD + "::test_quantizing_a_bf16_operand_makes_no_full_size_float32_copy"),
+    m("E2M1 codes index with int64", Q, "torch.index_select(table, 0, part.to(torch.int32),",
+      "torch.index_select(table, 0, part.long(),", HARD + "::test_e2m1_codes_make_no_int64_index_per_element"),
+    # ---- the kernel cache and the compiler
+    m("a cached library is loaded whatever its bytes", KB,
+      '    return "" if recorded == _sha256(path) else "its bytes are not those its build wrote'
+      ' (cut short or changed)"',
+      '    return ""', CACHE + "::test_truncated_or_unrecorded_libraries_are_never_intact",
+      CACHE + "::test_a_truncated_cached_library_is_rebuilt_never_loaded"),
+    m("a library lacking fp8lab's functions is used", KB,
+      "    missing = [name for name in EXPORTED if not hasattr(lib, name)]", "    missing = []",
+      CACHE + "::test_a_library_without_fp8labs_functions_falls_back_to_torch"),
+    m("C entry points take the compiler's default visibility", C,
+      '#define FP8LAB_API __attribute__((visibility("default")))', "#define FP8LAB_API",
+      CACHE + "::test_a_compiler_that_hides_symbols_still_exports_the_kernels"),
+    m("threads asking together each load", KB, "        with _LOCK:", "        with contextlib.nullcontext():",
+      CACHE + "::test_threads_asking_together_build_once"),
+    m("CC taken as one file name", KB, "            argv = shlex.split(cc)", "            argv = [cc]",
+      CACHE + "::test_cc_is_a_command_line"),
+    m("a stopped compiler leaves its children", KB, "os.killpg(proc.pid, signal.SIGKILL)  # its session's group",
+      "os.kill(proc.pid, signal.SIGKILL)  # its session's group",
+      CACHE + "::test_a_hanging_compiler_is_stopped_with_its_children_and_said"),
+    m("an FP8LAB_KERNELS value that means nothing means on", SET, "    if value not in _ON + _OFF:", "    if False:",
+      CACHE + "::test_an_fp8lab_kernels_value_that_means_nothing_is_said"),
+    # ---- the real path: plan what runs, probe what is planned
+    m("fast accumulation planned for block scaling", G, "FAST_ACCUM_KINDS = (TENSORWISE, ROWWISE)",
+      "FAST_ACCUM_KINDS = (TENSORWISE, ROWWISE, *BLOCKWISE_KINDS)",
+      REAL + "::test_fast_accumulation_where_the_kernel_takes_it_and_a_clear_error_elsewhere"),
+    m("the stand-in lets cuBLAS take fast accumulation with blocks", T + "scaled_mm_standin.py",
+      "            check(not use_fast_accum, f\"scaled_gemm doesn't support fast accum"
+      " with {size} blockwise scaling\")", "            pass",
+      REAL + "::test_fast_accumulation_where_the_kernel_takes_it_and_a_clear_error_elsewhere"),
+    m("rowwise planned with a bf16 output", G,
+      "out = torch.float32 if cublas or _cutlass_rowwise_float32() else torch.bfloat16", "out = torch.bfloat16",
+      REAL + "::test_rowwise_writes_float32_where_torch_does"),
+    m("an NVFP4 pair with one tensor scale planned real", G,
+      "        if (a_q.tensor_scale is None) != (b_q.tensor_scale is None):", "        if False:",
+      REAL + "::test_an_nvfp4_pair_with_one_tensor_scale_is_planned_emulated"),
+    m("the probe runs E4M3 whatever was planned", G, "    return quantize(x.to(device), q.fmt, q.granularity",
+      '    return quantize(x.to(device), "e4m3", q.granularity', REAL + "::test_the_probe_runs_the_planned_formats"),
+    m("train says nothing of its GEMMs", TR, "            if announce:\n", "            if False:\n",
+      REAL + "::test_train_announces_which_gemms_ran_real_or_emulated_and_why"),
+    m("the emulation inherits TF32 / bf16 matmuls", G, '                    m.fp32_precision = "ieee"',
+      "                    pass",
+      T + "test_gemm.py::test_the_emulation_stays_ieee_float32_whatever_the_matmul_precision"),
+    m("the accumulation model takes every product at once", G,
+      "    rows = max(1, _PRODUCTS_PER_CHUNK // max(n * k, 1))", "    rows = max(m, 1)",
+      T + "test_gemm.py::test_the_accumulation_model_has_a_size_limit_and_works_in_chunks"),
+    m("the accumulation model has no size limit", G, "    if m * n * k > MAX_ACCUMULATED_PRODUCTS:", "    if False:",
+      T + "test_gemm.py::test_the_accumulation_model_has_a_size_limit_and_works_in_chunks"),
+    # ---- inspect, convert, export, distributed
+    m("inspect copies into buffers the forward replaced", RD,
+      "                m._buffers.clear()\n                m._buffers.update(objects)\n", "",
+      T + "test_readiness.py::test_a_buffer_the_forward_replaces_is_given_back"),
+    m("inspect runs a meta model", RD, "    if meta:\n", "    if False:\n",
+      T + "test_readiness.py::test_a_model_on_the_meta_device_gets_a_clear_error"),
+    m("convert skips FP8Linear layers", N, ' or (engine == "fp8lab" and type(m) is FP8Linear)]', "]",
+      T + "test_nn.py::test_converting_again_changes_the_recipe_and_keeps_what_it_should"),
+    m("torchtitan flags outside a comment", EX, "#   {_comment(line)}\n#   --float8.filter_fqns output",
+      "{line}\n#   --float8.filter_fqns output", T + "test_export.py::test_every_snippet_is_python"),
+    m("torchtitan flags unquoted", EX,
+      '            flags += ["--float8.filter_fqns", ",".join(skip)]\n        line = shlex.join(flags)',
+      '            flags += ["--float8.filter_fqns", ",".join(skip)]\n        line = " ".join(flags)',
+      T + "test_export.py::test_the_reports_skip_list_is_python_and_quoted_for_every_target"),
+    m("distributed writes through a predictable temporary", DI,
+      '    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)',
+      '    tmp = str(path.with_name(f".{path.name}.{os.getpid()}.tmp"))\n'
+      "    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)",
+      T + "test_distributed.py::test_out_is_written_through_a_private_temporary_never_a_planted_link"),
+    m("distributed takes any timeout", DI, "    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):",
+      "    if not (math.isfinite(value) and 0 < value):",
+      T + "test_distributed.py::test_a_timeout_beyond_thirty_days_is_refused_before_any_rank_starts"),
 ]
 
 

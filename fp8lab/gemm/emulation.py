@@ -185,8 +185,7 @@ def emulated_mm(
 
 def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> torch.Tensor:
     if emulation == "fast":  # the one switch: the fast twin where it applies
-        on_cpu = a_q.data.device.type == "cpu"
-        out = _emulated_fast(a_q, b_q, kernels.scale_outer_ if on_cpu and kernels.engine().kernels else _scale_outer_)
+        out = _emulated_fast(a_q, b_q, _scale_outer_either_)
         if out is not None:
             return out
     a = a_q.values()  # (M, K) exact FP8 values, float32
@@ -249,6 +248,12 @@ def _scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.
     """out[M, N] *= a[M, None] * b[None, N] (the factor rounded to float32 first, as the reference
     forms it); fp8lab.numerics.kernels.scale_outer_ is its twin (the same bits without the [M, N] factor)."""
     return out.mul_(a[:, None] * b[None, :])
+
+
+def _scale_outer_either_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The kernel's scale_outer_ where the kernels run and may read these tensors, else the torch twin
+    (the same bits)."""
+    return (kernels.scale_outer_ if kernels.enabled(out, a, b) else _scale_outer_)(out, a, b)
 
 
 def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor, scale_outer_=_scale_outer_) -> torch.Tensor | None:

@@ -238,7 +238,8 @@ class _Compiler:
                     out, err = proc.communicate(timeout=max(self.deadline - time.monotonic(), 0.01))
                 except subprocess.TimeoutExpired:
                     self._stop(proc)
-                    proc.communicate()
+                    with contextlib.suppress(subprocess.TimeoutExpired):  # (a process beyond its group may hold
+                        proc.communicate(timeout=5)                     # the pipes: never wait for it)
                     raise _TimedOut(f"the C compiler ({self.name}) did not finish within {self.timeout_s:.0f} s; "
                                     "it was stopped with its children") from None
         finally:
