@@ -37,9 +37,9 @@ def flushed_map(x: torch.Tensor, values: torch.Tensor | None, ax=None, title: st
 
 
 def mismatch_flush(df, ax=None):
-    """Share of fc2's input flushed to zero, per recipe (groups) and GEMM (bars: fprop, wgrad); a GEMM kept in
-    high precision is drawn as an empty bar labelled "hp". df: index (recipe, gemm), column underflow, and
-    format ("high precision" where nothing is quantized)."""
+    """Share of fc2's input flushed to zero, per recipe (groups) and GEMM (bars: fprop, wgrad), each bar
+    labelled with its share; a GEMM kept in high precision is marked "no FP8" instead of a bar. df: index
+    (recipe, gemm), columns underflow and format ("high precision" where nothing is quantized)."""
     ax = _ax(ax)
     recipes = list(dict.fromkeys(df.index.get_level_values(0)))
     width = 0.38
@@ -48,14 +48,17 @@ def mismatch_flush(df, ax=None):
             row = df.loc[(recipe, gemm)]
             xpos = i + (j - 0.5) * width
             if row["format"] == "high precision":
-                ax.bar(xpos, 1.0, width, fill=False, edgecolor=color, hatch="//", label=None)
-                ax.text(xpos, 0.5, "hp", ha="center", va="center", fontsize=8, color=color)
-            else:
-                ax.bar(xpos, float(row["underflow"]), width, color=color, label=gemm if i == 0 else None)
+                ax.text(xpos, 0.02, "no FP8", ha="center", va="bottom", rotation=90, fontsize=8, color=color)
+                continue
+            share = float(row["underflow"])
+            ax.bar(xpos, share, width, color=color, label=gemm if i == 0 else None)
+            ax.text(xpos, share + 0.02, f"{100 * share:.3g}%", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(recipes)), [r.replace("_with_", "\n+") for r in recipes], fontsize=8)
-    ax.set_ylim(0, 1.05)
+    ax.set_xlim(-0.6, len(recipes) - 0.4)
+    ax.set_ylim(0, 1.3)
+    ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
     ax.set_ylabel("share of fc2's input flushed to 0")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
     ax.set_title("fc2's input, as each GEMM quantizes it", fontsize=9)
     return ax
 

@@ -58,7 +58,7 @@ class GemmOperandsPanel(Panel):
     def draw(self, data, axes) -> None:
         for ax, gemm in zip(axes, ("fprop", "wgrad"), strict=True):
             v = data["views"][gemm]
-            title = (f"{gemm}: x as {v['label']} tiles" if v["values"] is not None else
+            title = (f"{gemm}: x scaled {v['label']}" if v["values"] is not None else
                      f"{gemm}: high precision (nothing quantized)")
             gemms.flushed_map(data["x"], v["values"], ax, title=title, colorbar=redraw.kept_colorbar(ax),
                               outlier_channels=data["outlier_channels"])
@@ -70,7 +70,7 @@ class GemmOperandsPanel(Panel):
             v = data["views"][gemm]
             rows[f"{gemm} ({what})"] = (
                 "high precision: nothing flushes" if v["values"] is None else
-                f"{v['label']} tiles, {v['format'].upper()}: {_pct(v['ordinary_flushed'])} of the ordinary values "
+                f"scaled {v['label']}, {v['format'].upper()}: {_pct(v['ordinary_flushed'])} of the ordinary values "
                 f"flushed, SQNR {v['ordinary_sqnr_db']:.1f} dB")
         f = data["formats"]
         rows["formats by role"] = f"x {f['input']}, w {f['weight']}, dy {f['grad_output']}"
