@@ -69,9 +69,10 @@ def _q06_mismatch() -> Answer:
         "differs between the two?",
         f"The weight-gradient GEMM. fc2's input, sinks at 1e6, one batch at the initial weights: the forward GEMM "
         f"flushes {_pct(fl['tensorwise', 'fprop'])} of it under tensorwise and {_pct(fl['rowwise', 'fprop'])} under "
-        "rowwise (everything but the 4 sink channels: each token's row holds the sinks, so each row's scale is "
-        f"theirs). The weight-gradient GEMM flushes {_pct(fl['tensorwise', 'wgrad'])} under tensorwise (the same "
-        f"codes, reused) and {share(fl['rowwise', 'wgrad'])} under rowwise (one scale per channel: the ordinary "
+        "rowwise (all but the 4 sink channels and, per tensor, a handful of values: each token's row holds the "
+        "sinks, so each row's scale is theirs). The weight-gradient GEMM flushes "
+        f"{_pct(fl['tensorwise', 'wgrad'])} under tensorwise (the same codes, reused) and "
+        f"{share(fl['rowwise', 'wgrad'])} under rowwise (one scale per channel: the ordinary "
         "channels keep theirs). So tensorwise learns fc2's weights from what its forward pass saw, and rowwise from "
         "inputs its forward pass dropped. Final losses after 150 steps, mean of 3 seeds: tensorwise "
         f"{mean['tensorwise']:.2g}, rowwise {mean['rowwise']:.2g}, rowwise_with_gw_hp "
