@@ -51,6 +51,24 @@ def test_bench_quantize_and_gemm_run_small(capsys):
     assert "GEMM 128^3" in out and "torch.mm bf16:" in out
 
 
+def test_bench_notebooks_times_a_notebook_and_its_kernels_peak(capsys):
+    from fp8lab.bench.notebooks import bench_notebooks
+
+    (row,) = bench_notebooks(("03",))
+    assert row["notebook"] == "03_delayed_scaling" and row["run all s"] > 0 and 100 < row["kernel peak MB"] < 1536
+    assert "03_delayed_scaling" in capsys.readouterr().out
+
+
+def test_bench_blas_shows_strict_mkl_repeats_its_bits_on_any_thread_count():
+    """The same GEMM with 1 and 2 threads, in processes that read MKL_CBWR: with fp8lab's setting the
+    bits agree (on any machine); MKL's own default is only timed beside it."""
+    from fp8lab.bench.blas import bench_blas
+
+    rows = {r["MKL_CBWR"]: r for r in bench_blas(size=256, rounds=1, steps=2)}
+    assert rows["AUTO,STRICT (fp8lab's)"]["same bits, 1 and 2 threads"] == "1/1 processes"
+    assert all(r["fp32 256^3 GEMM ms"] > 0 for r in rows.values())
+
+
 def test_lab_command_binds_loopback_and_holds_no_token():
     port = find_free_port()
     cmd = jupyter_command(port)

@@ -39,7 +39,8 @@ def _run(path: Path, timeout: float) -> tuple[float, float]:
             client.execute_cell(cell, index)
         seconds = time.perf_counter() - start
         probe = nbformat.v4.new_code_cell(PEAK)
-        client.execute_cell(probe, len(nb.cells))
+        nb.cells.append(probe)  # (the client executes the notebook's own cells)
+        client.execute_cell(probe, len(nb.cells) - 1)
         peak = float("".join(o.get("text", "") for o in probe.outputs).split()[-1])
     return seconds, peak
 
