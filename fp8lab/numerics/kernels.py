@@ -210,13 +210,16 @@ def disabled():
         _local.off = old
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor types whose memory is their values
+
+
 def accepts(t: torch.Tensor) -> bool:
-    """Whether the C code may read `t`'s memory: a plain strided float32 CPU tensor with memory of
-    its own. Tensor subclasses (FakeTensor and the like), functorch and functional wrappers,
+    """Whether the C code may read `t`'s memory: a plain strided float32 CPU tensor (or parameter)
+    with memory of its own. Other tensor subclasses (FakeTensor and the like), functorch and functional wrappers,
     zero tensors and meta tensors have no such memory, or memory that does not hold their values:
     they run in torch. (A pending negation or conjugation, a layout that is not contiguous and an
     address that is not 4-byte aligned are made readable by a copy: _readable.)"""
-    if type(t) is not torch.Tensor or t.layout != torch.strided or t.device.type != "cpu" or t.dtype != torch.float32:
+    if type(t) not in _PLAIN or t.layout != torch.strided or t.device.type != "cpu" or t.dtype != torch.float32:
         return False
     if t.is_meta or t.is_nested or t._is_zerotensor() or _wrapped(t):
         return False
