@@ -68,8 +68,8 @@ def channel_sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor,
     x64, y64 = x.detach().double(), _as_tensor(y).detach().double()
     x64, y64 = x64.reshape(-1, x64.shape[-1]), y64.reshape(-1, y64.shape[-1])  # (M, K)
     keep = ordinary_channels(x64.shape[-1], outlier_channels)
-    signal = x64[:, keep].square().sum(0)  # (K',)
-    noise = (x64[:, keep] - y64[:, keep]).square().sum(0)
+    signal = x64.square().sum(0)[keep]  # (K',): per-channel sums, then the ordinary channels' (no copies of x)
+    noise = (x64 - y64).square().sum(0)[keep]
     if bool(signal.isnan().any() or noise.isnan().any()):
         return math.nan
     live = signal > 0

@@ -12,6 +12,7 @@ so the same x is quantized twice, along different axes (fp8lab.nn.layer_gemms bu
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -96,6 +97,7 @@ def lesson_mismatch(recipes: tuple[str, ...] = ("tensorwise", "rowwise", "rowwis
     return part.set_index(["recipe", "gemm"])[["format", "granularity", "underflow", "sqnr_ordinary_db"]]
 
 
+@functools.lru_cache(maxsize=32)
 def constant_loss(seed: int = 0, steps: int | None = None, last: int = 10) -> float:
     """The lesson task's final loss for a model that ignores its input and predicts the mean target (0: the
     teacher y = W2 tanh(W1 x) is odd in x ~ N(0, 1)), on train()'s batches: the mean of its MSE over the last
