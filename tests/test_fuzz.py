@@ -120,11 +120,11 @@ def tensors(draw, rows=None, cols=None):
     x = x.to(dtype)
     if layout == "negated view":  # x's values, stored negated with a pending negation (what x.conj().imag gives)
         return torch._neg_view(-x)
-    if layout == "misaligned":  # x's values at an address that is not a multiple of the element size
+    if layout == "misaligned" and x.numel():  # x's values at an address that is not a multiple of the element size
         memory = torch.zeros(x.numel() * x.element_size() + 1, dtype=torch.uint8)
         view = memory[1:].view(dtype).view(x.shape) if x.element_size() == 1 else _unaligned(memory, x)
         return view.copy_(x)
-    return {"contiguous": x, "transposed": x.t(), "strided": x[:, ::2], "sliced": x[1:, 3:]}[layout]
+    return {"transposed": x.t(), "strided": x[:, ::2], "sliced": x[1:, 3:]}.get(layout, x)  # (empty: x itself)
 
 
 def _unaligned(memory: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

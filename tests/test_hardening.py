@@ -371,11 +371,13 @@ def test_tensors_without_memory_of_their_own_run_in_torch():
     """Before: a zero tensor (torch._efficientzerotensor, which autograd makes) and a FakeTensor (what
     torch.compile traces with) reached the C code, which read address 0: SIGSEGV. In a process of
     its own."""
+    import os
     import subprocess
     import sys
 
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # (a plain process, also under tools/asan.py)
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", FAKE_AND_ZERO], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
     assert proc.stdout.rstrip().endswith("DONE")
 
