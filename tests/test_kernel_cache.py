@@ -127,7 +127,7 @@ def test_an_open_cache_of_ours_is_made_private(cache):
     lib, why = _load()
     assert lib is not None, why
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
-    assert f"made {cache} private (it was mode 777)" in why
+    assert f"made {cache} private (its mode had been 777)" in why
 
 
 def test_a_cache_of_another_users_is_refused(cache, monkeypatch):

@@ -105,7 +105,7 @@ class _NotLoadable(Exception):
 
 
 class _TimedOut(Exception):
-    """A compiler run did not finish before the load's deadline (it was stopped, with its children)."""
+    """A compiler run did not finish before the load's deadline (fp8lab stops it, with its children)."""
 
 
 def _untrusted(path: Path) -> str:
@@ -134,7 +134,7 @@ def _private_cache(notes: list[str] | None = None) -> Path:
         if st.st_mode & 0o077:
             os.chmod(cache, 0o700)
             if notes is not None:
-                notes.append(f"made {cache} private (it was mode {st.st_mode & 0o777:o})")
+                notes.append(f"made {cache} private (its mode had been {st.st_mode & 0o777:o})")
     return cache
 
 
