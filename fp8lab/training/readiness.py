@@ -11,8 +11,9 @@ Notebook 08 introduces it.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,28 +166,74 @@ def capture(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor]
         raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)} (or None: the model's own)")
     linears = _covered(model)
     not_covered = _uncovered_modules(model)
+    _check_inspectable(model, linears, not_covered)
+    device = next(model.parameters()).device
+    batch = _to_device(batch, device)
+    notes: list[str] = []
+    calls: list[LinearCall] = []
+    rng_devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=rng_devices), _left_as_it_is(model), _tapped(linears, calls):
+        if mode is not None:
+            model.train(mode == "train")
+        for _, lin in linears:
+            lin.weight.requires_grad_(True)  # so that every linear's output is part of the graph
+        with torch.enable_grad():
+            loss = _loss(_run(model, batch), loss_fn, notes)
+            # gradients without touching any .grad: autograd.grad returns them instead of accumulating
+            torch.autograd.grad(loss, [lin.weight for _, lin in linears], allow_unused=True)
+    not_covered += _uncovered_calls(linears, calls)
+    stray = _stray_matrices(model, {n for n, _ in linears})
+    if stray:
+        notes.append("2-D parameters outside nn.Linear: " + ", ".join(stray) + ". If the forward pass multiplies "
+                     "by them (a tied output head, a projection written as F.linear or @), that GEMM is not "
+                     "inspected here and convert leaves it in high precision.")
+    kept = [c for c in calls if c.grad_output is not None and c.x.shape[0] > 0]
+    return Capture(kept, not_covered, notes, float(loss.detach()))
+
+
+def _check_inspectable(model: nn.Module, linears: list, not_covered: list[dict]) -> None:
+    """ValueError, saying why, for a model inspect cannot measure: no nn.Linear, or no values (meta)."""
     if not linears:
         found = "; ".join(f"{d['module'] or '(model)'} ({d['type']}): {d['reason']}" for d in not_covered)
         raise ValueError("the model has no nn.Linear layers, so there is nothing to inspect: fp8lab's FP8 recipes "
                          "swap nn.Linear layers (fp8lab.nn.convert)" + (f". Found instead: {found}" if found else ""))
-    params = list(model.parameters())
     meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
     if meta:
         raise ValueError(f"the model's {', '.join(meta[:4])}{', ...' if len(meta) > 4 else ''} are on the meta device: "
                          "they have shapes but no values, and inspect needs values. Materialize the model first "
                          "(model.to_empty(device='cpu'), then load its weights or reset_parameters())")
-    device = params[0].device
-    batch = _to_device(batch, device)
-    notes: list[str] = []
-    calls: list[LinearCall] = []
-    counts: dict[str, int] = {}
-    flags = {m: m.training for m in model.modules()}
+
+
+@contextlib.contextmanager
+def _left_as_it_is(model: nn.Module) -> Iterator[None]:
+    """Within the block the model may change; after it, its parameters' requires_grad, its modules'
+    train/eval flags and its buffers (the tensor objects and their values: a forward may write into a
+    buffer, as BatchNorm's statistics, or put a new tensor in its place) are as they were."""
+    params = list(model.parameters())
     requires = [p.requires_grad for p in params]
-    # every module's buffers as they are (the tensor objects and their values): a forward may write
-    # into a buffer (BatchNorm statistics), or put a new tensor in its place (self.steps = self.steps + 1)
+    flags = {m: m.training for m in model.modules()}
     buffers = {m: (dict(m._buffers), {k: b.detach().clone() for k, b in m._buffers.items() if b is not None})
                for m in model.modules()}
-    handles = []
+    try:
+        yield
+    finally:
+        for p, flag in zip(params, requires, strict=True):
+            p.requires_grad_(flag)
+        for m, flag in flags.items():
+            m.training = flag
+        with torch.no_grad():
+            for m, (objects, values) in buffers.items():
+                m._buffers.clear()
+                m._buffers.update(objects)
+                for k, v in values.items():
+                    objects[k].copy_(v)
+
+
+@contextlib.contextmanager
+def _tapped(linears: list, calls: list[LinearCall]) -> Iterator[None]:
+    """Forward hooks on every linear for the block: each call appends its input and weight to `calls`,
+    and its output carries a tap that keeps grad_output on the way back."""
+    counts: dict[str, int] = {}
 
     def hook_for(name: str):
         def hook(module: nn.Linear, args: tuple, output: torch.Tensor) -> torch.Tensor:
@@ -198,52 +245,27 @@ def capture(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor]
             return _Tap.apply(output, call)
         return hook
 
-    rng_devices = [device.index or 0] if device.type == "cuda" else []
+    handles = [lin.register_forward_hook(hook_for(name)) for name, lin in linears]
     try:
-        with torch.random.fork_rng(devices=rng_devices):
-            if mode is not None:
-                model.train(mode == "train")
-            for name, lin in linears:
-                handles.append(lin.register_forward_hook(hook_for(name)))
-            for _, lin in linears:
-                lin.weight.requires_grad_(True)  # so that every linear's output is part of the graph
-            with torch.enable_grad():
-                output = _run(model, batch)
-                loss = _loss(output, loss_fn, notes)
-                weights = [lin.weight for _, lin in linears]
-                # gradients without touching any .grad: autograd.grad returns them instead of accumulating
-                torch.autograd.grad(loss, weights, allow_unused=True)
+        yield
     finally:
         for h in handles:
             h.remove()
-        for p, flag in zip(params, requires, strict=True):
-            p.requires_grad_(flag)
-        for m, flag in flags.items():
-            m.training = flag
-        with torch.no_grad():
-            for m, (objects, values) in buffers.items():
-                m._buffers.clear()
-                m._buffers.update(objects)
-                for k, v in values.items():
-                    objects[k].copy_(v)
+
+
+def _uncovered_calls(linears: list, calls: list[LinearCall]) -> list[dict]:
+    """The linears the pass did not call, and the calls with nothing to measure (no rows, no gradient)."""
     called = {c.layer for c in calls}
-    for name, _ in linears:
-        if name not in called:
-            not_covered.append({"module": name, "type": "Linear", "reason": "not called in this forward pass"})
+    out = [{"module": name, "type": "Linear", "reason": "not called in this forward pass"}
+           for name, _ in linears if name not in called]
     for c in calls:
         if c.x.shape[0] == 0:
-            not_covered.append({"module": c.layer, "type": "Linear",
-                                "reason": f"call {c.call}: it had no rows (an empty batch): nothing to measure"})
+            out.append({"module": c.layer, "type": "Linear",
+                        "reason": f"call {c.call}: it had no rows (an empty batch): nothing to measure"})
         elif c.grad_output is None:
-            not_covered.append({"module": c.layer, "type": "Linear",
-                                "reason": f"call {c.call}: its output does not reach the loss (no gradient)"})
-    stray = _stray_matrices(model, {n for n, _ in linears})
-    if stray:
-        notes.append("2-D parameters outside nn.Linear: " + ", ".join(stray) + ". If the forward pass multiplies "
-                     "by them (a tied output head, a projection written as F.linear or @), that GEMM is not "
-                     "inspected here and convert leaves it in high precision.")
-    kept = [c for c in calls if c.grad_output is not None and c.x.shape[0] > 0]
-    return Capture(kept, not_covered, notes, float(loss.detach()))
+            out.append({"module": c.layer, "type": "Linear",
+                        "reason": f"call {c.call}: its output does not reach the loss (no gradient)"})
+    return out
 
 
 def _loss(output: Any, loss_fn: Callable[[Any], torch.Tensor] | None, notes: list[str]) -> torch.Tensor:
