@@ -305,26 +305,13 @@ def run_distributed(cfg: DistConfig | str | None = None, *, timeout_s: float = 1
         raise ValueError(f"out: the folder {out_file.parent} does not exist")
     run_dir = Path(tempfile.mkdtemp(prefix="fp8lab-dist-"))
     out_path = run_dir / "losses.json"
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", "1", "--nproc-per-node", str(nproc),
-        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-        "--max-restarts", "0",
-        "-m", "fp8lab.training.distributed", "--worker", "--run-dir", str(run_dir), "--out", str(out_path),
-        # collectives time out after the wall clock: the launcher's kill comes first
-        "--timeout", str(timeout_s + 30), *cfg.args(),
-    ]
     tail: deque[str] = deque(maxlen=10 * TAIL_LINES)
 
     def error(message: str, returncode: int | None) -> DistributedRunError:
         return DistributedRunError(message, "\n".join(list(tail)[-TAIL_LINES:]), returncode, str(run_dir))
 
     t0 = time.perf_counter()
-    # -I: the watchdog's folder (fp8lab/) must not shadow the standard library
-    watched = [sys.executable, "-I", str(Path(_watchdog.__file__)), str(run_dir), "--", *cmd]
-    proc = subprocess.Popen(watched, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, encoding="utf-8", errors="replace", bufsize=1, env=_worker_env(),
-                            **_own_process_group())
+    proc = _start_watched(_torchrun_command(cfg, run_dir, out_path, timeout_s), run_dir)
     try:
         try:
             returncode = _follow(proc, t0 + timeout_s, tail, stream)
@@ -353,6 +340,28 @@ def run_distributed(cfg: DistConfig | str | None = None, *, timeout_s: float = 1
             proc.stdin.close()  # (the watchdog has exited by now; if not, this tells it to stop)
         shutil.rmtree(run_dir, ignore_errors=True)
     return _frame(result, wall_seconds=wall, nproc=nproc)
+
+
+def _torchrun_command(cfg: DistConfig, run_dir: Path, out_path: Path, timeout_s: float) -> list[str]:
+    """torchrun starting cfg.nproc workers of this module on one node, rank 0 writing to out_path."""
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", "1", "--nproc-per-node", str(cfg.nproc),
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        "--max-restarts", "0",
+        "-m", "fp8lab.training.distributed", "--worker", "--run-dir", str(run_dir), "--out", str(out_path),
+        # collectives time out after the wall clock: the launcher's kill comes first
+        "--timeout", str(timeout_s + 30), *cfg.args(),
+    ]
+
+
+def _start_watched(cmd: list[str], run_dir: Path) -> subprocess.Popen:
+    """cmd under the watchdog, in a process group of its own, its output one pipe of text lines."""
+    # -I: the watchdog's folder must not shadow the standard library
+    watched = [sys.executable, "-I", str(Path(_watchdog.__file__)), str(run_dir), "--", *cmd]
+    return subprocess.Popen(watched, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, encoding="utf-8", errors="replace", bufsize=1, env=_worker_env(),
+                            **_own_process_group())
 
 
 def compare(cfg: DistConfig | str | None = None, *, stream: Callable[[str], object] | None = print,
