@@ -228,11 +228,14 @@ def test_the_emulation_stays_ieee_float32_whatever_the_matmul_precision():
     want = [emulated_mm(*pair) for pair in pairs]
     reference = [emulated_mm(*pair, emulation="reference") for pair in pairs]
     old = torch.get_float32_matmul_precision()
-    backends = (torch.backends.cuda.matmul, torch.backends.mkldnn.matmul)
+    # the per-backend settings torch has (oneDNN's from torch 2.9): where the CPU has them, "high"/"medium" lower it
+    backends = [m for m in (torch.backends.cuda.matmul, getattr(torch.backends.mkldnn, "matmul", None))
+                if m is not None and hasattr(m, "fp32_precision")]
     try:
         torch.set_float32_matmul_precision(precision)
         settings = [m.fp32_precision for m in backends]
-        assert a.matmul(b.t()).sub(a.double().matmul(b.double().t())).abs().max() > 1e-3  # (it does lower precision)
+        if any(m is getattr(torch.backends.mkldnn, "matmul", None) for m in backends):
+            assert a.matmul(b.t()).sub(a.double().matmul(b.double().t())).abs().max() > 1e-3  # (it does lower it)
         for pair, w, r in zip(pairs, want, reference, strict=True):
             assert torch.equal(emulated_mm(*pair), w)
             assert torch.equal(emulated_mm(*pair, emulation="reference"), r)

@@ -65,27 +65,20 @@ class Derived:
 
 @dataclass(frozen=True, eq=False)
 class QuantizedTensor:
-    """A tensor in a low-precision format with per-block scales (checked on construction).
+    """A tensor in a low-precision format with one scale per block: x ~ data.float() * scale (* tensor_scale).
 
-    Frozen in what it means: no field is ever reassigned, and data, scale, tensor_scale and
-    amax are never written after construction. It caches, in place, in one declared field,
-    `derived` (see Derived): the float32 values, the scale-folded values and the scale range,
-    computed once from the codes when first asked for (or written by quantize's kernel in the
-    same pass). Caching changes no number. .t() and .to() hand their result the cache's
-    transposed or kept parts; dataclasses.replace would share it (pass derived=Derived()
-    when changing data or scales).
+    Parameters:
+        data: x's shape, in fmt.storage_dtype (E2M1 values unpacked, one per byte, in float8_e4m3fn).
+        scale: float32 dequantization multipliers: () per tensor, (M, 1) per row, (ceil(M/r), ceil(K/c))
+            per block of r x c (blocks clamped to the tensor).
+        fmt, granularity, scale_rule, scale_fmt, margin: how the scales were made (quantize's arguments).
+        tensor_scale: a 0-d float32 second factor (NVFP4's two-level scaling), else None.
+        amax: the amax each scale came from, shaped like scale.
+        counts: (clipped, flushed) elements, where quantize counted them in its own pass; else None.
+        derived: the float32 and scale-folded values, computed once from the codes (a cache: see Derived).
 
-    data:  x's shape, dtype fmt.storage_dtype (float8_e4m3fn / float8_e5m2; E2M1 values
-           are kept unpacked, one per byte, in float8_e4m3fn, which holds each exactly)
-    scale: float32 dequantization multipliers; () per tensor, (M, 1) per row,
-           (ceil(M/rows), ceil(K/cols)) per block (blocks clamped to the tensor)
-    tensor_scale: a second float32 factor (0-d) for two-level scaling (NVFP4), else None
-    amax:  the amax each scale was computed from (same shape as scale)
-    counts: (clipped, flushed) element counts, where quantize was asked to count them (the
-           Monitor does) and its kernel ran; None otherwise (metrics then count from x)
-    derived: values, scale-folded values and the scale range, computed once (see Derived)
-    A hand-built QuantizedTensor is checked like quantize's: a wrong dtype, device or scale
-    shape raises ValueError here, never garbage later.
+    Checked on construction: a wrong dtype, device or scale shape raises ValueError, never garbage later.
+    Frozen: no field is reassigned and no tensor written after construction; only the cache fills in.
     """
 
     data: torch.Tensor
