@@ -28,7 +28,7 @@ lab-env: $(LAB_STAMP)
 
 $(LAB_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
 	$(PIP) -e ".[lab]"
-	@$(BIN)/python -c "from fp8lab import kernels; print('fp8lab quantize:', kernels.status()[1])"
+	@$(BIN)/python -c "from fp8lab.numerics import kernels; print('fp8lab quantize:', kernels.status()[1])"
 	@touch $(LAB_STAMP)
 
 # development and CI: the lab plus the test tools
@@ -36,7 +36,7 @@ setup: $(TEST_STAMP)
 
 $(TEST_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
 	$(PIP) -e ".[lab,test]"
-	@$(BIN)/python -c "from fp8lab import kernels; print('fp8lab quantize:', kernels.status()[1])"
+	@$(BIN)/python -c "from fp8lab.numerics import kernels; print('fp8lab quantize:', kernels.status()[1])"
 	@touch $(LAB_STAMP) $(TEST_STAMP) $(BOOK_STAMP)  # the test extra brings the book extra
 
 # The browser test (tests/test_browser.py) drives Debian's chromium with Playwright (pinned in
