@@ -91,7 +91,8 @@ DRAG_STEPS, DRAG_STEP_S, DRAG_MIN_FRAMES, DRAG_GUARD_S = 24, 0.08, 3, 60.0
 
 def live_cells(path: Path) -> list[int]:
     """The cells of a notebook that display a live panel with a slider (fp8lab.lab.panels.LIVE_PANELS)."""
-    from fp8lab.lab.panels import LIVE_PANELS, PANELS, SLIDERS
+    from fp8lab.lab.panels import LIVE_PANELS, PANELS
+    from fp8lab.lab.panels.base import SLIDERS
 
     live = {}
     for name in LIVE_PANELS:
@@ -236,8 +237,13 @@ KERNEL_EXEC_JS = r"""code => new Promise(resolve => {
 DRAWN_CHECK = """
 import gc as _gc
 from fp8lab.lab.panels import Panel as _Panel
+def _is_panel(o):
+    try:
+        return isinstance(o, _Panel)
+    except ReferenceError:  # a weakref.proxy whose object is gone (torch keeps some)
+        return False
 _stale = []
-for _p in [o for o in _gc.get_objects() if isinstance(o, _Panel)]:
+for _p in [o for o in _gc.get_objects() if _is_panel(o)]:
     if not _p.wait_redrawn(20):
         _stale.append(f"{type(_p).__name__}: still redrawing")
     elif _p.drawn_values is not None and _p.drawn_values != _p.values():
@@ -527,20 +533,39 @@ class NotebookPage:
             self.page.keyboard.press("ArrowLeft")  # it was at its maximum
             self.page.keyboard.press("ArrowLeft")
 
+    def reach(self, target, what: str) -> dict:
+        """Scroll `target` into view until the mouse would hit it: its box stays put between two looks
+        and the element under its centre is it (JupyterLab moves cells while the ones above settle)."""
+        box = None
+        def under_the_mouse() -> bool:
+            nonlocal box
+            target.scroll_into_view_if_needed()
+            time.sleep(0.2)
+            first, box = target.bounding_box(), target.bounding_box()
+            time.sleep(0.2)
+            if not box or box != target.bounding_box() or first != box:
+                return False
+            centre = [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2]
+            return target.evaluate("(el, [x, y]) => el.contains(document.elementFromPoint(x, y))", centre)
+        wait_until(under_the_mouse, REDRAW_TIMEOUT,
+                   lambda: f"{self.relpath}: {what} is not under the mouse at its place on screen ({box})"
+                   + self.context_for_failure())
+        return box
+
     def drag_slider_and_watch(self, index: int) -> None:
         """Drag the first slider of cell `index` with the mouse from its handle to the start of its
         track, then to the end, in steps; release there. While the mouse holds the slider the plot
         must change at least DRAG_MIN_FRAMES times; after the release it must show the final value, and
         the kernel must say its plot shows the controls' values."""
         slider = self.cell(index).locator(".widget-slider:not(.mod-disabled)").first
-        slider.scroll_into_view_if_needed()
         handle, track = slider.locator(".noUi-handle").first, slider.locator(".noUi-base, .noUi-target").first
         readout = slider.locator(".widget-readout").first
         before = self.wait_plots_settle(index)
         start = readout.inner_text() if readout.count() else None
         count = self.plot_count(index)
-        hb, tb = handle.bounding_box(), track.bounding_box()
-        assert hb and tb, f"{self.relpath}: cell {index}: the slider has no handle or track on screen"
+        hb = self.reach(handle, f"cell {index}: the slider's handle")
+        tb = track.bounding_box()
+        assert tb, f"{self.relpath}: cell {index}: the slider has no track on screen"
         y = hb["y"] + hb["height"] / 2
         x0, left, right = hb["x"] + hb["width"] / 2, tb["x"] + 1, tb["x"] + tb["width"] - 1
         self.cell(index).evaluate(DRAG_WATCH_JS)

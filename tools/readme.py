@@ -1,5 +1,5 @@
-"""The README's generated blocks: the notebook map (learner minutes from FACILITATOR.md) and the sink
-cliff table (the shipped runs).
+"""The README's generated blocks: the notebook map (learner minutes from FACILITATOR.md), the sink
+cliff table (the shipped runs) and the speed table (docs/performance.md's measured tables).
 
     python tools/readme.py           write them
     python tools/readme.py --check   exit 1 where the README differs (tests/test_docs.py runs it)
@@ -7,18 +7,23 @@ cliff table (the shipped runs).
 Each block sits between `<!-- NAME:begin -->` and `<!-- NAME:end -->`. The map's minutes are the
 "solo" column of FACILITATOR.md's learner-minutes table, the one place they live; the cliff is the
 final loss against each run's own run without sinks, mean of the shipped seeds
-(fp8lab.training.measured).
+(fp8lab.training.measured); the speed table joins performance.md's notebooks and widgets tables
+(written from `python -m fp8lab bench notebooks` and `bench widgets`) per notebook, with their
+date-and-machine line.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 FACILITATOR = ROOT / "FACILITATOR.md"
+PERFORMANCE = ROOT / "docs" / "performance.md"
 SINKS = (1e3, 1e4, 1e5, 1e6, 1e7)
 # what a learner does and meets in each notebook (the README's words; the notebooks say it at length)
 TEACHES = {
@@ -79,8 +84,46 @@ def notebook_map() -> str:
     return "\n".join(rows)
 
 
+def markdown_table(section: str) -> tuple[str, list[dict[str, str]]]:
+    """(the measured-on line, the rows) of the first table under performance.md's `## section`."""
+    text = PERFORMANCE.read_text().split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    measured = re.search(r"Measured (\d{4}-\d\d-\d\d, [^\n]*?):?\n", text)
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    if measured is None or len(lines) < 3:
+        raise ValueError(f"docs/performance.md's '{section}' section lacks its measured line or table")
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in lines[2:]]
+    return measured.group(1), rows
+
+
+def panels_in(notebook: str) -> list[str]:
+    """The PANELS names whose class a notebook's code cells construct."""
+    from fp8lab.lab.panels import PANELS
+
+    code = "".join("".join(c["source"]) for c in json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())
+                   ["cells"] if c["cell_type"] == "code")
+    return [name for name, make in PANELS.items() if re.search(rf"\b{make.__name__}\(", code)]
+
+
+def speed_table() -> str:
+    when, runs = markdown_table("Notebooks")
+    when_w, widgets = markdown_table("Widgets")
+    if when.split(",")[0] != when_w.split(",")[0]:
+        raise ValueError("docs/performance.md's notebooks and widgets tables were measured on different days")
+    run_s = {r["notebook"]: r["run all s"] for r in runs}
+    redraw = {r["panel"]: r for r in widgets}
+    rows = [f"Measured {when}:", "",
+            "| notebook | Run All, s | slider drag: median redraw, ms (slowest live panel) |", "|---|---|---|"]
+    for nb in TEACHES:
+        live = [redraw[p] for p in panels_in(nb) if redraw[p]["live"] == "yes"]
+        slowest = max(live, key=lambda r: float(r["median ms"]), default=None)
+        drag = f"{slowest['median ms']} ({slowest['panel']})" if slowest else "no live slider"
+        rows.append(f"| {nb} | {run_s[nb]} | {drag} |")
+    return "\n".join(rows)
+
+
 def blocks() -> dict[str, str]:
-    return {"notebook-map": notebook_map(), "cliff": cliff_table()}
+    return {"notebook-map": notebook_map(), "cliff": cliff_table(), "speed": speed_table()}
 
 
 def filled(text: str) -> str:
