@@ -30,7 +30,7 @@ NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # the last decimal the key prints, whichever is larger (whole numbers and powers: KEY_RELATIVE
 # alone). Measured: the key written on an AMD EPYC (AVX2) and regenerated on an Intel Xeon (AVX-512)
 # differed in one number, a tiny share of fc2's gradients flushed in a 4-step run (0.000954% against
-# 0.000763%), which the key now prints as "under 0.01%"; regenerated on the Xeon with 2 threads, with
+# 0.000763%), which the key prints as "under 0.01%"; regenerated on the Xeon with 2 threads, with
 # OMP_NUM_THREADS=1 MKL_CBWR=COMPATIBLE and with ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2,
 # its 780 numbers and all its words were the same. Most of its numbers come from quantization (exact)
 # and the shipped runs (fixed); 5% covers the GEMM errors and short training runs it also quotes.
@@ -82,7 +82,7 @@ def test_the_key_comparison_catches_a_changed_word_or_number_and_forgives_the_la
     assert key_differences(key, key.replace("39.8%", "45.0%"))  # beyond it
     assert key_differences(key, key.replace("1e6", "1e5"))  # another cliff
     assert key_differences(key, key.replace("blockwise", "rowwise"))  # another word
-    assert key_differences(key, key.replace("[x]", "[ ]"))  # a claim that no longer holds
+    assert key_differences(key, key.replace("[x]", "[ ]"))  # a claim withdrawn
 
 
 @pytest.mark.slow

@@ -317,8 +317,8 @@ def test_the_timeout_must_be_a_positive_number_of_seconds(value, capsys):
 
 @pytest.mark.parametrize("value", ["1e14", "1e10", str(31 * 86400)])
 def test_a_timeout_beyond_thirty_days_is_refused_before_any_rank_starts(value, capsys):
-    """Before: --timeout 1e14 was accepted, then every worker died with OverflowError (the collectives'
-    timedelta)."""
+    """A timeout beyond 30 days (--timeout 1e14) is refused before any rank starts: accepted, it kills every
+    worker with OverflowError (the collectives' timedelta)."""
     with pytest.raises(SystemExit) as exit_:
         main(["--timeout", value])
     assert exit_.value.code == 2
@@ -332,15 +332,15 @@ def test_a_timeout_beyond_thirty_days_is_refused_before_any_rank_starts(value, c
 
 
 def test_out_is_written_through_a_private_temporary_never_a_planted_link(tmp_path):
-    """Before: --out wrote through a predictable temporary name (.NAME.PID.tmp) beside the file, which
-    followed a symlink planted there: anyone who could write the folder could have the run overwrite
-    another file of the user's. Now the temporary is created anew under an unguessable name."""
+    """--out is written through a temporary created anew under an unguessable name: a predictable one
+    beside the file (.NAME.PID.tmp) follows a symlink planted there, so anyone who can write the folder
+    could have the run overwrite another file of the user's."""
     from fp8lab.training.distributed import _write_atomically
 
     victim = tmp_path / "victim.txt"
     victim.write_text("the user's other file")
     out = tmp_path / "losses.json"
-    for pid in {os.getpid(), os.getppid()}:  # the names the temporary had
+    for pid in {os.getpid(), os.getppid()}:  # the predictable names a temporary could take
         (tmp_path / f".{out.name}.{pid}.tmp").symlink_to(victim)
     (tmp_path / f"{out.name}.tmp").symlink_to(victim)
     _write_atomically(out, '{"loss": [1.0]}')

@@ -200,9 +200,8 @@ def test_torchtitan_text_names_the_flags(recipe):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("recipe", ALL)
 def test_every_snippet_is_python(recipe, target):
-    """Before: the torchtitan snippet mixed command-line flags with Python: not valid Python for 4
-    recipes. Now every snippet parses as Python; torchtitan's flags are a comment there, and a shell
-    line of their own (Export.command_line)."""
+    """Every snippet parses as Python, for every recipe: torchtitan's command-line flags, mixed in, would
+    make it invalid Python, so they are a comment there and a shell line of their own (Export.command_line)."""
     import ast
     import shlex
 
@@ -217,8 +216,8 @@ def test_every_snippet_is_python(recipe, target):
 
 
 def test_the_reports_skip_list_is_python_and_quoted_for_every_target():
-    """Before: the readiness report's torchtitan export put flags and Python on one line and the layer
-    names unquoted on the command line. Layer names here need quoting (a space, a quote)."""
+    """The readiness report's export is Python for every target, with the skipped layer names quoted, and
+    torchtitan's flags are a command line of their own. Layer names here need quoting (a space, a quote)."""
     import ast
     import shlex
 

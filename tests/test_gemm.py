@@ -188,9 +188,9 @@ def test_accumulator_model_validates():
 
 
 def test_the_accumulation_model_has_a_size_limit_and_works_in_chunks(monkeypatch):
-    """Before: the model materialized every product, ~17 bytes per M*N*K with no size check (1024 x
-    4096 x 1024 would have needed ~68 GiB). Now a problem beyond MAX_ACCUMULATED_PRODUCTS is refused
-    before anything is allocated, and rows of a are walked a chunk at a time, with the same numbers."""
+    """A problem beyond MAX_ACCUMULATED_PRODUCTS is refused before anything is allocated, and rows of a are
+    walked a chunk at a time, with the same numbers: every product at once takes ~17 bytes per M*N*K
+    (1024 x 4096 x 1024 would need ~68 GiB)."""
     from fp8lab.gemm import emulation
     from tests.test_hardening import _Largest
 
@@ -214,10 +214,9 @@ def test_the_accumulation_model_has_a_size_limit_and_works_in_chunks(monkeypatch
 
 
 def test_the_emulation_stays_ieee_float32_whatever_the_matmul_precision():
-    """Before: the emulation's fp32 matmuls inherited set_float32_matmul_precision("high" / "medium")
-    (TF32 on a GPU; on the CPU "medium" is bf16 through oneDNN): with block scales folded in,
-    exactness broke. Now the emulation pins IEEE float32 for its matmuls (on every backend) and
-    restores the process's settings."""
+    """The emulation pins IEEE float32 for its matmuls (on every backend) and restores the process's
+    settings: fp32 matmuls that inherit set_float32_matmul_precision("high" / "medium") (TF32 on a GPU;
+    on the CPU "medium" is bf16 through oneDNN) lose exactness once block scales are folded in."""
     precision = "medium"  # (what lowers float32 matmuls on a CPU; "high" is TF32, a GPU's)
     g = torch.Generator().manual_seed(6)
     a, b = torch.randn(256, 512, generator=g), torch.randn(128, 512, generator=g)

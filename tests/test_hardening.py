@@ -1,7 +1,7 @@
-"""Hardening (issue 14): no input crashes the kernels or gives a silently wrong number.
+"""Hardening: no input crashes the kernels or gives a silently wrong number.
 
-Each test pins one finding; each failed on the code before this change (commit 57b81b4), or
-kills one of the mutations tools/mutate.py keeps (named in the test's docstring).
+Each test pins one finding: it fails without the guard it names, or kills one of the mutations
+tools/mutate.py keeps (named in the test's docstring).
 """
 
 import ctypes
@@ -38,15 +38,17 @@ def _on(path: str, fn):
 
 @pytest.mark.parametrize("rows,cols", [(2**64 + 1, 32), (1, 2**64 + 32), (2**63 - 1, 32), (2**31, 1)])
 def test_absurd_block_sizes_are_refused_before_any_kernel_sees_them(rows, cols):
-    """Before: PerBlock(2**64 + 1, 32) crashed the kernel process (heap corruption, ctypes wrapped it)."""
+    """PerBlock(2**64 + 1, 32) is refused with a clear error before any kernel sees it: unchecked, ctypes
+    wraps the size and the C kernel corrupts its heap, killing the kernel process."""
     with pytest.raises(ValueError, match=r"positive integer up to 2\*\*31 - 1"):
         PerBlock(rows, cols)
 
 
 @BOTH_PATHS
 def test_a_block_larger_than_the_tensor_is_clamped_to_it(path):
-    """Before: PerBlock(10**6, 10**6) on 64x256 asked for 4 TB in dequantize; 128x128 on 1 x N padded
-    every block to 128 rows. Now the block is the tensor's (per-tensor in effect), and says so."""
+    """A block larger than the tensor is clamped to it (per-tensor in effect), and says so: unclamped,
+    PerBlock(10**6, 10**6) on 64x256 asks for 4 TB in dequantize, and 128x128 on 1 x N pads every block
+    to 128 rows."""
     x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
     huge = _on(path, lambda: quantize(x, E4M3, PerBlock(10**6, 10**6)))
     whole = _on(path, lambda: quantize(x, E4M3, PerTensor()))
@@ -89,7 +91,7 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
 
 
 def test_a_hand_built_quantized_tensor_with_wrong_scales_is_refused():
-    """Before: too few or transposed scales were accepted, and matmul and the overflow metrics read
+    """Too few or transposed scales are refused: accepted, they have matmul and the overflow metrics read
     past the scale buffer (NaN or garbage) with the kernels on."""
     x = torch.randn(64, 96)
     q = quantize(x, E4M3, PerBlock(1, 32))  # scale (64, 3)
@@ -113,7 +115,8 @@ def test_a_hand_built_quantized_tensor_with_wrong_scales_is_refused():
 
 @BOTH_PATHS
 def test_an_amax_must_be_an_amax(path):
-    """Before: amax=-1 gave negative scales (overflow_fraction 0 while 62% clipped); amax=inf all zeros."""
+    """A negative or infinite amax is refused: amax=-1 gives negative scales (overflow_fraction 0 while 62%
+    clip), amax=inf all zeros."""
     x = torch.randn(32, 32, generator=torch.Generator().manual_seed(2))
     for amax in (-1.0, math.inf, -math.inf, torch.tensor(-0.5)):
         with pytest.raises(ValueError, match="finite and >= 0"):
@@ -128,7 +131,8 @@ def test_an_amax_must_be_an_amax(path):
 
 @pytest.mark.parametrize("fmt,largest", [(E4M3, 17), (E5M2, 31), (E2M1, 3)], ids=lambda v: getattr(v, "name", v))
 def test_a_margin_beyond_the_formats_range_is_refused(fmt, largest):
-    """Before: margin=130 gave all zeros and margin=200 all NaN, silently."""
+    """A margin beyond the format's range is refused: margin=130 gives all zeros and margin=200 all NaN,
+    silently."""
     x = torch.randn(16, 32)
     quantize(x, fmt, margin=largest)  # the largest that leaves the block max representable
     for margin in (largest + 1, 130, 200):
@@ -146,7 +150,8 @@ def test_huge_margins_or_amaxes_never_make_infinite_scales(path):
 
 
 def test_an_amax_history_propagates_nan_whatever_its_place():
-    """Before: Python's max() kept a NaN first in the history and dropped it later (order-dependent)."""
+    """A NaN anywhere in the history makes its amax NaN: Python's max() keeps a NaN that comes first and
+    drops one that comes later (order-dependent)."""
     for amaxes in ([1.0, math.nan, 2.0], [math.nan, 1.0, 2.0], [1.0, 2.0, math.nan]):
         hist = AmaxHistory(8, "max")
         for a in amaxes:
@@ -166,7 +171,8 @@ def test_an_amax_history_propagates_nan_whatever_its_place():
 
 @BOTH_PATHS
 def test_nvfp4_of_a_tiny_tensor_has_no_nan_blocks(path):
-    """Before: a tensor amax below ~8e-36 made every all-zero block NaN (1 / tensor_scale overflowed)."""
+    """NVFP4 of a tensor whose amax is below ~8e-36 has no NaN blocks: there 1 / tensor_scale overflows
+    and, unguarded, makes every all-zero block NaN."""
     x = torch.zeros(4, 64)
     x[0, :16] = torch.linspace(-3e-38, 3e-38, 16)
     x[1, 16:32] = 1e-40
@@ -181,7 +187,8 @@ def test_nvfp4_of_a_tiny_tensor_has_no_nan_blocks(path):
 
 @BOTH_PATHS
 def test_a_float64_beyond_float32_is_not_called_infinite(path):
-    """Before: a float64 1e300 was reported as "x has 1 infinite value" (it overflowed on conversion)."""
+    """A float64 1e300 is reported as beyond float32's range, not as "x has 1 infinite value" (what it
+    becomes once converted)."""
     x = torch.tensor([[1e300, 1.0]], dtype=torch.float64)
     with pytest.raises(ValueError, match=r"1 value\(s\) beyond float32's range") as err:
         _on(path, lambda: quantize(x))
@@ -194,7 +201,7 @@ def test_a_float64_beyond_float32_is_not_called_infinite(path):
 
 
 def test_meta_tensors_get_a_clear_error():
-    """Before: "Tensor.item() cannot be called on meta tensors"."""
+    """A meta tensor gets a clear error, not torch's "Tensor.item() cannot be called on meta tensors"."""
     x = torch.empty(4, 4, device="meta")
     for fn in (lambda: quantize(x), lambda: fp8lab.cast(x, E4M3)):
         with pytest.raises(ValueError, match=r"meta tensor .* no values"):
@@ -209,7 +216,8 @@ def test_quantize_detaches_and_says_so():
 
 
 def test_fp8_linear_keeps_the_input_dtype_and_refuses_integers():
-    """Before: a float16 input gave a float32 output; an int64 input was accepted."""
+    """FP8Linear returns the input's dtype (a float16 input gives float16, not float32) and refuses an
+    int64 input."""
     lin = fp8lab.nn.FP8Linear(32, 16, recipe="tensorwise", backend="emulated")
     x = torch.randn(4, 32)
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
@@ -223,7 +231,8 @@ def test_fp8_linear_keeps_the_input_dtype_and_refuses_integers():
 
 
 def test_convert_none_and_train_with_one_recipe_name():
-    """Before: convert(None) raised AttributeError; train(recipes="tensorwise") said "unknown recipe 't'"."""
+    """convert(None) raises a TypeError that says what convert takes (not an AttributeError), and
+    train(recipes="tensorwise") runs that one recipe (not "unknown recipe 't'")."""
     with pytest.raises(TypeError, match=r"convert takes a torch\.nn\.Module, got NoneType"):
         fp8lab.nn.convert(None, "tensorwise")
     res = fp8lab.training.train.train(recipes="tensorwise", steps=2, batch=8, progress=False, monitor_every=None)
@@ -326,9 +335,9 @@ def _views(x: torch.Tensor) -> dict[str, torch.Tensor]:
 
 @BOTH_PATHS
 def test_views_the_c_code_cannot_read_as_memory_give_the_values(path):
-    """Before: a view with a pending negation (torch._neg_view, x.conj().imag) quantized with the wrong
-    sign on the C path (4.0 instead of -4.0); an amax given as such a view scaled with the wrong sign.
-    Every input the kernel reads is made readable first (resolved, contiguous, aligned)."""
+    """Every input the kernel reads is made readable first (resolved, contiguous, aligned): read as
+    memory, a view with a pending negation (torch._neg_view, x.conj().imag) quantizes with the wrong sign
+    on the C path (4.0 instead of -4.0), and an amax given as such a view scales with the wrong sign."""
     x = torch.randn(8, 64, generator=torch.Generator().manual_seed(21)) * 3
     x[0, 0] = -4.0
     with kernels.disabled():
@@ -368,9 +377,9 @@ print("DONE")
 
 @needs_kernels
 def test_tensors_without_memory_of_their_own_run_in_torch():
-    """Before: a zero tensor (torch._efficientzerotensor, which autograd makes) and a FakeTensor (what
-    torch.compile traces with) reached the C code, which read address 0: SIGSEGV. In a process of
-    its own."""
+    """A zero tensor (torch._efficientzerotensor, which autograd makes) and a FakeTensor (what
+    torch.compile traces with) run in torch: handed to the C code, they make it read address 0
+    (SIGSEGV). In a process of its own."""
     import os
     import subprocess
     import sys
@@ -394,8 +403,8 @@ def test_layouts_without_values_in_memory_get_a_clear_error():
 @BOTH_PATHS
 @pytest.mark.parametrize("granularity", [PerTensor(), PerRow(), PerBlock(1, 32)], ids=lambda g: g.label)
 def test_an_infinity_beside_a_nan_is_refused(path, granularity):
-    """Before: a NaN in the same block made the block's amax NaN, and an infinity beside it was let
-    through (quantized as NaN) instead of raising as an infinity alone does."""
+    """An infinity beside a NaN in the same block raises as an infinity alone does: the NaN makes the
+    block's amax NaN, which would let the infinity through (quantized as NaN)."""
     x = torch.randn(4, 64)
     x[1, 3], x[1, 5] = math.nan, math.inf
     with pytest.raises(ValueError, match=r"1 infinite value\(s\)"):
@@ -430,9 +439,9 @@ class _Largest(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def test_quantizing_a_bf16_operand_makes_no_full_size_float32_copy():
-    """Before: every operand was widened to a full-size float32 tensor (and more float32 temporaries
-    of its size) before the cast: 1-2 GB for one 8192^2 operand on a GPU. The torch code (what runs
-    on a GPU) now widens a bounded chunk at a time."""
+    """The torch code (what runs on a GPU) widens a bf16 operand to float32 a bounded chunk at a time:
+    a full-size float32 copy (and more float32 temporaries of its size) before the cast takes 1-2 GB
+    for one 8192^2 operand on a GPU."""
     from fp8lab.numerics import quantize as quantize_module
 
     x = torch.randn(1024, 1024).to(torch.bfloat16)
@@ -446,8 +455,8 @@ def test_quantizing_a_bf16_operand_makes_no_full_size_float32_copy():
 
 
 def test_e2m1_codes_make_no_int64_index_per_element():
-    """Before: QuantizedTensor.codes() of E2M1 data built an int64 index tensor (8 bytes per element)
-    on every NVFP4 call: ~0.5 GB for one 8192^2 operand."""
+    """QuantizedTensor.codes() of E2M1 data builds no int64 index tensor: at 8 bytes per element, on
+    every NVFP4 call, that is ~0.5 GB for one 8192^2 operand."""
     from fp8lab.numerics import quantize as quantize_module
 
     q = quantize(torch.randn(512, 1024), E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True)

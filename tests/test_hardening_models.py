@@ -88,9 +88,9 @@ def _compiled_run(backend: str) -> None:
 @needs_kernels
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_torch_compile_runs_with_the_c_kernels_on(backend):
-    """Before: quantize under torch.compile died (SIGABRT "malloc(): unaligned tcache chunk", SIGSEGV or
-    SIGBUS) with the C kernels on; so did a compiled converted model. Now the kernels' entry points
-    are opaque to the compiler and a compiled training step equals the eager one."""
+    """quantize under torch.compile, and a compiled converted model, run with the C kernels on: their
+    entry points are opaque to the compiler (traced through, they die with SIGABRT "malloc(): unaligned
+    tcache chunk", SIGSEGV or SIGBUS), and a compiled training step equals the eager one."""
     _compiled_run(backend)
 
 
@@ -113,9 +113,9 @@ def _reloaded(model: nn.Module) -> nn.Module:
 
 @pytest.mark.parametrize("how", ["deepcopy", "torch.save"])
 def test_copied_or_reloaded_formats_are_the_formats(how):
-    """Before: formats were compared by identity, so after copy.deepcopy or torch.save / torch.load
-    plan_gemm refused the real kernel ("needs E4M3 operands, got e4m3 and e4m3") and E2M1 codes()
-    returned E4M3 bytes while packed() refused."""
+    """A format after copy.deepcopy or torch.save / torch.load is the format: compared by identity, a copy
+    makes plan_gemm refuse the real kernel ("needs E4M3 operands, got e4m3 and e4m3"), and E2M1 codes()
+    return E4M3 bytes while packed() refuses."""
     copy_of = copy.deepcopy if how == "deepcopy" else _reloaded
     g = torch.Generator().manual_seed(0)
     x, w, dy = torch.randn(64, 256, generator=g), torch.randn(128, 256, generator=g), torch.randn(64, 128, generator=g)
@@ -152,10 +152,9 @@ def test_formats_equal_to_the_constants_are_treated_as_them():
 @pytest.mark.parametrize("how", ["deepcopy", "torch.save", "state_dict"])
 def test_a_converted_model_round_trips_with_identical_outputs_and_kernels(monkeypatch, how, recipe):
     """A model after some steps, copied, saved whole or saved as a state dict: the copy's next step
-    gives the same outputs and gradients (delayed histories included), and its GEMMs run the same
-    kernels (through a stand-in of sm_90's scaled matmuls). Before: the histories were not in
-    state_dict (a reloaded model recalibrated: its next output differed), and a deep-copied or
-    reloaded blockwise model ran emulated where the original ran real."""
+    gives the same outputs and gradients (delayed histories included: left out of state_dict, a reloaded
+    model recalibrates and its next output differs), and its GEMMs run the same kernels (through a
+    stand-in of sm_90's scaled matmuls): a blockwise copy never runs emulated where the original runs real."""
     stand = StandIn((9, 0))
     task = TeacherTask()
     with stand.installed(monkeypatch):
@@ -216,8 +215,8 @@ def test_a_reloaded_state_dict_without_histories_leaves_them_and_plain_checkpoin
 
 @pytest.mark.parametrize("recipe", [*RECIPES, *VARIANTS])
 def test_an_empty_batch_gives_what_nn_linear_gives(recipe):
-    """Before: FP8Linear(16, 4)(torch.randn(0, 16)) raised "cannot quantize an empty tensor" where
-    nn.Linear returns [0, 4] (an MoE expert with no tokens, the last batch of a sharded loader)."""
+    """FP8Linear(16, 4)(torch.randn(0, 16)) returns [0, 4] as nn.Linear does, not "cannot quantize an
+    empty tensor" (an MoE expert with no tokens, the last batch of a sharded loader)."""
     torch.manual_seed(0)
     ref = nn.Linear(16, 4)
     layer = FP8Linear.from_linear(copy.deepcopy(ref), recipe, backend="emulated")
@@ -252,7 +251,7 @@ def test_an_empty_batch_takes_part_in_the_amax_reduction():
 
 
 def test_inspect_skips_a_call_with_no_rows():
-    """Before: inspect failed on a layer called with 0 rows."""
+    """inspect skips a layer called with 0 rows, and says why, rather than failing on it."""
 
     class Routed(nn.Module):
         def __init__(self) -> None:

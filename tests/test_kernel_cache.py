@@ -253,8 +253,8 @@ def test_temporaries_of_builds_still_running_stay(cache):
 
 def test_a_vendored_openmp_copy_leaves_torchs_in_use(monkeypatch):
     """scikit-learn's wheel maps a libgomp of its own (libgomp-<hash>.so, a name -fopenmp code never
-    asks for): the kernels still share torch's runtime. (CI failed here: once a notebook or test had
-    imported scikit-learn, a second load built another library, without OpenMP.)"""
+    asks for): the kernels still share torch's runtime. (The hazard: once a notebook or test imports
+    scikit-learn, a second load builds another library, without OpenMP.)"""
     mapped = {n for n in kernels_build.openmp_libraries() if os.path.basename(n).startswith("libgomp.so")}
     monkeypatch.setattr(kernels_build, "openmp_libraries", lambda: mapped)
     if not kernels_build.openmp_flags(COMPILER):
@@ -338,9 +338,9 @@ print(ok, "|", why)
 
 @pytest.mark.parametrize("size", [1024, 16 * 1024])
 def test_a_truncated_cached_library_is_rebuilt_never_loaded(cache, size):
-    """Before: a real prefix (1-20 KB) of a built library in the cache made the first quantize die with
-    SIGBUS inside ctypes.CDLL (the loader maps what the headers promise), on every start. Now a cached
-    library is loaded only if its bytes are the ones its build recorded. In a process of its own."""
+    """A cached library is loaded only if its bytes are the ones its build recorded: loaded, a real prefix
+    (1-20 KB) of a built library kills the first quantize with SIGBUS inside ctypes.CDLL (the loader maps
+    what the headers promise), on every start. In a process of its own."""
     proc = subprocess.run([sys.executable, "-c", TRUNCATED, str(SESSION_LIBRARY), str(size)], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "XDG_CACHE_HOME": str(cache.parent)})
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
@@ -376,8 +376,8 @@ def test_a_compiler_that_hides_symbols_still_exports_the_kernels(cache, tmp_path
 
 
 def test_a_library_without_fp8labs_functions_falls_back_to_torch(cache, tmp_path, monkeypatch, stub_source):
-    """Before: a library that loads but lacks fp8lab's symbols made every quantize raise AttributeError
-    and doctor crash. Now the kernels are off, with the reason."""
+    """A library that loads but lacks fp8lab's symbols turns the kernels off, with the reason: used, it
+    makes every quantize raise AttributeError and doctor crash."""
     renaming = _script(tmp_path / "cc", 'set -- -Dfp8lab_quantize=fp8lab_quantize_elsewhere "$@"')
     monkeypatch.setenv("CC", renaming)
     lib, why = _load()
@@ -398,8 +398,8 @@ def test_a_library_without_fp8labs_functions_leaves_quantize_and_doctor_working(
 
 
 def test_threads_asking_together_build_once(tmp_path):
-    """Before: the first use from 8 threads compiled _kernels.c 8 times (and each loaded its own). Now
-    8 threads run the compiler exactly as often as one thread does (one build)."""
+    """A first use from 8 threads runs the compiler exactly as often as one thread does (one build), not
+    once per thread (8 builds of _kernels.c, each thread loading its own)."""
     runs = {}
     for threads in (1, 8):
         log = tmp_path / f"compiler-{threads}.log"
@@ -416,7 +416,8 @@ def test_threads_asking_together_build_once(tmp_path):
 
 @pytest.mark.parametrize("how", ["with an option", "behind a launcher"])
 def test_cc_is_a_command_line(cache, monkeypatch, stub_source, how):
-    """Before: CC="ccache gcc" or CC="cc -O2" turned the kernels off (CC was taken as one file name)."""
+    """CC is a command line: CC="ccache gcc" or CC="cc -O2" builds the kernels (taken as one file name, it
+    turns them off)."""
     cc = f"{COMPILER} -O2" if how == "with an option" else f"env FP8LAB_UNUSED=1 {COMPILER}"
     monkeypatch.setenv("CC", cc)
     lib, why = _load()
@@ -431,9 +432,9 @@ def test_cc_is_a_command_line(cache, monkeypatch, stub_source, how):
 
 
 def test_a_hanging_compiler_is_stopped_with_its_children_and_said(cache, tmp_path, monkeypatch, stub_source, capfd):
-    """Before: a hanging compiler blocked the first quantize for 150 s without a word and left its
-    children running. Now every compiler run of a load shares one deadline, a run in progress says so
-    on stderr, and a run past the deadline is stopped with everything it started."""
+    """Every compiler run of a load shares one deadline, a run in progress says so on stderr, and a run
+    past the deadline is stopped with everything it started: a hanging compiler otherwise blocks the
+    first quantize (150 s, without a word) and leaves its children running."""
     pids = tmp_path / "children"
     hanging = tmp_path / "cc"
     # a child holding the compiler's output pipes, and one that does not (a daemon it started)
@@ -464,7 +465,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("value", ["maybe", "2", "of"])
 def test_an_fp8lab_kernels_value_that_means_nothing_is_said(monkeypatch, value):
-    """Before: unrecognised FP8LAB_KERNELS values silently meant on."""
+    """An unrecognised FP8LAB_KERNELS value warns and turns the kernels off, rather than silently meaning on."""
     monkeypatch.setenv("FP8LAB_KERNELS", value)
     with pytest.warns(UserWarning, match="FP8LAB_KERNELS"):
         lib, why = _load()

@@ -166,8 +166,8 @@ def test_emulated_gemm_matches_with_and_without_kernels(recipe):
 
 def test_matmul_of_transposed_weights_matches_with_and_without_kernels():
     """b[K, N] is quantized down its columns and used as a transposed view: the torch code folds its
-    scales in that layout too, as the kernel writes them (a GEMM's summation order follows the
-    layout: before, 9 in 200 such products differed in the last bit; found by tests/test_fuzz.py)."""
+    scales in that layout too, as the kernel writes them (a GEMM's summation order follows the layout:
+    folded in another, 9 in 200 such products differ in the last bit, as tests/test_fuzz.py finds)."""
     g = torch.Generator().manual_seed(0)
     for _ in range(60):
         m, k, n = torch.randint(1, 60, (3,), generator=g).tolist()
@@ -185,8 +185,8 @@ def test_matmul_of_transposed_weights_matches_with_and_without_kernels():
 def test_gemm_operands_get_their_values_in_the_quantize_pass_at_any_size(monkeypatch, recipe, layout):
     """Beyond kernels.EAGER_VALUES elements plain quantize writes codes only, but a GEMM's operands
     are read next as float32 values (scale-folded where the GEMM folds): quantize_operands has the
-    kernel write them in the same pass (before, 1536x3072 activations were widened from their codes
-    in torch, ~15% of the natural matmul's time), and the product is the torch code's, bit for bit."""
+    kernel write them in the same pass (widening 1536x3072 activations from their codes in torch takes
+    ~15% of the natural matmul's time), and the product is the torch code's, bit for bit."""
     from fp8lab.gemm import quantize_operands
 
     monkeypatch.setattr(kernels, "EAGER_VALUES", 100)  # every operand below is beyond it

@@ -174,7 +174,7 @@ def test_torchao_and_fp8lab_engines_agree(recipe):
 
 
 def test_converting_again_changes_the_recipe_and_keeps_what_it_should():
-    """Before: converting a converted model said "the model has no nn.Linear layers to convert"."""
+    """Converting a converted model changes its recipe, not "the model has no nn.Linear layers to convert"."""
     model = make_model("mlp", 0, hidden=64)
     once = convert(model, "tensorwise", backend="emulated")
     twice = convert(once, "mxfp8", backend="emulated", skip=["fc3"])
@@ -188,7 +188,8 @@ def test_converting_again_changes_the_recipe_and_keeps_what_it_should():
 
 
 def test_a_model_of_linear_subclasses_is_told_what_it_has():
-    """Before: a model whose linears are subclasses of nn.Linear was told it had no nn.Linear layers."""
+    """A model whose linears are subclasses of nn.Linear is told so (and to build those), not that it has
+    no nn.Linear layers."""
 
     class Scaled(nn.Linear):
         def forward(self, x):

@@ -116,7 +116,7 @@ def test_runs_at_workshop_size_under_1_5_gb_with_its_claims(path, record_propert
     record_property("peak_mb", check_after_run(path.stem, _last_output(nb), seconds))
 
 
-# ---- what the notebooks say (issue 13): each fix pinned against the text it replaced -------------------
+# ---- what the notebooks say: each claim pinned, and the wrong wording it must not carry -----------------------
 
 
 def _cells(stem: str) -> list:
@@ -172,7 +172,7 @@ def test_05_names_when_outliers_hurt_and_quotes_deepseek_with_its_measure():
     assert "same sign" in t and "maximum relative error of nearly 2%" in t and "**Error of**" in t
     assert "DeepSeek's ~2%, measured on real GEMMs, lies between the two" not in t
     assert "use_fast_accum" in t and "use_split_accumulator" in t  # the knobs, and which one the emulation is
-    assert "no `dequantize()`" in t  # exercise 05 can no longer pass by dequantizing
+    assert "no `dequantize()`" in t  # exercise 05 cannot be passed by dequantizing
 
 
 def test_06_exercise_comes_before_the_cell_that_answers_it():

@@ -342,8 +342,8 @@ class Counting(nn.Module):
 
 
 def test_a_buffer_the_forward_replaces_is_given_back():
-    """Before: inspect restored buffers by copying into the tensors it had saved, so a buffer that the
-    forward re-assigned (a new tensor object) stayed changed."""
+    """inspect gives back the buffers it saved, so a buffer the forward re-assigns (a new tensor object)
+    is restored too; copying into the saved tensors would leave it changed."""
     model = Counting()
     steps, scale = model.steps, model.scale
     fp8lab.inspect(model, torch.randn(4, 16), recipes=("tensorwise",))
@@ -353,7 +353,8 @@ def test_a_buffer_the_forward_replaces_is_given_back():
 
 
 def test_a_model_on_the_meta_device_gets_a_clear_error():
-    """Before: inspect on a meta-device model failed with an internal message (meta tensors have no values)."""
+    """inspect on a meta-device model raises a clear error (meta tensors have no values), not an internal
+    one."""
     with torch.device("meta"):
         model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
     with pytest.raises(ValueError, match=r"on the meta device.*to_empty"):

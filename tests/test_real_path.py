@@ -212,7 +212,8 @@ def test_nvfp4_without_a_tensor_scale_takes_the_single_scale_kernel(monkeypatch)
 
 
 def test_the_standin_refuses_what_torch_refuses(monkeypatch):
-    """The stand-in's own checks can fail: the layouts of the bugs fp8lab had (issue 12)."""
+    """The stand-in's own checks can fail: it refuses the layouts torch refuses, the ones a bug in fp8lab's
+    GEMM path would hand it."""
     stand = StandIn((9, 0))
     a = torch.randn(64, 128).to(torch.float8_e4m3fn)
     b = torch.randn(32, 128).to(torch.float8_e4m3fn)
@@ -238,7 +239,7 @@ def test_the_standin_refuses_what_torch_refuses(monkeypatch):
 
 
 def test_e8m0_scales_swizzle_as_bytes():
-    # the old path cast to float8_e8m0fnu and then indexed: "index_put" is not implemented for it
+    # as bytes: cast to float8_e8m0fnu and then indexed, they fail ("index_put" is not implemented for it)
     s = torch.exp2(torch.randint(-20, 20, (130, 9)).float()).to(torch.float8_e8m0fnu)
     out = swizzle_scales(s)
     assert out.dtype == torch.float8_e8m0fnu
@@ -338,11 +339,11 @@ def test_the_docs_gpu_table_is_generated_from_the_decision():
 
 
 def test_fast_accumulation_where_the_kernel_takes_it_and_a_clear_error_elsewhere(monkeypatch):
-    """Before: the plan allowed use_fast_accum for 1x128/128x128 blocks, which cuBLAS refuses
-    ("scaled_gemm doesn't support fast accum with 1x128 blockwise scaling", CUDABlas.cpp get_scale_mode),
-    and refused it for tensorwise and rowwise, which take it: matmul(..., "blockwise",
-    use_fast_accum=True) on an H100 fell back on every call. Now the plan follows torch's source,
-    and a pair whose kernel refuses it raises ValueError on any machine (the stand-in refuses it too)."""
+    """The plan follows torch's source: use_fast_accum for tensorwise and rowwise, which take it, not for
+    1x128/128x128 blocks, which cuBLAS refuses ("scaled_gemm doesn't support fast accum with 1x128
+    blockwise scaling", CUDABlas.cpp get_scale_mode; planned, matmul(..., "blockwise", use_fast_accum=True)
+    on an H100 falls back on every call). A pair whose kernel refuses it raises ValueError on any machine
+    (the stand-in refuses it too)."""
     g = torch.Generator().manual_seed(2)
     a, b = torch.randn(128, 256, generator=g), torch.randn(256, 64, generator=g)
     stand = StandIn((9, 0))
@@ -368,9 +369,9 @@ def test_fast_accumulation_where_the_kernel_takes_it_and_a_clear_error_elsewhere
 
 
 def test_rowwise_writes_float32_where_torch_does():
-    """Before: rowwise was planned with a bf16 output everywhere, against KernelPlan's own rule (float32
-    where the kernel offers it): cuBLAS (sm_90, 12.9) writes float32, and current torch's CUTLASS
-    rowwise kernel takes bf16, fp16 and fp32 outputs (RowwiseScaledMM.cu, check_inputs)."""
+    """rowwise is planned with a float32 output where the kernel offers it (KernelPlan's own rule), not
+    bf16 everywhere: cuBLAS (sm_90, 12.9) writes float32, and current torch's CUTLASS rowwise kernel takes
+    bf16, fp16 and fp32 outputs (RowwiseScaledMM.cu, check_inputs)."""
     x = torch.randn(64, 128)
     pair = (quantize(x, E4M3, PerRow(), "rceil"), quantize(x, E4M3, PerRow(), "rceil"))
     assert plan_gemm(*pair, (9, 0), "12.9").out_dtype == torch.float32
@@ -378,8 +379,8 @@ def test_rowwise_writes_float32_where_torch_does():
 
 
 def test_an_nvfp4_pair_with_one_tensor_scale_is_planned_emulated():
-    """Before: an NVFP4 pair with a tensor scale on one operand only was planned "real" and then
-    failed at run time (every call a fallback). torch takes both or neither (ScaledBlasUtils.cpp)."""
+    """An NVFP4 pair with a tensor scale on one operand only is planned emulated: torch takes both or
+    neither (ScaledBlasUtils.cpp), so planned "real" it fails at run time (every call a fallback)."""
     x = torch.randn(64, 128)
     one = quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True)
     none = quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3)
@@ -390,9 +391,9 @@ def test_an_nvfp4_pair_with_one_tensor_scale_is_planned_emulated():
 
 
 def test_the_probe_runs_the_planned_formats(monkeypatch):
-    """Before: the probe ran E4M3 x E4M3 for every kernel family, while tensorwise dgrad and wgrad run
-    E5M2 x E4M3: a kernel that failed only for the pair in use passed its probe. Now a probe is
-    keyed by the whole plan (formats included) and runs operands quantized as the pair is."""
+    """A probe is keyed by the whole plan (formats included) and runs operands quantized as the pair is:
+    tensorwise dgrad and wgrad run E5M2 x E4M3, and an E4M3 x E4M3 probe passes a kernel that fails only
+    for the pair in use."""
     stand = StandIn((9, 0))
     g = torch.Generator().manual_seed(4)
     pairs = layer_gemms(torch.randn(64, 256, generator=g), torch.randn(128, 256, generator=g),
@@ -410,9 +411,9 @@ def test_the_probe_runs_the_planned_formats(monkeypatch):
 
 
 def test_train_announces_which_gemms_ran_real_or_emulated_and_why(monkeypatch, capsys):
-    """Before: training on a GPU counted planned emulation silently (TrainResult.backend_lines was never
-    shown): mxfp8 on an H100 emulated without a word. Now train() says it once per run, after the
-    run's first step, and TrainResult keeps it."""
+    """train() says which GEMMs run real or emulated and why, once per run after the run's first step, and
+    TrainResult keeps it: counted silently (TrainResult.backend_lines unshown), mxfp8 on an H100 emulates
+    without a word."""
     from fp8lab.training.train import train
 
     stand = StandIn((9, 0))

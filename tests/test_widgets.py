@@ -310,7 +310,7 @@ def test_sweep_values_cover_every_control():
         assert set(sweep_values(panel)) == {k for k, c in panel.controls.items() if hasattr(c, "value")}, name
 
 
-# ---- live while dragging (issue 17) ----------------------------------------------------------------------------
+# ---- live while dragging ---------------------------------------------------------------------------------------
 
 
 def test_sliders_of_live_panels_update_while_dragged_and_expensive_ones_on_release():

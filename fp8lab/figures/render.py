@@ -169,9 +169,8 @@ class GlyphCacheCanvas(FigureCanvasAgg):
 
 def encode_png(rgba: np.ndarray, level: int = 1) -> bytes:
     """An RGB PNG of an opaque (height, width, 4) uint8 image (alpha dropped), zlib level `level`,
-    rows unfiltered: what PIL writes at compress_level=1 for half the time (measured 2026-11-30:
-    11.5 vs 22 ms for a 1440x576 panel, 111 vs 116 kB). PIL decodes it to the same pixels
-    (tests/test_widgets.py)."""
+    rows unfiltered: about half the time PIL takes at compress_level=1 for a panel, in a file a
+    few percent larger. PIL decodes it to the same pixels (tests/test_widgets.py)."""
     import struct
     import zlib
 
@@ -260,9 +259,9 @@ class LayeredCanvas(GlyphCacheCanvas):
     The background is drawn again only when what it shows changes (its key: figure size, each
     axes' position, scales, limits, tick positions and labels as formatted, label texts and tick
     settings); otherwise its pixels are restored and only the foreground is drawn. The first
-    layer is most of a redraw (measured 2026-11-30: axis and legend drawing were 81-87% of Agg
-    time in delayed, cliff, block_sweep and cost). `keep=False` draws both layers every time (the reference that
-    tests/test_widgets.py compares the kept background against, byte for byte).
+    layer is most of a redraw (axes, ticks and legends take most of Agg's time in the lab's
+    panels). `keep=False` draws both layers every time (the reference that tests/test_widgets.py
+    compares the kept background against, byte for byte).
 
     Figures this cannot layer exactly (an artist below the axis, e.g. zorder < 0.5) are drawn
     whole, as FigureCanvasAgg draws them."""

@@ -73,8 +73,8 @@ TORCH_THREADS = torch.get_num_threads()  # the process's default, as the kernel 
 def _torch_threads(n: int | None) -> Iterator[None]:
     """torch (and fp8lab's kernels, on torch's OpenMP) with `n` threads in this thread only, then
     as before; None: unchanged. A redraw's tensors are small (~1e5 elements): on 2 shared cores,
-    with the browser drawing the last frame, a 2-thread region waits for a core that is busy
-    (measured 2026-11-30: block 573 ms with 2 threads, 8 ms with 1; see the README)."""
+    with the browser drawing the last frame, a 2-thread region waits for a core that is busy, and
+    a redraw of tens of milliseconds takes hundreds."""
     before = torch.get_num_threads()
     if n is None or n == before:
         yield
