@@ -108,7 +108,7 @@ clean:
 	rm -rf $(VENV) $(COMPAT_VENV) .pytest_cache .ruff_cache build *.egg-info
 
 # Checks of the checks, not part of `make test`: the mutation check (plausible bugs in the core,
-# each must fail the fast tests; tools/mutate.py) and the C kernels' tests under AddressSanitizer
+# each must fail the tests that guard it; tools/mutate.py) and the C kernels' tests under AddressSanitizer
 # (tools/asan.py; `make asan ARGS=--canary` proves it can fail).
 .PHONY: mutate asan
 mutate: setup

@@ -2,9 +2,10 @@
 
 Each mutation below is a plausible bug, one edit to the core (formats, scaling, quantize, the C
 kernels and their build, gemm, nn, metrics, recipes, exercises, inspect, export, distributed, train).
-For each, a copy of the working tree gets the
-edit and runs the fast tests that guard that code (no slow, browser or GPU tests); the mutation
-is killed if they fail. Reports the score and the time; exits 1 if any mutation survives.
+For each, a copy of the working tree gets the edit and runs the fast tests that guard that code (no
+slow, browser or GPU tests); the mutation is killed if they fail. The lessons' mutations (a recipe's
+scale rule, the sinks' effect) run notebook 06's trained claims instead (slow: about 40 s each).
+Reports the score and the time; exits 1 if any mutation survives.
 
     python tools/mutate.py                 # all of them
     python tools/mutate.py -k cast -v      # those whose name contains "cast", with pytest's output
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = ["-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not browser and not gpu"]
+FAST = "not slow and not browser and not gpu"
+TRAINED = "not browser and not gpu"  # the lessons' claims train the toy: slow tests
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Mutation:
     old: str  # must occur exactly once in the file
     new: str
     tests: tuple[str, ...]  # pytest arguments: files, ::names or -k expressions
+    markers: str = FAST  # pytest's -m: which of those tests run
 
 
 def m(name: str, path: str, old: str, new: str, *tests: str) -> Mutation:
@@ -43,6 +46,12 @@ def m(name: str, path: str, old: str, new: str, *tests: str) -> Mutation:
         holders = [f for f in sorted((ROOT / path).glob("*.py")) if old in f.read_text()]
         path = str(holders[0].relative_to(ROOT)) if len(holders) == 1 else path + "(not found once)"
     return Mutation(name, path, old, new, tuple(sorted(tests, key=lambda t: t != HARD)))
+
+
+def lesson(name: str, path: str, old: str, new: str) -> Mutation:
+    """A mutation that notebook 06's lessons must notice: the claims trained on the toy, and the
+    shipped runs against a run trained now (tests/test_lessons.py, slow)."""
+    return Mutation(name, path, old, new, (T + "test_lessons.py",), TRAINED)
 
 
 NUM = "fp8lab/numerics/"
@@ -263,6 +272,7 @@ MUTATIONS = [
       REAL + "::test_train_announces_which_gemms_ran_real_or_emulated_and_why"),
     m("the emulation inherits TF32 / bf16 matmuls", G, '                    m.fp32_precision = "ieee"',
       "                    pass",
+      T + "test_gemm.py::test_the_emulation_sets_ieee_float32_for_its_matmuls_and_gives_the_setting_back",
       T + "test_gemm.py::test_the_emulation_stays_ieee_float32_whatever_the_matmul_precision"),
     m("the accumulation model takes every product at once", G,
       "    rows = max(1, _PRODUCTS_PER_CHUNK // max(n * k, 1))", "    rows = max(m, 1)",
@@ -291,6 +301,13 @@ MUTATIONS = [
     m("distributed takes any timeout", DI, "    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):",
       "    if not (math.isfinite(value) and 0 < value):",
       T + "test_distributed.py::test_a_timeout_beyond_thirty_days_is_refused_before_any_rank_starts"),
+    # ---- notebook 06's lessons, trained
+    lesson("the sinks have no effect", "fp8lab/training/models.py", "        h = self.sink(h)", "        h = h"),
+    lesson("tensorwise scales to a power of two", R, '"tensorwise", _E4M3_TENSOR, _E4M3_TENSOR, _E5M2_TENSOR,',
+           '"tensorwise", TensorScaling(E4M3, PerTensor(), "rceil"), TensorScaling(E4M3, PerTensor(), "rceil"), '
+           "_E5M2_TENSOR,"),
+    lesson("tensorwise scales its input per 1x128 block", R, '"tensorwise", _E4M3_TENSOR, _E4M3_TENSOR, _E5M2_TENSOR,',
+           '"tensorwise", TensorScaling(E4M3, PerBlock(1, 128)), _E4M3_TENSOR, _E5M2_TENSOR,'),
 ]
 
 
@@ -301,11 +318,11 @@ def _tree() -> list[str]:
     return [line for line in out.splitlines() if (ROOT / line).is_file()]
 
 
-def _pytest(copy: Path, args: tuple[str, ...], env: dict, timeout: float) -> tuple[int, str, float]:
+def _pytest(copy: Path, mu: Mutation, env: dict, timeout: float) -> tuple[int, str, float]:
     start = time.perf_counter()
+    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", mu.markers, *mu.tests]
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", *FAST, *args], cwd=copy, env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(argv, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
         code, out = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as err:
         code, out = -1, f"timed out after {timeout:.0f} s\n{err.stdout or ''}"
@@ -347,12 +364,13 @@ def main(argv: list[str] | None = None) -> int:
         # the copy's fp8lab (not the editable install's), its own kernel cache, no bytecode left behind
         env = {**os.environ, "PYTHONPATH": str(copy), "XDG_CACHE_HOME": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}
         if not args.no_baseline:
-            selections = sorted({mu.tests for mu in chosen})
+            selections = list({(mu.tests, mu.markers): mu for mu in chosen}.values())
             print(f"baseline: the {len(selections)} test selections on the unmutated copy ...", flush=True)
-            for tests in selections:
-                code, out, secs = _pytest(copy, tests, env, args.timeout)
+            for mu in selections:
+                code, out, secs = _pytest(copy, mu, env, args.timeout)
                 if code != 0:
-                    print(f"the unmutated tree fails {' '.join(tests)} ({secs:.0f} s):\n{out[-3000:]}", file=sys.stderr)
+                    print(f"the unmutated tree fails {' '.join(mu.tests)} ({secs:.0f} s):\n{out[-3000:]}",
+                          file=sys.stderr)
                     return 2
         rows, survivors = [], []
         for i, mu in enumerate(chosen, 1):
@@ -360,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             original = target.read_text()
             target.write_text(original.replace(mu.old, mu.new, 1))
             try:
-                code, out, secs = _pytest(copy, mu.tests, env, args.timeout)
+                code, out, secs = _pytest(copy, mu, env, args.timeout)
             finally:
                 target.write_text(original)
             killed = code not in (0, 5)  # 5: no tests collected, which kills nothing
@@ -371,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.verbose:
                 print(out)
     total = time.perf_counter() - start
-    print(f"\nmutation score: {len(rows)}/{len(chosen)} killed by the fast tests in {total / 60:.1f} min"
+    print(f"\nmutation score: {len(rows)}/{len(chosen)} killed by the tests that guard them in {total / 60:.1f} min"
           + (f"; survivors: {', '.join(mu.name for mu in survivors)}" if survivors else ""))
     return 1 if survivors else 0
 
