@@ -81,3 +81,21 @@ def test_no_module_is_longer_than_a_reader_wants():
     assert not long, f"modules over {MAX_LINES} lines (split them, or say why in LONG): {long}"
     for rel in LONG:
         assert (PACKAGE / rel).exists(), f"LONG names {rel}, which is gone"
+
+
+def test_every_mutation_of_make_mutate_still_applies_once():
+    """tools/mutate.py edits the code by text: a move or a rename leaves a mutation that no longer
+    applies, and `make mutate` stops at it. Each mutation's text occurs exactly once in its file,
+    and each names tests that exist."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import mutate
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    stale = [f"{mu.name}: {mu.path}" for mu in mutate.MUTATIONS
+             if not (ROOT / mu.path).is_file() or (ROOT / mu.path).read_text().count(mu.old) != 1]
+    assert not stale, "mutations whose text does not occur once:\n" + "\n".join(stale)
+    missing = [t for mu in mutate.MUTATIONS for t in mu.tests
+               if not (ROOT / t.split("::")[0]).is_file()
+               or ("::" in t and f"def {t.split('::')[1]}(" not in (ROOT / t.split("::")[0]).read_text())]
+    assert not missing, f"mutations name tests that do not exist: {missing}"

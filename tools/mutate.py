@@ -59,7 +59,7 @@ F, S, Q, K, C = NUM + "formats.py", NUM + "scaling.py", NUM + "quantize.py", NUM
 KB, SET = NUM + "kernels_build.py", "fp8lab/settings.py"
 G, N, MT, R = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py"
 X = "fp8lab/lab/exercises/scaling.py"
-RD, EX, DI, TR = ("fp8lab/training/" + f for f in ("readiness.py", "export.py", "distributed.py", "train.py"))
+RD, EX, RUN, TR = ("fp8lab/training/" + f for f in ("readiness.py", "export.py", "torchrun.py", "train.py"))
 T = "tests/"
 HARD = T + "test_hardening.py"
 MODELS, CACHE, REAL = T + "test_hardening_models.py", T + "test_kernel_cache.py", T + "test_real_path.py"
@@ -293,12 +293,12 @@ MUTATIONS = [
       '            flags += ["--float8.filter_fqns", ",".join(skip)]\n        line = shlex.join(flags)',
       '            flags += ["--float8.filter_fqns", ",".join(skip)]\n        line = " ".join(flags)',
       T + "test_export.py::test_the_reports_skip_list_is_python_and_quoted_for_every_target"),
-    m("distributed writes through a predictable temporary", DI,
+    m("distributed writes through a predictable temporary", RUN,
       '    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)',
       '    tmp = str(path.with_name(f".{path.name}.{os.getpid()}.tmp"))\n'
       "    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)",
       T + "test_distributed.py::test_out_is_written_through_a_private_temporary_never_a_planted_link"),
-    m("distributed takes any timeout", DI, "    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):",
+    m("distributed takes any timeout", RUN, "    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):",
       "    if not (math.isfinite(value) and 0 < value):",
       T + "test_distributed.py::test_a_timeout_beyond_thirty_days_is_refused_before_any_rank_starts"),
     # ---- notebook 06's lessons, trained
