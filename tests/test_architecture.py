@@ -84,8 +84,8 @@ def test_no_module_is_longer_than_a_reader_wants():
 
 
 def test_every_mutation_of_make_mutate_still_applies_once():
-    """tools/mutate.py edits the code by text: a move or a rename leaves a mutation that no longer
-    applies, and `make mutate` stops at it. Each mutation's text occurs exactly once in its file,
+    """tools/mutate.py edits the code by text: after a move or a rename a mutation's text is not in
+    its file, and `make mutate` stops at it. Each mutation's text occurs exactly once in its file,
     and each names tests that exist."""
     sys.path.insert(0, str(ROOT / "tools"))
     try:
