@@ -206,14 +206,12 @@ def test_cli_blockwise_on_two_processes_matches_one(tmp_path):
     """The command line, once: blockwise blocks (1x128 along the tokens in wgrad) never
     straddle ranks here (512 tokens per rank), so only the reduction order differs."""
     out = tmp_path / "losses.json"
-    t0 = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.run(  # (timeout: a hang guard only)
         [sys.executable, "-m", "fp8lab.training.distributed", "--nproc", "2", "--recipe", "blockwise", "--steps", "8",
          "--device", "cpu", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=180,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
-    seconds = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 ranks, gloo on cpu" in proc.stdout and "step   8/8" in proc.stdout
     result = json.loads(out.read_text())
@@ -225,7 +223,6 @@ def test_cli_blockwise_on_two_processes_matches_one(tmp_path):
     # rounding boundary: measured 1.1e-5 on the 128-wide transformer (loss ~4.1)
     assert diffs[1] <= 1e-4, diffs
     assert max(diffs) <= CURVE, diffs
-    assert seconds < 120  # measured ~8-12 s on 2 cores
 
 
 # The amax all-reduce (per-rank amaxes differ at step 0, all-reduced ones agree to fp32 rounding) is
@@ -235,10 +232,9 @@ def test_cli_blockwise_on_two_processes_matches_one(tmp_path):
 def test_a_failing_rank_fails_the_run_quickly_and_leaves_out_as_it_was(tmp_path):
     out = tmp_path / "losses.json"
     out.write_text("the user's earlier results")
-    t0 = time.perf_counter()
     with pytest.raises(DistributedRunError, match=r"root cause: rank 1.*injected failure") as err:
         run_distributed("tensorwise", steps=8, stream=None, fail_rank=1, fail_step=2, out=out)
-    assert time.perf_counter() - t0 < 60  # measured ~6 s
+    # (its failure ends the run, not the timeout: the message names the injected failure as the root cause)
     assert err.value.returncode != 0
     assert _alive(err.value.run_dir) == []
     assert not Path(err.value.run_dir).exists()
@@ -258,7 +254,8 @@ def test_a_hanging_rank_is_killed_at_the_timeout(monkeypatch, process_groups):
         run_distributed("tensorwise", steps=8, stream=None, fail_rank=1, fail_step=0, fail_mode="hang",
                         timeout_s=8)  # the ranks start in ~4 s: rank 1 hangs at its first step, rank 0 waits
     assert "rank 1: injected failure at step 0 (fail_mode 'hang')" in str(err.value)  # a hang, not a slow start
-    assert time.perf_counter() - t0 < 38  # the timeout, then at most 5 s of SIGTERM grace (11 s without groups)
+    # a hang guard, 3x what the launcher needs (the timeout, then 5 s of SIGTERM grace; 11 s without groups)
+    assert time.perf_counter() - t0 < 38
     time.sleep(0.5)
     assert _alive(err.value.run_dir) == []
 
