@@ -1,8 +1,9 @@
 """Floating-point formats as data, and the reference cast into them.
 
 Public: FloatFormat, the constants E4M3, E5M2, E8M0, E2M1 (plus BF16 and FP16 for
-comparison), FORMATS, get_format(name), widen(data), and the cast in two twins with one
-signature and one test: cast_reference(x, fmt) (the teaching version) and cast(x, fmt) (fast).
+comparison), FORMATS, get_format(name), widen(data), ROUNDINGS, and the cast in two twins with
+one signature and one test: cast_reference(x, fmt) (the teaching version) and cast(x, fmt)
+(fast); both round to nearest, or stochastically (rounding="stochastic": notebook 09).
 A format is described by its bit fields; every derived number (max, smallest normal,
 smallest subnormal, the list of values) is computed from them, never typed in.
 Notebook 01 introduces this file: click bits, see values, compare the number lines.
@@ -25,6 +26,7 @@ __all__ = [
     "E8M0",
     "FORMATS",
     "FP16",
+    "ROUNDINGS",
     "FloatFormat",
     "cast",
     "cast_reference",
@@ -328,7 +330,8 @@ def e8m0_codes(scale: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(scale), torch.full_like(codes, 255), codes)
 
 
-def cast_reference(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def cast_reference(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32, *,
+                   rounding: str = "nearest", generator: torch.Generator | None = None) -> torch.Tensor:
     """Round every element of x to `fmt`: nearest, ties to even; saturate; NaN stays NaN.
 
     The teaching version, in plain float arithmetic on the bit pattern, for any format
@@ -342,10 +345,13 @@ def cast_reference(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype =
     Unsigned formats (E8M0) have no sign or zero: negative and zero inputs give NaN; values
     below its smallest value round to it. Returns the rounded values as `dtype`: float32, or
     fmt.storage_dtype (the codes quantize keeps: every value of fmt is exact in both).
+    rounding="stochastic": see stochastic_reference (the same draws as cast's, decided in float64).
     """
     fmt = get_format(fmt)
     _check_float(x)
     dtype = _out_dtype(fmt, dtype)
+    if _check_rounding(fmt, rounding) == "stochastic":
+        return stochastic_reference(x, fmt, uniform_draws(x, generator)).to(dtype)
     if fmt.mantissa_bits > 23 or fmt.exponent_bits > 8:
         raise ValueError(f"{fmt.name} is wider than float32; nothing to round")
     # float64 holds every float32 exactly and has no subnormals in our range, so one bit
@@ -380,7 +386,8 @@ def cast_reference(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype =
 _TORCH_ROUNDS = ("e4m3", "e5m2", "bf16", "fp16")
 
 
-def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32, *,
+         rounding: str = "nearest", generator: torch.Generator | None = None) -> torch.Tensor:
     """Round x to `fmt` (nearest, ties to even; beyond max_value -> +-max_value; NaN stays NaN).
 
     The fast twin of cast_reference (same signature, same answers, one test), in float32:
@@ -392,10 +399,15 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
     torch's casts differ: float32 -> float8_e4m3fn saturates, -> float8_e5m2 does not
     (1e6 -> inf); fp8lab models saturating hardware (satfinite) for every format.
     Returns the rounded values as `dtype`: float32, or fmt.storage_dtype (the codes).
+    rounding="stochastic" rounds each |x| within the range up or down, up with probability its
+    distance from the lower neighbour over the gap (round_stochastic), one uniform draw per
+    element from `generator` (torch.rand; None: torch's default generator).
     """
     fmt = get_format(fmt)
     _check_float(x)
     dtype = _out_dtype(fmt, dtype)
+    if _check_rounding(fmt, rounding) == "stochastic":
+        return round_stochastic(x, fmt, uniform_draws(x, generator)).to(dtype)
     x = x.to(torch.float32)
     if fmt.name in _TORCH_ROUNDS:
         codes = x.clamp(-fmt.max_value, fmt.max_value).to(fmt.torch_dtype)
@@ -410,6 +422,55 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
     # unsigned: no sign, no zero (NaN stays NaN too)
     out = torch.copysign(out, x) if fmt.signed else torch.where(x > 0, out, math.nan)
     return out.to(dtype)
+
+
+# ---- stochastic rounding ------------------------------------------------------------------------------------------
+
+ROUNDINGS: tuple[str, ...] = ("nearest", "stochastic")
+
+
+def _check_rounding(fmt: FloatFormat, rounding: str) -> str:
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"unknown rounding {rounding!r}; valid: {', '.join(ROUNDINGS)}")
+    if rounding == "stochastic" and not (fmt.signed and fmt.has_subnormals):
+        raise ValueError(f"stochastic rounding is for element formats (e4m3, e5m2, e2m1, bf16, fp16), not {fmt.name}")
+    return rounding
+
+
+def uniform_draws(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One uniform draw in [0, 1) per element of x, float32, x's shape and device: torch.rand from
+    `generator` (None: torch's default). Both twins of the stochastic cast take these."""
+    return torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)
+
+
+def round_stochastic(x: torch.Tensor, fmt: FloatFormat, draws: torch.Tensor) -> torch.Tensor:
+    """x rounded to `fmt` stochastically, float32: |x| (clamped to max_value) lies between two
+    neighbours lo <= |x| < lo + step on its binade's grid, step = 2^(max(floor(log2|x|), emin) - m);
+    it becomes lo + step where draws < (|x| - lo) / step, else lo, so that its mean over draws is
+    |x| (no bias). Every step is exact in float32: |x| / step is a power-of-two division. Values
+    beyond max_value saturate (no draw can lift them back); NaN stays NaN. draws: float32 in [0, 1),
+    x's shape (uniform_draws)."""
+    x = x.to(torch.float32)
+    a = x.abs().clamp(max=fmt.max_value)
+    binade = (a.view(torch.int32) & 0x7F800000).view(torch.float32)  # 2^floor(log2 a): a's exponent bits alone
+    step = (binade * 2.0 ** -fmt.mantissa_bits).clamp(min=fmt.min_subnormal)  # (NaN: an infinite step)
+    units = a / step  # exact
+    low = torch.floor(units)
+    out = (low + (draws < units - low).to(torch.float32)) * step  # (units - low: exact, in [0, 1))
+    return torch.copysign(out, x)
+
+
+def stochastic_reference(x: torch.Tensor, fmt: FloatFormat, draws: torch.Tensor) -> torch.Tensor:
+    """round_stochastic's float64 reference, from the format's list of values: lo = the largest value
+    <= |x|, hi = the next one; hi where draws < (|x| - lo) / (hi - lo), else lo; float32 out."""
+    x = x.to(torch.float32).to(torch.float64)
+    values = fmt.values().to(x.device)
+    a = x.abs().clamp(max=fmt.max_value)
+    i = (torch.searchsorted(values, a.contiguous(), right=True) - 1).clamp(0, len(values) - 1)
+    lo, hi = values[i], values[(i + 1).clamp(max=len(values) - 1)]
+    gap = torch.where(hi > lo, hi - lo, 1.0)
+    out = torch.where(draws.to(torch.float64) < (a - lo) / gap, hi, lo)
+    return torch.where(torch.isnan(x), x, torch.copysign(out, x)).to(torch.float32)
 
 
 def widen(data: torch.Tensor) -> torch.Tensor:

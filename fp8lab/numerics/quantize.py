@@ -5,6 +5,8 @@ settings checked once, then applied: what a training step calls).
 x[M, K] -> data[M, K] (the format's codes) and scale[ceil(M/rows), ceil(K/cols)]
 (float32 dequantization multipliers): x ~= data.float() * scale, broadcast per block.
 NVFP4 adds a second, per-tensor float32 factor: x ~= data * scale * tensor_scale.
+rounding="stochastic" (seeded by a torch.Generator) rounds the cast without bias: the torch code
+runs it (the C kernels round to nearest only, and are not asked).
 The definition is three steps in torch (quantize_with): scaling.amax_per_block,
 scaling.scale_from_amax (every scale rule), formats.cast; on the CPU fp8lab.numerics.kernels does the
 same in one pass, chosen in one place (quantize_with's first lines).
@@ -19,7 +21,19 @@ from functools import lru_cache
 import torch
 
 from fp8lab.numerics import kernels
-from fp8lab.numerics.formats import E2M1, E4M3, FloatFormat, _check_float, cast, e8m0_codes, get_format, widen
+from fp8lab.numerics.formats import (
+    E2M1,
+    E4M3,
+    FloatFormat,
+    _check_float,
+    _check_rounding,
+    cast,
+    e8m0_codes,
+    get_format,
+    round_stochastic,
+    uniform_draws,
+    widen,
+)
 from fp8lab.numerics.scaling import (
     AmaxHistory,
     Granularity,
@@ -76,6 +90,7 @@ class QuantizedTensor:
         amax: the amax each scale came from, shaped like scale.
         counts: (clipped, flushed) elements, where quantize counted them in its own pass; else None.
         derived: the float32 and scale-folded values, computed once from the codes (a cache: see Derived).
+        rounding: how the cast rounded, "nearest" or "stochastic" (formats.ROUNDINGS).
 
     Checked on construction: a wrong dtype, device or scale shape raises ValueError, never garbage later.
     Frozen: no field is reassigned and no tensor written after construction; only the cache fills in.
@@ -92,6 +107,7 @@ class QuantizedTensor:
     margin: int = 0
     counts: tuple[int, int] | None = None
     derived: Derived = field(default_factory=Derived, repr=False)
+    rounding: str = "nearest"
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, torch.Tensor) or not isinstance(self.scale, torch.Tensor):
@@ -100,6 +116,7 @@ class QuantizedTensor:
             raise TypeError("QuantizedTensor: fmt must be a FloatFormat and granularity a Granularity "
                             "(fp8lab.get_format, fp8lab.parse_granularity)")
         check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.tensor_scale is not None)
+        _check_rounding(self.fmt, self.rounding)
         if self.data.dtype != self.fmt.storage_dtype:
             raise ValueError(f"QuantizedTensor: {self.fmt.name} data is stored as {self.fmt.storage_dtype}, "
                              f"got {self.data.dtype}")
@@ -174,7 +191,7 @@ class QuantizedTensor:
                 raise ValueError(f"the transpose's blocks are {gran.label}, not {granularity.label}")
             gran = granularity
         return QuantizedTensor(self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt,
-                               self.tensor_scale, amax, self.margin, self.counts, self.derived.t())
+                               self.tensor_scale, amax, self.margin, self.counts, self.derived.t(), self.rounding)
 
     def to(self, device: torch.device | str) -> QuantizedTensor:
         """The same codes and scales on another device (cached float32 copies are not moved)."""
@@ -187,7 +204,7 @@ class QuantizedTensor:
 
         return QuantizedTensor(move(self.data), move(self.scale), self.fmt, self.granularity, self.scale_rule,
                                self.scale_fmt, move(self.tensor_scale), move(self.amax), self.margin, self.counts,
-                               Derived(scale_range=self.derived.scale_range))
+                               Derived(scale_range=self.derived.scale_range), self.rounding)
 
     @property
     def shape(self) -> torch.Size:
@@ -264,6 +281,7 @@ class QuantizedTensor:
             f"shape={tuple(self.shape)}, scale={tuple(self.scale.shape)}"
             + (f" {self.scale_fmt.name}" if self.scale_fmt else " float32")
             + (", two-level" if self.tensor_scale is not None else "")
+            + (f", {self.rounding} rounding" if self.rounding != "nearest" else "")
             + ")"
         )
 
@@ -287,18 +305,22 @@ _LOOKUP_CHUNK = 1 << 22  # codes(): elements looked up at a time (16 MiB of int3
 # ---- the scale-and-cast loop ------------------------------------------------------------------------
 
 
-def _scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+def _scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt: FloatFormat,
+                    draws: torch.Tensor | None = None) -> torch.Tensor:
     """data[M, K] = cast(x * inverse[block], fmt) in fmt.storage_dtype, in chunks of block rows.
 
     x2d: [M, K] float32, bfloat16 or float16 (widened to float32 a chunk at a time: every value
-    is exact there); inverse: [ceil(M/r), ceil(K/c)] float32 (or one value).
+    is exact there); inverse: [ceil(M/r), ceil(K/c)] float32 (or one value). draws: None (round to
+    nearest) or [M, K] uniform draws for stochastic rounding, cut into chunks alongside x.
     """
     m, k = x2d.shape
     if inverse.numel() == 1:  # one scale: any layout will do, so cut x into rows that chunk well
         width = 1024 if x2d.numel() % 1024 == 0 else k
         blocks, inv = x2d.reshape(-1, 1, 1, width), inverse.reshape(())  # (rows, 1, 1, width)
+        noise = None if draws is None else draws.reshape(-1, 1, 1, width)
     else:
         blocks, inv = padded_blocks(x2d, block), inverse[:, None, :, None]  # (MB, r, KB, c), (MB, 1, KB, 1)
+        noise = None if draws is None else padded_blocks(draws, block)
     out = torch.empty(blocks.shape, dtype=fmt.storage_dtype, device=x2d.device)
     mb, per_row = blocks.shape[0], max(blocks[0].numel(), 1)
     # chunks bound the float32 temporaries (x widened, times the inverse, clamped): on the CPU to
@@ -307,8 +329,9 @@ def _scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Te
     step = max(1, chunk // per_row)
     for start in range(0, mb, step):
         stop = min(start + step, mb)
-        out[start:stop] = cast(blocks[start:stop].float() * (inv if inv.dim() == 0 else inv[start:stop]), fmt,
-                               fmt.storage_dtype)
+        scaled = blocks[start:stop].float() * (inv if inv.dim() == 0 else inv[start:stop])
+        out[start:stop] = (cast(scaled, fmt, fmt.storage_dtype) if noise is None
+                           else round_stochastic(scaled, fmt, noise[start:stop]).to(fmt.storage_dtype))
     if inverse.numel() == 1:
         return out.reshape(m, k)
     data = out.reshape(blocks.shape[0] * blocks.shape[1], -1)  # (MB * r, KB * c)
@@ -371,8 +394,8 @@ class QuantizeSpec:
     """quantize()'s settings, checked: what every call with them shares.
 
     kernel: fp8lab.numerics.kernels' parameter block for these settings (the formats and the rule as
-    data), or None where the kernels don't store this format. TensorScaling (recipes.py)
-    keeps one spec, so a training step checks nothing twice.
+    data), or None where the kernels don't store this format or round stochastically (the torch
+    code runs). TensorScaling (recipes.py) keeps one spec, so a training step checks nothing twice.
     """
 
     fmt: FloatFormat
@@ -381,6 +404,7 @@ class QuantizeSpec:
     margin: int
     scale_fmt: FloatFormat | None
     two_level: bool
+    rounding: str = "nearest"
     kernel: bytes | None = field(default=None, compare=False, repr=False)
 
 
@@ -391,19 +415,22 @@ def quantize_spec(
     margin: int = 0,
     scale_fmt: FloatFormat | str | None = None,
     two_level: bool = False,
+    rounding: str = "nearest",
 ) -> QuantizeSpec:
     """quantize()'s arguments checked once (a clear error names the valid choices)."""
     try:
-        return _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level)
+        return _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding)
     except TypeError:  # an unhashable argument: check it uncached, for the error that explains it
-        return _spec_cached.__wrapped__(fmt, granularity, scale_rule, margin, scale_fmt, two_level)
+        return _spec_cached.__wrapped__(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding)
 
 
 @lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
-def _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level) -> QuantizeSpec:
+def _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding) -> QuantizeSpec:
     args = check_scale_args(get_format(fmt), scale_rule, margin, scale_fmt, two_level)
+    # stochastic rounding runs in the torch code: the C kernels round to nearest only
+    kernel = kernels.parameters(args) if _check_rounding(args.fmt, rounding) == "nearest" else None
     return QuantizeSpec(args.fmt, parse_granularity(granularity), args.scale_rule, args.margin, args.scale_fmt,
-                        args.two_level, kernels.parameters(args))
+                        args.two_level, rounding, kernel)
 
 
 def quantize(
@@ -416,6 +443,8 @@ def quantize(
     scale_fmt: FloatFormat | str | None = None,
     two_level: bool = False,
     amax: torch.Tensor | float | None = None,
+    rounding: str = "nearest",
+    generator: torch.Generator | None = None,
 ) -> QuantizedTensor:
     """Quantize x to `fmt` with one scale per block of `granularity`.
 
@@ -430,17 +459,25 @@ def quantize(
                scaling), or one per block, shaped like the scale (amaxes reduced across
                data-parallel ranks, fp8lab.training.distributed); each finite and >= 0, or NaN. Values
                beyond it clip, and metrics.overflow_fraction shows how many.
+    rounding   "nearest" (ties to even) or "stochastic": each scaled value rounds up or down to a
+               neighbouring code, up with probability its distance from the lower one over the gap,
+               so the mean over draws is x (formats.round_stochastic); one torch.rand draw per
+               element of x[M, K], in order, from `generator` (None: torch's default generator).
+               Scales are unchanged (amax and the scale rule decide them). The C kernels round to
+               nearest only: stochastic rounding runs the torch code, the same on every machine.
     NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError, and
     so does a float64 value beyond float32's range. Per-row and per-block need a 2-D x
     (reshape batches to (-1, K)); a block larger than x is clamped to it. x may have any
     float dtype; it is detached: the result carries no autograd graph (fp8lab.nn.FP8Linear
     defines the gradients of FP8 training).
     """
-    return quantize_with(x, quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level), amax)
+    spec = quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding)
+    return quantize_with(x, spec, amax, generator=generator)
 
 
 def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | float | None = None, *,
-                  count: bool = False, values: bool | None = None) -> QuantizedTensor:
+                  count: bool = False, values: bool | None = None,
+                  generator: torch.Generator | None = None) -> QuantizedTensor:
     """quantize(x, ...) with its settings checked beforehand (quantize_spec).
 
     The definition is the torch code at the end: the block amaxes, the scales
@@ -451,6 +488,8 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     values=True has the kernel write the float32 values (scale-folded where a GEMM folds them)
     in the same pass whatever the size, for an operand a GEMM reads next (None: up to
     kernels.EAGER_VALUES elements; beyond, QuantizedTensor.values() widens the codes when asked).
+    generator: stochastic rounding's draws (spec.rounding "stochastic"; None: torch's default
+    generator), one per element of x[M, K] in order; unused when rounding to nearest.
     """
     x2d = _input_2d(x, spec.granularity)
     m, k = x2d.shape
@@ -476,7 +515,8 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     block_amax = own if given is None else given
     scale, inverse, tensor_scale = scale_from_amax(block_amax, spec.fmt, spec.scale_rule, spec.margin,
                                                    spec.scale_fmt, spec.two_level)
-    data = _scale_and_cast(x2d, block, inverse, spec.fmt)
+    draws = uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None
+    data = _scale_and_cast(x2d, block, inverse, spec.fmt, draws)
     return _quantized(x, spec, data, scale, tensor_scale, block_amax)
 
 
@@ -497,7 +537,7 @@ def _quantized(x, spec: QuantizeSpec, data, scale, tensor_scale, block_amax, val
         values = None if values is None else values.reshape(x.shape)
     derived = Derived(None if folded else values, values if folded else None, scale_range)
     return QuantizedTensor(data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale,
-                           block_amax, spec.margin, counts, derived)
+                           block_amax, spec.margin, counts, derived, spec.rounding)
 
 
 def quantize_delayed(

@@ -1,25 +1,31 @@
 """Named training recipes: which format, granularity and scale rule each tensor uses.
 
 Public: TensorScaling, Recipe, RECIPES (tensorwise, delayed, rowwise, blockwise, mxfp8,
-nvfp4), VARIANTS (rowwise_with_gw_hp), TORCHAO_RECIPES (the ones torchao's float8 training
-has under the same names), get_recipe(name).
+nvfp4), VARIANTS (rowwise_with_gw_hp, nvfp4_training), TORCHAO_RECIPES (the ones torchao's
+float8 training has under the same names), get_recipe(name), RoundingDraws; the 4-bit recipe's
+parts as options of any recipe (Recipe.with_2d_weight, .with_wgrad_hadamard,
+.with_stochastic_gradients, .with_high_precision_layers) and NVFP4_PARTS / nvfp4_with(parts).
 Granularities are stated in each GEMM operand's own [rows, contraction] layout: an
 activation x[M, K] is scaled 1x128 along K for fprop and re-scaled along M for wgrad.
     fprop  y[M, N]  = x[M, K]       @ w[N, K]^T     operands: input, weight   (reduce K)
     dgrad  dx[M, K] = dy[M, N]      @ w^T[K, N]^T   operands: grad_output, weight (reduce N)
     wgrad  dw[N, K] = dy^T[N, M]    @ x^T[K, M]^T   operands: grad_output, input (reduce M)
-Notebook 06 trains with these; 07 exports them to torchao / TransformerEngine / torchtitan.
+Notebook 06 trains with these; 07 exports them to torchao / TransformerEngine / torchtitan; 09 assembles
+the NVFP4 training recipe part by part.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal
 
 import torch
 
-from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0, FloatFormat, get_format
+from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0, FloatFormat, _check_rounding, get_format
+from fp8lab.numerics.hadamard import RandomHadamard
 from fp8lab.numerics.quantize import QuantizedTensor, QuantizeSpec, quantize_spec, quantize_with
 from fp8lab.numerics.scaling import (
     AmaxHistory,
@@ -32,12 +38,15 @@ from fp8lab.numerics.scaling import (
 )
 
 __all__ = [
-    "GEMMS", "RECIPES", "ROLES", "TORCHAO_RECIPES", "VARIANTS", "DelayedSpec", "Recipe", "TensorScaling", "get_recipe",
+    "GEMMS", "NVFP4_HADAMARD", "NVFP4_PARTS", "RECIPES", "ROLES", "TORCHAO_RECIPES", "VARIANTS", "DelayedSpec",
+    "Recipe", "RoundingDraws", "TensorScaling", "get_recipe", "nvfp4_with",
 ]
 
 Role = Literal["input", "weight", "grad_output"]
 Gemm = Literal["fprop", "dgrad", "wgrad"]
 ROLES: tuple[str, ...] = ("input", "weight", "grad_output")
+# NVFP4's random Hadamard transform: d = 16, one sign vector for every layer
+NVFP4_HADAMARD = RandomHadamard(16, seed=0)
 GEMMS: dict[str, tuple[str, str]] = {
     "fprop": ("input", "weight"),
     "dgrad": ("grad_output", "weight"),
@@ -49,6 +58,9 @@ GEMMS: dict[str, tuple[str, str]] = {
 class TensorScaling:
     """How one GEMM operand is quantized, in its [rows, contraction] layout.
 
+    rounding: "nearest" or "stochastic" (the cast's rounding; quantize's `rounding`).
+    hadamard: a RandomHadamard applied along the contraction before the operand is scaled (both
+        operands of a GEMM get the same one, which cancels in their product), or None.
     Frozen; it caches two derived things on itself, both pure functions of its fields: `spec`
     (the settings checked once) and down_columns(rows) (the same scaling restated for the
     transposed operand, one per `rows`)."""
@@ -59,6 +71,8 @@ class TensorScaling:
     scale_fmt: FloatFormat | None = None
     two_level: bool = False
     margin: int = 0
+    rounding: str = "nearest"
+    hadamard: RandomHadamard | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fmt", get_format(self.fmt))
@@ -66,17 +80,30 @@ class TensorScaling:
         if self.scale_fmt is not None:
             object.__setattr__(self, "scale_fmt", get_format(self.scale_fmt))
         check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.two_level)
+        _check_rounding(self.fmt, self.rounding)
+        if self.hadamard is not None and not isinstance(self.hadamard, RandomHadamard):
+            raise TypeError(f"hadamard must be a RandomHadamard or None, got {type(self.hadamard).__name__}")
 
     @cached_property
     def spec(self) -> QuantizeSpec:
         """These settings checked once, as quantize() takes them."""
         return quantize_spec(self.fmt, self.granularity, self.scale_rule, self.margin, self.scale_fmt,
-                             self.two_level)
+                             self.two_level, self.rounding)
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        """The operand x[rows, contraction] as its GEMM reads it: hadamard.apply(x) along the
+        contraction (float32, padded to a multiple of its size), or x itself without a transform."""
+        return x if self.hadamard is None else self.hadamard.apply(x)
 
     def quantize(self, x: torch.Tensor, amax: torch.Tensor | None = None, count: bool = False,
-                 values: bool | None = None) -> QuantizedTensor:
-        """Quantize an operand x[rows, contraction] as this scaling says (count, values: see quantize_with)."""
-        return quantize_with(x, self.spec, amax, count=count, values=values)
+                 values: bool | None = None, generator: torch.Generator | None = None,
+                 transformed: bool = False) -> QuantizedTensor:
+        """Quantize an operand x[rows, contraction] as this scaling says (count, values: see quantize_with):
+        transform(x) first (transformed=True: x is transform's output already), then quantize, drawing
+        stochastic rounding's draws from `generator` (None: torch's default generator)."""
+        if not transformed:
+            x = self.transform(x)
+        return quantize_with(x, self.spec, amax, count=count, values=values, generator=generator)
 
     def down_columns(self, rows: int) -> TensorScaling:
         """This scaling restated for x[rows, cols] when the operand is x^T[cols, rows]: the same
@@ -94,7 +121,10 @@ class TensorScaling:
         """Quantize the operand x^T[cols, rows] as this scaling says, from x[rows, cols], without
         copying x^T: x is quantized down its columns (down_columns) and the result is the
         QuantizedTensor of x^T, code for code, as a transposed view (what a GEMM over x's rows
-        needs: a weight b[K, N] for b^T[N, K], an activation x[M, K] for wgrad's x^T[K, M])."""
+        needs: a weight b[K, N] for b^T[N, K], an activation x[M, K] for wgrad's x^T[K, M]).
+        With a Hadamard transform, x^T is copied and transformed along its rows (its contraction)."""
+        if self.hadamard is not None:
+            return self.quantize(x.t().contiguous(), values=values)
         if isinstance(self.granularity, PerTensor):
             return self.quantize(x, values=values).t()
         return self.down_columns(x.shape[0]).quantize(x, values=values).t(self.granularity)
@@ -103,7 +133,30 @@ class TensorScaling:
     def label(self) -> str:
         scale = self.scale_fmt.name if self.scale_fmt else "fp32"
         extra = " +tensor" if self.two_level else ""
-        return f"{self.fmt.name} {self.granularity.label} {self.scale_rule} ({scale} scales{extra})"
+        parts = (", stochastic rounding" if self.rounding == "stochastic" else "") + (
+            f", after a {self.hadamard.label}" if self.hadamard is not None else "")
+        return f"{self.fmt.name} {self.granularity.label} {self.scale_rule} ({scale} scales{extra}){parts}"
+
+
+class RoundingDraws:
+    """Where one layer's stochastic-rounding draws come from: generator(device) is a fresh torch.Generator
+    for each quantization, seeded from (seed, the number of generators made before), so a layer's draws
+    follow from its own seed and its own calls alone: the same whether its run trains alone or beside
+    others, on any machine (the CPU generator's stream is torch's, not the BLAS's). A plain object:
+    copy, deepcopy and pickle keep the count, and copies then draw apart from the original."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = int(seed)
+        self.calls = 0
+
+    def generator(self, device: torch.device | str = "cpu") -> torch.Generator:
+        g = torch.Generator(device=device)
+        g.manual_seed((self.seed * 0x9E3779B97F4A7C15 + self.calls) % 2**63)
+        self.calls += 1
+        return g
+
+    def __repr__(self) -> str:
+        return f"RoundingDraws(seed={self.seed}, calls={self.calls})"
 
 
 @dataclass(frozen=True)
@@ -127,6 +180,10 @@ class Recipe:
     weight_for_dgrad      a different scaling for the weight in the dgrad GEMM
     wgrad_high_precision  run the wgrad GEMM unquantized (torchao rowwise_with_gw_hp)
     delayed               per-tensor scales from an amax history instead of the current amax
+    wgrad_hadamard        a RandomHadamard applied to both wgrad operands along their contraction
+                          (the tokens, M) before they are scaled: NVFP4's random Hadamard transform
+    high_precision_share  the share of a model's linear layers fp8lab.nn.convert keeps in high precision,
+                          the last ones: ceil(share * layers) of them (NVFP4's ~15%); 0 converts all
     """
 
     name: str
@@ -139,6 +196,8 @@ class Recipe:
     description: str = ""
     source: str = ""
     tags: tuple[str, ...] = field(default=())
+    wgrad_hadamard: RandomHadamard | None = None
+    high_precision_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.delayed is not None:
@@ -147,6 +206,14 @@ class Recipe:
                     raise ValueError(
                         "delayed scaling keeps one amax history per tensor: every role must be per-tensor"
                     )
+        if self.wgrad_hadamard is not None and not isinstance(self.wgrad_hadamard, RandomHadamard):
+            raise TypeError(f"wgrad_hadamard must be a RandomHadamard or None, got {self.wgrad_hadamard!r}")
+        if self.wgrad_hadamard is not None and (self.wgrad_high_precision or self.delayed is not None):
+            raise ValueError("a Hadamard transform on the wgrad GEMM needs that GEMM quantized with current scales "
+                             "(not wgrad_high_precision, not delayed scaling)")
+        share = self.high_precision_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share < 1:
+            raise ValueError(f"high_precision_share is a share of the linear layers in [0, 1), got {share!r}")
 
     def scaling(self, role: str, gemm: str = "fprop") -> TensorScaling | None:
         """The TensorScaling of `role` in `gemm`, or None where that GEMM runs in high precision."""
@@ -158,7 +225,49 @@ class Recipe:
             return None
         if gemm == "dgrad" and role == "weight" and self.weight_for_dgrad is not None:
             return self.weight_for_dgrad
+        if gemm == "wgrad" and self.wgrad_hadamard is not None:
+            return self._rotated[role]
         return getattr(self, role)
+
+    @cached_property
+    def _rotated(self) -> dict[str, TensorScaling]:
+        """wgrad's operands with the recipe's Hadamard transform (made once)."""
+        return {role: replace(getattr(self, role), hadamard=self.wgrad_hadamard) for role in GEMMS["wgrad"]}
+
+    def high_precision_layers(self, names: Sequence[str]) -> list[str]:
+        """Which of a model's linear layers (`names`, in model order) this recipe keeps in high precision:
+        the last ceil(high_precision_share * len(names)) of them (none at share 0)."""
+        keep = math.ceil(self.high_precision_share * len(names) - 1e-9)
+        return list(names[len(names) - keep:]) if keep else []
+
+    # ---- the 4-bit recipe's parts, as options of any recipe (notebook 09) ----
+    def with_2d_weight(self, on: bool = True) -> Recipe:
+        """The weight quantized in square blocks (on: c x c, c its block width along K), so that fprop's
+        w[N, K] and dgrad's w^T[K, N] are the same codes; off: 1 x c blocks, one per row per K block,
+        re-quantized along N for dgrad (two sets of codes). Per-tensor weights are one block either way
+        (unchanged); a per-row weight has no block width along K (ValueError)."""
+        w = self.weight
+        g = w.granularity
+        if isinstance(g, PerTensor):
+            return self
+        if isinstance(g, PerRow):
+            raise ValueError(f"{self.name}'s weight is scaled per row: one scale spans all of K, so it has no square "
+                             "block; give the weight PerBlock(c, c) blocks instead")
+        c = g.cols
+        weight = replace(w, granularity=PerBlock(c, c) if on else PerBlock(1, c))
+        return replace(self, weight=weight, weight_for_dgrad=None if on else self.weight_for_dgrad)
+
+    def with_wgrad_hadamard(self, hadamard: RandomHadamard | None = NVFP4_HADAMARD) -> Recipe:
+        """A random Hadamard transform on the wgrad GEMM's operands (None: none; default NVFP4's, d = 16)."""
+        return replace(self, wgrad_hadamard=hadamard)
+
+    def with_stochastic_gradients(self, on: bool = True) -> Recipe:
+        """grad_output (dgrad's and wgrad's dy) rounded stochastically (on) or to nearest."""
+        return replace(self, grad_output=replace(self.grad_output, rounding="stochastic" if on else "nearest"))
+
+    def with_high_precision_layers(self, share: float = 0.15) -> Recipe:
+        """The last ceil(share * layers) linear layers kept in high precision by convert (0: none)."""
+        return replace(self, high_precision_share=share)
 
     def replace(self, **changes) -> Recipe:
         """A copy with some fields changed, e.g. recipe.replace(name="mine", input=...)."""
@@ -178,6 +287,9 @@ class Recipe:
         lines += [f"  {r['gemm']:>5} {r['operand']:<11} {r['scaling']}" for r in self.table()]
         if self.delayed:
             lines.append(f"  amax history: {self.delayed.history_len} steps, {self.delayed.algo}")
+        if self.high_precision_share:
+            lines.append(f"  linear layers in high precision: the last {100 * self.high_precision_share:g}% "
+                         "(at least one)")
         return "\n".join(lines)
 
 
@@ -226,11 +338,43 @@ RECIPES: dict[str, Recipe] = {
             TensorScaling(E2M1, PerBlock(16, 16), "exact", E4M3, two_level=True),
             TensorScaling(E2M1, PerBlock(1, 16), "exact", E4M3, two_level=True),
             description="FP4 E2M1 in 16-element blocks with E4M3 block scales under a float32 tensor scale",
-            source="TE NVFP4BlockScaling (16x16 weight blocks; its random Hadamard transform and "
-            "stochastic rounding of gradients are not modelled here); torchao nvfp4_quantize",
+            source="TE NVFP4BlockScaling (16x16 weight blocks; its random Hadamard transform and stochastic "
+            "rounding of gradients: the variant nvfp4_training); torchao nvfp4_quantize",
         ),
     )
 }
+
+# The NVFP4 training recipe's parts beyond 16-element blocks (arXiv 2509.25149 section 4; TransformerEngine's
+# NVFP4BlockScaling): part -> (short label, what it is)
+NVFP4_PARTS: dict[str, tuple[str, str]] = {
+    "2d_weights": ("2D", "16x16 weight blocks: fprop and dgrad read the same weight codes"),
+    "hadamard": ("RHT", "a random Hadamard transform (d = 16) on the wgrad GEMM's two operands"),
+    "stochastic_rounding": ("SR", "gradients (dy, in dgrad and wgrad) rounded stochastically"),
+    "high_precision": ("HP", "the last 15% of linear layers in high precision"),
+}
+
+
+def nvfp4_with(parts: Sequence[str] | set[str] = tuple(NVFP4_PARTS), name: str | None = None) -> Recipe:
+    """NVFP4 (E2M1 in 1x16 blocks, E4M3 block scales, a float32 tensor scale) with the chosen parts of
+    its training recipe (NVFP4_PARTS). Named "nvfp4 " + the parts' short labels ("nvfp4 2D+RHT+SR+HP"),
+    "nvfp4 1x16" with none. With {"2d_weights"} alone it computes what RECIPES["nvfp4"] does."""
+    unknown = set(parts) - set(NVFP4_PARTS)
+    if unknown or isinstance(parts, str):
+        raise ValueError(f"unknown NVFP4 parts {sorted(unknown) if not isinstance(parts, str) else parts!r}; "
+                         f"valid: {', '.join(NVFP4_PARTS)} (a list of them)")
+    r = RECIPES["nvfp4"].with_2d_weight("2d_weights" in parts)
+    if "hadamard" in parts:
+        r = r.with_wgrad_hadamard(NVFP4_HADAMARD)
+    if "stochastic_rounding" in parts:
+        r = r.with_stochastic_gradients()
+    if "high_precision" in parts:
+        r = r.with_high_precision_layers(0.15)
+    shorts = [short for part, (short, _) in NVFP4_PARTS.items() if part in parts]
+    return r.replace(name=name or ("nvfp4 " + "+".join(shorts) if shorts else "nvfp4 1x16"),
+                     description="NVFP4 with " + ("; ".join(NVFP4_PARTS[p][1] for p in NVFP4_PARTS if p in parts)
+                                                  or "1x16 blocks everywhere and none of its training recipe's parts"),
+                     source="arXiv 2509.25149 section 4; TransformerEngine NVFP4BlockScaling")
+
 
 VARIANTS: dict[str, Recipe] = {
     "rowwise_with_gw_hp": RECIPES["rowwise"].replace(
@@ -239,6 +383,10 @@ VARIANTS: dict[str, Recipe] = {
         wgrad_high_precision=True,
         description="rowwise, with the weight gradient GEMM in high precision and a per-tensor weight for dgrad",
         source="torchao Float8LinearRecipeName.ROWWISE_WITH_GW_HP",
+    ),
+    "nvfp4_training": nvfp4_with(NVFP4_PARTS, name="nvfp4_training").replace(
+        description="NVFP4's training recipe: 16x16 weight blocks, a random Hadamard transform (d = 16) on the "
+        "wgrad GEMM's operands, stochastic rounding of gradients, the last 15% of linear layers in high precision",
     ),
 }
 

@@ -16,6 +16,7 @@ Notebook 06 trains with these layers; 07 swaps in torchao's and trains on severa
 from __future__ import annotations
 
 import copy
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from fp8lab.extras import require
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.metrics import overflow_underflow
 from fp8lab.numerics.quantize import QuantizedTensor
-from fp8lab.numerics.recipes import TORCHAO_RECIPES, Recipe, TensorScaling, get_recipe
+from fp8lab.numerics.recipes import TORCHAO_RECIPES, Recipe, RoundingDraws, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
 
 __all__ = [
@@ -106,6 +107,7 @@ class _LayerState:
     backend: GemmBackend
     amax_reducer: AmaxReducer | None = None
     recorded: set[str] = field(default_factory=set)  # roles whose amax this step has recorded
+    draws: RoundingDraws | None = None  # stochastic rounding's generators (None: torch's default generator)
 
 
 def tokens_per_scale(role: str, gemm: str, granularity: Granularity) -> int | None:
@@ -142,6 +144,7 @@ def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling
     the amax reduced across ranks, and delayed scaling records that reduced amax (as
     TransformerEngine's DelayedScaling(reduce_amax=True) does).
     """
+    t = scaling.transform(t)  # the operand as its GEMM reads it (a recipe's Hadamard transform on wgrad's)
     current = None  # this tensor's amax (per block), reduced across ranks where they share a scale
     if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
         current = state.amax_reducer(amax_per_block(t, scaling.granularity))
@@ -153,7 +156,8 @@ def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling
         past = history.amax()
         amax = current.reshape(()) if past is None else torch.tensor(past, dtype=torch.float32, device=t.device)
     monitoring = state.monitor is not None and state.monitor.active()
-    q = scaling.quantize(t, amax=amax, count=monitoring)  # (count: the Monitor's clip and flush counts)
+    draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
+    q = scaling.quantize(t, amax=amax, count=monitoring, generator=draws, transformed=True)  # (count: the Monitor's)
     if history is not None and role not in state.recorded:
         state.recorded.add(role)  # once per step, at the role's first GEMM
         history.record(float(current.max()))
@@ -187,7 +191,7 @@ def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
     g = scaling.granularity
     # amaxes reduced across ranks are shaped for the GEMM's own layout: with a reducer (and
     # per tensor, where nothing is re-quantized unless the numerics differ) copy source^T
-    if state.amax_reducer is None and isinstance(g, PerRow | PerBlock):
+    if state.amax_reducer is None and scaling.hadamard is None and isinstance(g, PerRow | PerBlock):
         # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
         return _quantize(state, source, role, gemm, scaling.down_columns(source.shape[0])).t(g)
     return _quantize(state, source.t().contiguous(), role, gemm, scaling)
@@ -199,7 +203,8 @@ def _transposed(g):
 
 def _same_numerics(q: QuantizedTensor, s: TensorScaling) -> bool:
     return (q.fmt == s.fmt and q.scale_rule == s.scale_rule and q.scale_fmt == s.scale_fmt
-            and (q.tensor_scale is not None) == s.two_level and q.margin == s.margin)
+            and (q.tensor_scale is not None) == s.two_level and q.margin == s.margin
+            and q.rounding == s.rounding and s.hadamard is None)
 
 
 # ---- the three GEMMs' operands, each pair ready for a @ b.T ------------------------------------------------
@@ -248,7 +253,7 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
             f"grad_output {tuple(grad_output.shape)} (..., N)")
     histories = ({role: recipe.delayed.new_history() for role in ("input", "weight", "grad_output")}
                  if recipe.delayed is not None else None)
-    state = _LayerState("", recipe, histories, None, default_backend("emulated"))
+    state = _LayerState("", recipe, histories, None, default_backend("emulated"), draws=RoundingDraws(0))
     x2 = x.detach().reshape(-1, k).float()
     g = grad_output.detach().reshape(-1, n).float()
     w = weight.detach()
@@ -354,6 +359,7 @@ class FP8Linear(nn.Linear):
         self.backend = default_backend(backend)
         self.monitor = monitor
         self.layer_name = name
+        self.draws = RoundingDraws(zlib.crc32(name.encode()))  # stochastic rounding's, seeded by the layer's name
         self.histories = (
             {role: self.recipe.delayed.new_history() for role in ("input", "weight", "grad_output")}
             if self.recipe is not None and self.recipe.delayed is not None else None
@@ -377,7 +383,7 @@ class FP8Linear(nn.Linear):
                             f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}; "
                             "convert integer data (token ids go through an nn.Embedding first)")
         state = _LayerState(self.layer_name, self.recipe, self.histories, self.monitor, self.backend,
-                            self.amax_reducer)
+                            self.amax_reducer, draws=self.draws)
         return _FP8LinearFunction.apply(x, self.weight, self.bias, state)
 
     def extra_repr(self) -> str:
@@ -449,6 +455,7 @@ def convert(
 
     skip: names of linears to keep (or a predicate (name, module) -> keep in high precision).
     keep_first_last: keep the first and last nn.Linear in high precision, as practitioners do.
+    A recipe with a high_precision_share (nvfp4_training: 15%) keeps its last linears too.
     engine: "fp8lab" (FP8Linear, every recipe, emulated or real) or "torchao"
             (torchao.float8.convert_to_float8_training: tensorwise, rowwise,
             rowwise_with_gw_hp; emulate=True on the CPU, real kernels on a GPU).
@@ -473,7 +480,7 @@ def convert(
     linears = _linears(model, engine)
     if not linears:
         raise ValueError(_no_linears(model))
-    keep = set()
+    keep = set(get_recipe(recipe).high_precision_layers([n for n, _ in linears]) if recipe != IDENTITY else ())
     if keep_first_last:
         keep |= {linears[0][0], linears[-1][0]}
     if callable(skip):
