@@ -49,6 +49,9 @@ TE_TABLE = {
                                          "w_block_scaling_dim": "2", "grad_block_scaling_dim": "1"}),
     "mxfp8": ("MXFP8BlockScaling", {"fp8_format": "Format.E4M3"}),
     "nvfp4": ("NVFP4BlockScaling", {"disable_rht": "True", "disable_stochastic_rounding": "True"}),
+    # TE's NVFP4 defaults (NVFP4BlockScaling @ d0067d0d): all three parts on; spelled out against NVTE_* variables
+    "nvfp4_training": ("NVFP4BlockScaling", {"disable_rht": "False", "disable_stochastic_rounding": "False",
+                                             "disable_2d_quantization": "False"}),
 }
 # recipe -> strings the torchtitan text must hold. Command line: pytorch/torchtitan
 # torchtitan/config/job_config.py @ 000204a4 (Model.converters; Float8.recipe_name in
@@ -64,6 +67,7 @@ TITAN_TABLE = {
     "mxfp8": ["--model.converters mx", "--mx.recipe_name mxfp8",
               'MXFP8LinearConverter.Config(recipe_name="mxfp8_rceil")'],
     "nvfp4": ["NVFP4LinearConverter.Config("],
+    "nvfp4_training": ["NVFP4LinearConverter.Config(", "leave out the last 15% of linear layers"],
 }
 
 
@@ -116,6 +120,13 @@ def test_torchao_configs_match_the_recipes():
     assert export("mxfp8", "torchao", emulate=True).config.kernel_preference == KernelPreference.EMULATED
     assert export("tensorwise", "torchao", emulate=True).config.emulate
     assert type(export("nvfp4", "torchao").config).__name__ == "NVFP4TrainingConfig"
+    # nvfp4_training: the one sign vector fp8lab's Hadamard transform uses, for every layer (torchao's default
+    # draws one per layer)
+    from fp8lab.numerics.recipes import NVFP4_HADAMARD
+
+    training = export("nvfp4_training", "torchao")
+    assert tuple(training.config.rht_sign_vector) == tuple(int(v) for v in NVFP4_HADAMARD.signs.tolist())
+    assert repr(tuple(training.config.rht_sign_vector)) in training.text
 
 
 def test_torchao_gpu_only_prototypes_explain_themselves():

@@ -8,7 +8,7 @@ from torch import nn
 import fp8lab
 from fp8lab import RECIPES
 from fp8lab.nn import IDENTITY, FP8Linear, Monitor, convert, fp8_layers, unwrap
-from fp8lab.numerics.recipes import VARIANTS
+from fp8lab.numerics.recipes import VARIANTS, RoundingDraws
 from fp8lab.training.models import make_model
 
 U = 2.0**-24
@@ -52,11 +52,13 @@ def test_gradients_equal_the_float64_reference_of_the_quantized_operands(recipe)
     x = torch.randn(48, 160, generator=g, requires_grad=True)
     gy = torch.randn(48, 96, generator=g)
     layer = FP8Linear.from_linear(lin, r)
+    draws = RoundingDraws(layer.draws.seed)  # stochastic rounding's draws, made again in the layer's order
     y = layer(x)
     y.backward(gy)
 
     def q(role, gemm, t):
-        return r.scaling(role, gemm).quantize(t).dequantize().double()
+        s = r.scaling(role, gemm)
+        return s.quantize(t, generator=draws.generator() if s.rounding == "stochastic" else None).dequantize().double()
 
     w = lin.weight.detach()
     xd = x.detach()

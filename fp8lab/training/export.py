@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fp8lab.extras import require
-from fp8lab.numerics.recipes import RECIPES, TORCHAO_RECIPES, VARIANTS, get_recipe
+from fp8lab.numerics.recipes import NVFP4_HADAMARD, RECIPES, TORCHAO_RECIPES, VARIANTS, get_recipe
 
 __all__ = ["TARGETS", "Export", "export", "export_table"]
 
@@ -27,7 +27,10 @@ TARGETS = ("torchao", "transformer_engine", "torchtitan")
 #     linear.py (Float8BlockwiseLinearConfig); torchao/prototype/moe_training/nvfp4_training/
 #     nvfp4_training.py (NVFP4TrainingConfig). Delayed scaling was removed: pytorch/ao#1680.
 #   TransformerEngine: transformer_engine/common/recipe/__init__.py @ 000b637e (DelayedScaling,
-#     Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling, Format);
+#     Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling, Format); its
+#     NVFP4BlockScaling @ d0067d0d (disable_rht, disable_stochastic_rounding, disable_2d_quantization, each
+#     False by default unless an NVTE_NVFP4_DISABLE_* variable is set) and docs/features/low_precision_training/
+#     nvfp4/nvfp4.rst (2-D weights, stochastic rounding for gradients, RHT d = 16 on the wgrad GEMM's operands);
 #     transformer_engine/pytorch/quantization.py @ 001597e9 (autocast(enabled, calibrating, recipe,
 #     amax_reduction_group); fp8_autocast(enabled, calibrating, fp8_recipe, fp8_group) deprecated).
 #   torchtitan: torchtitan/config/job_config.py @ 000204a4 (Model.converters, [float8] recipe_name /
@@ -117,10 +120,10 @@ def _torchao_blockwise() -> object:
     return Float8BlockwiseLinearConfig()
 
 
-def _torchao_nvfp4() -> object:
+def _torchao_nvfp4(signs: tuple[int, ...] | None = None) -> object:
     from torchao.prototype.moe_training.nvfp4_training.nvfp4_training import NVFP4TrainingConfig
 
-    return NVFP4TrainingConfig()
+    return NVFP4TrainingConfig() if signs is None else NVFP4TrainingConfig(rht_sign_vector=signs)
 
 
 _FLOAT8_SNIPPET = """\
@@ -181,10 +184,32 @@ from torchao.quantization import quantize_
 quantize_(model, NVFP4TrainingConfig())  # 16-element E2M1 blocks, E4M3 block scales, fp32 tensor scale"""
         return Export(recipe, "torchao", True, text,
                       "prototype: triton kernels on a Blackwell (SM100) GPU only; adds a random Hadamard "
-                      "transform of the wgrad operands and stochastic rounding of gradients, which fp8lab "
-                      "does not model; GEMM dims must be multiples of 128",
+                      "transform of the wgrad operands and stochastic rounding of gradients, which fp8lab's "
+                      "nvfp4 leaves out (nvfp4_training has both); GEMM dims must be multiples of 128",
                       src + "torchao/prototype/moe_training/nvfp4_training/nvfp4_training.py (prototype)",
                       _no_emulation("NVFP4 training") if emulate else _torchao_nvfp4)
+    if recipe == "nvfp4_training":
+        signs = tuple(int(v) for v in NVFP4_HADAMARD.signs.tolist())
+        text = f"""\
+import math
+
+import torch
+from torchao.prototype.moe_training.nvfp4_training.nvfp4_training import NVFP4TrainingConfig
+from torchao.quantization import quantize_
+
+linears = [fqn for fqn, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)]
+keep = set(linears[len(linears) - math.ceil(0.15 * len(linears)):])  # the last 15% stay in high precision
+# 16x16 weight blocks, stochastic rounding of gradients, a random Hadamard transform on the wgrad operands;
+# one sign vector for every layer (fp8lab's; without it each layer draws its own)
+config = NVFP4TrainingConfig(rht_sign_vector={signs!r})
+quantize_(model, config, filter_fn=lambda mod, fqn: isinstance(mod, torch.nn.Linear) and fqn not in keep)"""
+        return Export(recipe, "torchao", True, text,
+                      "prototype: triton kernels on a Blackwell (SM100) GPU only (no emulation); GEMM dims must be "
+                      "multiples of 128; stochastic rounding draws from the GPU's own random numbers, not "
+                      "fp8lab's generators",
+                      src + "torchao/prototype/moe_training/nvfp4_training/nvfp4_training.py, nvfp4_linear.py "
+                      "(prototype)",
+                      _no_emulation("NVFP4 training") if emulate else lambda: _torchao_nvfp4(signs))
     assert recipe == "delayed"
     return _unavailable(recipe, "torchao",
                         "torchao removed delayed scaling in 2025 (pytorch/ao#1680: 'no known real use cases'); "
@@ -227,9 +252,21 @@ _TE = {  # recipe -> (class, constructor call, differences)
               "none in the scales (32-element blocks, E8M0 scales rounded up); needs a Blackwell (SM100) GPU"),
     "nvfp4": ("NVFP4BlockScaling", "NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True)",
               "TE's defaults also apply a random Hadamard transform and stochastically round gradients; "
-              "the flags shown switch both off to match fp8lab, which models neither (16x16 weight blocks, "
-              "TE's default, match fp8lab's); needs a Blackwell (SM100) GPU"),
+              "the flags shown switch both off to match fp8lab's nvfp4 (nvfp4_training has both; 16x16 weight "
+              "blocks, TE's default, match fp8lab's); needs a Blackwell (SM100) GPU"),
+    "nvfp4_training": ("NVFP4BlockScaling",
+                       "NVFP4BlockScaling(disable_rht=False, disable_stochastic_rounding=False, "
+                       "disable_2d_quantization=False)",
+                       "TE's random Hadamard transform uses a fixed sign vector of its own (fp8lab draws one from "
+                       "a seed); its E4M3 block scales are clamped only at the top (fp8lab's at 2^-6 and 448); "
+                       "its RHT takes BF16 inputs; the last 15% of linear layers are yours to keep out (shown); "
+                       "needs a Blackwell (SM100) GPU"),
 }
+
+_TE_KEEP = """
+# the last 15% of linear layers in high precision: build them as torch.nn.Linear (or run them outside
+# te.autocast); the flags shown are TE's defaults, spelled out so that NVTE_NVFP4_DISABLE_* variables can't
+# switch a part off"""
 
 
 def _transformer_engine(recipe: str) -> Export:
@@ -246,8 +283,10 @@ def _transformer_engine(recipe: str) -> Export:
         spec = get_recipe(recipe).delayed
         call = call.format(history=spec.history_len, algo=spec.algo)
     imports = f"Format, {cls}"
-    return Export(recipe, "transformer_engine", True, _TE_USAGE.format(imports=imports, call=call), diff,
-                  _TE_SOURCE)
+    text = _TE_USAGE.format(imports=imports, call=call) + (_TE_KEEP if recipe == "nvfp4_training" else "")
+    source = _TE_SOURCE + (", docs/features/low_precision_training/nvfp4/nvfp4.rst" if cls == "NVFP4BlockScaling"
+                           else "")
+    return Export(recipe, "transformer_engine", True, text, diff, source)
 
 
 # ---- torchtitan -----------------------------------------------------------------------------------------------
@@ -297,15 +336,19 @@ quantization = [MXFP8LinearConverter.Config(recipe_name="mxfp8_rceil"{keep_py})]
         return Export(recipe, "torchtitan", True, text,
                       "torchao's MX training underneath (Blackwell GPUs); the converter skips the output layer "
                       "by default", _TITAN_SOURCE, command_line=line)
-    if recipe == "nvfp4":
+    if recipe in ("nvfp4", "nvfp4_training"):
         keep = f"  # the layers it converts: leave out {list(skip)!r}" if skip else \
             "  # keep the LM head out: dims must divide by 128"
+        if recipe == "nvfp4_training" and not skip:
+            keep = "  # the layers it converts: leave out the last 15% of linear layers (the LM head among them)"
         text = f"""\
 # newer torchtitan only (experimental), in the model registry's Python config:
 quantization = [NVFP4LinearConverter.Config(fqns=[...])]{keep}"""
+        what = ("which fp8lab's nvfp4 leaves out (nvfp4_training has both)" if recipe == "nvfp4"
+                else "as fp8lab's nvfp4_training (see export('nvfp4_training', 'torchao'))")
         return Export(recipe, "torchtitan", True, text,
                       "torchao's NVFP4 training underneath: random Hadamard transform and stochastic rounding "
-                      "of gradients, which fp8lab does not model; Blackwell (SM100) GPUs only", _TITAN_SOURCE)
+                      f"of gradients, {what}; Blackwell (SM100) GPUs only", _TITAN_SOURCE)
     if recipe == "delayed":
         return _unavailable(recipe, "torchtitan",
                             "torchtitan trains FP8 through torchao, which removed delayed scaling in 2025 "

@@ -397,6 +397,10 @@ def _rows_for_call(call: LinearCall, recipes: Sequence[Recipe], outlier_ratio: f
             pair = gemms[gemm]
             for i, (role, key, transposed) in enumerate(operands):
                 src = sources[key]
+                scaling = recipe.scaling(role, gemm)
+                if scaling is not None and scaling.hadamard is not None:  # the operand its GEMM reads: transformed
+                    src = _Source.of(scaling.transform(src.t.t() if transposed else src.t).t() if transposed
+                                     else scaling.transform(src.t), outlier_ratio)
                 shape = tuple(src.t.shape[::-1]) if transposed else tuple(src.t.shape)
                 base = {"layer": call.layer, "call": call.call, "gemm": gemm, "operand": role, "recipe": recipe.name,
                         "shape": f"{shape[0]}x{shape[1]}", "amax": src.amax, "span_binades": src.span,
