@@ -33,7 +33,9 @@ NAMES = [*RECIPES, *VARIANTS]
 SHAPES = {"aligned": (128, 384, 256), "odd": (200, 328, 72)}  # (M, K, N) of a linear layer
 # What each generation has, read from torch's ScaledBlas.cpp (docs/gpu.md): the spec
 TENSOR_OR_ROW = {"tensorwise", "delayed", "rowwise", "rowwise_with_gw_hp"}
-REAL = {(8, 9): TENSOR_OR_ROW, (9, 0): TENSOR_OR_ROW | {"blockwise"}, (10, 0): TENSOR_OR_ROW | {"mxfp8", "nvfp4"}}
+# (nvfp4_training: NVFP4's operands, the Hadamard transform and stochastic rounding applied before they are scaled)
+REAL = {(8, 9): TENSOR_OR_ROW, (9, 0): TENSOR_OR_ROW | {"blockwise"},
+        (10, 0): TENSOR_OR_ROW | {"mxfp8", "nvfp4", "nvfp4_training"}}
 
 
 @pytest.fixture
