@@ -1,0 +1,152 @@
+"""The gradient side: dy, the output gradient both backward GEMMs of a linear layer read, over training.
+
+Public: record_dy(model, steps, at, seed) -> DyRecord (each linear layer's dy at chosen steps of a high-precision
+run, and its range at every step), DY_CHOICES (E4M3 / E5M2 x per-tensor / 1x128, as dgrad reads dy[M, N] along
+N), dy_choice_table(dy) (per choice: the share flushed to zero, the share clipped, SQNR, the binades used),
+grad_recipes() (the four choices as training recipes, forward as blockwise's), DY_MODELS.
+Notebook 09's first part: "E4M3 for weight and activation tensors, and E5M2 for gradient tensors" (arXiv
+2209.05433) against DeepSeek-V3's E4M3 everywhere with 1x128 tiles (arXiv 2412.19437).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from fp8lab.numerics.metrics import db
+from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.recipes import RECIPES, Recipe, TensorScaling
+from fp8lab.numerics.scaling import PerBlock, PerTensor, amax_per_block
+
+__all__ = ["DY_CHOICES", "DY_MODELS", "DyRecord", "dy_choice_table", "grad_recipes", "record_dy"]
+
+# (label, format, granularity of dy[M, N] along N, as the dgrad GEMM reads it)
+DY_CHOICES: tuple[tuple[str, str, object], ...] = (
+    ("E5M2 per-tensor", "e5m2", PerTensor()),
+    ("E4M3 per-tensor", "e4m3", PerTensor()),
+    ("E5M2 1x128", "e5m2", PerBlock(1, 128)),
+    ("E4M3 1x128", "e4m3", PerBlock(1, 128)),
+)
+DY_MODELS = ("mlp", "llm_like")  # notebook 06's lesson MLP; notebook 08's LLM-like transformer (sinks at 1e6)
+
+
+@dataclass
+class DyRecord:
+    """dy of every linear layer of one high-precision run.
+
+    snapshots: {(step, layer): dy[M, N] float32} at the steps asked for; ranges: one row per step and layer
+    (step, layer, amax, smallest nonzero |dy|, binades between them, loss); layers: in model order."""
+
+    model: str
+    steps: int
+    snapshots: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    ranges: object = None
+    layers: list[str] = field(default_factory=list)
+
+    @property
+    def at(self) -> list[int]:
+        return sorted({s for s, _ in self.snapshots})
+
+
+def _setup(model: str, seed: int, lr: float):
+    """(model, loss_fn, batch(g) -> (x, y), data generator, default steps) as fp8lab trains them elsewhere."""
+    if model == "mlp":
+        from fp8lab.training.models import TeacherTask, make_model
+        from fp8lab.training.train import LESSON
+
+        task = TeacherTask(seed=seed)
+        return (make_model("mlp", seed), task.loss, lambda g: task.batch(g, LESSON.batch),
+                torch.Generator().manual_seed(1_000 + seed), LESSON.steps, lr or LESSON.lr)
+    from fp8lab.training.capstone import make_case
+
+    case = make_case("llm_like", seed)
+    return case.make_model(), case.loss, case.batch, torch.Generator().manual_seed(seed), case.steps, lr or case.lr
+
+
+def record_dy(model: str = "mlp", steps: int | None = None, at: Sequence[int] = (0, 10, 50, 149), seed: int = 0,
+              lr: float | None = None) -> DyRecord:
+    """Train `model` (DY_MODELS) in fp32 for `steps` (None: its lesson's: 150 for the mlp, notebook 08's for the
+    LLM-like model) with Adam, keeping every nn.Linear's output gradient dy[M, N] (batch dims flattened) at the steps
+    in `at` (those beyond the run are dropped) and its range at every step: the data notebook 09 quantizes."""
+    import pandas as pd
+
+    from fp8lab.training.train import train_step
+
+    if model not in DY_MODELS:
+        raise ValueError(f"unknown model {model!r}; valid: {', '.join(DY_MODELS)}")
+    net, loss_fn, batch, g, default_steps, lr = _setup(model, seed, lr or 0.0)
+    steps = steps or default_steps
+    keep = {s for s in at if 0 <= s < steps}
+    linears = [(n, m) for n, m in net.named_modules() if isinstance(m, nn.Linear)]
+    record = DyRecord(model, steps, layers=[n for n, _ in linears])
+    rows: list[dict] = []
+    current = {"step": 0}
+
+    def hook(name):
+        def save(grad: torch.Tensor) -> None:
+            dy = grad.detach().float().reshape(-1, grad.shape[-1])  # (M, N)
+            a = dy.abs()
+            nonzero = a[a > 0]
+            amax, smallest = float(a.max()), float(nonzero.min()) if nonzero.numel() else math.nan
+            rows.append({"step": current["step"], "layer": name, "amax": amax, "smallest": smallest,
+                         "binades": math.log2(amax / smallest) if nonzero.numel() else 0.0})
+            if current["step"] in keep:
+                record.snapshots[current["step"], name] = dy.clone()
+        return lambda module, inputs, output: output.register_hook(save) if output.requires_grad else None
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in linears]  # dy: the gradient of each linear's output
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    losses = []
+    try:
+        for step in range(steps):
+            current["step"] = step
+            x, y = batch(g)
+            losses.append(train_step(net, opt, loss_fn, x, y))
+    finally:
+        for h in handles:
+            h.remove()
+    ranges = pd.DataFrame(rows)
+    ranges["loss"] = [losses[s] for s in ranges.step]
+    record.ranges = ranges
+    return record
+
+
+def dy_choice_table(dy: torch.Tensor, choices: Sequence[tuple[str, str, object]] = DY_CHOICES):
+    """dy[M, N] quantized as the dgrad GEMM reads it, per choice: DataFrame indexed by label with flushed (share of
+    dy's nonzero values that became zero), clipped (share beyond the largest value: 0 with current scaling), sqnr_db,
+    binades_used (distinct binades of the nonzero codes, out of the format's) and blocks (scales)."""
+    import pandas as pd
+
+    rows = []
+    nonzero = dy != 0
+    for label, fmt, granularity in choices:
+        q = quantize(dy, fmt, granularity)
+        values = q.values()
+        deq = q.dequantize()
+        flushed = float((nonzero & (values == 0)).sum()) / max(int(nonzero.sum()), 1)
+        a = values.abs()
+        binades = torch.unique(torch.floor(torch.log2(a[a > 0]))).numel() if bool((a > 0).any()) else 0
+        rows.append({"choice": label, "flushed": flushed, "sqnr_db": db(float(dy.double().square().sum()),
+                                                                         float((dy.double() - deq.double()).square()
+                                                                               .sum())),
+                     "binades_used": binades, "format binades": q.fmt.dynamic_range_binades,
+                     "blocks": q.scale.numel()})
+    return pd.DataFrame(rows).set_index("choice")
+
+
+def block_amaxes(dy: torch.Tensor, cols: int = 128) -> torch.Tensor:
+    """dy[M, N]'s amax per 1 x cols block, [M, ceil(N/cols)] (the scales a 1x128 dy would get, times 448 or 57344)."""
+    return amax_per_block(dy, PerBlock(1, cols))
+
+
+def grad_recipes(forward: Recipe = RECIPES["blockwise"]) -> list[Recipe]:
+    """The four DY_CHOICES as training recipes: `forward`'s input and weight (blockwise: robust to the sinks, so
+    only the gradients differ), grad_output in each choice's format and granularity (dgrad along N, wgrad along M,
+    as FP8Linear quantizes every operand). Named "dy " + the choice's label."""
+    return [forward.replace(name=f"dy {label}", grad_output=TensorScaling(fmt, granularity),
+                            description=f"{forward.name}'s forward; gradients {label}")
+            for label, fmt, granularity in DY_CHOICES]
