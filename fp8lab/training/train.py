@@ -21,7 +21,8 @@ from torch import nn
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.progress import progress_bar
-from fp8lab.training.layers import Monitor, convert
+from fp8lab.training.convert import convert
+from fp8lab.training.layers import Monitor
 from fp8lab.training.models import MODELS, MarkovTask, TeacherTask, make_model
 
 __all__ = [
