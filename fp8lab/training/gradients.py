@@ -10,6 +10,7 @@ Notebook 09's first part: "E4M3 for weight and activation tensors, and E5M2 for 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import RECIPES, Recipe, TensorScaling
 from fp8lab.numerics.scaling import PerBlock, PerTensor, amax_per_block
 
-__all__ = ["DY_CHOICES", "DY_MODELS", "DyRecord", "dy_choice_table", "grad_recipes", "record_dy"]
+__all__ = ["DY_CHOICES", "DY_MODELS", "WHEN", "DyRecord", "block_amaxes", "dy_choice_table", "grad_recipes",
+           "lesson_records", "record_dy", "when_steps"]
 
 # (label, format, granularity of dy[M, N] along N, as the dgrad GEMM reads it)
 DY_CHOICES: tuple[tuple[str, str, object], ...] = (
@@ -150,3 +152,23 @@ def grad_recipes(forward: Recipe = RECIPES["blockwise"]) -> list[Recipe]:
     return [forward.replace(name=f"dy {label}", grad_output=TensorScaling(fmt, granularity),
                             description=f"{forward.name}'s forward; gradients {label}")
             for label, fmt, granularity in DY_CHOICES]
+
+
+WHEN = ("first step", "early", "middle", "last step")  # the steps record_dy keeps, as notebook 09 names them
+
+
+def when_steps(steps: int) -> tuple[int, ...]:
+    """The steps WHEN names in a run of `steps`: 0, steps/15, steps/3 and the last (150: 0, 10, 50, 149)."""
+    return (0, max(1, round(steps / 15)), max(2, steps // 3), steps - 1)
+
+
+@functools.cache
+def lesson_records(seed: int = 0, smoke: bool = False) -> dict[str, DyRecord]:
+    """record_dy for each of DY_MODELS at its lesson's steps (smoke: a few), kept for the process: notebook 09's
+    panels, answers and predictions share one recording."""
+    out = {}
+    for model in DY_MODELS:
+        steps = (20 if model == "mlp" else 8) if smoke else None
+        full = 150 if model == "mlp" else 60
+        out[model] = record_dy(model, steps, when_steps(steps or full), seed)
+    return out

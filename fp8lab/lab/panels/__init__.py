@@ -8,6 +8,8 @@
   training.py     06: TrainingPanel, TrainingCliffPanel mismatch.py  06: MismatchPanel
   distributed.py  07: DistributedPanel, ExportPanel
   cost.py         05, 08: CostPanel
+  gradients.py    09: GradientPanel             fp4.py       09: TwoDWeightPanel, HadamardPanel, RoundingPanel,
+                                                             HighPrecisionPanel, PartsPanel
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute, redraw;
 returns the data it plotted, so tests drive it without a browser) and `widget` (what the notebook shows).
 """
@@ -24,7 +26,9 @@ from fp8lab.lab.panels.cost import CostPanel
 from fp8lab.lab.panels.delayed import DelayedPanel
 from fp8lab.lab.panels.distributed import DistributedPanel, ExportPanel
 from fp8lab.lab.panels.formats import BitsPanel, NumberLinePanel
+from fp8lab.lab.panels.fp4 import HadamardPanel, HighPrecisionPanel, PartsPanel, RoundingPanel, TwoDWeightPanel
 from fp8lab.lab.panels.gemm import AccumulationPanel, GemmOperandsPanel, GemmPanel
+from fp8lab.lab.panels.gradients import GradientPanel
 from fp8lab.lab.panels.mismatch import MismatchPanel
 from fp8lab.lab.panels.per_tensor import CliffPanel, PerTensorPanel
 from fp8lab.lab.panels.setup_check import TimingPanel
@@ -44,13 +48,19 @@ __all__ = [
     "ExportPanel",
     "GemmOperandsPanel",
     "GemmPanel",
+    "GradientPanel",
+    "HadamardPanel",
+    "HighPrecisionPanel",
     "MismatchPanel",
     "NumberLinePanel",
     "Panel",
+    "PartsPanel",
     "PerTensorPanel",
+    "RoundingPanel",
     "TimingPanel",
     "TrainingCliffPanel",
     "TrainingPanel",
+    "TwoDWeightPanel",
     "sweep_values",
 ]
 
@@ -61,6 +71,8 @@ PANELS: dict[str, Callable[[], Panel]] = {
     "training": TrainingPanel, "training_cliff": TrainingCliffPanel, "mismatch": MismatchPanel,
     "distributed": DistributedPanel, "export": ExportPanel,
     "cost": CostPanel,
+    "gradients": GradientPanel, "two_d_weights": TwoDWeightPanel, "hadamard": HadamardPanel,
+    "rounding": RoundingPanel, "high_precision": HighPrecisionPanel, "parts": PartsPanel,
 }
 
 

@@ -1,0 +1,142 @@
+"""Figures of notebook 09: the gradient side and the 4-bit training recipe, part by part.
+
+Public: dy_range (a gradient's largest and smallest values over training, against a format's binades),
+block_bars (one block's values before and after a transform, and what NVFP4 keeps of them), rounding_means
+(round to nearest against the mean of stochastic roundings), error_vs_draws (one GEMM's error, one draw against
+the mean of many), layer_shares (each layer's quantization error and GEMM share), parts_bars (final losses of
+the recipe's parts against the references). Declarative, as fp8lab.figures.plots: data in, the ax out.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+from fp8lab.figures.axes import log_axis, steady_limits
+from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, WINDOW, _ax
+
+__all__ = ["block_bars", "dy_range", "error_vs_draws", "layer_shares", "parts_bars", "rounding_means"]
+
+
+def dy_range(ranges, layer: str, step: int | None = None, binades: dict[str, float] | None = None, ax=None):
+    """log2 of a layer's largest |dy| and its smallest nonzero |dy| at every step (ranges: step, layer, amax,
+    smallest), the span between them shaded; each format's span of binades drawn down from the largest value
+    (one scale per tensor covers that much); the chosen step marked."""
+    ax = _ax(ax)
+    part = ranges[ranges.layer == layer]
+    hi, lo = np.log2(part["amax"].to_numpy()), np.log2(part["smallest"].to_numpy())
+    steps = part["step"].to_numpy()
+    ax.fill_between(steps, lo, hi, color=PALETTE[0], alpha=0.25, lw=0, label="|dy| spans")
+    ax.plot(steps, hi, color=PALETTE[0], lw=1.5, label="largest |dy|")
+    ax.plot(steps, lo, color=PALETTE[0], lw=1, ls="--", label="smallest nonzero |dy|")
+    for i, (name, span) in enumerate((binades or {}).items()):
+        ax.plot(steps, hi - span, color=(WINDOW, CLIP)[i % 2], lw=1, ls=":", label=f"{name}: {span:.0f} binades down")
+    if step is not None:
+        ax.axvline(step, color=FLUSH, lw=1)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    ax.set_xlabel("training step")
+    ax.set_ylabel("log2 |dy|")
+    steady_limits(ax, "y", step=10)
+    ax.set_title(f"{layer}: dy over training", fontsize=9)
+    ax.legend(fontsize=6, loc="lower left")
+    return ax
+
+
+def block_bars(values: torch.Tensor, kept: torch.Tensor, ax=None, title: str = "", ylim: float | None = None):
+    """One block's values (bars) and what a quantization keeps of them (dots), element by element; the
+    values kept as zero marked in grey."""
+    ax = _ax(ax)
+    v, k = values.detach().double().numpy(), kept.detach().double().numpy()
+    idx = np.arange(len(v))
+    ax.bar(idx, v, color=PALETTE[0], alpha=0.45, label="value")
+    zero = (k == 0) & (v != 0)
+    ax.scatter(idx[~zero], k[~zero], color=PALETTE[3], s=14, zorder=3, label="NVFP4 keeps")
+    ax.scatter(idx[zero], k[zero], color=FLUSH, marker="x", s=18, zorder=3, label="flushed to 0")
+    ax.axhline(0, color="black", lw=0.6)
+    top = ylim if ylim is not None else max(float(np.abs(v).max()), float(np.abs(k).max()), 1e-30) * 1.1
+    ax.set_ylim(-top, top)
+    ax.set_xticks([0, len(v) // 2, len(v) - 1])
+    ax.set_xlabel("element of the block")
+    ax.set_ylabel("value")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=6, loc="lower right")
+    return ax
+
+
+def rounding_means(x: torch.Tensor, nearest: torch.Tensor, stochastic: torch.Tensor, draws: int, grid=None, ax=None):
+    """The rounded value against x: round to nearest (a staircase: its error never averages out) and the mean of
+    `draws` stochastic roundings (on the diagonal, within its noise); the format's values as ticks."""
+    ax = _ax(ax)
+    xs = x.double().numpy()
+    ax.plot(xs, xs, color=FLUSH, lw=0.8, ls=":", label="x itself")
+    ax.plot(xs, nearest.double().numpy(), color=PALETTE[0], lw=1.5, label="round to nearest")
+    ax.plot(xs, stochastic.double().numpy(), color=PALETTE[3], lw=1.0,
+            label=f"stochastic, mean of {draws} draw{'s' if draws > 1 else ''}")
+    if grid is not None:
+        for g in grid:
+            ax.axhline(float(g), color=WINDOW, lw=0.4, alpha=0.5)
+    ax.set_xlabel("x (in the block's scale)")
+    ax.set_ylabel("value after rounding")
+    ax.set_title("rounding: its mean over draws", fontsize=9)
+    ax.legend(fontsize=6, loc="upper left")
+    return ax
+
+
+def error_vs_draws(draws: list[int], stochastic: list[float], nearest: float, single: float | None = None, ax=None):
+    """Relative error of one GEMM's output against the exact product: round to nearest (one line: the same every
+    time), stochastic rounding averaged over n draws (falls like 1/sqrt(n) until only the scale's error is left)."""
+    ax = _ax(ax)
+    ax.plot(draws, stochastic, color=PALETTE[3], marker="o", ms=3, lw=1.5, label="stochastic: mean of n draws")
+    ax.axhline(nearest, color=PALETTE[0], lw=1.5, label="round to nearest")
+    if single is not None:
+        ax.scatter([draws[0]], [single], color=CLIP, zorder=3, s=20, label="one step, stochastic")
+    ax.set_xscale("log")
+    log_axis(ax, "y")
+    ax.set_xlabel("draws averaged (steps)")
+    ax.set_ylabel("relative error of dW")
+    ax.set_title("the weight gradient: one step and many", fontsize=9)
+    ax.legend(fontsize=6, loc="lower left")
+    return ax
+
+
+def layer_shares(df, ax=None):
+    """Per layer (df indexed by layer: "error" and "share of flops", "kept in high precision"): the weight-gradient
+    GEMM's relative error in NVFP4 (bars; kept layers in vermillion) and the layer's share of the GEMM work (line)."""
+    ax = _ax(ax)
+    names = list(df.index)
+    colors = [CLIP if k else PALETTE[0] for k in df["kept in high precision"]]
+    ax.bar(range(len(names)), df["error"], color=colors)
+    ax.set_xticks(range(len(names)), [n.replace("blocks.", "b") for n in names], rotation=90 if len(names) > 4 else 0,
+                  fontsize=7)
+    ax.set_ylabel("wgrad relative error, NVFP4")
+    twin = ax.twinx()
+    twin.plot(range(len(names)), df["share of flops"], color=PALETTE[2], marker="o", ms=3, lw=1)
+    twin.set_ylabel("share of the GEMM work", color=PALETTE[2])
+    twin.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
+    twin.set_ylim(0, max(float(df["share of flops"].max()) * 1.15, 0.05))
+    twin.grid(False)
+    ax.set_title("per layer: error (bars; kept: vermillion) and work (line)", fontsize=9)
+    return ax
+
+
+def parts_bars(values: dict[str, float], spread: dict[str, float] | None = None, highlight: str | None = None,
+               reference: float | None = None, ax=None, ylabel: str = "final loss vs bf16", title: str = ""):
+    """A bar per run: its loss relative to a reference (values: run -> relative change, 0.05 = 5% above), the
+    seeds' spread as an error bar, the highlighted run in vermillion."""
+    ax = _ax(ax)
+    names = list(values)
+    colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
+    err = [spread.get(n, 0.0) for n in names] if spread else None
+    ax.bar(range(len(names)), [values[n] for n in names], yerr=err, color=colors, capsize=3)
+    ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
+    if reference is not None:
+        ax.axhline(reference, color=FLUSH, lw=1, ls="--")
+    top = max([v for v in values.values() if math.isfinite(v)] + [0.01])
+    ax.set_ylim(min(0.0, min(values.values())) * 1.2, top * 1.25)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    return ax

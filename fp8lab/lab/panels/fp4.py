@@ -1,0 +1,463 @@
+"""Notebook 09's panels on the 4-bit training recipe, one per part, and the training runs that weigh them.
+
+Public: TwoDWeightPanel (2-D weight blocks: one set of codes for fprop and dgrad), HadamardPanel (a block before and
+after the random Hadamard transform), RoundingPanel (stochastic rounding against round to nearest: the mean and one
+step), HighPrecisionPanel (which layers stay in high precision, and what that costs), PartsPanel (final losses with
+the parts switched on and off, shipped runs, one combination trained live). Wiring only: the numbers come from
+fp8lab's numerics (nn.layer_gemms, numerics.hadamard, quantize), fp8lab.training.parts and measured_fp4.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import ipywidgets as W
+import torch
+
+from fp8lab.figures import fp4 as figs
+from fp8lab.figures.plots import _block_grid, _heatmap
+from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
+
+__all__ = ["HadamardPanel", "HighPrecisionPanel", "PartsPanel", "RoundingPanel", "TwoDWeightPanel"]
+
+NVFP4 = {"fmt": "e2m1", "scale_fmt": "e4m3", "two_level": True}  # quantize()'s arguments for NVFP4 elements
+OUTLIERS = (1.0, 3.0, 10.0, 30.0, 100.0, 1000.0)
+
+
+def _lesson_weight(rows: int = 256, cols: int = 256) -> torch.Tensor:
+    """A corner of the lesson MLP's fc2 weight at its initial values (fp8lab.training.models, seed 0)."""
+    from fp8lab.training.models import make_model
+
+    return make_model("mlp", 0).fc2.weight.detach()[:rows, :cols].clone()
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in float64."""
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-300))
+
+
+def _snr_db(x: torch.Tensor, y: torch.Tensor) -> float:
+    noise = float((x.double() - y.double()).square().sum())
+    return math.inf if noise == 0 else 10 * math.log10(float(x.double().square().sum()) / noise)
+
+
+# ---- 2-D weight blocks ---------------------------------------------------------------------------------------------
+
+
+class TwoDWeightPanel(Panel):
+    """A weight quantized as fprop reads it (w[N, K] along K) and as dgrad reads it (w^T[K, N] along N): with 1 x c
+    blocks those are two sets of codes, with c x c blocks one. The map shows where the copies differ; the text what
+    it does to dgrad's gradient (the chain rule differentiates the forward's weight, dgrad multiplies by the other)."""
+
+    title = "2-D weight blocks: does dgrad multiply by the weight the forward used?"
+    ncols, width, height = 2, 4.2, 3.3
+    keep_axes = False  # a colorbar beside the map: cleared whole
+
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.weight = _lesson_weight()
+        self.x = torch.randn(32, self.weight.shape[1], generator=g)
+        self.dy = torch.randn(32, self.weight.shape[0], generator=g)
+        spots = torch.randperm(self.weight.numel(), generator=g)[:8]  # where the outlier weights go
+        self.spots = spots
+        super().__init__(
+            recipe=_select([("NVFP4 (E2M1, blocks of 16)", "nvfp4"), ("MXFP8 (E4M3, blocks of 32)", "mxfp8")],
+                           "nvfp4", "format"),
+            blocks=_select([("1 x c: fprop's copy and dgrad's copy", False), ("c x c (2-D): one copy", True)], False,
+                           "weight blocks"),
+            outliers=_slider([(f"{v:g}x" if v > 1 else "none", v) for v in OUTLIERS], 1.0, "8 weights grown"),
+        )
+
+    def compute(self, recipe, blocks, outliers) -> dict:
+        from fp8lab.nn import layer_gemms
+        from fp8lab.numerics.recipes import get_recipe
+
+        w = self.weight.clone()
+        w.view(-1)[self.spots] *= outliers
+        r = get_recipe(recipe).with_2d_weight(blocks)
+        pairs = layer_gemms(self.x, w, self.dy, r)
+        wf = pairs["fprop"][1].dequantize()  # (N, K): fprop's copy
+        wd = pairs["dgrad"][1].dequantize().t()  # dgrad's copy of w^T[K, N], back as (N, K)
+        dx_chain = self.dy.double() @ wf.double()  # the gradient of the forward that ran
+        dx_dgrad = self.dy.double() @ wd.double()  # what dgrad computes
+        block = r.weight.granularity
+        return {"wf": wf, "wd": wd, "w": w, "differ": float((wf != wd).double().mean()), "copies": _rel(wd, wf),
+                "dx": _rel(dx_dgrad, dx_chain), "err_f": _rel(wf, w), "err_d": _rel(wd, w), "block": block.label,
+                "recipe": r.weight.fmt.name, "two_d": blocks}
+
+    def draw(self, data, axes) -> None:
+        diff = (data["wd"] - data["wf"]).abs() / data["w"].abs().max()
+        _heatmap(axes[0], _block_grid(diff[:48, :48], 48), "magma_r", "|difference| / max |w|", vmin=0,
+                 vmax=0.2, shape=(48, 48))
+        axes[0].set_xlabel("K (input channel)")
+        axes[0].set_ylabel("N (output channel)")
+        axes[0].set_title(f"dgrad's copy minus fprop's ({data['block']} blocks)", fontsize=9)
+        n = 4000
+        a, b = data["wf"].flatten()[:n].numpy(), data["wd"].flatten()[:n].numpy()
+        axes[1].scatter(a, b, s=3, alpha=0.4)
+        lim = float(max(abs(a).max(), abs(b).max())) * 1.05
+        axes[1].plot([-lim, lim], [-lim, lim], color="grey", lw=0.6, ls=":")
+        axes[1].set_xlim(-lim, lim)
+        axes[1].set_ylim(-lim, lim)
+        axes[1].set_xlabel("weight as fprop reads it")
+        axes[1].set_ylabel("weight as dgrad reads it")
+        axes[1].set_title("each weight's two copies (off the diagonal: they differ)", fontsize=9)
+
+    def describe(self, data) -> str:
+        rows = {"weights whose two copies differ": _pct(data["differ"]),
+                "dgrad's copy against fprop's (relative)": f"{data['copies']:.3g}",
+                "dgrad's dx against the chain rule's (dy @ fprop's copy)": f"{data['dx']:.3g}",
+                "each copy's error against the weight": f"fprop {data['err_f']:.3g}, dgrad {data['err_d']:.3g}"}
+        return _metrics_html(rows)
+
+
+# ---- the random Hadamard transform ---------------------------------------------------------------------------------
+
+SOURCES = {
+    "a Gaussian block with one outlier": "outlier",
+    "heavy tails (Student-t, 2 degrees of freedom)": "heavy",
+    "notebook 06's sinks: fc2's input along channels (fprop's blocks)": "sinks_fprop",
+    "notebook 06's sinks: fc2's input along tokens (wgrad's blocks)": "sinks_wgrad",
+}
+
+
+def _fc2_input() -> torch.Tensor:
+    """fc2's input x[M, K] in the lesson MLP without sinks, one batch, initial weights (GELU(fc1(x) + b1))."""
+    from fp8lab.training.models import TeacherTask, make_model
+
+    model = make_model("mlp", 0)
+    x, _ = TeacherTask(seed=0).batch(torch.Generator().manual_seed(1_000), 128)
+    with torch.no_grad():
+        return torch.nn.functional.gelu(model.fc1(x) + model.b1)
+
+
+class HadamardPanel(Panel):
+    """A tensor's blocks of 16 along the contraction, before and after the random Hadamard transform (d = 16), and
+    what NVFP4 keeps of each: one block drawn, the whole tensor's SQNR and a GEMM's error in the text."""
+
+    title = "the random Hadamard transform: a block before and after, in NVFP4"
+    ncols, width, height = 2, 4.2, 3.2
+    keep_axes = True
+
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.base = torch.randn(64, 256, generator=g)
+        self.heavy = torch.distributions.StudentT(2.0).sample((64, 256))
+        self.fc2_input = _fc2_input()  # (tokens, channels); the lesson's 4 sink channels are channels 0-3
+        self.other = torch.randn(32, 256, generator=g)  # the GEMM's other operand
+        super().__init__(
+            source=_select(list(SOURCES.items()), "outlier", "tensor"),
+            outlier=_slider([(f"{v:g}x", v) for v in OUTLIERS], 30.0, "the outlier"),
+            block=_slider(list(range(8)), 0, "block shown"),
+        )
+
+    def _tensor(self, source: str, outlier: float) -> torch.Tensor:
+        """The tensor, its contraction along its rows: blocks of 16 consecutive values of a row."""
+        if source == "outlier":
+            t = self.base.clone()
+            t[:, ::16] *= 0  # one element per block ...
+            t[:, ::16] += outlier  # ... becomes the outlier (in units of the others' typical size)
+            return t
+        if source == "heavy":
+            return self.heavy
+        x = self.fc2_input.clone()
+        x[:, :4] = outlier  # the sink channels, at the slider's magnitude (notebook 06 sets them alike)
+        return x[:64, :256] if source == "sinks_fprop" else x.t()[:64, :128].contiguous()
+
+    def compute(self, source, outlier, block) -> dict:
+        from fp8lab.numerics.quantize import quantize
+        from fp8lab.numerics.recipes import NVFP4_HADAMARD as h
+
+        t = self._tensor(source, outlier)
+        k = t.shape[1]
+        rotated = h.apply(t)
+        q0 = quantize(t, granularity="1x16", **NVFP4).dequantize()
+        q1 = quantize(rotated, granularity="1x16", **NVFP4).dequantize()
+        back = h.inverse(q1)[:, :k]
+        b = self.other[:, :k]
+        exact = t.double() @ b.double().t()
+        gemm_plain = quantize(b, granularity="1x16", **NVFP4).dequantize().double()
+        gemm_rot = quantize(h.apply(b), granularity="1x16", **NVFP4).dequantize().double()
+        ordinary = t.abs() < t.abs().amax(1, keepdim=True) / 8  # the values well below their row's largest
+        sl = slice(16 * block, 16 * block + 16)
+        return {"before": t[0, sl], "kept_before": q0[0, sl], "after": rotated[0, sl], "kept_after": q1[0, sl],
+                "sqnr_plain": _snr_db(t, q0), "sqnr_rot": _snr_db(t, back),
+                "ordinary_plain": _snr_db(t[ordinary], q0[ordinary]), "ordinary_rot": _snr_db(t[ordinary],
+                                                                                              back[ordinary]),
+                "flushed_plain": float(((t != 0) & (q0 == 0)).double().mean()),
+                "flushed_rot": float(((rotated != 0) & (q1 == 0)).double().mean()),
+                "gemm_plain": _rel(q0.double() @ gemm_plain.t(), exact),
+                "gemm_rot": _rel(q1.double() @ gemm_rot.t(), exact),
+                "block": block, "source": source}
+
+    def draw(self, data, axes) -> None:
+        top = 1.1 * max(float(data["before"].abs().max()), float(data["after"].abs().max()), 1e-30)
+        figs.block_bars(data["before"], data["kept_before"], axes[0], f"block {data['block']}, as it is", top)
+        figs.block_bars(data["after"], data["kept_after"], axes[1], f"block {data['block']}, transformed (d = 16)",
+                        top)
+
+    def describe(self, data) -> str:
+        rows = {"SQNR of the tensor, NVFP4": f"as it is {data['sqnr_plain']:.1f} dB, transformed "
+                                               f"{data['sqnr_rot']:.1f} dB (measured back in the original values)",
+                "SQNR of its ordinary values (under 1/8 of their row's largest)":
+                    f"as it is {data['ordinary_plain']:.1f} dB, transformed {data['ordinary_rot']:.1f} dB",
+                "elements whose NVFP4 code is 0 (nonzero before)": f"as it is {_pct(data['flushed_plain'])}, "
+                                                                   f"transformed {_pct(data['flushed_rot'])}",
+                "a GEMM over these blocks, relative error": f"as it is {data['gemm_plain']:.3g}, both operands "
+                                                           f"transformed {data['gemm_rot']:.3g}"}
+        return _metrics_html(rows)
+
+
+# ---- stochastic rounding -------------------------------------------------------------------------------------------
+
+DRAWS = (1, 4, 16, 64, 256, 1024)  # the left plot's draws (a slider)
+GEMM_DRAWS = (1, 2, 4, 8, 16, 32, 64)  # the weight gradient's: each a quantization of dy (the right plot)
+
+
+class RoundingPanel(Panel):
+    """Stochastic rounding against round to nearest, on E2M1: the rounded value's mean over n draws (left), and the
+    lesson MLP's weight gradient (fc2's, one batch) in NVFP4, one draw against the mean of n (right)."""
+
+    title = "stochastic rounding: no bias on average, more noise in one step"
+    ncols, width, height = 2, 4.2, 3.2
+    keep_axes = True
+
+    def __init__(self) -> None:
+        self.x = torch.linspace(0.0, 6.0, 241)
+        self._gemm = None
+        super().__init__(draws=_slider(DRAWS, 16, "draws averaged"))
+
+    def _wgrad(self) -> dict:
+        """fc2's weight gradient dW = dy^T x of the lesson MLP at its initial weights (its first 64 output channels),
+        in NVFP4 with dy rounded to nearest and stochastically (x to nearest; no Hadamard transform): the error of
+        one draw and of the mean of n draws, for every n in GEMM_DRAWS (computed once)."""
+        if self._gemm is None:
+            from fp8lab.numerics.quantize import quantize
+            from fp8lab.training.models import TeacherTask, make_model
+
+            model = make_model("mlp", 0)
+            task = TeacherTask(seed=0)
+            x, y = task.batch(torch.Generator().manual_seed(1_000), 128)
+            keep = {}
+            model.fc2.register_forward_hook(lambda m, i, o: keep.update(x=i[0].detach(), o=o))
+            loss = task.loss(model(x), y)
+            dy = torch.autograd.grad(loss, keep["o"])[0].detach()[:, :64]  # (M, 64)
+            exact = dy.t().double() @ keep["x"].double()
+            xq = quantize(keep["x"].t().contiguous(), granularity="1x16", **NVFP4).dequantize().double()
+
+            def dw(rounding: str, seed: int = 0):
+                q = quantize(dy.t().contiguous(), granularity="1x16", rounding=rounding,
+                             generator=torch.Generator().manual_seed(seed), **NVFP4)
+                return q.dequantize().double() @ xq.t()
+
+            nearest = dw("nearest")
+            total, means = torch.zeros_like(exact), {}
+            for i in range(GEMM_DRAWS[-1]):
+                total += dw("stochastic", i)
+                if i + 1 in GEMM_DRAWS:
+                    means[i + 1] = _rel(total / (i + 1), exact)
+            self._gemm = {"nearest": _rel(nearest, exact), "means": means}
+        return self._gemm
+
+    def compute(self, draws) -> dict:
+        from fp8lab.numerics.formats import E2M1, cast
+
+        g = torch.Generator().manual_seed(0)
+        xs = self.x.repeat(draws, 1)
+        sr = cast(xs, E2M1, rounding="stochastic", generator=g).mean(0)
+        nearest = cast(self.x, E2M1)
+        gemm = self._wgrad()
+        bias_rtn = float((nearest - self.x).abs().mean())
+        bias_sr = float((sr - self.x).abs().mean())
+        return {"sr": sr, "nearest": nearest, "draws": draws, "gemm": gemm, "bias_rtn": bias_rtn,
+                "bias_sr": bias_sr}
+
+    def draw(self, data, axes) -> None:
+        from fp8lab.numerics.formats import E2M1
+
+        grid = [v for v in E2M1.values().tolist() if v >= 0]
+        figs.rounding_means(self.x, data["nearest"], data["sr"], data["draws"], grid, axes[0])
+        gemm = data["gemm"]
+        ns = list(gemm["means"])
+        figs.error_vs_draws(ns, [gemm["means"][n] for n in ns], gemm["nearest"], gemm["means"][1], axes[1])
+
+    def describe(self, data) -> str:
+        gemm = data["gemm"]
+        rows = {f"x from 0 to 6, mean |error| of the mean of {data['draws']} draws":
+                f"round to nearest {data['bias_rtn']:.3f}, stochastic {data['bias_sr']:.3f}",
+                "fc2's weight gradient, one step": f"round to nearest {gemm['nearest']:.3g}, stochastic "
+                                                   f"{gemm['means'][1]:.3g} (relative error)",
+                f"... averaged over {GEMM_DRAWS[-1]} draws": f"stochastic {gemm['means'][GEMM_DRAWS[-1]]:.3g}"}
+        return _metrics_html(rows)
+
+
+# ---- the layers kept in high precision -----------------------------------------------------------------------------
+
+SHARES = (0.0, 0.15, 0.3, 0.5)
+
+
+def _wgrad_errors(model: str) -> dict[str, float]:
+    """Each linear layer's weight-gradient GEMM in NVFP4 (1x16, no parts), relative error against the exact product,
+    on one batch at the initial weights (the paper's sign of a layer to keep: a large wgrad error)."""
+    from fp8lab.gemm import emulated_mm
+    from fp8lab.nn import layer_gemms
+    from fp8lab.numerics.recipes import nvfp4_with
+    from fp8lab.training.capture import capture
+
+    if model == "mlp":
+        from fp8lab.training.models import TeacherTask, make_model
+
+        net, task = make_model("mlp", 0), TeacherTask(seed=0)
+        x, y = task.batch(torch.Generator().manual_seed(1_000), 128)
+        loss = task.loss
+    else:
+        from fp8lab.training.capstone import make_case
+
+        case = make_case("llm_like", 0)
+        net, (x, y), loss = case.make_model(), case.batch(torch.Generator().manual_seed(0)), case.loss
+    out = {}
+    recipe = nvfp4_with([])
+    for call in capture(net, x, lambda o: loss(o, y)).calls:
+        pair = layer_gemms(call.x, call.weight.float(), call.grad_output, recipe)["wgrad"]
+        exact = call.grad_output.double().t() @ call.x.double()
+        out[call.layer] = _rel(emulated_mm(*pair).double(), exact)
+    return out
+
+
+class HighPrecisionPanel(Panel):
+    """Which linear layers a share kept in high precision means (the last ones, as the NVFP4 recipe keeps them),
+    their weight-gradient error in NVFP4 and their share of the GEMM work, and the speed-up left (Amdahl, with
+    NVFP4's published GEMM speed-up)."""
+
+    title = "layers kept in high precision: which ones, and what they cost"
+    ncols, width, height = 1, 6.0, 3.4
+    bottom = 1.0  # layer names under the bars
+    keep_axes = False  # a twin axis: cleared whole
+
+    def __init__(self) -> None:
+        self._errors: dict[str, dict[str, float]] = {}
+        super().__init__(
+            model=_select([("lesson MLP (notebook 06)", "mlp"), ("LLM-like transformer (notebook 08)", "llm_like")],
+                          "llm_like", "model"),
+            share=_slider([(f"{100 * s:g}%", s) for s in SHARES], 0.15, "share kept"),
+        )
+
+    def compute(self, model, share) -> dict:
+        from fp8lab.numerics.recipes import nvfp4_with
+        from fp8lab.training.cost import PUBLISHED
+        from fp8lab.training.parts import flops_speedup, layer_costs
+
+        if model not in self._errors:
+            self._errors[model] = _wgrad_errors(model)
+        recipe = nvfp4_with([]).with_high_precision_layers(share)
+        df = layer_costs(model, recipe)
+        df["error"] = [self._errors[model].get(layer, math.nan) for layer in df.index]
+        speed = float(PUBLISHED["nvfp4"][0].value.rstrip("x"))
+        high = float(df.loc[df["kept in high precision"], "share of flops"].sum())
+        return {"df": df, "share": share, "high": high, "speedup": flops_speedup(high, speed),
+                "all": speed, "kept": [n for n in df.index if df.loc[n, "kept in high precision"]], "model": model,
+                "worst": df["error"].idxmax()}
+
+    def draw(self, data, ax) -> None:
+        figs.layer_shares(data["df"], ax)
+
+    def describe(self, data) -> str:
+        from fp8lab.training.cost import PUBLISHED
+
+        p = PUBLISHED["nvfp4"][0]
+        kept = ", ".join(data["kept"]) or "none"
+        rows = {"kept in high precision": f"{kept} ({_pct(data['high'])} of the GEMM work)",
+                "largest wgrad error in NVFP4": f"{data['worst']} ({data['df']['error'].max():.3g})",
+                "GEMM speed-up left over BF16": f"{data['speedup']:.2f}x of NVFP4's {data['all']:.2f}x "
+                                                f"({p.hardware}, {html.escape(p.what)})"}
+        return _metrics_html(rows) + f"<p style='font-size:11px'>speed-up: {html.escape(p.source)}</p>"
+
+
+# ---- the parts, trained --------------------------------------------------------------------------------------------
+
+MEASURES = {"final training loss": "final loss", "held-out loss, as trained": "heldout as trained",
+            "held-out loss, trained weights in high precision": "heldout high precision"}
+
+
+class PartsPanel(Panel):
+    """The lesson MLP's final loss with NVFP4 and the chosen parts of its training recipe, beside NVFP4 without
+    them, MXFP8 and bf16 (shipped runs: mean of 3 seeds, the seeds' spread as error bars), relative to bf16; a
+    button trains the chosen combination now (seed 0)."""
+
+    title = "the 4-bit recipe, trained: switch its parts on and off"
+    ncols, width, height = 1, 6.5, 3.4
+    bottom = 0.8
+    keep_axes = True
+
+    def __init__(self) -> None:
+        from fp8lab.training.measured_fp4 import parts
+
+        self.table = parts()
+        self.train_button = W.Button(description="Train this combination (seed 0)", button_style="info",
+                                     icon="play", layout=W.Layout(width="260px"))
+        super().__init__(
+            two_d=W.Checkbox(value=False, description="2-D weight blocks"),
+            hadamard=W.Checkbox(value=False, description="Hadamard on wgrad"),
+            stochastic=W.Checkbox(value=False, description="stochastic rounding of dy"),
+            high=W.Checkbox(value=False, description="last 15% in high precision"),
+            measure=_select(list(MEASURES.items()), "final loss", "measure"),
+        )
+        self.train_button.on_click(lambda _: self.train(blocking=False))
+        self.widget.children = (*self.widget.children[:-2], W.HBox([self.train_button]), *self.widget.children[-2:])
+        self.live: dict[str, float] = {}
+
+    @staticmethod
+    def parts_of(two_d, hadamard, stochastic, high) -> tuple[str, ...]:
+        chosen = {"2d_weights": two_d, "hadamard": hadamard, "stochastic_rounding": stochastic, "high_precision": high}
+        return tuple(p for p, on in chosen.items() if on)
+
+    def compute(self, two_d, hadamard, stochastic, high, measure) -> dict:
+        from fp8lab.training.parts import part_label
+
+        label = part_label(self.parts_of(two_d, hadamard, stochastic, high))
+        t = self.table[self.table.model == "mlp"]
+        by = t.pivot_table(index="seed", columns="run", values=measure)
+        rel = by.div(by["bf16"], axis=0) - 1  # each seed against its own bf16 run
+        runs = list(dict.fromkeys(["nvfp4 1x16", label, "nvfp4 2D+RHT+SR+HP", "mxfp8", "bf16"]))
+        values = {r: float(rel[r].mean()) for r in runs}
+        spread = {r: float(rel[r].max() - rel[r].min()) / 2 for r in runs}
+        return {"label": label, "values": values, "spread": spread, "measure": measure, "mean": by[runs].mean(),
+                "live": self.live.get((label, measure))}
+
+    def draw(self, data, ax) -> None:
+        name = next(k for k, v in MEASURES.items() if v == data["measure"])
+        figs.parts_bars(data["values"], data["spread"], data["label"], 0.0, ax, ylabel=f"{name} vs bf16",
+                        title="mean of 3 seeds (bars: the seeds' spread); dashed: bf16")
+
+    def describe(self, data) -> str:
+        from fp8lab.training.measured_fp4 import PARTS_ON
+
+        rows = {r: f"{data['mean'][r]:.4f} ({100 * data['values'][r]:+.1f}% vs bf16)" for r in data["values"]}
+        if data["live"] is not None:
+            rows[f"{data['label']}, trained now (seed 0)"] = f"{data['live']:+.1%} vs bf16"
+        return (_metrics_html(rows) + f"<p style='font-size:11px'>shipped runs measured on "
+                f"{html.escape(PARTS_ON)}</p>")
+
+    def train(self, blocking: bool = True):
+        """Train bf16 and the chosen combination from seed 0 (150 steps) and show the result beside the bars."""
+        if self._thread is not None and self._thread.is_alive():
+            return None
+        from fp8lab.training.parts import train_parts
+
+        v = self.values()
+        chosen = self.parts_of(v["two_d"], v["hadamard"], v["stochastic"], v["high"])
+
+        def work():
+            self.train_button.disabled = True
+            try:
+                res = train_parts(["bf16", chosen])
+                t = res.table
+                for key in MEASURES.values():
+                    self.live[(t.index[1], key)] = float(t.loc[t.index[1], key] / t.loc["bf16", key] - 1)
+            finally:
+                self.train_button.disabled = False
+                self.refresh()
+
+        thread = self._launch(work, blocking)
+        return self.live if blocking else thread
