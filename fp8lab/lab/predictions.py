@@ -2,7 +2,7 @@
 
 Public: Prediction(name) (commit to an option, then Reveal shows the measured answer beside it),
 PREDICTIONS (each prediction's notebook, question, options and how to measure the answer from
-the panels' own data), PredictionSpec, MARGIN. Notebooks 02, 04, 05 and 06 ask one each.
+the panels' own data), PredictionSpec, MARGIN. Notebooks 02, 04, 05 and 06 ask one each, notebook 09 two.
 An answer must not hang on a detail: each spec also measures its answer on other seeds of the same
 data (at(seed) -> (option, margin)), and tests require the same option on every seed with the
 measured value at least MARGIN (a factor) away from the nearest bin edge.
@@ -164,6 +164,60 @@ def _p06_break() -> tuple[str, str]:
                     ", ".join(f"{magnitude(m)}: {100 * v:+.0f}%" for m, v in tw.items() if m > 0) + ".")
 
 
+DY_AT, DY_EDGES = ("llm_like", "blocks.0.qkv"), (1e-4, 2e-3, 3e-2)
+DY_OPTIONS = ("under 0.01%", "0.01-0.2%", "0.2-3%", "over 3%")
+
+
+def _dy(seed: int):
+    """The LLM-like model's attention projection gradient (blocks.0.qkv's dy) at the first step, seed `seed`: what
+    GradientPanel shows there (fp8lab.training.gradients.record_dy; the first step needs no training)."""
+    from fp8lab.training.gradients import dy_choice_table, record_dy
+
+    model, layer = DY_AT
+    dy = record_dy(model, steps=1, at=(0,), seed=seed).snapshots[0, layer]
+    return dy, dy_choice_table(dy)
+
+
+def _p09_dy() -> tuple[str, str]:
+    import torch
+
+    dy, t = _dy(0)
+    option, _ = _binned(t.loc["E4M3 per-tensor", "flushed"], DY_EDGES, DY_OPTIONS)
+    a = dy.abs()
+    span = float(torch.log2(a.max() / a[a > 0].min()))
+    return option, (f"E4M3 per tensor flushes {_pct(t.loc['E4M3 per-tensor', 'flushed'])} of it, E5M2 per tensor "
+                    f"{share(t.loc['E5M2 per-tensor', 'flushed'])}, E4M3 in 1x128 tiles "
+                    f"{share(t.loc['E4M3 1x128', 'flushed'], 1e-5)}: the gradient spans {span:.1f} binades, and its "
+                    "tokens differ by most of them.")
+
+
+FP4_EDGES, FP4_OPTIONS = (0.01, 0.05, 0.15), ("within 1%", "1-5%", "5-15%", "over 15%")
+FP4_FULL = "nvfp4 2D+RHT+SR+HP"
+
+
+def _fp4_gap(seed: int | None) -> float:
+    """NVFP4 with every part of its training recipe: final loss against bf16's, the lesson MLP (shipped runs;
+    seed None: each seed's change, averaged)."""
+    from fp8lab.training.measured_fp4 import parts
+
+    t = parts()
+    t = t[t.model == "mlp"].pivot_table(index="seed", columns="run", values="final loss")
+    change = t[FP4_FULL] / t["bf16"] - 1
+    return float(change.mean() if seed is None else change[seed])
+
+
+def _p09_fp4() -> tuple[str, str]:
+    from fp8lab.training.measured_fp4 import means, parts
+
+    gap = _fp4_gap(None)
+    option, _ = _binned(gap, FP4_EDGES, FP4_OPTIONS)
+    m = means(parts(), "mlp")
+    high = m.loc[FP4_FULL, "heldout high precision"] / m.loc["bf16", "heldout high precision"] - 1
+    return option, (f"{100 * gap:+.1f}% (mean of 3 seeds; NVFP4 without the parts "
+                    f"{100 * (m.loc['nvfp4 1x16', 'final loss'] / m.loc['bf16', 'final loss'] - 1):+.1f}%). The same "
+                    f"weights with a high-precision forward: {100 * high:+.1f}% on held-out data.")
+
+
 PREDICTIONS: dict[str, PredictionSpec] = {
     "per_tensor_flush": PredictionSpec(
         "02_per_tensor_scaling",
@@ -183,6 +237,16 @@ PREDICTIONS: dict[str, PredictionSpec] = {
         "06_training_live",
         "From which sink value on does tensorwise end more than 5% worse than without sinks (150 steps)?",
         ("10", "100", "1e3", "1e4", "1e5", "1e6", "1e7", "never (up to 1e7)"), _p06_break, _break_at),
+    "dy_flush": PredictionSpec(
+        "09_below_eight_bits",
+        "The LLM-like model's attention projection gradient (blocks.0.qkv's dy, first step) with one E4M3 scale per "
+        "tensor: what share of its nonzero values flushes to zero?", DY_OPTIONS, _p09_dy,
+        lambda seed: _binned(_dy(seed)[1].loc["E4M3 per-tensor", "flushed"], DY_EDGES, DY_OPTIONS)),
+    "fp4_gap": PredictionSpec(
+        "09_below_eight_bits",
+        "The lesson MLP, 150 steps, NVFP4 with all four parts of its training recipe: how far above bf16's does its "
+        "final loss end?", FP4_OPTIONS, _p09_fp4,
+        lambda seed: _binned(_fp4_gap(seed), FP4_EDGES, FP4_OPTIONS)),
 }
 
 

@@ -98,7 +98,11 @@ def record_dy(model: str = "mlp", steps: int | None = None, at: Sequence[int] = 
                          "binades": math.log2(amax / smallest) if nonzero.numel() else 0.0})
             if current["step"] in keep:
                 record.snapshots[current["step"], name] = dy.clone()
-        return lambda module, inputs, output: output.register_hook(save) if output.requires_grad else None
+        def on_output(module, inputs, output) -> None:  # (a forward hook's return value would replace the output)
+            if output.requires_grad:
+                output.register_hook(save)
+
+        return on_output
 
     handles = [m.register_forward_hook(hook(n)) for n, m in linears]  # dy: the gradient of each linear's output
     opt = torch.optim.Adam(net.parameters(), lr=lr)

@@ -11,6 +11,8 @@ One module per notebook; every name is importable from here (`from fp8lab.lab im
                06b the longest amax history     check_history, hint_history, solution_history
                06c does step 30 predict 150?    check_ranking, hint_ranking, solution_ranking
   capstone.py  08 a recipe for your model       check_capstone, hint_capstone, solution_capstone
+  fp4.py       09 stochastic rounding by hand   check_stochastic_round, hint_stochastic_round, ...
+               09b the layer to keep in bf16     check_keep_layer, hint_keep_layer, solution_keep_layer
 Solutions are printed only when a learner asks for them.
 """
 
@@ -27,6 +29,16 @@ from fp8lab.lab.exercises.blocks import (
 )
 from fp8lab.lab.exercises.capstone import MONITORS, check_capstone, hint_capstone, solution_capstone
 from fp8lab.lab.exercises.formats import check_decode, hint_decode, solution_decode
+from fp8lab.lab.exercises.fp4 import (
+    KEEP_BUDGET,
+    check_keep_layer,
+    check_stochastic_round,
+    hint_keep_layer,
+    hint_stochastic_round,
+    keep_layer_answer,
+    solution_keep_layer,
+    solution_stochastic_round,
+)
 from fp8lab.lab.exercises.gemm import GemmOperand, check_scaled_gemm, hint_scaled_gemm, solution_scaled_gemm
 from fp8lab.lab.exercises.scaling import (
     check_delayed_amax,
@@ -55,6 +67,7 @@ from fp8lab.lab.exercises.training import (
 
 __all__ = [
     "CHOICE_BLOCKS",
+    "KEEP_BUDGET",
     "MONITORS",
     "RECOVER_WITHIN",
     "SURVIVAL_LIMIT",
@@ -68,9 +81,11 @@ __all__ = [
     "check_decode",
     "check_delayed_amax",
     "check_history",
+    "check_keep_layer",
     "check_ranking",
     "check_scale",
     "check_scaled_gemm",
+    "check_stochastic_round",
     "check_survivors",
     "hint_block_amax",
     "hint_block_choice",
@@ -78,11 +93,14 @@ __all__ = [
     "hint_decode",
     "hint_delayed_amax",
     "hint_history",
+    "hint_keep_layer",
     "hint_ranking",
     "hint_scale",
     "hint_scaled_gemm",
+    "hint_stochastic_round",
     "hint_survivors",
     "history_answer",
+    "keep_layer_answer",
     "ranking_answer",
     "solution_block_amax",
     "solution_block_choice",
@@ -90,8 +108,10 @@ __all__ = [
     "solution_decode",
     "solution_delayed_amax",
     "solution_history",
+    "solution_keep_layer",
     "solution_ranking",
     "solution_scale",
     "solution_scaled_gemm",
+    "solution_stochastic_round",
     "solution_survivors",
 ]
