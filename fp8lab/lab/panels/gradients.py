@@ -1,8 +1,8 @@
 """Notebook 09's panel on the gradient side: dy over training, and what each FP8 choice for it keeps (GradientPanel).
 
-Public: GradientPanel. Wiring only: dy comes from fp8lab.training.gradients (each linear layer's output gradient in
-a high-precision run of the lesson MLP and of notebook 08's LLM-like model), the statistics from its
-dy_choice_table, the plots from fp8lab.figures.
+Public: GradientPanel, dy_loss_table (the shipped runs of the four choices for dy). Wiring only: dy comes from
+fp8lab.training.gradients (each linear layer's output gradient in a high-precision run of the lesson MLP and of
+notebook 08's LLM-like model), the statistics from its dy_choice_table, the plots from fp8lab.figures.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fp8lab.figures import fp4 as figs
 from fp8lab.figures import plots
 from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
 
-__all__ = ["GradientPanel"]
+__all__ = ["GradientPanel", "dy_loss_table"]
 
 MODEL_NAMES = {"mlp": "lesson MLP", "llm_like": "LLM-like"}
 
@@ -81,3 +81,17 @@ class GradientPanel(Panel):
         where = f"{MODEL_NAMES[data['model']]} {data['layer']}, step {data['step']} of {data['steps']}"
         return (f"<p><b>{where}</b>: dy[{data['shape'][0]}, {data['shape'][1]}] spans {data['span']:.1f} binades "
                 f"(largest over smallest nonzero); E4M3 covers 17.8, E5M2 31.8.</p>" + _metrics_html(rows))
+
+
+def dy_loss_table():
+    """The shipped gradient runs (fp8lab.training.measured_fp4.dy_runs: fp32 and the four choices for dy, forward as
+    blockwise's), mean of the seeds, each loss also as its change against fp32's: a DataFrame per (model, run)."""
+    from fp8lab.training.measured_fp4 import dy_runs, means
+
+    m = means(dy_runs())
+    out = m.copy()
+    for col in m.columns:
+        fp32 = m[col].xs("fp32", level="run")
+        out[f"{col} vs fp32"] = [f"{100 * (v / fp32[model] - 1):+.2f}%" for (model, _), v in m[col].items()]
+    out = out.rename(index={"mlp": "lesson MLP", "llm_like": "LLM-like"}, level="model")
+    return out[[c for pair in zip(m.columns, [f"{c} vs fp32" for c in m.columns], strict=True) for c in pair]]
