@@ -44,6 +44,9 @@ TEACHES = {
                              "for torchao, TransformerEngine, torchtitan",
     "08_your_model": "predict, then inspect and train: an LLM-like model, real text, real images; the article's "
                      "claims tested; the cost side",
+    "09_below_eight_bits": "the gradient side: dy's range, E4M3 vs E5M2, per tensor vs 1x128; NVFP4's training recipe "
+                           "part by part (2-D weight blocks, a Hadamard transform, stochastic rounding, layers in "
+                           "bf16), each measured on a run",
 }
 
 
@@ -72,6 +75,9 @@ def learner_minutes() -> dict[str, int]:
     return out
 
 
+_WORDS = {9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
+
+
 def notebook_map() -> str:
     minutes = learner_minutes()
     missing = set(TEACHES) - set(minutes)
@@ -80,7 +86,8 @@ def notebook_map() -> str:
     rows = ["| notebook | what you do and learn | minutes |", "|---|---|---|"]
     rows += [f"| [{nb}](notebooks/{nb}.ipynb) | {what} | {minutes[nb]} |" for nb, what in TEACHES.items()]
     total = sum(minutes.values())
-    rows.append(f"| all nine | | {total} (about {total // 60} h {total % 60:02d}) |")
+    every = _WORDS.get(len(TEACHES), len(TEACHES))
+    rows.append(f"| all {every} | | {total} (about {total // 60} h {total % 60:02d}) |")
     return "\n".join(rows)
 
 
@@ -112,9 +119,13 @@ def speed_table() -> str:
         raise ValueError("docs/performance.md's notebooks and widgets tables were measured on different days")
     run_s = {r["notebook"]: r["run all s"] for r in runs}
     redraw = {r["panel"]: r for r in widgets}
+    # a notebook or panel the measured tables do not have yet is said so, not guessed
     rows = [f"Measured {when}:", "",
             "| notebook | Run All, s | slider drag: median redraw, ms (slowest live panel) |", "|---|---|---|"]
     for nb in TEACHES:
+        if nb not in run_s or any(p not in redraw for p in panels_in(nb)):
+            rows.append(f"| {nb} | not measured yet | not measured yet |")
+            continue
         live = [redraw[p] for p in panels_in(nb) if redraw[p]["live"] == "yes"]
         slowest = max(live, key=lambda r: float(r["median ms"]), default=None)
         drag = f"{slowest['median ms']} ({slowest['panel']})" if slowest else "no live slider"

@@ -190,8 +190,7 @@ def _q09_parts() -> Answer:
         "within about 1-1.5% of FP8: the toy's gap is several times that. (2) With a high-precision forward the "
         f"NVFP4-trained weights stand at {100 * high[plain]:+.1f}% (no parts) and {100 * high[full]:+.1f}% (all four) "
         "on held-out data: what training learned is about as good as bf16's; the toy's gap is the forward pass's "
-        "4-bit noise on every prediction. The paper saw the same: switching its forward pass to BF16 late in "
-        "training closed most of its gap. The parts guard the backward pass of long, large runs (outlier tokens "
+        "4-bit noise on every prediction. The parts guard the backward pass of long, large runs (outlier tokens "
         "in the weight gradient, bias that accumulates over trillions of tokens, the chain rule), which a 150-step "
         "toy does not reach.",
         {"NVFP4 ends over 3% above bf16 with and without the parts": final[plain] > 0.03 and final[full] > 0.03,
