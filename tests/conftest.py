@@ -31,6 +31,7 @@ BROWSER_RUN = "test_notebook_in_the_browser"  # tests/test_browser.py, one per n
 # machines' settings. Matched against each test's node id.
 MACHINE_SENSITIVE = (
     "tests/test_lessons.py::",
+    "tests/test_fp4_lessons.py::",
     "tests/test_answers.py::test_the_committed_key_is_what_the_panels_say_now",
     "tests/test_answers.py::test_every_claim_holds",
     "tests/test_widgets.py::test_the_sink_cliff_recomputes_a_shipped_point_live",

@@ -12,7 +12,7 @@ from fp8lab.lab import answers
 from fp8lab.lab.predictions import MARGIN, PREDICTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKSHOP = [p for p in sorted((ROOT / "notebooks").glob("0[0-8]_*.ipynb"))]
+WORKSHOP = [p for p in sorted((ROOT / "notebooks").glob("0[0-9]_*.ipynb"))]
 
 
 def _norm(text: str) -> str:
@@ -94,7 +94,7 @@ def test_every_claim_holds(key):
 
 @pytest.mark.slow
 def test_every_question_under_a_widget_is_answered(key):
-    """Each **Question(s)** block of notebooks 00-08 contains the text of one key entry, and
+    """Each **Question(s)** block of notebooks 00-09 contains the text of one key entry, and
     each key entry's question (exercises aside) is in its notebook."""
     asked = {a.notebook: [] for a in key}
     for path in WORKSHOP:

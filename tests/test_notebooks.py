@@ -22,7 +22,8 @@ NAMES = [p.stem for p in NOTEBOOKS]
 
 def test_the_notebook_plan_is_complete():
     expected = ["00_setup_check", "01_fp8_formats", "02_per_tensor_scaling", "03_delayed_scaling",
-                "04_per_block_scaling", "05_fp8_gemm", "06_training_live", "07_beyond_one_machine", "08_your_model"]
+                "04_per_block_scaling", "05_fp8_gemm", "06_training_live", "07_beyond_one_machine", "08_your_model",
+                "09_below_eight_bits"]
     assert [n for n in NAMES if n in expected] == [n for n in expected if n in NAMES]
     assert set(expected) - {"07_beyond_one_machine"} <= set(NAMES)
 
@@ -54,7 +55,8 @@ def test_notebooks_import_and_define_nothing_reusable(path):
     assert "**Next:**" in text
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in {"01", "02", "03", "04", "05", "06", "08"}],
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in {"01", "02", "03", "04", "05", "06", "08",
+                                                                          "09"}],
                          ids=lambda p: p.stem)
 def test_every_workshop_notebook_has_an_exercise_with_a_hint_and_a_solution(path):
     src = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
@@ -189,7 +191,9 @@ def test_06_exercise_comes_before_the_cell_that_answers_it():
     ("02_per_tensor_scaling", 'Prediction("per_tensor_flush")', "PerTensorPanel()"),
     ("04_per_block_scaling", 'Prediction("best_block")', "BlockPanel()"),
     ("05_fp8_gemm", 'Prediction("sink_gemm")', "GemmPanel()"),
-    ("06_training_live", 'Prediction("sink_break")', "TrainingCliffPanel()")])
+    ("06_training_live", 'Prediction("sink_break")', "TrainingCliffPanel()"),
+    ("09_below_eight_bits", 'Prediction("dy_flush")', "GradientPanel()"),
+    ("09_below_eight_bits", 'Prediction("fp4_gap")', "PartsPanel()")])
 def test_a_prediction_comes_before_the_panel_that_reveals_it(stem, prediction, panel):
     cells = _cells(stem)
     p = next(i for i, c in enumerate(cells) if prediction in c.source)
@@ -209,6 +213,8 @@ SOURCES = {
         ("developer.nvidia.com/blog/per-tensor-and-per-block-scaling-strategies-for-effective-fp8-training",),
     "primer": ("TransformerEngine/blob/main/docs/examples/fp8_primer.ipynb",),
     "TransformerEngine": ("nvidia.github.io/TransformerEngine", "github.com/NVIDIA/TransformerEngine"),
+    "Pretraining Large Language Models with NVFP4": ("arxiv.org/abs/2509.25149",),
+    "NVFP4 paper": ("arxiv.org/abs/2509.25149",),
 }
 
 
@@ -265,3 +271,25 @@ def test_04_reveals_the_predictions_options_only_after_the_question():
 def test_the_scale_is_said_to_be_the_reciprocal_of_transformer_engines():
     for stem in ("02_per_tensor_scaling", "07_beyond_one_machine"):
         assert "FP8_MAX / amax" in _text(stem), stem
+
+
+def test_09_quotes_its_sources_exactly_and_says_where_the_toy_differs():
+    """Notebook 09's quotes, as its sources write them (TransformerEngine's NVFP4 documentation and recipe, the FP8
+    formats paper, the NVFP4 paper's abstract), each beside its link; and the gap the toy shows is said to be the
+    forward pass's, not the paper's."""
+    t = _text("09_below_eight_bits")
+    for quote in ('"E4M3 for weight and activation tensors, and E5M2 for gradient tensors"',
+                  '"to ensure that rowwise and columnwise quantized tensors are numerically equivalent"',
+                  '"Stochastic rounding is enabled only for gradients"',
+                  '"RHT is applied to columnwise quantization of inputs and gradients, which are operands for the '
+                  '**wgrad GEMM**"',
+                  '"the same tensor can have two distinct quantized representations, effectively breaking the chain '
+                  'rule"', '"detrimental"',
+                  '"attains an MMLU-pro accuracy of 62.58%, nearly matching the 62.62% accuracy achieved through FP8 '
+                  'pretraining"'):
+        assert quote in t, quote
+    for link in ("arxiv.org/abs/2509.25149", "arxiv.org/abs/2209.05433", "arxiv.org/abs/2412.19437",
+                 "TransformerEngine/blob/main/docs/features/low_precision_training/nvfp4/nvfp4.rst"):
+        assert link in t, link
+    assert "high-precision forward" in t and "forward pass's 4-bit noise" in t
+
