@@ -65,6 +65,7 @@ T = "tests/"
 HARD = T + "test_hardening.py"
 TRUTH = T + "test_convert_truthfully.py"
 MODELS, CACHE, REAL = T + "test_hardening_models.py", T + "test_kernel_cache.py", T + "test_real_path.py"
+FP4 = T + "test_fp4_numerics.py"
 
 MUTATIONS = [
     # ---- formats: the cast and the format's numbers
@@ -346,6 +347,33 @@ MUTATIONS = [
     m("distributed takes any timeout", RUN, "    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):",
       "    if not (math.isfinite(value) and 0 < value):",
       T + "test_distributed.py::test_a_timeout_beyond_thirty_days_is_refused_before_any_rank_starts"),
+    # ---- notebook 09: the 4-bit training recipe's parts
+    m("the Hadamard transform without its random signs", NUM + "hadamard.py",
+      "blocks = self.block_view(x) * self.signs.to(x.device)", "blocks = self.block_view(x)", FP4),
+    m("the Hadamard transform's inverse without its signs", NUM + "hadamard.py",
+      "return (blocks * self.signs.to(y.device)).reshape(*y.shape[:-1], -1)",
+      "return blocks.reshape(*y.shape[:-1], -1)", FP4),
+    m("stochastic rounding biased up by 2^-8 of a step", F, "(draws < units - low).to(torch.float32)",
+      "(draws < units - low + 2.0**-8).to(torch.float32)", FP4),
+    m("quantize's stochastic rounding ignores its generator", Q,
+      'draws = uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None',
+      'draws = uniform_draws(x2d, None) if spec.rounding == "stochastic" else None', FP4),
+    m("a layer's stochastic rounding draws from torch's default generator", N,
+      'draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None',
+      "draws = None", FP4),
+    m("2-D weight blocks as 1 x c", R, "weight = replace(w, granularity=PerBlock(c, c) if on else PerBlock(1, c))",
+      "weight = replace(w, granularity=PerBlock(1, c))", FP4),
+    m("wgrad reads its operands without the Hadamard transform", N,
+      "    t = scaling.transform(t)  # the operand as its GEMM reads it",
+      "    t = t  # the operand as its GEMM reads it", FP4,
+      T + "test_nn.py::test_gradients_equal_the_float64_reference_of_the_quantized_operands"),
+    m("the high-precision share keeps the first layers", R, "return list(names[len(names) - keep:]) if keep else []",
+      "return list(names[:keep]) if keep else []", FP4),
+    m("export spells nvfp4_training with the Hadamard transform off", EX,
+      '"NVFP4BlockScaling(disable_rht=False, disable_stochastic_rounding=False, "',
+      '"NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=False, "', T + "test_export.py"),
+    m("exercise 09 accepts round to nearest", "fp8lab/lab/exercises/fp4.py", "    if torch.equal(got, want):",
+      "    if torch.equal(got, want) or torch.equal(got, cast(x, E2M1)):", T + "test_fp4_panels.py"),
     # ---- notebook 06's lessons, trained
     lesson("the sinks have no effect", "fp8lab/training/models.py", "        h = self.sink(h)", "        h = h"),
     lesson("tensorwise scales to a power of two", R, '"tensorwise", _E4M3_TENSOR, _E4M3_TENSOR, _E5M2_TENSOR,',
