@@ -3,7 +3,7 @@
 Public: dy_range (a gradient's largest and smallest values over training, against a format's binades),
 block_bars (one block's values before and after a transform, and what NVFP4 keeps of them), rounding_means
 (round to nearest against the mean of stochastic roundings), error_vs_draws (one GEMM's error, one draw against
-the mean of many), layer_shares (each layer's quantization error and GEMM share), parts_bars (final losses of
+the mean of many), layer_bars (a value per layer, the layers kept in high precision marked), parts_bars (final losses of
 the recipe's parts against the references). Declarative, as fp8lab.figures.plots: data in, the ax out.
 """
 
@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 from fp8lab.figures.axes import log_axis, steady_limits
 from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, WINDOW, _ax
 
-__all__ = ["block_bars", "dy_range", "error_vs_draws", "layer_shares", "parts_bars", "rounding_means"]
+__all__ = ["block_bars", "dy_range", "error_vs_draws", "layer_bars", "parts_bars", "rounding_means"]
 
 
 def dy_range(ranges, layer: str, step: int | None = None, binades: dict[str, float] | None = None, ax=None):
@@ -102,23 +102,20 @@ def error_vs_draws(draws: list[int], stochastic: list[float], nearest: float, si
     return ax
 
 
-def layer_shares(df, ax=None):
-    """Per layer (df indexed by layer: "error" and "share of flops", "kept in high precision"): the weight-gradient
-    GEMM's relative error in NVFP4 (bars; kept layers in vermillion) and the layer's share of the GEMM work (line)."""
+def layer_bars(df, column: str, ax=None, ylabel: str = "", title: str = "", percent: bool = False):
+    """A bar per layer (df indexed by layer, with `column` and "kept in high precision"), the kept layers in
+    vermillion; percent: the column is a share (0-1), shown in %."""
     ax = _ax(ax)
     names = list(df.index)
     colors = [CLIP if k else PALETTE[0] for k in df["kept in high precision"]]
-    ax.bar(range(len(names)), df["error"], color=colors)
+    ax.bar(range(len(names)), df[column], color=colors)
     ax.set_xticks(range(len(names)), [n.replace("blocks.", "b") for n in names], rotation=90 if len(names) > 4 else 0,
                   fontsize=7)
-    ax.set_ylabel("wgrad relative error, NVFP4")
-    twin = ax.twinx()
-    twin.plot(range(len(names)), df["share of flops"], color=PALETTE[2], marker="o", ms=3, lw=1)
-    twin.set_ylabel("share of the GEMM work", color=PALETTE[2])
-    twin.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
-    twin.set_ylim(0, max(float(df["share of flops"].max()) * 1.15, 0.05))
-    twin.grid(False)
-    ax.set_title("per layer: error (bars; kept: vermillion) and work (line)", fontsize=9)
+    if percent:
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
+    ax.set_xlabel("linear layer, in model order")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     return ax
 
 

@@ -331,9 +331,9 @@ class HighPrecisionPanel(Panel):
     NVFP4's published GEMM speed-up)."""
 
     title = "layers kept in high precision: which ones, and what they cost"
-    ncols, width, height = 1, 6.0, 3.4
-    bottom = 1.0  # layer names under the bars
-    keep_axes = False  # a twin axis: cleared whole
+    ncols, width, height = 2, 4.0, 3.4
+    bottom = 1.2  # layer names under the bars, upright
+    keep_axes = True
 
     def __init__(self) -> None:
         self._errors: dict[str, dict[str, float]] = {}
@@ -359,8 +359,11 @@ class HighPrecisionPanel(Panel):
                 "all": speed, "kept": [n for n in df.index if df.loc[n, "kept in high precision"]], "model": model,
                 "worst": df["error"].idxmax()}
 
-    def draw(self, data, ax) -> None:
-        figs.layer_shares(data["df"], ax)
+    def draw(self, data, axes) -> None:
+        figs.layer_bars(data["df"], "error", axes[0], "wgrad relative error, NVFP4",
+                        "weight-gradient error (kept: vermillion)")
+        figs.layer_bars(data["df"], "share of flops", axes[1], "share of the GEMM work", "work per step",
+                        percent=True)
 
     def describe(self, data) -> str:
         from fp8lab.training.cost import PUBLISHED
