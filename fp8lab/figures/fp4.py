@@ -51,10 +51,10 @@ def block_bars(values: torch.Tensor, kept: torch.Tensor, ax=None, title: str = "
     ax = _ax(ax)
     v, k = values.detach().double().numpy(), kept.detach().double().numpy()
     idx = np.arange(len(v))
-    ax.bar(idx, v, color=PALETTE[0], alpha=0.45, label="value")
+    bars = ax.bar(idx, v, color=PALETTE[0], alpha=0.45)
     zero = (k == 0) & (v != 0)
-    ax.scatter(idx[~zero], k[~zero], color=PALETTE[3], s=14, zorder=3, label="NVFP4 keeps")
-    ax.scatter(idx[zero], k[zero], color=FLUSH, marker="x", s=18, zorder=3, label="flushed to 0")
+    kept = ax.scatter(idx[~zero], k[~zero], color=PALETTE[3], s=14, zorder=3)
+    flushed = ax.scatter(idx[zero], k[zero], color=FLUSH, marker="x", s=18, zorder=3)
     ax.axhline(0, color="black", lw=0.6)
     top = ylim if ylim is not None else max(float(np.abs(v).max()), float(np.abs(k).max()), 1e-30) * 1.1
     ax.set_ylim(-top, top)
@@ -62,7 +62,9 @@ def block_bars(values: torch.Tensor, kept: torch.Tensor, ax=None, title: str = "
     ax.set_xlabel("element of the block")
     ax.set_ylabel("value")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6, loc="lower right")
+    # the legend's entries named here (a redraw on kept axes keeps old bar containers, whose labels it would list)
+    ax.legend([bars.patches[0], kept, flushed], ["value", "NVFP4 keeps", "flushed to 0"], fontsize=6,
+              loc="lower right")
     return ax
 
 

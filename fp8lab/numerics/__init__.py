@@ -2,11 +2,13 @@
 
   formats.py   FloatFormat as data (E4M3, E5M2, E8M0, E2M1, bf16, fp16) and the cast (with its teaching twin)
   scaling.py   granularities (per tensor, per row, per block), amax per block, the scale rules, delayed scaling
-  quantize.py  quantize(x, fmt, granularity, scale_rule) -> QuantizedTensor, dequantize
+  quantize.py  quantize(x, fmt, granularity, scale_rule) -> QuantizedTensor, dequantize (rounding: nearest or
+               stochastic)
+  hadamard.py  the random Hadamard transform (NVFP4's, on the weight gradient's operands)
   kernels.py   quantize's fast path on the CPU: the calls into _kernels.c, chosen once per process
   kernels_build.py  building, caching and loading _kernels.c (first use; a checked cache)
   metrics.py   SQNR, relative error, overflow / underflow / subnormal fractions
   recipes.py   the named recipes: format, granularity and scale rule per tensor role and GEMM
   anatomy.py   one value in a format: its neighbours, the gap, what rounding did
-Notebooks 01-04 introduce them.
+Notebooks 01-04 introduce them; 09 the Hadamard transform and stochastic rounding.
 """

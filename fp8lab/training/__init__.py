@@ -17,5 +17,8 @@
   export.py       a recipe written for torchao, TransformerEngine, torchtitan
   cost.py         what each recipe costs: scale storage, amax, scale multiplies
   capstone.py     notebook 08's three models and the article's claims tested
-Notebooks 06-08 introduce them.
+  gradients.py    dy over a high-precision run, and what each FP8 choice for it keeps (notebook 09)
+  parts.py        the NVFP4 training recipe's parts trained on the toys, judged as trained and in high precision
+  measured_fp4.py notebook 09's shipped runs (the parts, the choices for dy)
+Notebooks 06-09 introduce them.
 """

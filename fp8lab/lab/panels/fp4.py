@@ -16,7 +16,8 @@ import ipywidgets as W
 import torch
 
 from fp8lab.figures import fp4 as figs
-from fp8lab.figures.plots import _block_grid, _heatmap
+from fp8lab.figures.plots import PALETTE, _block_grid, _heatmap
+from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
 
 __all__ = ["HadamardPanel", "HighPrecisionPanel", "PartsPanel", "RoundingPanel", "TwoDWeightPanel"]
@@ -52,7 +53,7 @@ class TwoDWeightPanel(Panel):
 
     title = "2-D weight blocks: does dgrad multiply by the weight the forward used?"
     ncols, width, height = 2, 4.2, 3.3
-    keep_axes = False  # a colorbar beside the map: cleared whole
+    keep_axes = True  # the map's colorbar kept
 
     def __init__(self) -> None:
         g = torch.Generator().manual_seed(0)
@@ -89,13 +90,13 @@ class TwoDWeightPanel(Panel):
     def draw(self, data, axes) -> None:
         diff = (data["wd"] - data["wf"]).abs() / data["w"].abs().max()
         _heatmap(axes[0], _block_grid(diff[:48, :48], 48), "magma_r", "|difference| / max |w|", vmin=0,
-                 vmax=0.2, shape=(48, 48))
+                 vmax=0.2, shape=(48, 48), colorbar=redraw.kept_colorbar(axes[0]))
         axes[0].set_xlabel("K (input channel)")
         axes[0].set_ylabel("N (output channel)")
         axes[0].set_title(f"dgrad's copy minus fprop's ({data['block']} blocks)", fontsize=9)
         n = 4000
         a, b = data["wf"].flatten()[:n].numpy(), data["wd"].flatten()[:n].numpy()
-        axes[1].scatter(a, b, s=3, alpha=0.4)
+        axes[1].scatter(a, b, s=3, alpha=0.4, color=PALETTE[0])  # (a colour of its own: kept axes keep their cycle)
         lim = float(max(abs(a).max(), abs(b).max())) * 1.05
         axes[1].plot([-lim, lim], [-lim, lim], color="grey", lw=0.6, ls=":")
         axes[1].set_xlim(-lim, lim)
@@ -143,7 +144,8 @@ class HadamardPanel(Panel):
     def __init__(self) -> None:
         g = torch.Generator().manual_seed(0)
         self.base = torch.randn(64, 256, generator=g)
-        self.heavy = torch.distributions.StudentT(2.0).sample((64, 256))
+        # Student-t with 2 degrees of freedom, from the generator: z / sqrt(chi2_2 / 2), chi2_2 = -2 log(u)
+        self.heavy = torch.randn(64, 256, generator=g) / torch.sqrt(-torch.log1p(-torch.rand(64, 256, generator=g)))
         self.fc2_input = _fc2_input()  # (tokens, channels); the lesson's 4 sink channels are channels 0-3
         self.other = torch.randn(32, 256, generator=g)  # the GEMM's other operand
         super().__init__(
@@ -389,6 +391,7 @@ class PartsPanel(Panel):
     button trains the chosen combination now (seed 0)."""
 
     title = "the 4-bit recipe, trained: switch its parts on and off"
+    live_sliders = False  # (no slider: checkboxes and a dropdown redraw the shipped runs; the button trains)
     ncols, width, height = 1, 6.5, 3.4
     bottom = 0.8
     keep_axes = True

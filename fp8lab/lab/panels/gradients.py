@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures import plots
+from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
 
 __all__ = ["GradientPanel", "dy_loss_table"]
@@ -23,7 +24,7 @@ class GradientPanel(Panel):
 
     title = "the gradient side: dy over training, and what E4M3 / E5M2, per tensor / 1x128 keep of it"
     ncols, width, height = 3, 4.0, 3.3
-    keep_axes = False  # a colorbar comes and goes with the heatmap's scale: the axes are cleared whole
+    keep_axes = True  # the heatmap's colorbar kept
 
     def __init__(self) -> None:
         from fp8lab.settings import smoke
@@ -67,7 +68,7 @@ class GradientPanel(Panel):
 
         plots.histogram_log2(data["seen"], fmt=data["q"].fmt, scale=1.0, ax=axes[0], xlim=(-40, 15),
                              title=f"dy over its scale: {data['choice']}")
-        plots.scale_heatmap(data["tiles"], axes[1])
+        plots.scale_heatmap(data["tiles"], axes[1], colorbar=redraw.kept_colorbar(axes[1]))
         axes[1].set_title("1x128 tiles' scales: tokens differ", fontsize=9)
         axes[1].set_xlabel("block of 128 output channels (N)")
         axes[1].set_ylabel("token (M)")
