@@ -71,7 +71,7 @@ class TwoDWeightPanel(Panel):
         )
 
     def compute(self, recipe, blocks, outliers) -> dict:
-        from fp8lab.nn import layer_gemms
+        from fp8lab.training.layers import layer_gemms
         from fp8lab.numerics.recipes import get_recipe
 
         w = self.weight.clone()
@@ -303,7 +303,7 @@ def _wgrad_errors(model: str) -> dict[str, float]:
     """Each linear layer's weight-gradient GEMM in NVFP4 (1x16, no parts), relative error against the exact product,
     on one batch at the initial weights (the paper's sign of a layer to keep: a large wgrad error)."""
     from fp8lab.gemm import emulated_mm
-    from fp8lab.nn import layer_gemms
+    from fp8lab.training.layers import layer_gemms
     from fp8lab.numerics.recipes import nvfp4_with
     from fp8lab.training.capture import capture
 
