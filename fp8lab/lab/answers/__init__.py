@@ -1,4 +1,4 @@
-"""The answer key: every question under a widget in notebooks 00-08, answered from the panels.
+"""The answer key: every question under a widget in notebooks 00-09, answered from the panels.
 
 One module per part of the lab, each with the answers of its notebooks (ANSWERS, in notebook order):
   base.py       Answer (notebook, question verbatim, answer with measured numbers, claims), KEY_PATH
@@ -7,6 +7,7 @@ One module per part of the lab, each with the answers of its notebooks (ANSWERS,
   gemm.py       05 the FP8 GEMM: the three GEMMs of a layer, recipes' errors, accumulation
   training.py   06 training live: the sink cliff, why rowwise fails, delayed scaling, the exercises
   scale_out.py  07 beyond one machine, 08 your model
+  fp4.py        09 below eight bits, and the gradient side
 Public: ANSWERS (every answer function, in notebook order), Answer, key() -> list[Answer], markdown(), main
 (`python -m fp8lab answers --write` regenerates notebooks/ANSWERS.md), KEY_PATH. The predictions asked
 before a panel reveals them are fp8lab.lab.predictions; the key lists their answers too.
@@ -23,7 +24,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from fp8lab.lab.answers import formats, gemm, scale_out, scaling, training
+from fp8lab.lab.answers import formats, fp4, gemm, scale_out, scaling, training
 from fp8lab.lab.answers.base import KEY_PATH, Answer
 from fp8lab.lab.answers.gemm import _q05_gemm
 from fp8lab.lab.predictions import PREDICTIONS
@@ -32,7 +33,7 @@ from fp8lab.training.measured import survivors
 __all__ = ["ANSWERS", "KEY_PATH", "Answer", "_q05_gemm", "key", "main", "markdown", "survivors"]
 
 ANSWERS: tuple[Callable[[], Answer], ...] = (
-    *formats.ANSWERS, *scaling.ANSWERS, *gemm.ANSWERS, *training.ANSWERS, *scale_out.ANSWERS,
+    *formats.ANSWERS, *scaling.ANSWERS, *gemm.ANSWERS, *training.ANSWERS, *scale_out.ANSWERS, *fp4.ANSWERS,
 )
 
 

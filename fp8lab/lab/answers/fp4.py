@@ -162,13 +162,16 @@ def _q09_high_precision() -> Answer:
     return Answer(
         NB,
         "(1) In the LLM-like model, which layers does 15% keep, and which layer has the largest weight-gradient error?",
-        f"(1) {', '.join(llm['kept'])}: the last two of its nine linear layers, {_pct(llm['high'])} of the GEMM work, "
-        f"which leaves {llm['speedup']:.2f}x of NVFP4's {llm['all']:.2f}x. The largest weight-gradient error is "
-        f"{llm['worst']}'s ({llm['df']['error'].max():.3g}): the last layer, as the paper found. (2) fc3 maps 1024 "
-        f"channels to 8 outputs: {_pct(mlp['high'])} of the work ({mlp['speedup']:.2f}x left). fc2, 1024 x 1024, is "
-        f"{_pct(fc2)} of it: kept in bf16 it would leave most of the step at BF16's speed.",
+        f"(1) {', '.join(llm['kept'])}: the last two of its nine linear layers, {_pct(llm['high'])} of the GEMM "
+        f"work, which leaves {llm['speedup']:.2f}x of NVFP4's {llm['all']:.2f}x. The largest weight-gradient error "
+        f"is {llm['worst']}'s ({llm['df']['error'].max():.3g}), the last layer, one of those the share keeps. (2) 15% "
+        f"of three layers keeps fc3, {_pct(mlp['high'])} of the work ({mlp['speedup']:.2f}x left). The largest "
+        f"weight-gradient error is {mlp['worst']}'s ({mlp['df']['error'].max():.3g}), the first layer, "
+        f"{_pct(float(mlp['df'].loc[mlp['worst'], 'share of flops']))} of the work; fc2 is {_pct(fc2)} of it.",
         {"the LLM-like model's largest wgrad error is its head's": llm["worst"] == "head",
-         "15% of the LLM-like model keeps its last two layers": llm["kept"] == ["blocks.1.down", "head"]},
+         "15% of the LLM-like model keeps its last two layers": llm["kept"] == ["blocks.1.down", "head"],
+         "the lesson MLP's largest wgrad error is fc1's, and 15% keeps fc3": mlp["worst"] == "fc1"
+             and mlp["kept"] == ["fc3"]},
     )
 
 

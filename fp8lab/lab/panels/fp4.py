@@ -71,8 +71,8 @@ class TwoDWeightPanel(Panel):
         )
 
     def compute(self, recipe, blocks, outliers) -> dict:
-        from fp8lab.training.layers import layer_gemms
         from fp8lab.numerics.recipes import get_recipe
+        from fp8lab.training.layers import layer_gemms
 
         w = self.weight.clone()
         w.view(-1)[self.spots] *= outliers
@@ -303,9 +303,9 @@ def _wgrad_errors(model: str) -> dict[str, float]:
     """Each linear layer's weight-gradient GEMM in NVFP4 (1x16, no parts), relative error against the exact product,
     on one batch at the initial weights (the paper's sign of a layer to keep: a large wgrad error)."""
     from fp8lab.gemm import emulated_mm
-    from fp8lab.training.layers import layer_gemms
     from fp8lab.numerics.recipes import nvfp4_with
     from fp8lab.training.capture import capture
+    from fp8lab.training.layers import layer_gemms
 
     if model == "mlp":
         from fp8lab.training.models import TeacherTask, make_model
