@@ -150,7 +150,7 @@ class HadamardPanel(Panel):
         self.other = torch.randn(32, 256, generator=g)  # the GEMM's other operand
         super().__init__(
             source=_select(list(SOURCES.items()), "outlier", "tensor"),
-            outlier=_slider([(f"{v:g}x", v) for v in OUTLIERS], 30.0, "the outlier"),
+            outlier=_slider([(f"{v:g}x", v) for v in OUTLIERS], 30.0, "outlier size"),
             block=_slider(list(range(8)), 0, "block shown"),
         )
 
