@@ -167,6 +167,40 @@ def test_the_worst_element_is_the_measure_deepseek_quotes_and_differs_from_the_n
     assert "DeepSeek's ~2%, measured on real GEMMs, lies between the two" not in t
 
 
+def test_both_readings_of_deepseeks_sentence_side_by_side_against_2_percent_and_the_inputs_rounding():
+    """Notebook 05's accumulation panel draws the accumulator in both readings of DeepSeek-V3's section 3.5.2 (the
+    default, aligned with the running sum; each group aligned alone), beside what rounding the same inputs to E4M3
+    costs. On the panel's inputs at K = 4096, 14 bits, no promotion, the running-sum reading overshoots "nearly 2%"
+    and the group reading undershoots it on uniform inputs; no reading meets it (within 1.5x) in either measure.
+    (Mutations: the default reading flipped, or the two branches swapped, fail this.)"""
+    from fp8lab.gemm.accumulation import AccumulatorModel, accumulation_error, deepseek_check, operand_rounding_error
+    from fp8lab.lab.panels import AccumulationPanel
+
+    default = accumulation_error(4096, AccumulatorModel(13, 32, None), "uniform")
+    group = accumulation_error(4096, AccumulatorModel(13, 32, None, "group"), "uniform")
+    assert 0.05 < default < 0.12 and 0.002 < group < 0.004  # 8.3% against 0.28%: the readings differ ~30-fold
+    c = deepseek_check().set_index(["alignment", "inputs", "measure"])
+    assert not c["meets"].any()
+    for measure in ("frobenius", "max"):
+        assert c.loc[("running", "uniform", measure), "error"] > 0.02 > c.loc[("group", "uniform", measure), "error"]
+    rounding = operand_rounding_error(4096, "uniform")
+    assert 5e-4 < rounding < 8e-4  # 0.063% on the same uniform inputs
+    p = AccumulationPanel()
+    data = p.update(bits=14, promote=128, distribution="uniform", measure="frobenius")
+    at = {a: df[df.K == df.K.max()].set_index("accumulation")["relative error"] for a, df in data["frames"].items()}
+    assert set(at) == {"running", "group"}
+    assert at["running"]["promoted to fp32"] > rounding > at["group"]["promoted to fp32"]
+    assert at["running"]["E4M3 rounding of the inputs"] == pytest.approx(rounding, rel=1e-12)
+    assert "aligned with the running sum" in p.text.value and "each group aligned alone" in p.text.value
+    t = _text("05_fp8_gemm")
+    assert ("After aligning 32 mantissa products by right-shifting based on the maximum exponent, the Tensor Core "
+            "only uses the highest 14 bits of each mantissa product for addition, and truncates bits exceeding this "
+            "range. The accumulation of addition results into registers also employs 14-bit precision.") in t
+    assert "limited to retaining around 14 bits" in t and 'alignment=' in t
+    guide = " ".join((ROOT / "FACILITATOR.md").read_text().split())
+    assert "as a GPU's accurate accumulation mode does; only speed differs" not in guide
+
+
 # ---- normalizing (notebook 02) ----------------------------------------------------------------------------------
 
 

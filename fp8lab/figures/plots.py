@@ -319,18 +319,26 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
 # ---- GEMM ---------------------------------------------------------------------------------------------------
 
 
-def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K"):
-    """Relative error of the GEMM against K, one line per accumulation setting (log-log)."""
+def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K", dashed: tuple[str, ...] = (),
+                    reference: dict[str, float] | None = None, legend: bool = True):
+    """Relative error of the GEMM against K, one line per accumulation setting (log-log); the settings named in
+    `dashed` drawn dashed (a comparison, not an accumulator); `reference`: label -> a level drawn as a dotted
+    horizontal line, labelled at its right end."""
     ax = _ax(ax)
     for i, (label, part) in enumerate(df.groupby("accumulation", sort=False)):
         ax.plot(part["K"].to_numpy(), part["relative error"].to_numpy(), marker="o", color=PALETTE[i % 10],
-                label=label)
+                label=label, linestyle="--" if label in dashed else "-")
+    for label, level in (reference or {}).items():
+        ax.axhline(level, color=CLIP, linestyle=":", linewidth=1.2)
+        ax.text(0.02, level, label, transform=ax.get_yaxis_transform(), ha="left", va="bottom", fontsize=8,
+                color=CLIP)
     log_axis(ax, "x", base=2)
     log_axis(ax, "y")
     ax.set_xlabel("K (length of each dot product)")
     ax.set_ylabel("relative error vs exact")
-    ax.legend(fontsize=8, loc="center right")  # between the limited accumulators (above) and fp32 (below)
-    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=7, loc="lower right")  # under fp32's curve: the caller leaves room below it
+    ax.set_title(title, fontsize=9)
     return ax
 
 
