@@ -4,8 +4,9 @@
   setup_check.py  00: TimingPanel          formats.py   01: BitsPanel, NumberLinePanel
   per_tensor.py   02: PerTensorPanel, CliffPanel        delayed.py   03: DelayedPanel
   blocks.py       04: BlockPanel, BlockSweepPanel       gemm.py      05: GemmOperandsPanel, GemmPanel,
-                                                                     AccumulationPanel
+  nvfp4.py        04: Nvfp4ScalesPanel                               AccumulationPanel
   training.py     06: TrainingPanel, TrainingCliffPanel mismatch.py  06: MismatchPanel
+  weights.py      06: WeightCopiesPanel
   distributed.py  07: DistributedPanel, ExportPanel
   cost.py         05, 08: CostPanel
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute, redraw;
@@ -26,9 +27,11 @@ from fp8lab.lab.panels.distributed import DistributedPanel, ExportPanel
 from fp8lab.lab.panels.formats import BitsPanel, NumberLinePanel
 from fp8lab.lab.panels.gemm import AccumulationPanel, GemmOperandsPanel, GemmPanel
 from fp8lab.lab.panels.mismatch import MismatchPanel
+from fp8lab.lab.panels.nvfp4 import Nvfp4ScalesPanel
 from fp8lab.lab.panels.per_tensor import CliffPanel, PerTensorPanel
 from fp8lab.lab.panels.setup_check import TimingPanel
 from fp8lab.lab.panels.training import TrainingCliffPanel, TrainingPanel
+from fp8lab.lab.panels.weights import WeightCopiesPanel
 
 __all__ = [
     "LIVE_PANELS",
@@ -46,19 +49,23 @@ __all__ = [
     "GemmPanel",
     "MismatchPanel",
     "NumberLinePanel",
+    "Nvfp4ScalesPanel",
     "Panel",
     "PerTensorPanel",
     "TimingPanel",
     "TrainingCliffPanel",
     "TrainingPanel",
+    "WeightCopiesPanel",
     "sweep_values",
 ]
 
 PANELS: dict[str, Callable[[], Panel]] = {
     "timing": TimingPanel, "bits": BitsPanel, "number_line": NumberLinePanel, "per_tensor": PerTensorPanel,
     "cliff": CliffPanel, "delayed": DelayedPanel, "block": BlockPanel, "block_sweep": BlockSweepPanel,
+    "nvfp4": Nvfp4ScalesPanel,
     "gemm_operands": GemmOperandsPanel, "gemm": GemmPanel, "accumulation": AccumulationPanel,
     "training": TrainingPanel, "training_cliff": TrainingCliffPanel, "mismatch": MismatchPanel,
+    "weight_copies": WeightCopiesPanel,
     "distributed": DistributedPanel, "export": ExportPanel,
     "cost": CostPanel,
 }

@@ -148,7 +148,8 @@ class AccumulationPanel(Panel):
     title = "accumulation precision: error vs K, in both readings of DeepSeek-V3's sentence"
     ncols, width, height, right = 2, 4.0, 3.2, 0.3
     keep_axes = True
-    READINGS: ClassVar[dict[str, str]] = {"running": "aligned with the running sum", "group": "each group aligned alone"}
+    READINGS: ClassVar[dict[str, str]] = {"running": "aligned with the running sum",
+                                          "group": "each group aligned alone"}
 
     def __init__(self) -> None:
         super().__init__(
