@@ -32,11 +32,12 @@ def nvfp4_blocks(outliers: float, seed: int = 0, shape: tuple[int, int] | None =
 
 
 def nvfp4_blocks_of(x: torch.Tensor, outlier_channels: torch.Tensor | list[int]) -> dict:
-    """x[M, K] (K a multiple of 16) quantized as NVFP4's activations are: per 1x16 block, "ideal" (block amax / 6 /
+    """x[M, K] (K a multiple of 16) quantized as NVFP4's activations are. Per 1x16 block: "ideal" (block amax / 6 /
     tensor scale: the E4M3 scale the block needs, before E4M3 rounds it), "stored" (the E4M3 scale it gets),
-    "clean" (the block holds no outlier channel), and the shares over the clean blocks: "clean_flushed" (of their nonzero values, flushed to 0), "at_floor" (of the blocks, needing a scale
-    below E4M3's smallest normal, 2^-6: clamped up to it), "below_subnormals" (needing one below 2^-10, where even
-    an E4M3 subnormal scale rounds to 0), plus "tensor_scale", "x" and the outlier channels."""
+    "clean" (the block holds no outlier channel). Shares over the clean blocks: "clean_flushed" (of their nonzero
+    values, flushed to 0), "at_floor" (of the blocks, needing a scale below E4M3's smallest normal, 2^-6: clamped
+    up to it), "below_subnormals" (needing one below 2^-10, where even an E4M3 subnormal scale rounds to 0). Also
+    "tensor_scale", "x" and "outlier_channels"."""
     idx = torch.as_tensor(outlier_channels, dtype=torch.long)
     x = x.detach().float()
     q = RECIPES["nvfp4"].input.quantize(x)
