@@ -5,7 +5,8 @@ means and changes against the no-sink runs), survivors() (the recipes that hold)
 (steps the delayed recipe needs after fc1's input drops, per amax history length), mismatch()
 (tensorwise, rowwise and rowwise_with_gw_hp with sinks at 1e6, beside a constant predictor: why
 rowwise fails), published_runs() and published_means() (the cliff's runs at the massive-activation ratio that Sun
-et al. publish, fp8lab.training.published, beside runs without sinks), MEASURED_ON, MISMATCH_ON, PUBLISHED_ON, main
+et al. publish, fp8lab.training.published, beside runs without sinks), flush_costs() (why a flushed share costs
+what it costs: fp8lab.training.published.flush_cost, shipped), MEASURED_ON, MISMATCH_ON, PUBLISHED_ON, main
 (regenerates this data: `python -m fp8lab measured --write`, or one part of it with --part).
 The numbers come from fp8lab.training.train.cliff_sweep and history_sweep at the LESSON settings;
 tests/test_lessons.py recomputes some of them live and compares. Notebook 06 plots them and
@@ -18,8 +19,9 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["MEASURED_ON", "MISMATCH_ON", "MISMATCH_RUNS", "PUBLISHED_ON", "PUBLISHED_RATIO", "cliff", "cliff_means",
-           "first_break", "main", "mismatch", "published_means", "published_runs", "recovery", "survivors"]
+__all__ = ["FLUSH_ON", "MEASURED_ON", "MISMATCH_ON", "MISMATCH_RUNS", "PUBLISHED_ON", "PUBLISHED_RATIO", "cliff",
+           "cliff_means", "first_break", "flush_costs", "main", "mismatch", "published_means", "published_runs",
+           "recovery", "survivors"]
 
 MISMATCH_RUNS = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # notebook 06: why rowwise fails
 MISMATCH_SINKS = 1e6
@@ -225,10 +227,65 @@ MISMATCH_ROWS: list[tuple[int, str, float]] = [  # (seed, run, loss), sinks at 1
 ]
 # END GENERATED MISMATCH
 # BEGIN GENERATED PUBLISHED
-PUBLISHED_ON = ''
+PUBLISHED_ON = '2026-12-01, AMD EPYC, 1 threads, no GPU, torch 2.13.0+cpu, fused CPU kernels on'
 PUBLISHED_ROWS: list[tuple[int, float, str, float, float]] = [  # (seed, sinks, run, loss, loss_short)
+    (0, 0.0, 'fp32', 0.0387679, 0.0608907),
+    (0, 0.0, 'tensorwise', 0.0392397, 0.0615208),
+    (0, 0.0, 'delayed', 0.0390905, 0.0615683),
+    (0, 0.0, 'rowwise', 0.0390921, 0.0612652),
+    (0, 0.0, 'blockwise', 0.0390044, 0.0613684),
+    (0, 0.0, 'mxfp8', 0.0391234, 0.0612616),
+    (0, 0.0, 'nvfp4', 0.0424628, 0.0656285),
+    (0, 15000.0, 'fp32', 0.0387679, 0.0608907),
+    (0, 15000.0, 'tensorwise', 0.0393249, 0.0617098),
+    (0, 15000.0, 'delayed', 0.0391761, 0.061419),
+    (0, 15000.0, 'rowwise', 0.0392724, 0.0621127),
+    (0, 15000.0, 'blockwise', 0.0390095, 0.0613769),
+    (0, 15000.0, 'mxfp8', 0.0390836, 0.0612945),
+    (0, 15000.0, 'nvfp4', 0.0425602, 0.0656396),
+    (1, 0.0, 'fp32', 0.0399458, 0.063936),
+    (1, 0.0, 'tensorwise', 0.0400874, 0.0643846),
+    (1, 0.0, 'delayed', 0.0402248, 0.0646846),
+    (1, 0.0, 'rowwise', 0.0403267, 0.0648423),
+    (1, 0.0, 'blockwise', 0.0404584, 0.0640819),
+    (1, 0.0, 'mxfp8', 0.0402444, 0.0648298),
+    (1, 0.0, 'nvfp4', 0.0441962, 0.0678187),
+    (1, 15000.0, 'fp32', 0.0399458, 0.063936),
+    (1, 15000.0, 'tensorwise', 0.0402857, 0.0645878),
+    (1, 15000.0, 'delayed', 0.0402958, 0.0646215),
+    (1, 15000.0, 'rowwise', 0.0405498, 0.0649819),
+    (1, 15000.0, 'blockwise', 0.0404455, 0.0642706),
+    (1, 15000.0, 'mxfp8', 0.0402417, 0.0649659),
+    (1, 15000.0, 'nvfp4', 0.0439076, 0.0676236),
+    (2, 0.0, 'fp32', 0.0419564, 0.0688746),
+    (2, 0.0, 'tensorwise', 0.0422498, 0.0695724),
+    (2, 0.0, 'delayed', 0.0423156, 0.0692016),
+    (2, 0.0, 'rowwise', 0.0424471, 0.0688996),
+    (2, 0.0, 'blockwise', 0.0422147, 0.0692287),
+    (2, 0.0, 'mxfp8', 0.0423181, 0.0688437),
+    (2, 0.0, 'nvfp4', 0.0465707, 0.0726663),
+    (2, 15000.0, 'fp32', 0.0419564, 0.0688746),
+    (2, 15000.0, 'tensorwise', 0.0424995, 0.0694346),
+    (2, 15000.0, 'delayed', 0.0425777, 0.0692405),
+    (2, 15000.0, 'rowwise', 0.0425264, 0.0700216),
+    (2, 15000.0, 'blockwise', 0.0422818, 0.0694516),
+    (2, 15000.0, 'mxfp8', 0.0423721, 0.0687927),
+    (2, 15000.0, 'nvfp4', 0.0461505, 0.0734241),
 ]
 # END GENERATED PUBLISHED
+# BEGIN GENERATED FLUSH
+FLUSH_ON = '2026-12-01, AMD EPYC, 1 threads, no GPU, torch 2.13.0+cpu, fused CPU kernels on'
+FLUSH_ROWS: list[tuple[float, str, float, float, float, float]] = [  # (sinks, recipe, flushed, energy, fc2_error,
+    (10000.0, 'tensorwise', 0.0577953, 7.28442e-05, 0.015886, -0.00363689),
+    (10000.0, 'rowwise', 0.0829791, 0.000215495, 0.0228647, -0.00246081),
+    (15000.0, 'tensorwise', 0.0867934, 0.000246556, 0.0225221, -0.000171041),
+    (15000.0, 'rowwise', 0.169185, 0.00178849, 0.0513096, 0.0651166),
+    (100000.0, 'tensorwise', 0.725374, 0.0887926, 0.289936, 1.6464),
+    (100000.0, 'rowwise', 0.747615, 0.0984967, 0.286385, 1.59276),
+    (1000000.0, 'tensorwise', 0.999854, 0.993693, 0.992652, 8.64097),
+    (1000000.0, 'rowwise', 1, 1, 1, 8.85971),
+]  # fp32_model_loss): fp8lab.training.published.flush_cost, seed 0
+# END GENERATED FLUSH
 
 
 def cliff():
@@ -269,6 +326,18 @@ def published_runs():
     import pandas as pd
 
     return pd.DataFrame(PUBLISHED_ROWS, columns=["seed", "sinks", "run", "loss", "loss_short"])
+
+
+def flush_costs():
+    """fp8lab.training.published.flush_cost() as measured on FLUSH_ON (seed 0: fc2's input of the MLP trained in
+    fp32, flushed as each recipe's forward GEMM flushes it), with trained_loss joined from the shipped runs:
+    columns sinks, recipe, flushed, energy, fc2_error, fp32_model_loss, trained_loss."""
+    import pandas as pd
+
+    from fp8lab.training.published import with_trained_loss
+
+    cols = ["sinks", "recipe", "flushed", "energy", "fc2_error", "fp32_model_loss"]
+    return with_trained_loss(pd.DataFrame(FLUSH_ROWS, columns=cols))
 
 
 def published_means():
@@ -350,9 +419,25 @@ def _generated_published(seeds: tuple[int, ...]) -> str:
     return "\n".join(lines)
 
 
+def _generated_flush(seeds: tuple[int, ...]) -> str:
+    from fp8lab.numerics import kernels
+    from fp8lab.timing import machine_line
+    from fp8lab.training.published import flush_cost
+
+    df = flush_cost()
+    lines = [f"FLUSH_ON = {machine_line(kernels.state_label())!r}",
+             "FLUSH_ROWS: list[tuple[float, str, float, float, float, float]] = [  # (sinks, recipe, flushed, energy, "
+             "fc2_error,"]
+    lines += [f"    ({r.sinks!r}, {r.recipe!r}, {r.flushed:.6g}, {r.energy:.6g}, {r.fc2_error:.6g}, "
+              f"{r.fp32_model_loss:.6g})," for r in df.itertuples()]
+    lines.append("]  # fp32_model_loss): fp8lab.training.published.flush_cost, seed 0")
+    return "\n".join(lines)
+
+
 PARTS = {"cliff": ("# BEGIN GENERATED\n", "# END GENERATED\n", _generated),
          "mismatch": ("# BEGIN GENERATED MISMATCH\n", "# END GENERATED MISMATCH\n", _generated_mismatch),
-         "published": ("# BEGIN GENERATED PUBLISHED\n", "# END GENERATED PUBLISHED\n", _generated_published)}
+         "published": ("# BEGIN GENERATED PUBLISHED\n", "# END GENERATED PUBLISHED\n", _generated_published),
+         "flush": ("# BEGIN GENERATED FLUSH\n", "# END GENERATED FLUSH\n", _generated_flush)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -360,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="rewrite this file's generated blocks (takes minutes)")
     p.add_argument("--part", choices=["all", *PARTS], default="all",
                    help="which block --write regenerates: the sink cliff and recovery, the mismatch runs, the runs at "
-                        "the published ratio, or all")
+                        "the published ratio, the flush costs, or all")
     p.add_argument("--seeds", type=int, default=3)
     args = p.parse_args(argv)
     if not args.write:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["PUBLISHED", "Published", "flush_cost", "lesson_fc2_input", "lesson_median", "marker_sinks",
-           "outlier_multiplier", "sinks_for"]
+           "outlier_multiplier", "sinks_for", "with_trained_loss"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,8 @@ def flush_cost(sinks: tuple[float, ...] | None = None, recipes: tuple[str, ...] 
     """Why a share of fc2's input flushed costs what it costs, in notebook 06's MLP. For each sink value (default:
     1e4, the massive-activation ratio's sinks_for(1e5), 1e5, 1e6) and recipe, fc2's input of the model trained in
     fp32 (150 steps, no sinks) on a held-out batch, with the sinks set and quantized as the recipe's forward GEMM
-    quantizes it (only this GEMM: everything else stays fp32). Columns: sinks, recipe, flushed (share of the
+    quantizes it (only this GEMM: everything else stays fp32); the model is trained here (tens of seconds on 2
+    cores: fp8lab.training.measured.flush_costs() ships the result). Columns: sinks, recipe, flushed (share of the
     ordinary values flushed to 0), energy (share of the ordinary values' sum of squares those carry), fc2_error
     (||fc2's output error|| / ||fc2's output||, its bias left out), fp32_model_loss (that model's loss with this
     input, against its own: a model that learned with these values and now loses them), trained_loss (the FP8 run
@@ -135,12 +136,9 @@ def flush_cost(sinks: tuple[float, ...] | None = None, recipes: tuple[str, ...] 
     import pandas as pd
 
     from fp8lab.numerics.recipes import get_recipe
-    from fp8lab.training.measured import cliff_means, published_means
 
     sinks = sinks or (1e4, sinks_for(1e5), 1e5, 1e6)
     model, task, (x, y) = _trained_fp32(seed)
-    change = cliff_means()[2]
-    extra = published_means()
     rows = []
     with torch.no_grad():
         h = model.sink(torch.nn.functional.gelu(model.fc1(x) + model.b1))  # (1024, hidden), no sinks
@@ -156,11 +154,23 @@ def flush_cost(sinks: tuple[float, ...] | None = None, recipes: tuple[str, ...] 
                 ordinary, kept = h[:, keep], q[:, keep]
                 lost = (ordinary != 0) & (kept == 0)
                 loss = float(task.loss(model.fc3(torch.nn.functional.gelu(model.fc2(q))), y))
-                trained = (change[name, s] if (name, s) in change.index else
-                           extra[name, s] if (name, s) in extra.index else math.nan)
                 rows.append({"sinks": s, "recipe": name, "flushed": float(lost.float().mean()),
                              "energy": float(ordinary[lost].square().sum() / ordinary.square().sum()),
                              "fc2_error": float(torch.linalg.norm(model.fc2(q) - model.fc2.bias - out)
                                                 / torch.linalg.norm(out)),
-                             "fp32_model_loss": loss / base - 1, "trained_loss": float(trained)})
-    return pd.DataFrame(rows)
+                             "fp32_model_loss": loss / base - 1})
+    return with_trained_loss(pd.DataFrame(rows))
+
+
+def with_trained_loss(df):
+    """df (columns sinks, recipe, ...) with a column trained_loss: each recipe's FP8 run trained with the sinks from
+    its first step, against its own no-sink run (fp8lab.training.measured's cliff and the runs at the published
+    ratio, mean of 3 seeds; NaN where no run is shipped)."""
+    from fp8lab.training.measured import cliff_means, published_means
+
+    change, extra = cliff_means()[2], published_means()
+    df = df.copy()
+    df["trained_loss"] = [float(change[r, s]) if (r, s) in change.index else
+                          float(extra[r, s]) if (r, s) in extra.index else math.nan
+                          for r, s in zip(df["recipe"], df["sinks"], strict=True)]
+    return df
