@@ -42,8 +42,8 @@ TEACHES = {
                         "rowwise break; per-layer monitors; delayed scaling when the data change",
     "07_beyond_one_machine": "one process against two under FSDP2; where ranks must agree on an amax; the recipe "
                              "for torchao, TransformerEngine, torchtitan",
-    "08_your_model": "predict, then inspect and train: an LLM-like model, real text, real images; the article's "
-                     "claims tested; the cost side",
+    "08_your_model": "predict, then inspect and train: an LLM-like model, real text, real images; a use-case rule "
+                     "of thumb tested; the cost side",
 }
 
 
