@@ -18,23 +18,30 @@ from matplotlib.ticker import PercentFormatter
 from fp8lab.figures.axes import log_axis
 from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, WINDOW, _ax, _block_grid, _heatmap
 
-__all__ = ["nvfp4_block_scales", "shares_vs_magnitude", "weight_copies"]
+__all__ = ["NVFP4_BINS", "nvfp4_block_scales", "scale_histogram", "shares_vs_magnitude", "weight_copies"]
 
 
-def nvfp4_block_scales(ideal: torch.Tensor, clean: torch.Tensor, ax=None, floor: float = 2.0**-6,
-                       smallest: float = 2.0**-9, largest: float = 448.0, xlim: tuple[float, float] = (-34, 12)):
+NVFP4_BINS = np.arange(-34, 12.5, 0.5)  # log2 of a block scale: the histogram's bin edges (xlim is their range)
+
+
+def scale_histogram(ideal: torch.Tensor, clean: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Counts per NVFP4_BINS bin of log2(ideal) for the blocks without an outlier (clean) and those with one."""
+    logs = torch.log2(ideal.clamp(min=2.0 ** float(NVFP4_BINS[0]))).flatten().numpy()
+    mask = clean.flatten().numpy()
+    return np.histogram(logs[mask], NVFP4_BINS)[0], np.histogram(logs[~mask], NVFP4_BINS)[0]
+
+
+def nvfp4_block_scales(counts: tuple[np.ndarray, np.ndarray], ax=None, ymax: float | None = None,
+                       floor: float = 2.0**-6, smallest: float = 2.0**-9, largest: float = 448.0):
     """A histogram of log2 of the E4M3 block scales NVFP4's 1x16 blocks need (block amax / 6 / tensor scale,
-    before they are rounded to E4M3), the blocks without an outlier (clean) and those with one apart, against
-    E4M3's range: its smallest normal (`floor`), its smallest subnormal and its largest value. A scale needed
-    below the floor is clamped up to it: its block's small values flush."""
+    before they are rounded to E4M3), counts per NVFP4_BINS bin (scale_histogram: the blocks without an outlier,
+    the blocks with one), against E4M3's range: its smallest normal (`floor`), its smallest subnormal and its
+    largest value. A scale needed below the floor is clamped up to it: its block's small values flush.
+    ymax: a fixed top for the count axis (the panel's largest count over every setting: the axes stay put)."""
     ax = _ax(ax)
-    bins = np.arange(xlim[0], xlim[1] + 0.5, 0.5)
-    logs = torch.log2(ideal.clamp(min=2.0 ** xlim[0])).flatten()
-    mask = clean.flatten()
-    for values, color, label in ((logs[mask], PALETTE[0], "blocks without an outlier"),
-                                 (logs[~mask], CLIP, "blocks holding an outlier channel")):
-        if len(values):
-            ax.hist(values.numpy(), bins=bins, color=color, alpha=0.75, label=label)
+    for values, color, label in ((counts[0], PALETTE[0], "blocks without an outlier"),
+                                 (counts[1], CLIP, "blocks holding an outlier channel")):
+        ax.stairs(values, NVFP4_BINS, fill=True, color=color, alpha=0.75, label=label)
     ax.axvspan(math.log2(smallest), math.log2(floor), color=WINDOW, alpha=0.10, lw=0)
     ax.axvspan(math.log2(floor), math.log2(largest), color=WINDOW, alpha=0.22, lw=0)
     ax.axvline(math.log2(floor), color=WINDOW, lw=1.5)
@@ -42,7 +49,8 @@ def nvfp4_block_scales(ideal: torch.Tensor, clean: torch.Tensor, ax=None, floor:
             transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="black")
     ax.text(math.log2(smallest) - 0.3, 0.97, "smallest\nsubnormal", transform=ax.get_xaxis_transform(), fontsize=7,
             va="top", ha="right", color="black")
-    ax.set_xlim(*xlim)
+    ax.set_xlim(float(NVFP4_BINS[0]), float(NVFP4_BINS[-1]))
+    ax.set_ylim(0, ymax or max(1, int(max(counts[0].max(), counts[1].max()) * 1.05)))
     ax.set_xlabel("log2 of the block scale each block needs (before E4M3)")
     ax.set_ylabel("blocks")
     ax.legend(fontsize=7, loc="center left")

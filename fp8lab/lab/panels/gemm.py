@@ -204,9 +204,10 @@ class AccumulationPanel(Panel):
     def draw(self, data, axes) -> None:
         every = f"promoted every {data['promote']}" if data["promote"] else "never promoted"
         for ax, (alignment, df) in zip(axes, data["frames"].items(), strict=True):
-            plots.gemm_error_vs_k(df, ax, title=f"{self.READINGS[alignment]}\n{data['bits']}-bit, {every}",
-                                  dashed=("E4M3 rounding of the inputs",),
+            # the title stays put (it is drawn with the kept background); the settings go in the plot
+            plots.gemm_error_vs_k(df, ax, title=self.READINGS[alignment], dashed=("E4M3 rounding of the inputs",),
                                   reference={"DeepSeek-V3: nearly 2%": 0.02}, legend=alignment == "group")
+            ax.text(0.03, 0.04, f"{data['bits']}-bit accumulator, {every}", transform=ax.transAxes, fontsize=8)
             plots.steady_limits(ax, "y", lo=1e-12, hi=10)  # every setting's errors, and room for the legend below
 
     def describe(self, data) -> str:

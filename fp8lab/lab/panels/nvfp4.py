@@ -76,13 +76,18 @@ class Nvfp4ScalesPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__(outliers=_slider(_outlier_options(), 1e5, "outlier channels"))
-        self.curve = nvfp4_collapse()  # every magnitude, once: the slider moves the mark
+        self.blocks = {m: nvfp4_blocks(m) for m in OUTLIERS}  # every magnitude, once: a drag only draws
+        for b in self.blocks.values():
+            b["counts"] = scales.scale_histogram(b["ideal"], b["clean"])
+        keys = ("clean_flushed", "at_floor", "below_subnormals", "tensor_scale")
+        self.curve = pd.DataFrame([{"outliers": m, **{k: b[k] for k in keys}} for m, b in self.blocks.items()])
+        self.ymax = int(1.05 * max(max(c.max() for c in b["counts"]) for b in self.blocks.values()))
 
     def compute(self, outliers) -> dict:
-        return {**nvfp4_blocks(outliers), "curve": self.curve, "outliers": outliers}
+        return {**self.blocks[outliers], "curve": self.curve, "outliers": outliers}
 
     def draw(self, data, axes) -> None:
-        scales.nvfp4_block_scales(data["ideal"], data["clean"], axes[0])
+        scales.nvfp4_block_scales(data["counts"], axes[0], ymax=self.ymax)
         scales.shares_vs_magnitude(data["curve"], {"clean_flushed": "their values flushed to 0",
                                                    "at_floor": "clamped to E4M3's floor, 2^-6",
                                                    "below_subnormals": "needing a scale under 2^-10"},

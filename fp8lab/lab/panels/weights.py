@@ -93,6 +93,7 @@ class WeightCopiesPanel(Panel):
     at 1e6."""
 
     title = "the weight's two copies: fprop reads w along K, dgrad along N"
+    live_sliders = False  # no slider: two dropdowns, each redrawn on a change
     ncols, width, height = 2, 4.4, 3.2
     keep_axes = True
 
