@@ -209,6 +209,7 @@ def _q04_sweep() -> Answer:
     floor, rceil = mx.loc[("E8M0 scales, floor (OCP)", "1x32")], mx.loc[("E8M0 scales, rceil", "1x32")]
     higher = [b for b in dict.fromkeys(out.block) if mx.loc[("E8M0 scales, floor (OCP)", b), "sqnr_db"] >
               mx.loc[("E8M0 scales, rceil", b), "sqnr_db"]]
+    same = _same_scale_share()
     return Answer(
         "04_per_block_scaling",
         "For normal data without outliers, how many dB separate 1x32 from per-tensor? Why so few?",
@@ -218,16 +219,63 @@ def _q04_sweep() -> Answer:
         f"the ordinary channels: 1x32 {o['1x32']:.1f} dB vs per-tensor {o['per-tensor']:.1f} dB. There (the panel's "
         f"default) the OCP floor rule scores the higher SQNR at {len(higher)} of {out.block.nunique()} block sizes "
         f"(1x32: {floor['sqnr_db']:.1f} dB against rceil's {rceil['sqnr_db']:.1f}) but clips "
-        f"{_pct(floor['overflow'])} of the values at 1x32 (rceil {_pct(rceil['overflow'])}): rounding the scale down "
-        "keeps small values further from the bottom of the window and clips each block's largest, which is the harm "
-        "NVIDIA reports in pre-training.",
+        f"{_pct(floor['overflow'])} of the values at 1x32 (rceil {_pct(rceil['overflow'])}). The two rules give the "
+        f"same scale in {_pct(same)} of the 1x32 blocks (those whose amax mantissa is at most 1.75); in the others "
+        "floor's scale is half rceil's, which keeps small values further from the bottom of the window and clips "
+        "those blocks' largest values, the harm NVIDIA reports in pre-training.",
         {"without outliers 1x32 gains less than 1 dB over per-tensor": c["1x32"] - c["per-tensor"] < 1,
          "with outliers at 1e5, 1x32 gains more than 10 dB on the ordinary channels": o["1x32"] - o["per-tensor"] > 10,
          "with outliers at 1e5, floor has the higher SQNR at most block sizes": len(higher) > out.block.nunique() / 2,
-         "floor clips values at 1x32, rceil none": floor["overflow"] > 0 and rceil["overflow"] == 0},
+         "floor clips values at 1x32, rceil none": floor["overflow"] > 0 and rceil["overflow"] == 0,
+         "floor and rceil give the same scale in most 1x32 blocks (70-95%)": 0.7 < same < 0.95},
+    )
+
+
+def _same_scale_share() -> float:
+    """The share of notebook 04's 1x32 blocks (outliers 1e5) whose E8M0 scale is the same under floor and rceil."""
+    from fp8lab.data.synthetic import sample
+    from fp8lab.lab.panels.blocks import activation_shape
+    from fp8lab.numerics.formats import E4M3, E8M0
+    from fp8lab.numerics.quantize import quantize
+    from fp8lab.numerics.scaling import PerBlock
+
+    x = sample("normal", activation_shape(), 1e5, seed=0)
+    floor, rceil = (quantize(x, E4M3, PerBlock(1, 32), rule, scale_fmt=E8M0).scale for rule in ("floor", "rceil"))
+    return float((floor == rceil).float().mean())
+
+
+def _q04_nvfp4() -> Answer:
+    p = _panel("nvfp4")
+    c = p.curve.set_index("outliers")
+    base = float(c.loc[0.0, "clean_flushed"])
+    first = next(m for m in c.index if m > 0 and c.loc[m, "clean_flushed"] > 2 * base)
+    ts = float(c.loc[first, "tensor_scale"])
+    return Answer(
+        "04_per_block_scaling",
+        "From which outlier magnitude on do the blocks *without* an outlier lose their values, and why there?",
+        f"From {magnitude(first)}x: up to 1e4x they flush {_pct(base)} of their values, E2M1's own range (a block's "
+        "values below about a 24th of its largest round to 0); at "
+        f"{magnitude(first)}x, {_pct(c.loc[first, 'clean_flushed'])}; at 1e6x, {_pct(c.loc[1e6, 'clean_flushed'])}. "
+        "NVFP4's tensor scale is amax / (448 x 6), so a block's E4M3 scale is 448 x its largest value / the tensor's "
+        "largest. A block without an outlier holds values ~1 against outliers ~4.5 x the magnitude: past "
+        "448 / 2^-6 = 28,672 times its largest, its scale falls below E4M3's smallest normal, 2^-6, where fp8lab "
+        f"(as torchao) clamps it: at {magnitude(first)}x {_pct(c.loc[first, 'at_floor'])} of these blocks sit at the "
+        f"floor (tensor scale {ts:.3g}), a scale larger than they need, so their small values round to 0. "
+        "TransformerEngine clamps only the top: at "
+        f"{magnitude(first)}x those blocks need scales between 2^-10 and 2^-6 ({_pct(c.loc[first, 'below_subnormals'])}"
+        " below 2^-10), which it stores as E4M3 subnormals, on a coarse grid (steps of 2^-9) but near what they "
+        f"need; at 1e6x {_pct(c.loc[1e6, 'below_subnormals'])} need less than 2^-10, where even a subnormal scale "
+        "rounds to 0: lost in either engine. The collapse is the two-level scale's range, not E2M1's.",
+        {"blocks without an outlier flush under 10% up to 1e4x": bool(c.loc[[m for m in c.index if m <= 1e4],
+                                                                             "clean_flushed"].max() < 0.1),
+         "at 1e5x every block without an outlier sits at E4M3's floor and over 20% of their values flush":
+             bool(first == 1e5 and c.loc[1e5, "at_floor"] == 1 and c.loc[1e5, "clean_flushed"] > 0.2),
+         "at 1e5x none needs a scale below 2^-10; at 1e6x all do, and over 99% of their values flush":
+             bool(c.loc[1e5, "below_subnormals"] == 0 and c.loc[1e6, "below_subnormals"] == 1
+                  and c.loc[1e6, "clean_flushed"] > 0.99)},
     )
 
 
 
 
-ANSWERS = (_q02_window, _q02_cliff, _q03_delayed, _q04_blocks, _q04_sweep)
+ANSWERS = (_q02_window, _q02_cliff, _q03_delayed, _q04_blocks, _q04_sweep, _q04_nvfp4)
