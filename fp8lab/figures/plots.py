@@ -284,7 +284,7 @@ def published_markers(ax, markers: dict[str, float], at: str = "top") -> None:
     axis' own units), each labelled at the top or the bottom (`at`), turned 90 degrees."""
     y, va = (0.98, "top") if at == "top" else (0.02, "bottom")
     for label, x in markers.items():
-        ax.axvline(x, color="black", ls=(0, (1, 2)), lw=1)
+        ax.axvline(x, color="black", ls=(0, (1, 2)), lw=1, gid=f"published: {label}")
         ax.text(x, y, f" {label} ", transform=ax.get_xaxis_transform(), rotation=90, fontsize=6.5, va=va,
                 ha="right", color="black")
 

@@ -213,11 +213,13 @@ class AccumulationPanel(Panel):
     def describe(self, data) -> str:
         k = max(self.ks)
         rows = {}
+        named = {"no promotion": f"{data['bits']}-bit, no promotion",
+                 "promoted to fp32": f"{data['bits']}-bit, promoted every {data['promote']}",
+                 "fp32 accumulation": "fp32"}
         for alignment, df in data["frames"].items():
             last = df[df.K == k].set_index("accumulation")["relative error"]
-            label = self.READINGS[alignment]
-            rows[f"{label}, at K={k}"] = ", ".join(
-                f"{'fp32' if name == 'fp32 accumulation' else name} {100 * v:.3g}%" for name, v in last.items())
+            rows[f"{self.READINGS[alignment]}, at K={k}"] = ", ".join(
+                f"{named.get(name, name)} {100 * v:.3g}%" for name, v in last.items())
         rows["inputs"] = ("uniform [0, 1): every product has the same sign, so the truncated bits add up"
                           if data["distribution"] == "uniform" else
                           "normal: products of both signs, so the truncated bits partly cancel")
