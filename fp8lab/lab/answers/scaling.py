@@ -71,6 +71,9 @@ def _q02_cliff() -> Answer:
     cl = d["cliffs"]
     nv = nvfp4_collapse(shape=p.shape).set_index("outliers")  # on this panel's tensor
     low = float(nv.loc[[m for m in nv.index if 0 < m <= 1e4], "clean_flushed"].max())
+    pub = d["published"][d["published"].ratio == 1e5].set_index("recipe")
+    massive = float(pub["outliers"].iloc[0])
+    clean_db = {r: float(df.loc[(r, 1.0), "ordinary_sqnr_db"]) for r in d["cliffs"]}
     return Answer(
         "02_per_tensor_scaling",
         "Where does each recipe's curve fall off, and why there for per-tensor E4M3?",
@@ -89,12 +92,19 @@ def _q02_cliff() -> Answer:
         "those blocks need E4M3 scales below E4M3's smallest normal, 2^-6, where fp8lab (as torchao) clamps them: "
         f"their values flush {_pct(low)} at 1e4x and below (E2M1's own range), {_pct(nv.loc[1e5, 'clean_flushed'])} "
         f"at 1e5x, {_pct(nv.loc[1e6, 'clean_flushed'])} at 1e6x (notebook 04's NVFP4 panel shows the scales "
-        "against the floor).",
+        "against the floor). The massive activations' published example, 100,000 times the other values' median, "
+        f"is {massive:,.0f}x here: " + ", ".join(f"{r} {pub.loc[r, 'ordinary_sqnr_db']:.1f} dB "
+                                                 f"({_pct(pub.loc[r, 'ordinary_underflow'])} flushed)"
+                                                 for r in pub.index) +
+        ": per tensor and per row past the start of the cliff, blocks along K still near their clean SQNR.",
         {"tensorwise falls off first among the E4M3 recipes, at 1e4x":
              cl["tensorwise"] == 1e4 and all(v is None or v >= 1e4 for r, v in cl.items() if r != "nvfp4"),
          "nvfp4 falls off at 1e3x or below": cl["nvfp4"] is not None and cl["nvfp4"] <= 1e3,
          "at 1e6x: mxfp8 > blockwise > rowwise in ordinary SQNR": at["mxfp8"] > at["blockwise"] > at["rowwise"],
          "at 1e6x tensorwise flushes every ordinary value": flushed["tensorwise"] > 0.99,
+         "at the massive-activation ratio tensorwise and rowwise lie over 3 dB below their clean SQNR, blockwise and "
+         "mxfp8 within 3 dB": all(pub.loc[r, "ordinary_sqnr_db"] < clean_db[r] - 3 for r in ("tensorwise", "rowwise"))
+         and all(pub.loc[r, "ordinary_sqnr_db"] > clean_db[r] - 3 for r in ("blockwise", "mxfp8")),
          "nvfp4's blocks without an outlier flush under 10% up to 1e4x, over 20% at 1e5x, over 99% at 1e6x":
              bool(low < 0.1 and nv.loc[1e5, "clean_flushed"] > 0.2 and nv.loc[1e6, "clean_flushed"] > 0.99)},
     )
