@@ -304,6 +304,8 @@ def test_the_conclusion_about_real_models_is_what_the_published_point_shows():
     assert fp8.abs().max() < 0.005
     change = cliff_means_change()
     assert round(1e5 / sinks_for(PUBLISHED_RATIO)) == 7 and round(100 * change["rowwise", 1e5]) == 9
+    assert round(1e6 / sinks_for(PUBLISHED_RATIO), -1) == 70
+    assert all(change[r, 1e6] > 1 for r in ("tensorwise", "delayed", "rowwise"))  # "more than 100% behind"
     assert all(v < 100 for v in list(marker_sinks().values())[:2])
     readme = " ".join((ROOT / "README.md").read_text().split())
     six = _text("06_training_live")
