@@ -435,7 +435,7 @@ class FP8Linear(nn.Linear):
         self.layer_name = name
         self.amax_reducer = amax_reducer
         self.calls = 0
-        self.delayed = (DelayedState(self.recipe.delayed, self, "weight", name)
+        self.delayed = (DelayedState(self.recipe.delayed, self, name)
                         if self.recipe is not None and self.recipe.delayed is not None else None)
 
     @property
