@@ -21,6 +21,7 @@ from fp8lab.settings import pin_blas_reproducibility
 
 pin_blas_reproducibility()  # before torch multiplies a matrix: MKL GEMMs give the same bits on any thread count
 
+from fp8lab import nn
 from fp8lab._version import __version__
 from fp8lab.gemm import AccumulatorModel, matmul
 from fp8lab.numerics.formats import BF16, E2M1, E4M3, E5M2, E8M0, FORMATS, FP16, FloatFormat, cast, get_format
@@ -106,6 +107,7 @@ __all__ = [
     "get_recipe",
     "inspect",
     "matmul",
+    "nn",
     "overflow_fraction",
     "parse_granularity",
     "quantization_report",

@@ -28,6 +28,7 @@ import pytest
 import torch
 from torch import nn
 
+import fp8lab.nn
 from fp8lab.nn import FP8Linear, Monitor, scale_spans_tokens
 from fp8lab.numerics.scaling import PerBlock, PerRow, PerTensor
 from fp8lab.training.distributed import DistConfig, DistributedRunError, compare, main, run_distributed, run_single
@@ -81,6 +82,7 @@ def test_reduced_amax_sets_the_scale_and_the_delayed_history():
     lin = nn.Linear(160, 96)
     layer = FP8Linear.from_linear(lin, "delayed", monitor=monitor, amax_reducer=lambda a: a * 4)
     layer(x).sum().backward()
+    fp8lab.nn.end_step(layer)
     rows = monitor.frame().set_index(["gemm", "role"])["amax"]
     assert rows["fprop", "input"] == pytest.approx(4 * float(x.abs().max()))
     assert rows["fprop", "weight"] == pytest.approx(float(lin.weight.detach().abs().max()))  # weights are not reduced

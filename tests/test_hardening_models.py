@@ -204,6 +204,7 @@ def test_a_reloaded_state_dict_without_histories_leaves_them_and_plain_checkpoin
     converted.load_state_dict(plain.state_dict())  # a tensorwise model has no histories: nothing missing
     delayed = convert(make_model("mlp", 1, hidden=64), "delayed", backend="emulated")
     delayed(torch.randn(8, 256))
+    fp8lab.nn.end_step(delayed)
     delayed.load_state_dict(plain.state_dict())  # no histories in it: the model's own are kept
     assert len(delayed.fc1.histories["input"]) == 1
     with pytest.raises(RuntimeError, match="amax_history"):

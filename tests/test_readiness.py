@@ -14,6 +14,7 @@ import fp8lab
 from fp8lab.numerics.metrics import overflow_fraction, sqnr, subnormal_fraction, underflow_fraction
 from fp8lab.numerics.recipes import RECIPES, VARIANTS, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import PerBlock
+from fp8lab.training import capture as captured_pass
 from fp8lab.training import layers as fnn
 from fp8lab.training import readiness
 from fp8lab.training.models import MarkovTask, make_model
@@ -97,7 +98,7 @@ def test_operands_equal_fp8linear_bit_for_bit(recipe, monkeypatch):
     model = Odd()
     fp8lab.inspect(model, x, lambda out: F.mse_loss(out, y), recipes=[recipe])
     assert len(recorded) == 4  # a, b twice, c
-    captured = readiness.capture(model, x, lambda out: F.mse_loss(out, y)).calls
+    captured = captured_pass.capture(model, x, lambda out: F.mse_loss(out, y)).calls
     for (x2, w, g, _, _), call in zip(recorded, captured, strict=True):  # what was quantized is what was captured
         assert torch.equal(x2, call.x) and torch.equal(w, call.weight) and torch.equal(g, call.grad_output)
     for x2, w, g, r, pairs in recorded:
@@ -112,7 +113,7 @@ def test_capture_keeps_each_linears_input_weight_and_output_gradient():
     """Oracle: the same forward written out by hand, gradients from torch.autograd.grad."""
     x, y = _odd_batch()
     model = Odd()
-    cap = readiness.capture(model, x, lambda out: F.mse_loss(out, y))
+    cap = captured_pass.capture(model, x, lambda out: F.mse_loss(out, y))
     assert [(c.layer, c.call) for c in cap.calls] == [("a", 0), ("b", 0), ("b", 1), ("c", 0)]
     ha = model.a(x)
     h1 = F.gelu(ha)
@@ -144,7 +145,7 @@ def test_rows_match_the_metrics_module():
     w = torch.randn(48, 96, generator=g) * 0.05
     dy = torch.randn(64, 48, generator=g) * 1e-3
     floor = RECIPES["mxfp8"].replace(name="mx floor", input=TensorScaling("e4m3", PerBlock(1, 32), "floor", "e8m0"))
-    call = readiness.LinearCall("layer", 0, x, w, dy)
+    call = captured_pass.LinearCall("layer", 0, x, w, dy)
     rows = readiness._rows_for_call(call, [get_recipe("tensorwise"), floor], 10.0, None)
     for recipe in ("tensorwise", floor):
         pairs = fnn.layer_gemms(x, w, dy, recipe)
@@ -240,7 +241,7 @@ def test_skip_list_feeds_convert_and_export():
 
 def test_a_model_with_no_linears_gets_a_clear_message():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
-    with pytest.raises(ValueError, match=r"no nn.Linear layers.*Conv2d"):
+    with pytest.raises(ValueError, match=r"no linear layers.*Conv2d"):
         fp8lab.inspect(model, torch.randn(1, 3, 8, 8))
 
 
@@ -256,17 +257,18 @@ class WithAttention(nn.Module):
         return x + self.down(F.gelu(self.up(x)))
 
 
-def test_multihead_attention_is_reported_as_not_covered():
+def test_multihead_attention_projections_are_inspected_as_convert_converts_them():
+    """nn.MultiheadAttention applies its in-projection and out_proj with the raw weights: inspect measures
+    them (the in-projection's GEMM and out_proj's), and convert converts exactly the same sites."""
     model = WithAttention()
     x = torch.randn(2, 16, 32)
     report = fp8lab.inspect(model, x, lambda out: out.square().mean(), recipes=["tensorwise"])
-    assert report.layers == ["up", "down"]
-    nc = report.not_covered
-    assert nc["module"].tolist() == ["attn"]
-    assert "F.multi_head_attention_forward" in nc["reason"].iloc[0]
-    assert "attn.in_proj_weight" in " ".join(report.notes)
-    converted = fnn.convert(model, "tensorwise")
-    assert type(converted.attn.out_proj) is not fnn.FP8Linear  # convert does not reach it either: the report is right
+    assert report.layers == ["attn.in_proj", "attn.out_proj", "up", "down"]
+    assert report.not_covered.empty and not report.notes
+    assert set(report.frame.query("layer == 'attn.in_proj'")["shape"]) >= {"32x96"}  # the packed (3E, E) weight
+    converted = fp8lab.nn.convert(model, "tensorwise")
+    sites = [r["module"] for r in fp8lab.nn.conversion_report(converted).converted]
+    assert sites == report.layers
 
 
 def test_unused_linears_and_the_stand_in_loss_are_said():
@@ -376,7 +378,7 @@ def test_batches_move_to_the_models_device():
     """The device path, on the CPU: every tensor of a nested batch is moved with .to(device); the meta
     device stands in for a GPU (it moves tensors without computing). The real GPU run is test_on_a_gpu."""
     batch = {"x": torch.ones(2, 3), "parts": (torch.zeros(1), [torch.ones(1)], "text"), "n": 3}
-    moved = readiness._to_device(batch, torch.device("meta"))
+    moved = captured_pass._to_device(batch, torch.device("meta"))
     assert moved["x"].device.type == "meta" and moved["parts"][0].device.type == "meta"
     assert moved["parts"][1][0].device.type == "meta" and moved["parts"][2] == "text" and moved["n"] == 3
     assert isinstance(moved["parts"], tuple) and isinstance(moved["parts"][1], list)

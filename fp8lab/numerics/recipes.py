@@ -38,6 +38,7 @@ __all__ = [
 Role = Literal["input", "weight", "grad_output"]
 Gemm = Literal["fprop", "dgrad", "wgrad"]
 ROLES: tuple[str, ...] = ("input", "weight", "grad_output")
+RECORD_POLICIES: tuple[str, ...] = ("step", "forward")  # DelayedSpec.record
 GEMMS: dict[str, tuple[str, str]] = {
     "fprop": ("input", "weight"),
     "dgrad": ("grad_output", "weight"),
@@ -108,13 +109,25 @@ class TensorScaling:
 
 @dataclass(frozen=True)
 class DelayedSpec:
-    """Delayed scaling settings (TransformerEngine DelayedScaling)."""
+    """Delayed scaling settings (TransformerEngine DelayedScaling).
+
+    history_len  amaxes kept per tensor
+    algo         "max" (of the history) or "most_recent"
+    record       when a training step's amaxes enter the history: "step" (once per optimizer step, the
+                 step's micro-batches reduced to their max amax) or "forward" (every training forward,
+                 one entry per micro-batch, as TransformerEngine records). Either way the scales of one
+                 forward and of its checkpointing recompute are the same, and evaluation forwards
+                 (eval mode or no grad) record nothing (fp8lab.training.delayed).
+    """
 
     history_len: int = 16
     algo: str = "max"
+    record: str = "step"
 
     def __post_init__(self) -> None:
         AmaxHistory(self.history_len, self.algo)  # validates
+        if self.record not in RECORD_POLICIES:
+            raise ValueError(f"unknown record policy {self.record!r}; valid: {', '.join(RECORD_POLICIES)}")
 
     def new_history(self) -> AmaxHistory:
         return AmaxHistory(self.history_len, self.algo)

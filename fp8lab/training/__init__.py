@@ -1,7 +1,10 @@
 """FP8 training: the layers, the toy models, the training step, and what is built on them.
 
-  layers.py       FP8Linear (three FP8 GEMMs per linear layer), convert(model, recipe), layer_gemms,
-                  Monitor (public as fp8lab.nn)
+  layers.py       FP8Linear (three FP8 GEMMs per linear layer), layer_gemms, Monitor (public as fp8lab.nn)
+  delayed.py      delayed scaling in a training loop: one history entry per optimizer step, recompute-safe
+  attention.py    MultiheadAttention with its projections routed (FP8, or inspect's recorder)
+  convert.py      convert(model, recipe): every linear GEMM site FP8 or named; unwrap; the report
+  capture.py      inspect's capture: every site's operands in one high-precision pass (or several)
   gpu_support.py  which GEMMs of each recipe run real on which GPU generation, and why
   models.py       the toy MLP and transformer with sink channels, their tasks
   train.py        train (recipes side by side), train_step, notebook 06's settings and sweeps

@@ -26,7 +26,7 @@ from torch import nn
 from fp8lab.numerics.recipes import get_recipe
 from fp8lab.progress import progress_bar
 from fp8lab.settings import size
-from fp8lab.training.layers import convert
+from fp8lab.training.convert import convert
 from fp8lab.training.train import train_step
 
 __all__ = ["ACCURACY_BUDGET", "ARTICLE", "BUDGET", "CASES", "TRAINED", "Case", "CaseResult", "Run", "claims",

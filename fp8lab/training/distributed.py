@@ -34,7 +34,8 @@ import torch
 from fp8lab.extras import require
 from fp8lab.numerics.recipes import GEMMS, RECIPES, TORCHAO_RECIPES, VARIANTS, get_recipe
 from fp8lab.training import _watchdog
-from fp8lab.training.layers import ENGINES, convert, tokens_per_scale
+from fp8lab.training.convert import ENGINES, convert
+from fp8lab.training.layers import tokens_per_scale
 from fp8lab.training.models import MarkovTask, make_model
 from fp8lab.training.torchrun import (
     MAX_TIMEOUT_S,

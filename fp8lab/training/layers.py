@@ -1,6 +1,7 @@
-"""FP8 training layers: FP8Linear (autograd), convert(model, recipe), a bridge to torchao.
+"""FP8 training layers: FP8Linear and the autograd function of its three GEMMs.
 
-Public: FP8Linear, convert, layer_gemms (the three GEMMs' operands), Monitor, IDENTITY (no quantization).
+Public: FP8Linear, fp8_linear (the function itself), layer_gemms (the three GEMMs' operands), Monitor,
+IDENTITY (no quantization), fp8_class (the FP8 class of a linear class; convert makes layers FP8 with it).
 FP8Linear runs the three GEMMs of a linear layer through fp8lab's GEMM, each operand
 quantized along its own contraction dim, from the high-precision tensor:
     fprop  y[M, N]  = x[M, K] @ w[N, K]^T     x: input scaling along K,  w: weight along K
@@ -10,42 +11,42 @@ quantized along its own contraction dim, from the high-precision tensor:
 high-precision tensor; per-tensor scaling gives the same codes either way.)
 An optional amax reducer (convert(..., amax_reducer=...)) makes the scales whose region
 covers the token dim M use an amax reduced across data-parallel ranks (fp8lab.training.distributed).
-Notebook 06 trains with these layers; 07 swaps in torchao's and trains on several processes.
+Notebook 06 trains with these layers; convert (fp8lab.training.convert) puts them in any model.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8lab.extras import require
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.metrics import overflow_underflow
 from fp8lab.numerics.quantize import QuantizedTensor
-from fp8lab.numerics.recipes import TORCHAO_RECIPES, Recipe, TensorScaling, get_recipe
+from fp8lab.numerics.recipes import Recipe, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
+from fp8lab.training.delayed import DelayedState
 
 __all__ = [
     "IDENTITY",
     "AmaxReducer",
     "FP8Linear",
     "Monitor",
-    "convert",
-    "fp8_layers",
+    "base_class",
+    "fp8_class",
+    "fp8_linear",
     "layer_gemms",
     "scale_spans_tokens",
     "tokens_per_scale",
-    "unwrap",
 ]
 
 # A recipe that quantizes nothing: FP8Linear(recipe=IDENTITY) must equal nn.Linear exactly.
 IDENTITY = "identity"
-ENGINES = ("fp8lab", "torchao")
 
 # amax[...] -> the same amax reduced (max) over data-parallel ranks; see scale_spans_tokens
 AmaxReducer = Callable[[torch.Tensor], torch.Tensor]
@@ -97,15 +98,16 @@ class Monitor:
 
 @dataclass
 class _LayerState:
-    """What the autograd function needs to know about its layer."""
+    """What the autograd function needs to know about its layer, for one forward (and its backward)."""
 
     name: str
     recipe: Recipe | None  # None: no quantization (IDENTITY)
-    histories: dict[str, AmaxHistory] | None
+    delayed: DelayedState | None  # the layer's delayed-scaling state (None: current scaling)
     monitor: Monitor | None
     backend: GemmBackend
     amax_reducer: AmaxReducer | None = None
-    recorded: set[str] = field(default_factory=set)  # roles whose amax this step has recorded
+    records: bool = False  # a training forward: its amaxes (and its backward's) enter the step's pending max
+    fprop: tuple[QuantizedTensor, QuantizedTensor] | None = None  # the forward's operands, until setup_context
 
 
 def tokens_per_scale(role: str, gemm: str, granularity: Granularity) -> int | None:
@@ -136,27 +138,32 @@ def scale_spans_tokens(role: str, gemm: str, granularity: Granularity) -> bool:
 
 
 def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling) -> QuantizedTensor:
-    """Quantize an operand [rows, contraction]; delayed scaling reads and updates the role's history.
+    """Quantize an operand [rows, contraction]; delayed scaling scales with the role's history.
 
     With an amax reducer, a scale whose region covers the token dim (scale_spans_tokens) uses
     the amax reduced across ranks, and delayed scaling records that reduced amax (as
-    TransformerEngine's DelayedScaling(reduce_amax=True) does).
+    TransformerEngine's DelayedScaling(reduce_amax=True) does). Delayed scaling (per tensor: Recipe
+    checks) scales with the history as the step found it (fp8lab.training.delayed) and adds a
+    training forward's amax to the step's pending max; without a layer's state (layer_gemms) it
+    scales as a fresh history does, with the current amax.
     """
     current = None  # this tensor's amax (per block), reduced across ranks where they share a scale
     if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
         current = state.amax_reducer(amax_per_block(t, scaling.granularity))
     amax = current
-    history = state.histories[role] if state.histories is not None else None
-    if history is not None:  # delayed scaling is per tensor (Recipe checks): one amax pass per use
+    if state.recipe.delayed is not None:  # one amax pass per use
         if current is None:
             current = amax_per_block(t, scaling.granularity)
-        past = history.amax()
-        amax = current.reshape(()) if past is None else torch.tensor(past, dtype=torch.float32, device=t.device)
+        if math.isinf(float(current.max())):  # quantize refuses it, with the error every recipe gives
+            amax = None
+        elif state.delayed is None:
+            amax = current.reshape(())
+        else:
+            amax = state.delayed.scale_amax(role, current)
+            if state.records:
+                state.delayed.observe(role, current)
     monitoring = state.monitor is not None and state.monitor.active()
     q = scaling.quantize(t, amax=amax, count=monitoring)  # (count: the Monitor's clip and flush counts)
-    if history is not None and role not in state.recorded:
-        state.recorded.add(role)  # once per step, at the role's first GEMM
-        history.record(float(current.max()))
     if monitoring:
         state.monitor.record(state.name, gemm, role, t, q)
     return q
@@ -236,7 +243,7 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     in high precision. Transposed operands are transposed views sharing the codes of a
     quantization down the columns (or reusing the other GEMM's codes where they are
     identical: per tensor, square blocks), as in FP8Linear's backward. A delayed recipe
-    starts from a fresh amax history (the first step calibrates on the current amax).
+    scales as a fresh amax history does (the first step calibrates on the current amax).
     """
     recipe = get_recipe(recipe)
     if weight.dim() != 2:
@@ -246,9 +253,7 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
         raise ValueError(
             f"shapes do not make a linear layer: x {tuple(x.shape)} (..., K), weight {tuple(weight.shape)} (N, K), "
             f"grad_output {tuple(grad_output.shape)} (..., N)")
-    histories = ({role: recipe.delayed.new_history() for role in ("input", "weight", "grad_output")}
-                 if recipe.delayed is not None else None)
-    state = _LayerState("", recipe, histories, None, default_backend("emulated"))
+    state = _LayerState("", recipe, None, None, default_backend("emulated"))
     x2 = x.detach().reshape(-1, k).float()
     g = grad_output.detach().reshape(-1, n).float()
     w = weight.detach()
@@ -270,26 +275,45 @@ def _rows(t: torch.Tensor, m: int) -> torch.Tensor:
 
 
 class _FP8LinearFunction(torch.autograd.Function):
+    """The three GEMMs of a linear layer, each operand quantized as the state's recipe says. The forward
+    keeps its quantized operands on the state (fprop's x and w: dgrad and wgrad reuse them where the
+    codes are the same); setup_context moves them to ctx (a torch.func transform runs forward and
+    setup_context apart, so nothing else may pass between them)."""
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, state: _LayerState):
+    def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, state: _LayerState):
         x2 = x.reshape(-1, x.shape[-1])  # (M, K)
         m = x2.shape[0]
-        ctx.state = state
-        ctx.has_bias = bias is not None
-        ctx.q_x = ctx.q_w = None
-        ctx.m = m
+        state.fprop = None
         if state.recipe is None or weight.numel() == 0:  # (N or K of 0: nothing to quantize, nothing to sum)
             out = F.linear(x2, weight, bias)
         else:
-            ctx.q_x, ctx.q_w = _fprop_operands(state, _rows(x2, m), weight)
-            out = _mm(state, ctx.q_x, ctx.q_w, "fprop")[:m].to(x.dtype)
+            state.fprop = _fprop_operands(state, _rows(x2, m), weight)
+            out = _mm(state, *state.fprop, "fprop")[:m].to(x.dtype)
             if bias is not None:  # (in the input's dtype: a float16 input gives a float16 output)
                 out = out.add_(bias.to(out.dtype))
-        ctx.save_for_backward(x2, weight)
         return out.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
+    def setup_context(ctx, inputs: tuple, output: torch.Tensor) -> None:
+        x, weight, bias, state = inputs
+        ctx.state = state
+        ctx.has_bias = bias is not None
+        ctx.q_x, ctx.q_w = state.fprop or (None, None)
+        state.fprop = None
+        ctx.m = x.reshape(-1, x.shape[-1]).shape[0]
+        ctx.save_for_backward(x.reshape(-1, x.shape[-1]), weight)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        raise RuntimeError("torch.func.vmap over an FP8 layer is not supported: a scale's amax spans the whole "
+                           "batch (per tensor) or rows of it, so the layer cannot be split into independent "
+                           "per-sample calls; run the batch as one call (torch.func.grad and functional_call work)")
+
+    @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
+        if _differentiating_backward():
+            raise RuntimeError(_NO_DOUBLE_BACKWARD.format(name=ctx.state.name or "an FP8Linear"))
         x2, weight = ctx.saved_tensors
         state: _LayerState = ctx.state
         g = grad_out.reshape(-1, grad_out.shape[-1])  # (M, N)
@@ -303,22 +327,65 @@ class _FP8LinearFunction(torch.autograd.Function):
         else:
             gq, xq = _rows(g, m), _rows(x2, m)  # (quantized as they are: float32, bfloat16 or float16)
             q_g = None
-            if ctx.needs_input_grad[0]:
-                q_g, q_wt = _dgrad_operands(state, gq, weight, ctx.q_w)
-                grad_x = _mm(state, q_g, q_wt, "dgrad")[:m].to(x2.dtype)
-            if ctx.needs_input_grad[1]:
-                q_gt, q_xt = _wgrad_operands(state, gq, xq, q_g, ctx.q_x)
-                if q_gt is None or q_xt is None:  # high-precision weight gradient
-                    grad_w = g.float().t().mm(x2.float())
-                else:
-                    grad_w = _mm(state, q_gt, q_xt, "wgrad")
-                grad_w = grad_w.to(weight.dtype)
+            with _no_autocast(g.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
+                if ctx.needs_input_grad[0]:
+                    q_g, q_wt = _dgrad_operands(state, gq, weight, ctx.q_w)
+                    grad_x = _mm(state, q_g, q_wt, "dgrad")[:m].to(x2.dtype)
+                if ctx.needs_input_grad[1]:
+                    q_gt, q_xt = _wgrad_operands(state, gq, xq, q_g, ctx.q_x)
+                    if q_gt is None or q_xt is None:  # high-precision weight gradient
+                        grad_w = g.float().t().mm(x2.float())
+                    else:
+                        grad_w = _mm(state, q_gt, q_xt, "wgrad")
+                    grad_w = grad_w.to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = g.sum(0)
         if grad_x is not None:
             grad_x = grad_x.reshape(*grad_out.shape[:-1], x2.shape[-1])
         ctx.q_x = ctx.q_w = None
         return grad_x, grad_w, grad_b, None
+
+
+def _differentiating_backward() -> bool:
+    """Whether a derivative of the backward pass itself is asked for: autograd's create_graph=True (grad
+    mode on inside backward), or torch.func.grad nested in another transform. One torch.func.grad level
+    runs backward with grad mode on as well, and asks for nothing more."""
+    if not torch.is_grad_enabled():
+        return False
+    level = torch._C._functorch.maybe_current_level()
+    return level is None or level > 1
+
+
+_NO_DOUBLE_BACKWARD = (
+    "{name}: a second derivative through an FP8 layer is not computed (autograd.grad(..., create_graph=True), "
+    "a gradient penalty, double backward): its backward quantizes dy and runs FP8 GEMMs, which have no "
+    "derivative of their own, and building no graph would drop those terms silently. Keep the layers the "
+    "penalty differentiates through in high precision (convert(..., skip=[...]) or overrides={{name: None}}), "
+    "or take that gradient on fp8lab.nn.unwrap(model)")
+
+
+def _no_autocast(device_type: str):
+    return torch.autocast(device_type, enabled=False) if torch.is_autocast_enabled(device_type) \
+        else contextlib.nullcontext()
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, state: _LayerState) -> torch.Tensor:
+    """y[..., N] = x[..., K] @ weight[N, K].T + bias through the layer's three FP8 GEMMs (state: its recipe,
+    delayed scaling, monitor, backend). Under torch.autocast the operands are cast as autocast casts
+    nn.Linear's (x, weight and bias to its dtype, whose values are then quantized) and the output has
+    that dtype; inside, the GEMMs run without autocast (exact emulation)."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"FP8Linear takes a floating-point input (float32, bfloat16, float16), got "
+                        f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}; "
+                        "convert integer data (token ids go through an nn.Embedding first)")
+    device_type = x.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+        x, weight = x.to(dtype), weight.to(dtype)
+        bias = bias.to(dtype) if bias is not None else None
+        with torch.autocast(device_type, enabled=False):
+            return _FP8LinearFunction.apply(x, weight, bias, state)
+    return _FP8LinearFunction.apply(x, weight, bias, state)
 
 
 # ---- the module ------------------------------------------------------------------------------------------------
@@ -331,15 +398,22 @@ class FP8Linear(nn.Linear):
     backend: "auto" (real scaled_mm where the GPU has the kernel for a GEMM's two operands, else
              emulated), "emulated", or a fp8lab.gemm.GemmBackend (shared by convert's layers; it
              counts which backend each GEMM used: backends_used(), GemmBackend.summary()).
-    Delayed recipes keep one AmaxHistory per role (input, weight, grad_output), updated
-    every step; state_dict() carries them (as "amax_history.<role>": the recorded amaxes,
-    float64, oldest first), so a reloaded layer scales its next step as the saved one would
-    (a state dict without them leaves the histories as they are). A Monitor, if given, records
-    per-role statistics of every quantization.
+    Delayed recipes keep one AmaxHistory per role (input, weight, grad_output) in `delayed`
+    (fp8lab.training.delayed.DelayedState; `histories` is its dict): within a training step the
+    scales never change, and the step's amaxes enter the histories once per optimizer step (the
+    recipe's DelayedSpec.record says when). state_dict() carries them (as
+    "amax_history.<role>": the recorded amaxes, float64, oldest first), so a reloaded layer scales
+    its next step as the saved one would (a state dict without them leaves the histories as they
+    are). A Monitor, if given, records per-role statistics of every quantization.
     amax_reducer: amax -> amax reduced over data-parallel ranks, applied where one scale
     covers the token dim (see scale_spans_tokens); None keeps every rank's own amax.
     An empty batch (x with 0 rows) gives the empty output nn.Linear gives, and zero gradients;
     it is quantized (amaxes reduced, histories recorded) as one row of zeros would be.
+    Under torch.autocast the output has autocast's dtype, as nn.Linear's. A second derivative
+    (create_graph=True through this layer) raises RuntimeError instead of dropping terms.
+    fp8lab.nn.convert makes FP8 layers of a model's own linear layers in place (their class becomes
+    FP8Linear, or an FP8 subclass of theirs: hooks, parametrizations and attributes stay);
+    `calls` counts the forwards since then.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: Recipe | str = "tensorwise",
@@ -347,23 +421,32 @@ class FP8Linear(nn.Linear):
                  dtype=None,
                  amax_reducer: AmaxReducer | None = None):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
-        self.amax_reducer = amax_reducer
-        self.recipe = None if recipe == IDENTITY else get_recipe(recipe)
+        self.setup_fp8(recipe, backend, monitor, name, amax_reducer)
+
+    def setup_fp8(self, recipe: Recipe | str, backend: str | GemmBackend = "auto", monitor: Monitor | None = None,
+                  name: str = "", amax_reducer: AmaxReducer | None = None) -> None:
+        """(Re)set what makes this layer FP8: its recipe, backend, monitor, name, amax reducer, and a
+        fresh delayed-scaling state where the recipe is delayed."""
         if isinstance(backend, str) and backend not in ("auto", "emulated"):
             raise ValueError(f"FP8Linear backend must be 'auto', 'emulated' or a GemmBackend, got {backend!r}")
+        self.recipe = None if recipe == IDENTITY else get_recipe(recipe)
         self.backend = default_backend(backend)
         self.monitor = monitor
         self.layer_name = name
-        self.histories = (
-            {role: self.recipe.delayed.new_history() for role in ("input", "weight", "grad_output")}
-            if self.recipe is not None and self.recipe.delayed is not None else None
-        )
-        self.register_state_dict_post_hook(_save_histories)
-        self.register_load_state_dict_pre_hook(_load_histories)
+        self.amax_reducer = amax_reducer
+        self.calls = 0
+        self.delayed = (DelayedState(self.recipe.delayed, self, name)
+                        if self.recipe is not None and self.recipe.delayed is not None else None)
+
+    @property
+    def histories(self) -> dict[str, AmaxHistory] | None:
+        """Each role's AmaxHistory (delayed recipes; None otherwise)."""
+        return self.delayed.histories if self.delayed is not None else None
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, recipe: Recipe | str, **kw) -> FP8Linear:
-        """An FP8Linear sharing `linear`'s parameters (so an existing optimizer keeps working)."""
+        """A new FP8Linear sharing `linear`'s parameters (so an existing optimizer keeps working);
+        `linear` itself is left as it is (fp8lab.nn.convert converts layers in place instead)."""
         new = cls(linear.in_features, linear.out_features, linear.bias is not None, recipe,
                   device="meta", **kw)
         new.weight = linear.weight
@@ -371,14 +454,13 @@ class FP8Linear(nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """y[..., N] = x[..., K] @ weight.T + bias, in x's dtype (a floating-point input)."""
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-            raise TypeError(f"FP8Linear takes a floating-point input (float32, bfloat16, float16), got "
-                            f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}; "
-                            "convert integer data (token ids go through an nn.Embedding first)")
-        state = _LayerState(self.layer_name, self.recipe, self.histories, self.monitor, self.backend,
-                            self.amax_reducer)
-        return _FP8LinearFunction.apply(x, self.weight, self.bias, state)
+        """y[..., N] = x[..., K] @ weight.T + bias, in x's dtype (a floating-point input; autocast's dtype
+        under torch.autocast)."""
+        self.calls += 1
+        records = self.delayed.begin_forward() if self.delayed is not None else False
+        state = _LayerState(self.layer_name, self.recipe, self.delayed, self.monitor, self.backend,
+                            self.amax_reducer, records)
+        return fp8_linear(x, self.weight, self.bias, state)
 
     def extra_repr(self) -> str:
         name = self.recipe.name if self.recipe is not None else IDENTITY
@@ -388,161 +470,71 @@ class FP8Linear(nn.Linear):
         """Which backend ran each of this layer's GEMMs so far, and why (rows with a calls count)."""
         return [r for r in self.backend.report() if r["layer"] == self.layer_name]
 
+    # -- the amax histories in state_dict -------------------------------------------------------------------------
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        save_histories(self.delayed, destination, prefix)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
+                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+        load_histories(self.delayed, state_dict, prefix, strict, unexpected_keys)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    # -- an FP8 subclass of another linear class pickles by that class ---------------------------------------------
+    def __reduce_ex__(self, protocol):
+        base = type(self).__dict__.get("fp8lab_base")
+        if base is None:
+            return super().__reduce_ex__(protocol)
+        return _new_fp8_instance, (base,), self.__dict__
+
 
 _HISTORY_KEY = "amax_history."
 
 
-def _save_histories(module: FP8Linear, state_dict: dict, prefix: str, local_metadata: dict) -> None:
-    """state_dict hook: each role's recorded amaxes (float64, oldest first) under prefix + amax_history.<role>."""
-    for role, history in (module.histories or {}).items():
-        state_dict[prefix + _HISTORY_KEY + role] = torch.tensor(history.history, dtype=torch.float64)
+def save_histories(delayed: DelayedState | None, destination: dict, prefix: str) -> None:
+    """Each role's recorded amaxes (float64, oldest first) under prefix + amax_history.<role>."""
+    for role, history in (delayed.histories if delayed is not None else {}).items():
+        destination[prefix + _HISTORY_KEY + role] = torch.tensor(history.history, dtype=torch.float64)
 
 
-def _load_histories(module: FP8Linear, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
-                    missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
-    """load_state_dict pre-hook: the saved amaxes replace each history's (keys absent: histories kept)."""
+def load_histories(delayed: DelayedState | None, state_dict: dict, prefix: str, strict: bool,
+                   unexpected_keys: list) -> None:
+    """The saved amaxes replace each history's (keys absent: histories kept); the keys are taken out."""
     for key in [k for k in state_dict if k.startswith(prefix + _HISTORY_KEY)]:
         role = key[len(prefix + _HISTORY_KEY):]
         saved = state_dict.pop(key)
-        if module.histories is None or role not in module.histories:
+        if delayed is None or role not in delayed.histories:
             if strict:
                 unexpected_keys.append(key)
             continue
-        history = module.histories[role]
+        history = delayed.histories[role]
         history.reset()
         for amax in saved.tolist():
             history.record(amax)
 
 
-# ---- convert ------------------------------------------------------------------------------------------------------
+_FP8_CLASSES: dict[type, type] = {}
 
 
-def _linears(model: nn.Module, engine: str) -> list[tuple[str, nn.Linear]]:
-    """The layers convert swaps: exact nn.Linear, and (engine fp8lab) FP8Linear layers of an earlier convert."""
-    return [(n, m) for n, m in model.named_modules()
-            if type(m) is nn.Linear or (engine == "fp8lab" and type(m) is FP8Linear)]
+def fp8_class(cls: type[nn.Linear]) -> type[FP8Linear]:
+    """The FP8 class of a linear class: FP8Linear for nn.Linear (and FP8 classes themselves), else a
+    subclass of FP8Linear and `cls` (made once per class): FP8Linear's forward, everything else of
+    `cls` (a parametrization's property, a lazy layer's hooks, its own attributes)."""
+    if issubclass(cls, FP8Linear):
+        return cls
+    if cls is nn.Linear:
+        return FP8Linear
+    if cls not in _FP8_CLASSES:
+        _FP8_CLASSES[cls] = type(f"FP8{cls.__name__}", (FP8Linear, cls),
+                                 {"fp8lab_base": cls, "__module__": __name__, "__qualname__": f"FP8{cls.__name__}"})
+    return _FP8_CLASSES[cls]
 
 
-def _no_linears(model: nn.Module) -> str:
-    """Why convert finds nothing to swap: the message names what the model has instead."""
-    subclasses = [f"{n or '(model)'} ({type(m).__name__})" for n, m in model.named_modules()
-                  if isinstance(m, nn.Linear) and type(m) is not nn.Linear]
-    if not subclasses:
-        return "the model has no nn.Linear layers to convert"
-    return (f"the model has no nn.Linear layers to convert: its linear layers are subclasses of nn.Linear "
-            f"({', '.join(subclasses[:6])}{', ...' if len(subclasses) > 6 else ''}), whose forward may differ "
-            "from nn.Linear's, so convert leaves them alone: build those layers as nn.Linear to convert them")
+def base_class(cls: type[FP8Linear]) -> type[nn.Linear]:
+    """The linear class an FP8 class was made from (nn.Linear for FP8Linear)."""
+    return cls.__dict__.get("fp8lab_base", nn.Linear) if cls is not FP8Linear else nn.Linear
 
 
-def convert(
-    model: nn.Module,
-    recipe: Recipe | str,
-    skip: Iterable[str] | Callable[[str, nn.Linear], bool] | None = None,
-    keep_first_last: bool = False,
-    engine: str = "fp8lab",
-    backend: str | GemmBackend = "auto",
-    monitor: Monitor | None = None,
-    inplace: bool = False,
-    amax_reducer: AmaxReducer | None = None,
-) -> nn.Module:
-    """Swap the nn.Linear layers of `model` for FP8 ones; returns the converted model.
-
-    skip: names of linears to keep (or a predicate (name, module) -> keep in high precision).
-    keep_first_last: keep the first and last nn.Linear in high precision, as practitioners do.
-    engine: "fp8lab" (FP8Linear, every recipe, emulated or real) or "torchao"
-            (torchao.float8.convert_to_float8_training: tensorwise, rowwise,
-            rowwise_with_gw_hp; emulate=True on the CPU, real kernels on a GPU).
-    amax_reducer: engine "fp8lab" only; see FP8Linear (fp8lab.training.distributed passes an
-            all-reduce MAX over ranks).
-    The model is deep-copied unless inplace=True. Parameters are shared with the copy's
-    Linear layers, so build the optimizer after converting. Converting a converted model again
-    (engine "fp8lab") gives its FP8Linear layers the new recipe (kept layers go back to
-    nn.Linear); subclasses of nn.Linear other than FP8Linear are left alone.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"convert takes a torch.nn.Module, got {type(model).__name__}")
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-    if amax_reducer is not None and engine != "fp8lab":
-        raise ValueError("amax_reducer needs engine='fp8lab': torchao computes its activation scales per rank")
-    if engine == "torchao" and fp8_layers(model):
-        raise ValueError(f"the model holds fp8lab FP8Linear layers ({', '.join(n for n, _ in fp8_layers(model))}): "
-                         "convert the original model with engine='torchao', or fp8lab.nn.unwrap(model) first")
-    if not inplace:
-        model = copy.deepcopy(model)
-    linears = _linears(model, engine)
-    if not linears:
-        raise ValueError(_no_linears(model))
-    keep = set()
-    if keep_first_last:
-        keep |= {linears[0][0], linears[-1][0]}
-    if callable(skip):
-        keep |= {n for n, m in linears if skip(n, m)}
-    elif skip is not None:
-        skip = set(skip)
-        unknown = skip - {n for n, _ in linears}
-        if unknown:
-            raise ValueError(f"skip names no nn.Linear: {sorted(unknown)}; linears are {[n for n, _ in linears]}")
-        keep |= skip
-
-    if engine == "torchao":
-        return _convert_torchao(model, recipe, keep)
-
-    for name, lin in linears:
-        if name in keep:
-            if type(lin) is FP8Linear:  # kept in high precision: back to the plain layer
-                _swap(model, name, _plain_linear(lin))
-            continue
-        _swap(model, name, FP8Linear.from_linear(lin, recipe, backend=backend, monitor=monitor, name=name,
-                                                 amax_reducer=amax_reducer))
-    return model
-
-
-def _swap(model: nn.Module, name: str, new: nn.Module) -> None:
-    parent_name, _, attr = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, attr, new)
-
-
-def _plain_linear(lin: nn.Linear) -> nn.Linear:
-    """An nn.Linear sharing lin's parameters."""
-    plain = nn.Linear(lin.in_features, lin.out_features, lin.bias is not None, device="meta")
-    plain.weight, plain.bias = lin.weight, lin.bias
-    return plain
-
-
-def _convert_torchao(model: nn.Module, recipe: Recipe | str, keep: set[str]) -> nn.Module:
-    name = recipe if isinstance(recipe, str) else recipe.name
-    if name not in TORCHAO_RECIPES:
-        raise ValueError(
-            f"torchao's float8 training has recipes {', '.join(TORCHAO_RECIPES)}, not {name!r}; "
-            "use engine='fp8lab' for it (torchao removed delayed scaling in 2025; its MX and "
-            "blockwise training paths need a GPU)"
-        )
-    require("torchao", "convert(engine='torchao')")
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-
-    config = Float8LinearConfig.from_recipe_name(name)
-    if not torch.cuda.is_available():
-        import dataclasses
-
-        config = dataclasses.replace(config, emulate=True)  # no FP8 kernels: torchao's emulation
-
-    def module_filter(mod: nn.Module, fqn: str) -> bool:
-        # torchao's float8 kernels need both dims divisible by 16
-        return fqn not in keep and mod.in_features % 16 == 0 and mod.out_features % 16 == 0
-
-    return convert_to_float8_training(model, config=config, module_filter_fn=module_filter)
-
-
-def fp8_layers(model: nn.Module) -> list[tuple[str, FP8Linear]]:
-    """The FP8Linear layers of a model, with their names."""
-    return [(n, m) for n, m in model.named_modules() if isinstance(m, FP8Linear)]
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """A copy of the model with every FP8Linear back to a plain nn.Linear (same weights)."""
-    model = copy.deepcopy(model)
-    for name, lin in fp8_layers(model):
-        _swap(model, name, _plain_linear(lin))
-    return model
+def _new_fp8_instance(base: type) -> FP8Linear:
+    return object.__new__(fp8_class(base))

@@ -1,19 +1,18 @@
 """FP8 readiness of any model: which recipe for which layer, measured on one batch of yours.
 
-Public: inspect (exported as fp8lab.inspect), capture, ReadinessReport, DEFAULT_RECIPES, COST_ORDER.
-capture() runs one high-precision forward and backward with hooks and keeps every nn.Linear's
-input x[M, K], weight w[N, K] and output gradient dy[M, N]; inspect() quantizes each for each
-recipe exactly as FP8Linear does (fp8lab.nn.layer_gemms: fprop x, w along K; dgrad dy, w^T along
-N; wgrad dy^T, x^T along M) and reports, per layer x GEMM x operand x recipe, how much survived.
+Public: inspect (exported as fp8lab.inspect), ReadinessReport, DEFAULT_RECIPES, COST_ORDER.
+fp8lab.training.capture keeps every linear GEMM site's input x[M, K], weight w[N, K] and output
+gradient dy[M, N] (the sites fp8lab.nn.convert converts); inspect() quantizes each for each recipe
+exactly as FP8Linear does (fp8lab.nn.layer_gemms: fprop x, w along K; dgrad dy, w^T along N; wgrad
+dy^T, x^T along M) and reports, per layer x GEMM x operand x recipe, how much survived.
 The model is left as it was (parameters, .grad, requires_grad, train/eval, buffers, hooks, RNG).
 Notebook 08 introduces it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +23,10 @@ from fp8lab.numerics.metrics import db, overflow_fraction
 from fp8lab.numerics.quantize import QuantizedTensor
 from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.progress import progress_bar
+from fp8lab.training.capture import MAX_CAPTURE_MB, LinearCall, captures
 from fp8lab.training.layers import layer_gemms
 
-__all__ = ["COST_ORDER", "DEFAULT_RECIPES", "Capture", "LinearCall", "ReadinessReport", "capture",
-           "inspect"]
+__all__ = ["COST_ORDER", "DEFAULT_RECIPES", "ReadinessReport", "inspect"]
 
 # delayed is left out by default: on one batch its fresh history calibrates on this batch's amax,
 # so it quantizes exactly as tensorwise does (its difference shows only over steps: notebook 03)
@@ -41,7 +40,6 @@ DEFAULT_RECIPES: tuple[str, ...] = ("tensorwise", "rowwise", "blockwise", "mxfp8
 COST_ORDER: tuple[str, ...] = ("nvfp4", "delayed", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8",
                                "blockwise")
 HIGH_PRECISION = "keep in high precision"
-MODES = ("train", "eval")
 _OPERANDS = {  # gemm -> ((role, source, transposed), (role, source, transposed)): operand = source or source^T
     "fprop": (("input", "x", False), ("weight", "w", False)),
     "dgrad": (("grad_output", "g", False), ("weight", "w", True)),
@@ -49,243 +47,6 @@ _OPERANDS = {  # gemm -> ((role, source, transposed), (role, source, transposed)
 }
 COLUMNS = ["layer", "call", "gemm", "operand", "recipe", "format", "granularity", "shape", "amax", "span_binades",
            "binades_used", "sqnr_db", "sqnr_ordinary_db", "underflow", "overflow", "subnormal", "outlier_channels"]
-
-
-# ---- capture: one high-precision forward and backward ----------------------------------------------------------
-
-
-@dataclass
-class LinearCall:
-    """One call of an nn.Linear in the captured pass: x[M, K], weight[N, K], grad_output[M, N] (float32 copies)."""
-
-    layer: str
-    call: int
-    x: torch.Tensor
-    weight: torch.Tensor
-    grad_output: torch.Tensor | None = None
-
-
-@dataclass
-class Capture:
-    """What capture() saw: every linear call, what it could not see (and why), and notes."""
-
-    calls: list[LinearCall]
-    not_covered: list[dict[str, str]]
-    notes: list[str]
-    loss: float
-
-
-class _Tap(torch.autograd.Function):
-    """Identity in the forward pass; keeps the gradient that reaches it in the backward pass.
-
-    The output is a copy, so that in-place operations on it downstream modify the copy and
-    autograd still hands this node the gradient of its own output."""
-
-    @staticmethod
-    def forward(ctx, y: torch.Tensor, call: LinearCall) -> torch.Tensor:
-        ctx.call = call
-        return y.clone()
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        ctx.call.grad_output = grad.detach().reshape(-1, grad.shape[-1]).float()
-        return grad, None
-
-
-def _to_device(batch: Any, device: torch.device) -> Any:
-    """Every tensor in batch (nested tuples, lists, dicts) moved to device; everything else as is."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, tuple | list):
-        return type(batch)(_to_device(v, device) for v in batch)
-    return batch
-
-
-def _run(model: nn.Module, batch: Any) -> Any:
-    if isinstance(batch, dict):
-        return model(**batch)
-    if isinstance(batch, tuple | list):
-        return model(*batch)
-    return model(batch)
-
-
-def _covered(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    # exactly the layers fp8lab.nn.convert swaps (type(m) is nn.Linear: subclasses are not converted)
-    return [(n, m) for n, m in model.named_modules() if type(m) is nn.Linear]
-
-
-def _uncovered_modules(model: nn.Module) -> list[dict[str, str]]:
-    out = []
-    inside_mha: set[str] = set()
-    for name, m in model.named_modules():
-        if isinstance(m, nn.MultiheadAttention):
-            out.append({"module": name, "type": type(m).__name__,
-                        "reason": "its in-projection (in_proj_weight or q/k/v_proj_weight) and its out_proj are "
-                                  "applied inside F.multi_head_attention_forward with the raw weights: no hook and "
-                                  "no fp8lab.nn.convert reaches them, so they stay in high precision. Build "
-                                  "attention from nn.Linear layers (as fp8lab.training.models' Block does) to "
-                                  "cover them"})
-            inside_mha |= {f"{name}.{c}" if name else c for c, _ in m.named_modules() if c}
-    for name, m in model.named_modules():
-        if name in inside_mha:
-            continue
-        if isinstance(m, nn.Linear) and type(m) is not nn.Linear:
-            out.append({"module": name, "type": type(m).__name__,
-                        "reason": "a subclass of nn.Linear: fp8lab.nn.convert swaps exact nn.Linear only"})
-        elif isinstance(m, nn.modules.conv._ConvNd | nn.Bilinear | nn.RNNBase):
-            out.append({"module": name, "type": type(m).__name__,
-                        "reason": "its matmuls are not nn.Linear GEMMs: the recipes here cover linear layers only"})
-    return out
-
-
-def _stray_matrices(model: nn.Module, covered: set[str]) -> list[str]:
-    """2-D parameters outside the covered linears (embeddings, raw projection weights)."""
-    owned = {f"{n}.weight" if n else "weight" for n in covered}
-    return [n for n, p in model.named_parameters() if p.dim() == 2 and n not in owned]
-
-
-def capture(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor] | None = None,
-            mode: str | None = None) -> Capture:
-    """One high-precision forward and backward of `model` on `batch`, keeping every nn.Linear's operands.
-
-    batch: a tensor (model(batch)), a tuple or list (model(*batch)) or a dict (model(**batch));
-        its tensors are moved to the device of the model's parameters.
-    loss_fn: output -> scalar loss (close over your targets). None: the output itself if it is a
-        scalar, else 0.5 * mean(output^2), a stand-in whose gradients are not your training's.
-    mode: "train" or "eval" for this pass (None: the model's own); restored afterwards.
-    Returns a Capture: per call x[M, K], weight[N, K], grad_output[M, N] (float32, batch dims
-    flattened into M), the modules it could not cover with the reason, and notes. The model's
-    parameters, their .grad and requires_grad, its train/eval flags, buffers (BatchNorm
-    statistics, and a buffer the forward replaces with a new tensor), hooks and the RNG state are
-    as before the call. A call with no rows (an empty batch) is listed as not covered. A model on
-    the meta device is refused with ValueError (it has no values to measure).
-    """
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)} (or None: the model's own)")
-    linears = _covered(model)
-    not_covered = _uncovered_modules(model)
-    _check_inspectable(model, linears, not_covered)
-    device = next(model.parameters()).device
-    batch = _to_device(batch, device)
-    notes: list[str] = []
-    calls: list[LinearCall] = []
-    rng_devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=rng_devices), _left_as_it_is(model), _tapped(linears, calls):
-        if mode is not None:
-            model.train(mode == "train")
-        for _, lin in linears:
-            lin.weight.requires_grad_(True)  # so that every linear's output is part of the graph
-        with torch.enable_grad():
-            loss = _loss(_run(model, batch), loss_fn, notes)
-            # gradients without touching any .grad: autograd.grad returns them instead of accumulating
-            torch.autograd.grad(loss, [lin.weight for _, lin in linears], allow_unused=True)
-    not_covered += _uncovered_calls(linears, calls)
-    stray = _stray_matrices(model, {n for n, _ in linears})
-    if stray:
-        notes.append("2-D parameters outside nn.Linear: " + ", ".join(stray) + ". If the forward pass multiplies "
-                     "by them (a tied output head, a projection written as F.linear or @), that GEMM is not "
-                     "inspected here and convert leaves it in high precision.")
-    kept = [c for c in calls if c.grad_output is not None and c.x.shape[0] > 0]
-    return Capture(kept, not_covered, notes, float(loss.detach()))
-
-
-def _check_inspectable(model: nn.Module, linears: list, not_covered: list[dict]) -> None:
-    """ValueError, saying why, for a model inspect cannot measure: no nn.Linear, or no values (meta)."""
-    if not linears:
-        found = "; ".join(f"{d['module'] or '(model)'} ({d['type']}): {d['reason']}" for d in not_covered)
-        raise ValueError("the model has no nn.Linear layers, so there is nothing to inspect: fp8lab's FP8 recipes "
-                         "swap nn.Linear layers (fp8lab.nn.convert)" + (f". Found instead: {found}" if found else ""))
-    meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
-    if meta:
-        raise ValueError(f"the model's {', '.join(meta[:4])}{', ...' if len(meta) > 4 else ''} are on the meta device: "
-                         "they have shapes but no values, and inspect needs values. Materialize the model first "
-                         "(model.to_empty(device='cpu'), then load its weights or reset_parameters())")
-
-
-@contextlib.contextmanager
-def _left_as_it_is(model: nn.Module) -> Iterator[None]:
-    """Within the block the model may change; after it, its parameters' requires_grad, its modules'
-    train/eval flags and its buffers (the tensor objects and their values: a forward may write into a
-    buffer, as BatchNorm's statistics, or put a new tensor in its place) are as they were."""
-    params = list(model.parameters())
-    requires = [p.requires_grad for p in params]
-    flags = {m: m.training for m in model.modules()}
-    buffers = {m: (dict(m._buffers), {k: b.detach().clone() for k, b in m._buffers.items() if b is not None})
-               for m in model.modules()}
-    try:
-        yield
-    finally:
-        for p, flag in zip(params, requires, strict=True):
-            p.requires_grad_(flag)
-        for m, flag in flags.items():
-            m.training = flag
-        with torch.no_grad():
-            for m, (objects, values) in buffers.items():
-                m._buffers.clear()
-                m._buffers.update(objects)
-                for k, v in values.items():
-                    objects[k].copy_(v)
-
-
-@contextlib.contextmanager
-def _tapped(linears: list, calls: list[LinearCall]) -> Iterator[None]:
-    """Forward hooks on every linear for the block: each call appends its input and weight to `calls`,
-    and its output carries a tap that keeps grad_output on the way back."""
-    counts: dict[str, int] = {}
-
-    def hook_for(name: str):
-        def hook(module: nn.Linear, args: tuple, output: torch.Tensor) -> torch.Tensor:
-            x = args[0]
-            call = LinearCall(name, counts.get(name, 0), x.detach().reshape(-1, x.shape[-1]).float().clone(),
-                              module.weight.detach())
-            counts[name] = call.call + 1
-            calls.append(call)
-            return _Tap.apply(output, call)
-        return hook
-
-    handles = [lin.register_forward_hook(hook_for(name)) for name, lin in linears]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def _uncovered_calls(linears: list, calls: list[LinearCall]) -> list[dict]:
-    """The linears the pass did not call, and the calls with nothing to measure (no rows, no gradient)."""
-    called = {c.layer for c in calls}
-    out = [{"module": name, "type": "Linear", "reason": "not called in this forward pass"}
-           for name, _ in linears if name not in called]
-    for c in calls:
-        if c.x.shape[0] == 0:
-            out.append({"module": c.layer, "type": "Linear",
-                        "reason": f"call {c.call}: it had no rows (an empty batch): nothing to measure"})
-        elif c.grad_output is None:
-            out.append({"module": c.layer, "type": "Linear",
-                        "reason": f"call {c.call}: its output does not reach the loss (no gradient)"})
-    return out
-
-
-def _loss(output: Any, loss_fn: Callable[[Any], torch.Tensor] | None, notes: list[str]) -> torch.Tensor:
-    if loss_fn is not None:
-        loss = loss_fn(output)
-    elif isinstance(output, torch.Tensor) and output.numel() == 1:
-        loss = output
-    elif isinstance(output, torch.Tensor):
-        loss = 0.5 * output.float().square().mean()
-        notes.append("no loss_fn: gradients come from the stand-in loss 0.5 * mean(output^2); pass "
-                     "loss_fn=lambda out: your_loss(out, targets) for your training's gradients.")
-    else:
-        raise ValueError(f"the model returned a {type(output).__name__}, not a tensor: pass loss_fn=... that turns "
-                         "it into a scalar loss")
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise ValueError(f"loss_fn must return a scalar tensor, got {type(loss).__name__} "
-                         f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}")
-    if not loss.requires_grad:
-        raise ValueError("the loss does not depend on the model's linear layers (it has no gradient)")
-    return loss.reshape(())
 
 
 # ---- the statistics of one operand --------------------------------------------------------------------------
@@ -504,7 +265,7 @@ class ReadinessReport:
 
     def convert(self, model: nn.Module, recipe: str | None = None, **kw) -> nn.Module:
         """fp8lab.training.layers.convert(model, recipe, skip=self.skip(recipe)); recipe defaults to best_recipe()."""
-        from fp8lab.training.layers import convert
+        from fp8lab.training.convert import convert
 
         recipe = recipe or self.best_recipe()
         return convert(model, recipe, skip=self.skip(recipe), **kw)
@@ -553,11 +314,13 @@ def inspect(
     mode: str | None = None,
     device: torch.device | str | None = None,
     progress: bool = True,
+    max_capture_mb: float | None = MAX_CAPTURE_MB,
 ) -> ReadinessReport:
-    """An FP8 readiness report for `model` on `batch`: every nn.Linear's GEMM operands, each recipe.
+    """An FP8 readiness report for `model` on `batch`: every linear GEMM's operands, each recipe.
 
-    One high-precision forward and backward (capture) keeps every linear's x[M, K], w[N, K]
-    and dy[M, N]; each recipe quantizes them as FP8Linear would (fp8lab.nn.layer_gemms):
+    One high-precision forward and backward (fp8lab.training.capture) keeps every site's x[M, K], w[N, K]
+    and dy[M, N] (the sites fp8lab.nn.convert converts: linear layers and MultiheadAttention's
+    in-projections); each recipe quantizes them as FP8Linear would (fp8lab.nn.layer_gemms):
     fprop x, w along K; dgrad dy, w^T along N; wgrad dy^T, x^T along M.
     recipes: names or Recipe objects (delayed equals tensorwise on one batch: it is left out).
     target_db: a layer passes a recipe when its worst operand SQNR (the lower of whole-tensor and
@@ -568,7 +331,11 @@ def inspect(
     mode: "train" / "eval" for the captured pass (None: as the model is). device: where the
         quantization statistics are computed (None: where the model ran).
     progress: a progress bar over the linear calls (fp8lab.progress: shown after a few seconds).
-    The model is not changed (see capture). Returns a ReadinessReport.
+    max_capture_mb: the float32 copies of x and dy one pass may keep; beyond it the sites are captured
+        over several passes (the same forward each time), so memory stays bounded on a large model or
+        batch (None: one pass, no bound).
+    The model is not changed (see capture); a converted model is refused (inspect the original, or
+    fp8lab.nn.unwrap(model)). Returns a ReadinessReport.
     """
     import time
 
@@ -583,13 +350,16 @@ def inspect(
         raise ValueError(f"each recipe once, please: got {names}")
     if outlier_ratio <= 1:
         raise ValueError(f"outlier_ratio must be > 1 (a multiple of the median channel's amax), got {outlier_ratio}")
-    cap = capture(model, batch, loss_fn, mode)
     dev = torch.device(device) if device is not None else None
-    calls = progress_bar(cap.calls, desc=f"inspect: {len(cap.calls)} linear calls", unit="call") if progress \
-        else cap.calls
-    rows = [row for call in calls for row in _rows_for_call(call, recipes, outlier_ratio, dev)]
+    rows: list[dict] = []
+    for cap in captures(model, batch, loss_fn, mode, max_capture_mb):  # (one pass unless the operands pass the bound)
+        calls = progress_bar(cap.calls, desc=f"inspect: {len(cap.calls)} linear calls", unit="call") if progress \
+            else cap.calls
+        for call in calls:
+            rows += _rows_for_call(call, recipes, outlier_ratio, dev)
+            call.x = call.grad_output = None  # (freed as it goes: the capture holds only the calls still to do)
     if not rows:
-        raise ValueError("no nn.Linear call reached the loss: nothing to inspect. "
+        raise ValueError("no linear GEMM reached the loss: nothing to inspect. "
                          + "; ".join(f"{d['module']}: {d['reason']}" for d in cap.not_covered))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     not_covered = pd.DataFrame(cap.not_covered, columns=["module", "type", "reason"])
