@@ -190,9 +190,9 @@ def test_every_starter_is_a_blank_the_checker_explains_not_an_answer():
 
     code = {p.stem: "\n".join(c.source for c in nbformat.read(p, as_version=4).cells if c.cell_type == "code")
             for p in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("0[2-8]_*.ipynb"))}
-    for wrong in ("448 / x.max()", "history = 1024", 'predict_text = {"recipe": "tensorwise"', 'answer = {"tensorwise"}',
-                  'answer = "per-tensor"', "max(history + [current_amax])", "x.reshape(k // block, -1)",
-                  "a_q.data.float() @ b_q.data.float().t()"):
+    for wrong in ("448 / x.max()", "history = 1024", 'predict_text = {"recipe": "tensorwise"',
+                  'answer = {"tensorwise"}', 'answer = "per-tensor"', "max(history + [current_amax])",
+                  "x.reshape(k // block, -1)", "a_q.data.float() @ b_q.data.float().t()"):
         assert not any(wrong in c for c in code.values()), wrong
     for stem, needle in (("02_per_tensor_scaling", "return None"), ("03_delayed_scaling", "return None"),
                          ("04_per_block_scaling", "answer = None"), ("05_fp8_gemm", "return None"),
