@@ -161,6 +161,54 @@ def _q03_delayed() -> Answer:
     )
 
 
+def _q03_loop() -> Answer:
+    import math
+    import warnings
+
+    from fp8lab.numerics.scaling import AmaxHistory
+    from fp8lab.training.train import history_in_a_loop
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (the NaN's warning: the notebook shows it)
+        df = history_in_a_loop()
+    steps, nan_step = len(df), 3
+    micro = [c for c in df.columns if c.startswith("amax, micro-batch")]
+    clean = df[micro].where(df[micro].notna())
+    entries = int(df["history entries"].iloc[-1])
+    evaluation_set_it = bool((df["history max"] >= df["evaluation amax"].min()).any())
+    after = float(df.loc[nan_step + 1, "scaled with"])
+    step_max = clean.max(axis=1)
+    # the same steps replayed by a bare AmaxHistory that takes the NaN in
+    poisoned = AmaxHistory(16, "max").replay([math.nan if i == nan_step else float(step_max.iloc[i])
+                                              for i in range(steps)])
+    return Answer(
+        "03_delayed_scaling",
+        "(4) How many entries does the input's history hold after six steps of two micro-batches each, and why not "
+        "twelve? (5) Did the 100x evaluation batches ever set the scale? (6) Step 3's loss is NaN: what does step 4 "
+        "scale with, and what would it have scaled with had the NaN entered the history?",
+        f"(4) {entries}: one per optimizer step. Both micro-batches of a step scale with the history as the step "
+        "found it, and the larger of their two amaxes enters when the optimizer steps (each row's history max is "
+        "the larger micro-batch amax of its step, whenever that exceeds the entries before it). (5) No: the "
+        "evaluation forwards run under no_grad, so they record nothing; their amaxes "
+        f"({df['evaluation amax'].min():.0f}-{df['evaluation amax'].max():.0f}) never appear in the history, whose "
+        f"largest entry is {df['history max'].max():.2f}. (6) Step 4 scales with {after:.2f}, step 3's clean "
+        f"micro-batch amax (the max of the history). Had the NaN entered (an AmaxHistory replaying these steps with "
+        f"it), step 4 would scale with {poisoned[nan_step + 1]}, and so would every step until the NaN left the "
+        "16-step history: every scale NaN, every output NaN, the layer blind that long.",
+        {"one history entry per optimizer step, not per micro-batch": entries == steps,
+         "each step's entry is the larger of its micro-batches' amaxes":
+             all(math.isclose(df["history max"].iloc[i], step_max.iloc[: i + 1].max(), rel_tol=1e-6)
+                 for i in range(steps)),
+         "the evaluation batches never enter the history": not evaluation_set_it,
+         "the NaN step's loss is NaN and the next is finite":
+             math.isnan(df.loc[nan_step, "loss"]) and math.isfinite(df.loc[nan_step + 1, "loss"]),
+         "the step after the NaN scales with a finite amax, the clean micro-batch's": math.isclose(
+             after, float(clean.loc[nan_step].max()), rel_tol=1e-6),
+         "a history that took the NaN in scales every later step with NaN": all(
+             math.isnan(v) for v in poisoned[nan_step + 1:])},
+    )
+
+
 # ---- 04 per-block scaling ----------------------------------------------------------------------------------------
 
 
@@ -288,4 +336,4 @@ def _q04_nvfp4() -> Answer:
 
 
 
-ANSWERS = (_q02_window, _q02_cliff, _q03_delayed, _q04_blocks, _q04_sweep, _q04_nvfp4)
+ANSWERS = (_q02_window, _q02_cliff, _q03_delayed, _q03_loop, _q04_blocks, _q04_sweep, _q04_nvfp4)
