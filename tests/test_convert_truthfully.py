@@ -371,6 +371,17 @@ def test_end_step_serves_optimizers_outside_torch_optim():
     assert len(layer.histories["input"]) == 3
 
 
+def test_a_frozen_layers_history_steps_with_the_models_optimizer():
+    """A frozen layer (a LoRA base, say) has no parameter in the optimizer: its step ends with the model's."""
+    model = convert(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)), "delayed")
+    model[0].requires_grad_(False)
+    opt = torch.optim.SGD(model[2].parameters(), lr=0.1)
+    for _ in range(3):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    assert len(model[0].histories["input"]) == len(model[2].histories["input"]) == 3
+
+
 def test_a_nan_batch_under_delayed_scaling_does_not_blind_the_next_steps():
     """One NaN batch: that step's loss is NaN (as with every recipe), the NaN stays out of the histories,
     and the next clean step trains normally (finite loss) instead of staying NaN for the history's length."""

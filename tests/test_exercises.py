@@ -177,3 +177,32 @@ def test_hints_are_text():
     for name in ("decode", "scale", "delayed_amax", "block_amax", "block_choice", "scaled_gemm", "survivors",
                  "history", "ranking"):
         assert len(getattr(ex, f"hint_{name}")()) > 40
+
+
+def test_every_starter_is_a_blank_the_checker_explains_not_an_answer():
+    """The exercise cells of notebooks 02-08 start from a blank (None, an empty set), not a value or code that reads
+    like an answer (`448 / x.max()`, `history = 1024`, a filled-in prediction); each checker answers the blank with
+    what to fill in, without raising."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    code = {p.stem: "\n".join(c.source for c in nbformat.read(p, as_version=4).cells if c.cell_type == "code")
+            for p in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("0[2-8]_*.ipynb"))}
+    for wrong in ("448 / x.max()", "history = 1024", 'predict_text = {"recipe": "tensorwise"',
+                  'answer = {"tensorwise"}', 'answer = "per-tensor"', "max(history + [current_amax])",
+                  "x.reshape(k // block, -1)", "a_q.data.float() @ b_q.data.float().t()"):
+        assert not any(wrong in c for c in code.values()), wrong
+    for stem, needle in (("02_per_tensor_scaling", "return None"), ("03_delayed_scaling", "return None"),
+                         ("04_per_block_scaling", "answer = None"), ("05_fp8_gemm", "return None"),
+                         ("06_training_live", "history = None"), ("06_training_live", "answer = set()")):
+        assert needle in code[stem], (stem, needle)
+    assert len(re.findall(r'predict_\w+ = \{"recipe": None, "monitor": None\}', code["08_your_model"])) == 3
+    blanks = [ex.check_scale(lambda x: None), ex.check_delayed_amax(lambda h, c, a: None),
+              ex.check_block_amax(lambda x, b: None), ex.check_block_choice(None),
+              ex.check_scaled_gemm(lambda a, b: None), ex.check_history(None), ex.check_survivors(set())]
+    for f in blanks:
+        assert not f and f.message, f
+    for f in blanks[:2] + blanks[4:5]:
+        assert "None" in f.message or "returned" in f.message, f.message

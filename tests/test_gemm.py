@@ -3,6 +3,7 @@ accumulation model, backend resolution without a GPU and with a failing kernel."
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -165,13 +166,78 @@ def test_limited_accumulator_error_grows_with_k_and_promotion_fixes_it():
 @pytest.mark.parametrize("model", [
     AccumulatorModel(promote_every=None), AccumulatorModel(promote_every=128), AccumulatorModel(promote_every=32),
     AccumulatorModel(mantissa_bits=7, promote_every=512), AccumulatorModel(mantissa_bits=22, promote_every=256),
-    AccumulatorModel(mantissa_bits=9, group=16, promote_every=64), None])
+    AccumulatorModel(mantissa_bits=9, group=16, promote_every=64), AccumulatorModel(promote_every=None,
+                                                                                    alignment="group"),
+    AccumulatorModel(promote_every=128, alignment="group"), None])
 @pytest.mark.parametrize("dist", ["uniform", "normal"])
 def test_all_k_at_once_is_each_k_alone_bit_for_bit(model, dist):
     """accumulation_errors walks every K in one padded pass: the same floats as one K at a time,
     also for K that are not powers of two (walked alone) and promotions longer than some K."""
     ks = [128, 256, 512, 1024, 2048, 4096, 96, 160, 1000]
     assert accumulation_errors(ks, model, dist, size=8) == [accumulation_error(k, model, dist, size=8) for k in ks]
+
+
+def _accumulate_one_product_at_a_time(products, model: AccumulatorModel) -> float:
+    """The accumulator model for one output element, written out: exact rationals, one group and one product at a
+    time, a reading of DeepSeek-V3's sentence per `model.alignment`, promotions as float32 adds."""
+    import math
+    from fractions import Fraction
+
+    def trunc_to(v: Fraction, ulp: Fraction) -> Fraction:
+        return Fraction(math.trunc(v / ulp)) * ulp
+
+    def ulp_of(top: Fraction) -> Fraction:  # 2^(floor(log2 top) - mantissa_bits); top 0 truncates nothing
+        e = math.floor(math.log2(top)) if top else -1
+        while top and Fraction(2) ** e > top:  # log2 of a rational rounds: settle the exponent exactly
+            e -= 1
+        while top and Fraction(2) ** (e + 1) <= top:
+            e += 1
+        return Fraction(2) ** (e - model.mantissa_bits)
+
+    ps = [Fraction(float(p)) for p in products]
+    total, acc = np.float32(0), Fraction(0)
+    interval = model.promote_every or len(ps)
+    for start in range(0, len(ps), model.group):
+        grp = ps[start : start + model.group]
+        gmax = max(abs(p) for p in grp)
+        if model.alignment == "running":
+            ulp = ulp_of(max(gmax, abs(acc)))
+            acc = trunc_to(acc, ulp) + sum(trunc_to(p, ulp) for p in grp)
+        else:
+            ulp = ulp_of(gmax)
+            acc = acc + sum(trunc_to(p, ulp) for p in grp)
+            acc = trunc_to(acc, ulp_of(abs(acc)))
+        end = start + model.group
+        if end % interval == 0 or end >= len(ps):
+            total = np.float32(total + np.float32(float(acc)))
+            acc = Fraction(0)
+    return float(total)
+
+
+@pytest.mark.parametrize("alignment", ["running", "group"])
+@pytest.mark.parametrize("promote", [None, 64])
+def test_both_readings_of_the_accumulator_are_the_written_out_model_bit_for_bit(alignment, promote):
+    """AccumulatorModel.accumulate against the model written out one product at a time in exact rationals, for both
+    readings of DeepSeek-V3's sentence (the running sum aligned with each group, or each group alone then a 14-bit
+    register), on same-sign and mixed-sign products whose exponents spread over many binades."""
+    g = torch.Generator().manual_seed(7)
+    products = torch.cat([torch.rand(3, 256, generator=g, dtype=torch.float64),
+                          torch.randn(3, 256, generator=g, dtype=torch.float64)
+                          * torch.exp2(torch.randint(-12, 12, (3, 256), generator=g).double())])
+    model = AccumulatorModel(13, 32, promote, alignment)
+    got = model.accumulate(products)
+    want = [_accumulate_one_product_at_a_time(row.tolist(), model) for row in products]
+    assert got.tolist() == want
+
+
+def test_the_two_readings_differ_and_the_alignment_is_checked():
+    # 32 ones, then 32 products below the running sum's last kept bit (32's ulp is 2^-8): aligned with the running
+    # sum each of them truncates to 0; aligned alone they add up to 2^-4, which the 14-bit register keeps
+    products = torch.cat([torch.ones(32), torch.full((32,), 2.0**-9)]).double()[None]
+    running, group = (AccumulatorModel(13, 32, None, a).accumulate(products).item() for a in ("running", "group"))
+    assert (running, group) == (32.0, 32.0625)
+    with pytest.raises(ValueError, match="unknown alignment 'sum'; valid: running, group"):
+        AccumulatorModel(alignment="sum")
 
 
 def test_more_accumulator_bits_less_error():

@@ -158,13 +158,17 @@ def test_03_margin_question_has_an_answer_and_torchao_is_quoted():
     assert "With drift 0.05, what is the smallest margin that stops the clipping?" not in t
     assert "Set the spike to 1x (no spike) and the drift to 0.05" in t
     assert "current scaling became cheap enough" not in t
-    assert "lack of real world use cases" in t and "pytorch/ao#1681" in t
+    assert "lack of real world use cases" in t
+    # the deprecation's pull request (a warning) and the deletion's, each linked as itself
+    assert "github.com/pytorch/ao/pull/1681" in t and "github.com/pytorch/ao/pull/1753" in t
+    assert "the deletion's pull request" in t
     assert "TE starts from scale 1" in t
 
 
 def test_04_floor_rule_text_points_at_clipping_not_sqnr():
     t = _text("04_per_block_scaling")
-    assert "floor often scores the *higher* SQNR" in t and "clips each block's largest values" in t
+    assert "floor often scores the *higher* SQNR" in t and "clips each block's largest values" not in t
+    assert "which clips only where m is above 1.75" in t and "floor and rceil give the *same* scale" in t
 
 
 def test_05_names_when_outliers_hurt_and_quotes_deepseek_with_its_measure():
@@ -188,16 +192,22 @@ def test_06_exercise_comes_before_the_cell_that_answers_it():
 
 
 @pytest.mark.parametrize("stem,prediction,panel", [
+    ("01_fp8_formats", 'Prediction("format_binades")', "NumberLinePanel()"),
     ("02_per_tensor_scaling", 'Prediction("per_tensor_flush")', "PerTensorPanel()"),
-    ("04_per_block_scaling", 'Prediction("best_block")', "BlockPanel()"),
+    ("03_delayed_scaling", 'Prediction("spike_linger")', "DelayedPanel()"),
+    ("04_per_block_scaling", 'Prediction("block_gain")', "BlockPanel()"),
     ("05_fp8_gemm", 'Prediction("sink_gemm")', "GemmPanel()"),
     ("06_training_live", 'Prediction("sink_break")', "TrainingCliffPanel()"),
+    ("06_training_live", 'Prediction("sink_break")', "ex.check_survivors(answer)"),
+    ("06_training_live", 'Prediction("sink_break")', "panel"),
+    ("07_beyond_one_machine", 'Prediction("step0_ranks")', "reduced = compare"),
     ("09_below_eight_bits", 'Prediction("dy_flush")', "GradientPanel()"),
     ("09_below_eight_bits", 'Prediction("fp4_gap")', "PartsPanel()")])
 def test_a_prediction_comes_before_the_panel_that_reveals_it(stem, prediction, panel):
     cells = _cells(stem)
     p = next(i for i, c in enumerate(cells) if prediction in c.source)
-    reveal = next(i for i, c in enumerate(cells) if c.source.strip().endswith(panel))
+    reveal = next(i for i, c in enumerate(cells) if c.source.strip().endswith(panel) or
+                  (c.cell_type == "code" and panel.endswith("compare") and panel in c.source))
     assert p < reveal
 
 
@@ -261,7 +271,7 @@ def test_long_runs_show_their_progress(path):
 
 def test_04_reveals_the_predictions_options_only_after_the_question():
     cells = _cells("04_per_block_scaling")
-    prediction = _index("04_per_block_scaling", 'Prediction("best_block")')
+    prediction = _index("04_per_block_scaling", 'Prediction("block_gain")')
     table = _index("04_per_block_scaling", "block_table()")
     assert prediction < table
     before = " ".join(c.source for c in cells[:prediction])

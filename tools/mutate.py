@@ -59,6 +59,7 @@ F, S, Q, K, C = NUM + "formats.py", NUM + "scaling.py", NUM + "quantize.py", NUM
 KB, SET = NUM + "kernels_build.py", "fp8lab/settings.py"
 G, N, MT, R = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py"
 X = "fp8lab/lab/exercises/scaling.py"
+PUB = "fp8lab/training/published.py"
 RD, EX, RUN, TR = ("fp8lab/training/" + f for f in ("readiness.py", "export.py", "torchrun.py", "train.py"))
 CV, DL, AT, CAP = ("fp8lab/training/" + f for f in ("convert.py", "delayed.py", "attention.py", "capture.py"))
 T = "tests/"
@@ -282,6 +283,28 @@ MUTATIONS = [
       T + "test_gemm.py::test_the_accumulation_model_has_a_size_limit_and_works_in_chunks"),
     m("the accumulation model has no size limit", G, "    if m * n * k > MAX_ACCUMULATED_PRODUCTS:", "    if False:",
       T + "test_gemm.py::test_the_accumulation_model_has_a_size_limit_and_works_in_chunks"),
+    # ---- the lab's explanations: the accumulator's two readings, NVFP4's floor, the weight's copies, real outliers
+    m("the accumulator's default reading is the group one", G, '    alignment: str = "running"',
+      '    alignment: str = "group"',
+      T + "test_explanations.py::test_both_readings_of_deepseeks_sentence_side_by_side_against_2_percent_and_the_"
+      "inputs_rounding"),
+    m("the accumulator's two readings swapped", G, '            if self.alignment == "running":',
+      '            if self.alignment != "running":',
+      T + "test_gemm.py::test_both_readings_of_the_accumulator_are_the_written_out_model_bit_for_bit"),
+    m("blockwise's weights in 1-D blocks", R, "TensorScaling(E4M3, PerBlock(128, 128)),",
+      "TensorScaling(E4M3, PerBlock(1, 128)),",
+      T + "test_explanations.py::test_2d_weight_blocks_give_both_gemms_the_same_weight_and_1d_blocks_differ_by_"
+      "rounding"),
+    m("published markers at the ratio, not at the ratio times the median", PUB, "    v = ratio * lesson_median()",
+      "    v = ratio", T + "test_explanations.py::test_the_published_ratios_are_their_sources_words_placed_at_ratio_"
+      "times_the_median"),
+    m("the massive activations' ratio is not its source's", PUB, '              1e5, "the other activations"),',
+      '              1e4, "the other activations"),',
+      T + "test_explanations.py::test_the_published_ratios_are_their_sources_words_placed_at_ratio_times_the_median"),
+    m("notebook 02's markers placed against the median alone", PUB,
+      "    return ratio * float(x[:, keep].abs().median()) / float(x[:, idx].abs().max())",
+      "    return ratio * float(x[:, keep].abs().median())",
+      T + "test_explanations.py::test_the_published_ratios_are_their_sources_words_placed_at_ratio_times_the_median"),
     # ---- inspect, convert, export, distributed
     m("inspect copies into buffers the forward replaced", CAP,
       "                m._buffers.clear()\n                m._buffers.update(objects)\n", "",

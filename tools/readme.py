@@ -42,8 +42,8 @@ TEACHES = {
                         "rowwise break; per-layer monitors; delayed scaling when the data change",
     "07_beyond_one_machine": "one process against two under FSDP2; where ranks must agree on an amax; the recipe "
                              "for torchao, TransformerEngine, torchtitan",
-    "08_your_model": "predict, then inspect and train: an LLM-like model, real text, real images; the article's "
-                     "claims tested; the cost side",
+    "08_your_model": "predict, then inspect and train: an LLM-like model, real text, real images; a use-case rule "
+                     "of thumb tested; the cost side",
     "09_below_eight_bits": "the gradient side: dy's range, E4M3 vs E5M2, per tensor vs 1x128; NVFP4's training recipe "
                            "part by part (2-D weight blocks, a Hadamard transform, stochastic rounding, layers in "
                            "bf16), each measured on a run",

@@ -2,7 +2,8 @@
 
 Public: flushed_map (the share of x[M, K]'s values one GEMM's quantization flushed to zero, in x's layout),
 mismatch_flush and mismatch_losses (notebook 06: fc2's input flushed per recipe and GEMM; final losses beside
-a constant predictor). Declarative, as fp8lab.figures.plots: data in, the ax out.
+a constant predictor), copies_bars (notebook 06: the share of a weight's codes its fprop and dgrad copies hold
+differently, per recipe). Declarative, as fp8lab.figures.plots: data in, the ax out.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 
 from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, _ax, _block_grid, _heatmap
 
-__all__ = ["flushed_map", "mismatch_flush", "mismatch_losses"]
+__all__ = ["copies_bars", "flushed_map", "mismatch_flush", "mismatch_losses"]
 
 
 def flushed_map(x: torch.Tensor, values: torch.Tensor | None, ax=None, title: str = "", colorbar=None,
@@ -78,4 +79,22 @@ def mismatch_losses(df, ax=None):
     ax.set_ylabel("final loss (150 steps)")
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title("final loss, sinks at 1e6 (dots: seeds)", fontsize=9)
+    return ax
+
+
+def copies_bars(shares: dict[str, float], ax=None, highlight: str | None = None):
+    """The share of a weight's elements whose fprop and dgrad copies differ, one horizontal bar per recipe (the
+    highlighted one in vermillion), each labelled with its share."""
+    ax = _ax(ax)
+    names = list(shares)
+    for i, name in enumerate(names):
+        v = shares[name]
+        ax.barh(i, v, color=CLIP if name == highlight else PALETTE[0])
+        ax.text(min(v, 0.75) + 0.02, i, f"{100 * v:.3g}%", va="center", fontsize=7)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0], ["0%", "25%", "50%", "75%", "100%"])
+    ax.set_xlabel("share of the elements whose copies differ")
+    ax.set_title("fprop's copy against dgrad's", fontsize=9)
     return ax

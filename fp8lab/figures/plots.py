@@ -2,7 +2,7 @@
 
 Public: histogram_log2, number_line, scale_heatmap,
 block_error_heatmap, metric_vs_block, overflow_vs_block, gemm_error_vs_k, bars,
-loss_curves, monitor_lines, amax_over_steps, outlier_cliff, sink_cliff, readiness_heatmap,
+loss_curves, monitor_lines, amax_over_steps, outlier_cliff, sink_cliff, published_markers, readiness_heatmap,
 PALETTE; and from fp8lab.figures.axes, which makes the figures and their axes: use_theme, figure,
 to_png, log_axis, steady_limits, magnitude, PIXEL_RATIO. One seaborn theme and a colour-blind-safe
 palette everywhere; axes carry units and tick labels (tests/test_widgets.py checks every panel's axes).
@@ -41,6 +41,7 @@ __all__ = [
     "number_line",
     "outlier_cliff",
     "overflow_vs_block",
+    "published_markers",
     "readiness_heatmap",
     "run_colors",
     "runs_legend",
@@ -252,10 +253,14 @@ def overflow_vs_block(df, ax=None):
     return ax
 
 
-def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | None = None):
+def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | None = None,
+                  markers: dict[str, float] | None = None):
     """A quantization metric against outlier magnitude (log x), one line per recipe: where
-    each recipe's ordinary values fall off. df: recipe, outliers, and the metric's column."""
+    each recipe's ordinary values fall off. df: recipe, outliers, and the metric's column.
+    markers: label -> outlier magnitude, drawn as labelled dotted lines (published ratios)."""
     ax = _ax(ax)
+    if markers:
+        published_markers(ax, markers, at="top" if metric.endswith("underflow") else "bottom")
     for i, (recipe, part) in enumerate(df.groupby("recipe", sort=False)):
         ax.plot(part["outliers"].to_numpy(), part[metric].to_numpy(), marker="o", ms=4, color=PALETTE[i % 10],
                 label=recipe)
@@ -269,17 +274,33 @@ def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | N
         steady_limits(ax, "y", step=10, lo=0, hi=40)  # every recipe's SQNR; the axis stays put
         ax.set_ylabel("SQNR of ordinary channels (dB)")
     ax.set_xlabel("outlier channels' magnitude (x the others; 1: no outliers)")
-    ax.legend(fontsize=7, loc="lower left" if not metric.endswith("underflow") else "upper left")
+    ax.legend(fontsize=7, loc="lower center" if not metric.endswith("underflow") else "center")
     ax.set_title("the outlier cliff: where each recipe breaks")
     return ax
 
 
-def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, live=None):
+def published_markers(ax, markers: dict[str, float], at: str = "top") -> None:
+    """Dotted vertical lines at published outlier ratios, placed on a cliff's x axis (markers: label -> x in the
+    axis' own units), each labelled at the top or the bottom (`at`), turned 90 degrees."""
+    y, va = (0.98, "top") if at == "top" else (0.02, "bottom")
+    for label, x in markers.items():
+        ax.axvline(x, color="black", ls=(0, (1, 2)), lw=1, gid=f"published: {label}")
+        ax.text(x, y, f" {label} ", transform=ax.get_xaxis_transform(), rotation=90, fontsize=6.5, va=va,
+                ha="right", color="black")
+
+
+def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, live=None,
+               markers: dict[str, float] | None = None, extra=None):
     """Final training loss against sink magnitude (log x; 'none' drawn at 1), one line per run.
 
     df: run, sinks, loss (mean over seeds). relative=True: the change against each run's own
-    no-sink loss. live: optional rows (run, sinks, loss) recomputed now, drawn as crosses."""
+    no-sink loss. live: optional rows (run, sinks, loss) recomputed now, drawn as crosses.
+    markers: label -> sink value, drawn as labelled dotted lines (published ratios); extra: optional
+    rows (run, sinks, loss, change) trained at such a value, drawn as diamonds (change: against the
+    run's own no-sink run, for relative=True)."""
     ax = _ax(ax)
+    if markers:
+        published_markers(ax, markers)
     d = df.copy()
     d["x"] = d["sinks"].where(d["sinks"] > 0, 1.0)
     base = d[d.sinks == 0].set_index("run")["loss"]
@@ -298,6 +319,11 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
         for run, part in lv.groupby("run", sort=False):
             ax.scatter(part["x"], part["y"], marker="x", s=60, color=colors.get(run, "black"), zorder=5,
                        label="recomputed now" if run == lv["run"].iloc[0] else None)
+    if extra is not None and len(extra):
+        for run, part in extra.groupby("run", sort=False):
+            ax.scatter(part["sinks"], part["change"] if relative else part["loss"], marker="D", s=28,
+                       color=colors.get(run, "black"), edgecolor="black", linewidth=0.5, zorder=5,
+                       label="at the published ratio" if run == extra["run"].iloc[0] else None)
     if mark is not None:
         ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1)
     ax.set_xscale("log")
@@ -319,18 +345,26 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
 # ---- GEMM ---------------------------------------------------------------------------------------------------
 
 
-def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K"):
-    """Relative error of the GEMM against K, one line per accumulation setting (log-log)."""
+def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K", dashed: tuple[str, ...] = (),
+                    reference: dict[str, float] | None = None, legend: bool = True):
+    """Relative error of the GEMM against K, one line per accumulation setting (log-log); the settings named in
+    `dashed` drawn dashed (a comparison, not an accumulator); `reference`: label -> a level drawn as a dotted
+    horizontal line, labelled at its right end."""
     ax = _ax(ax)
     for i, (label, part) in enumerate(df.groupby("accumulation", sort=False)):
         ax.plot(part["K"].to_numpy(), part["relative error"].to_numpy(), marker="o", color=PALETTE[i % 10],
-                label=label)
+                label=label, linestyle="--" if label in dashed else "-")
+    for label, level in (reference or {}).items():
+        ax.axhline(level, color=CLIP, linestyle=":", linewidth=1.2)
+        ax.text(0.02, level, label, transform=ax.get_yaxis_transform(), ha="left", va="bottom", fontsize=8,
+                color=CLIP)
     log_axis(ax, "x", base=2)
     log_axis(ax, "y")
     ax.set_xlabel("K (length of each dot product)")
     ax.set_ylabel("relative error vs exact")
-    ax.legend(fontsize=8, loc="center right")  # between the limited accumulators (above) and fp32 (below)
-    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=7, loc="lower right")  # under fp32's curve: the caller leaves room below it
+    ax.set_title(title, fontsize=9)
     return ax
 
 

@@ -2,7 +2,8 @@
 
 Public: Prediction(name) (commit to an option, then Reveal shows the measured answer beside it),
 PREDICTIONS (each prediction's notebook, question, options and how to measure the answer from
-the panels' own data), PredictionSpec, MARGIN. Notebooks 02, 04, 05 and 06 ask one each, notebook 09 two.
+the panels' own data), PredictionSpec, MARGIN, token_spans (which tokens each recipe's scales cover:
+notebook 07). Notebooks 01 to 07 ask one each, notebook 09 two.
 An answer must not hang on a detail: each spec also measures its answer on other seeds of the same
 data (at(seed) -> (option, margin)), and tests require the same option on every seed with the
 measured value at least MARGIN (a factor) away from the nearest bin edge.
@@ -19,7 +20,7 @@ import ipywidgets as W
 
 from fp8lab.training.measured import cliff, cliff_means
 
-__all__ = ["MARGIN", "PREDICTIONS", "Prediction", "PredictionSpec", "magnitude", "share"]
+__all__ = ["MARGIN", "PREDICTIONS", "Prediction", "PredictionSpec", "magnitude", "share", "token_spans"]
 
 # how far (a factor) a measured value must lie from the nearest bin edge, on every seed tests try
 MARGIN = 1.2
@@ -74,6 +75,24 @@ def _binned(value: float, edges: Sequence[float], options: Sequence[str]) -> tup
     return option, min(gaps, default=math.inf)
 
 
+BINADE_EDGES, BINADE_OPTIONS = (12, 25, 100), ("about 8", "about 18", "about 32", "about 256")
+
+
+def _p01_binades() -> tuple[str, str]:
+    from fp8lab.numerics.formats import E4M3, E5M2
+
+    n = {f.name: math.log2(f.max_value / f.min_subnormal) for f in (E4M3, E5M2)}
+    option, _ = _binned(n["e4m3"], BINADE_EDGES, BINADE_OPTIONS)
+    return option, (f"log2(448 / 2^-9) = {n['e4m3']:.1f}: E4M3's 256 codes spread over about 18 binades, 8 values "
+                    f"to each, and fewer among the subnormals (E5M2: {n['e5m2']:.1f} binades, 4 values to each).")
+
+
+def _binades(_: int) -> tuple[str, float]:
+    from fp8lab.numerics.formats import E4M3
+
+    return _binned(math.log2(E4M3.max_value / E4M3.min_subnormal), BINADE_EDGES, BINADE_OPTIONS)
+
+
 FLUSH_AT, FLUSH_EDGES = 1e5, (0.01, 0.2, 0.8)
 FLUSH_OPTIONS = ("under 1%", "1-20%", "20-80%", "over 80%")
 
@@ -95,25 +114,49 @@ def _p02_flush() -> tuple[str, str]:
                     f"SQNR reads {r['sqnr_db']:.1f} dB: the outliers' energy hides the damage.")
 
 
-BLOCK_OPTIONS = ("per-tensor", "per-row", "128x128", "1x128", "1x32")
+LINGER_EDGES, LINGER_OPTIONS = (0.5, 2.5, 10), ("none", "1 or 2", "3 to 10", "more than 10")
 
 
-def _blocks(seed: int) -> dict[str, float]:
-    """SQNR of the ordinary channels per block option at outliers 1e5, on notebook 04's tensor drawn with `seed`."""
+def _lagging(seed: int, spike: float = 20) -> int:
+    """Steps after the spike whose SQNR is more than 3 dB below current scaling's: notebook 03's panel at history
+    16, algo max, no drift, the stream drawn with `seed`."""
+    p = _panel("delayed")
+    p.seed = seed
+    df = p.update(history=16, algo="max", spike=spike, drift=0.0, margin=0)["df"]
+    return int(((df["sqnr delayed"] < df["sqnr current"] - 3) & (df.step > p.steps // 4)).sum())
+
+
+def _p03_linger() -> tuple[str, str]:
+    small, large = _lagging(0), _lagging(0, 1e4)
+    option, _ = _binned(small, LINGER_EDGES, LINGER_OPTIONS)
+    return option, (f"{small} steps: the spike's amax stays the max of the history for 16 steps, but 20x is 4.3 "
+                    "binades, and the ordinary values keep their 3 mantissa bits that far down E4M3's window. A 1e4x "
+                    f"spike (13.3 binades) pushes them into subnormals and zero: {large} steps more than 3 dB worse.")
+
+
+BLOCK_GAIN_EDGES, BLOCK_GAIN_OPTIONS = (1.0, 6.0, 20.0), ("under 1 dB", "1-6 dB", "6-20 dB", "over 20 dB")
+
+
+def _block_gain(seed: int, outliers: float = 0.0) -> dict[str, float]:
+    """SQNR (dB) of the ordinary channels per granularity on notebook 04's tensor drawn with `seed`."""
     from fp8lab.lab.panels.blocks import block_table
 
-    return block_table(BLOCK_OPTIONS, 1e5, seed)["ordinary_sqnr_db"].astype(float).to_dict()
+    return block_table(("per-tensor", "1x128", "1x32"), outliers, seed)["ordinary_sqnr_db"].astype(float).to_dict()
 
 
-def _winner(db: dict[str, float]) -> tuple[str, float]:
-    first, second = sorted(db.values(), reverse=True)[:2]
-    return max(db, key=db.get), 10 ** ((first - second) / 10)  # the runner-up's noise over the winner's
+def _gain_at(seed: int) -> tuple[str, float]:
+    db = _block_gain(seed)
+    return _binned(db["1x32"] - db["per-tensor"], BLOCK_GAIN_EDGES, BLOCK_GAIN_OPTIONS)
 
 
 def _p04_block() -> tuple[str, str]:
-    sq = _blocks(0)
-    best, _ = _winner(sq)
-    return best, "SQNR of the ordinary channels: " + ", ".join(f"{b} {v:.1f} dB" for b, v in sq.items()) + "."
+    clean, spiky = _block_gain(0), _block_gain(0, 1e5)
+    option, _ = _binned(clean["1x32"] - clean["per-tensor"], BLOCK_GAIN_EDGES, BLOCK_GAIN_OPTIONS)
+    return option, (f"1x32 {clean['1x32']:.1f} dB, per-tensor {clean['per-tensor']:.1f} dB: without outliers every "
+                    "value keeps E4M3's 3 mantissa bits under either scale (floating point is relative), so 32 times "
+                    "as many scales buy nothing. With outlier channels at 1e5 the ordinary channels read: per-tensor "
+                    f"{spiky['per-tensor']:.1f} dB, 1x128 {spiky['1x128']:.1f} dB, 1x32 {spiky['1x32']:.1f} dB: the "
+                    "blocks pay where an outlier would set the ordinary values' scale.")
 
 
 GEMM_EDGES, GEMM_OPTIONS = (1.5, 3.0), ("about the same", "1.5-3x larger", "more than 3x larger")
@@ -162,6 +205,42 @@ def _p06_break() -> tuple[str, str]:
     tw = change.xs("tensorwise", level="run")
     return option, ("tensorwise's final loss against its own no-sink run (3 seeds): " +
                     ", ".join(f"{magnitude(m)}: {100 * v:+.0f}%" for m, v in tw.items() if m > 0) + ".")
+
+
+RANKS_OPTIONS = ("none", "tensorwise, delayed, nvfp4", "tensorwise, delayed, nvfp4, rowwise", "all six")
+
+
+def token_spans() -> dict[str, dict[str, int | None]]:
+    """Per recipe, the tokens one scale of each activation or gradient operand covers (None: all of them;
+    NVFP4's fp32 tensor scale covers all of them too), per GEMM."""
+    from fp8lab.numerics.recipes import GEMMS, RECIPES, get_recipe
+    from fp8lab.training.layers import tokens_per_scale
+
+    out = {}
+    for name in RECIPES:
+        r = get_recipe(name)
+        spans = {}
+        for gemm, roles in GEMMS.items():
+            for role in roles:
+                s = r.scaling(role, gemm)
+                if s is not None and role != "weight":
+                    spans[f"{gemm} {role}"] = None if s.two_level else tokens_per_scale(role, gemm, s.granularity)
+        out[name] = spans
+    return out
+
+
+def _step0() -> list[str]:
+    """The recipes whose forward input scale covers every token: their step-0 loss differs across ranks."""
+    return [r for r, s in token_spans().items() if s["fprop input"] is None]
+
+
+def _p07_ranks() -> tuple[str, str]:
+    differ = _step0()
+    option = next((o for o in RANKS_OPTIONS if sorted(o.split(", ")) == sorted(differ)), "none")
+    return option, (f"{', '.join(differ)}: {len(differ)} of 6 recipes. Step 0's loss comes from the forward GEMMs "
+                    "alone, and only a forward scale over every token sees the other rank's tokens; rowwise's forward "
+                    "scales cover one token each (it differs from step 1 on, through its weight-gradient GEMM), "
+                    "blockwise's and mxfp8's blocks never span two ranks.")
 
 
 DY_AT, DY_EDGES = ("llm_like", "blocks.0.qkv"), (1e-4, 2e-3, 3e-2)
@@ -219,15 +298,24 @@ def _p09_fp4() -> tuple[str, str]:
 
 
 PREDICTIONS: dict[str, PredictionSpec] = {
+    "format_binades": PredictionSpec(
+        "01_fp8_formats",
+        "From its smallest positive value to its largest, how many binades (factors of 2) does E4M3 span?",
+        BINADE_OPTIONS, _p01_binades, _binades),
     "per_tensor_flush": PredictionSpec(
         "02_per_tensor_scaling",
         "Outlier channels 1e5 times the rest, E4M3, one scale per tensor: what share of the ordinary values flush to "
         "zero?", FLUSH_OPTIONS, _p02_flush,
         lambda seed: _binned(_flush(seed)["ordinary_underflow"], FLUSH_EDGES, FLUSH_OPTIONS)),
-    "best_block": PredictionSpec(
+    "spike_linger": PredictionSpec(
+        "03_delayed_scaling",
+        "History 16, algo max: after a one-step spike 20 times the usual amax, for how many steps is the SQNR more "
+        "than 3 dB worse than current scaling's?", LINGER_OPTIONS, _p03_linger,
+        lambda seed: _binned(_lagging(seed), LINGER_EDGES, LINGER_OPTIONS)),
+    "block_gain": PredictionSpec(
         "04_per_block_scaling",
-        "Outlier channels at 1e5: which of these keeps the ordinary channels' SQNR highest?",
-        BLOCK_OPTIONS, _p04_block, lambda seed: _winner(_blocks(seed))),
+        "Normal data without outliers, E4M3: how many dB of SQNR does one scale per 1x32 block gain over one scale "
+        "per tensor?", BLOCK_GAIN_OPTIONS, _p04_block, _gain_at),
     "sink_gemm": PredictionSpec(
         "05_fp8_gemm",
         "Outlier channels at 1e5 in a, and b's rows for them zero (as sinks meet weights that ignore them): "
@@ -237,6 +325,13 @@ PREDICTIONS: dict[str, PredictionSpec] = {
         "06_training_live",
         "From which sink value on does tensorwise end more than 5% worse than without sinks (150 steps)?",
         ("10", "100", "1e3", "1e4", "1e5", "1e6", "1e7", "never (up to 1e7)"), _p06_break, _break_at),
+    "step0_ranks": PredictionSpec(
+        "07_beyond_one_machine",
+        "Two processes, each with half of the batch, no amax all-reduce: which recipes' loss at step 0 differs from "
+        "one process's?", RANKS_OPTIONS, _p07_ranks,
+        lambda seed: (next(o for o in RANKS_OPTIONS if sorted(o.split(", ")) == sorted(_step0())), math.inf)),
+
+
     "dy_flush": PredictionSpec(
         "09_below_eight_bits",
         "The LLM-like model's attention projection gradient (blocks.0.qkv's dy, first step) with one E4M3 scale per "

@@ -345,10 +345,17 @@ def scale_from_amax(
                kept within float32's normal range: [2^-126, float32 max].)
       "rceil"  scale = 2**ceil(log2(amax / max))   a power of two rounded up: never clips
       "floor"  scale = 2**(floor(log2(amax)) - floor(log2(max)))   the OCP MX rule: the
-               block max can land up to 2x beyond max and clip (saturate)
+               block max lands in [2^floor(log2 max), 2^(floor(log2 max) + 1)), for E4M3
+               [256, 512): beyond max (448) where amax's mantissa is above 1.75, and clips
+               (saturates) there; elsewhere floor's scale is rceil's
     scale_fmt None: float32 scales; E8M0: the power-of-two rules' scales in 2^-127..2^127 (MX);
     E4M3 (NVFP4): the exact scale amax / max rounded to E4M3, kept within E4M3's normal range
-    [2^-6, 448]; with two_level, first divided by a per-tensor float32 scale
+    [2^-6, 448] (no subnormal scales: a block that needs a smaller scale gets 2^-6 and its
+    small values flush, as torchao's nvfp4_tensor.py clamps to E4M3_EPS =
+    torch.finfo(torch.float8_e4m3fn).tiny; TransformerEngine's compute_decoding_scaling_factor
+    clamps only the top, so its scales reach E4M3's subnormals, and 0 below them: notebook 04's
+    NVFP4 panel shows which blocks the floor catches); with two_level, first divided by a
+    per-tensor float32 scale
     tensor_scale = max(amax) / (448 * fmt.max_value) (1 for an all-zero tensor, at least
     ScaleArgs.min_tensor_scale), so that the E4M3 block scales use their whole range, and
     inverse = (1 / tensor_scale) / scale, as torchao's NVFP4 computes it.

@@ -9,6 +9,7 @@
   models.py       the toy MLP and transformer with sink channels, their tasks
   train.py        train (recipes side by side), train_step, notebook 06's settings and sweeps
   measured.py     the training runs shipped with the lab (the sink cliff, delayed recovery, rowwise's mismatch)
+  published.py    LLM outlier ratios as papers publish them, placed on the lesson's cliff; what flushing costs
   operands.py     one activation as the forward and the weight-gradient GEMM quantize it; why rowwise fails
   sharding.py     an FP8 all-gather of a sharded tensor: where ranks must agree on one amax
   distributed.py  FSDP2 under torchrun on the CPU: the run, its worker and its command line

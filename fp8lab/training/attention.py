@@ -215,11 +215,10 @@ class InProjection:
     made at the part's first call (which parts run depends on whether query, key and value are one
     tensor) or when a state dict brings one."""
 
-    def __init__(self, owner: nn.MultiheadAttention, recipe: Recipe | None, backend: GemmBackend,
-                 monitor: Monitor | None, name: str, amax_reducer: AmaxReducer | None) -> None:
+    def __init__(self, recipe: Recipe | None, backend: GemmBackend, monitor: Monitor | None, name: str,
+                 amax_reducer: AmaxReducer | None) -> None:
         self.recipe, self.backend, self.monitor, self.name = recipe, backend, monitor, name
         self.amax_reducer = amax_reducer
-        self.weight = "in_proj_weight" if owner._qkv_same_embed_dim else "q_proj_weight"
         self.delayed: dict[str, DelayedState] = {}
         self.calls = 0
         self.draws = RoundingDraws(zlib.crc32(name.encode()))  # stochastic rounding's, seeded by the name
@@ -228,7 +227,7 @@ class InProjection:
         if self.recipe is None or self.recipe.delayed is None:
             return None
         if part not in self.delayed:
-            self.delayed[part] = DelayedState(self.recipe.delayed, owner, self.weight, f"{self.name}[{part}]")
+            self.delayed[part] = DelayedState(self.recipe.delayed, owner, f"{self.name}[{part}]")
         return self.delayed[part]
 
     def project(self, owner: nn.Module, part: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -266,7 +265,7 @@ class FP8MultiheadAttention(nn.MultiheadAttention):
                   amax_reducer: AmaxReducer | None = None) -> None:
         """The in-projection's recipe (None or IDENTITY: high precision), backend, monitor and name."""
         recipe = None if recipe == IDENTITY else recipe
-        self.fp8_in_proj = InProjection(self, recipe, backend, monitor, f"{name}.in_proj" if name else "in_proj",
+        self.fp8_in_proj = InProjection(recipe, backend, monitor, f"{name}.in_proj" if name else "in_proj",
                                         amax_reducer)
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:

@@ -256,8 +256,9 @@ def train_case(case: Case, runs: Sequence[str | Run] = TRAINED, steps: int | Non
 def claims(results: dict[str, CaseResult], reports: dict | None = None):
     """A use-case rule of thumb, tested on these runs: DataFrame (claim, model, evidence, holds).
 
-    The rule: per-block scaling suits "complex" models with diverse data such as image
-    recognition; per-tensor scaling suits "certain NLP tasks". A recipe suits a model when it
+    The rule (the lab's wording of a use-case rule of thumb, not the article's): per-block scaling
+    suits complex models with diverse data such as images; per-tensor scaling suits language tasks.
+    A recipe suits a model when it
     is within the budget (CaseResult.suits: held-out loss within BUDGET of fp32's, accuracy
     within ACCURACY_BUDGET for the classifier). Needs results for the three CASES with
     tensorwise and blockwise runs. reports (case -> ReadinessReport), if given, add how many

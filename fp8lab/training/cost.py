@@ -67,7 +67,8 @@ PUBLISHED_NOTE = ("TransformerEngine's figures are 'autocast' ones: each GEMM wi
                   "TransformerEngine runs the 1x128 / 128x128 recipe as MXFP8.")
 
 # Where the ranks of a parallel job must agree on an amax before casting (TransformerEngine: its amax
-# reduction serves sequence-parallel tensors, FP8 weights sharded by FSDP, and delayed scaling's histories).
+# reduction serves sequence-parallel tensors, FP8 weights sharded by FSDP, and, optionally, delayed scaling's
+# histories).
 PARALLEL = ("one process", "data parallel", "FSDP: FP8 all-gather of weights",
             "sequence parallel: FP8 all-gather of activations")
 
@@ -133,8 +134,9 @@ def _amax_text(recipe: Recipe, parallel: str = "one process") -> str:
             text += ", under one tensor scale from the whole tensor's amax (read twice)"
     if parallel == "data parallel":
         if recipe.delayed is not None:
-            return text + ("; data parallel: the histories are all-reduced so that every rank keeps the same scales "
-                           "(TransformerEngine's reduce_amax)")
+            return text + ("; data parallel: the histories may be all-reduced so that every rank keeps the same "
+                           "scales (TransformerEngine's reduce_amax, on by default; required only with sequence "
+                           "parallelism)")
         return text + "; data parallel: nothing to agree on (each rank's GEMMs read only its own tensors)"
     if parallel.startswith("FSDP"):
         if isinstance(recipe.weight.granularity, PerTensor) or recipe.weight.two_level:

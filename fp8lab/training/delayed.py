@@ -44,15 +44,15 @@ def in_recompute() -> bool:
 
 
 def _on_optimizer_step(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
-    """torch.optim's global step post-hook: the step of every layer whose weight this optimizer holds
-    (or whose weight trains in no optimizer: requires_grad False) ends now."""
+    """torch.optim's global step post-hook: the step of every layer ends whose parameters this optimizer
+    holds (any of them), or that has no trainable parameter (a frozen layer steps with any optimizer)."""
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     for state in list(_STATES):
         module = state.module()
         if module is None or state.policy != "step":
             continue
-        weight = getattr(module, state.weight, None)
-        if weight is None or id(weight) in held or not weight.requires_grad:
+        params = list(module.parameters())
+        if any(id(p) in held for p in params) or not any(p.requires_grad for p in params):
             state.commit()
 
 
@@ -65,8 +65,9 @@ def _hook_optimizers() -> None:
 
 def end_step(model: nn.Module | None = None) -> int:
     """End the training step of every delayed-scaling layer of `model` (None: of every model): its
-    pending amaxes enter its histories. torch.optim optimizers do this when they step; call it after
-    the step of any other optimizer. Returns how many layers took an entry."""
+    pending amaxes enter its histories. torch.optim optimizers do this when they step (for the layers
+    whose parameters they hold); call it after the step of any other optimizer. Returns how many
+    layers took an entry."""
     states = list(_STATES) if model is None else [
         s for m in model.modules() for s in _states_of(m)]
     return sum(s.commit() for s in states)
@@ -83,8 +84,8 @@ def _states_of(module: nn.Module) -> Iterator[DelayedState]:
 class DelayedState:
     """One FP8 GEMM site's delayed scaling: an AmaxHistory per role, this step's pending amax per role.
 
-    module: the module that owns it (its `training` flag, and its attribute `weight` names the weight
-    whose optimizer's step ends the step); name: for messages.
+    module: the module that owns it (its `training` flag; an optimizer step over its parameters ends the
+    step); name: for messages.
 
     scale_amax(role, current) -> the amax this role is scaled with in this step (the history's, or the
     current amax while the history is empty); observe(role, current) adds a training forward's (or its
@@ -94,9 +95,8 @@ class DelayedState:
     (TransformerEngine likewise keeps its last finite scale). An infinite amax raises ValueError.
     """
 
-    def __init__(self, spec: DelayedSpec, module: nn.Module, weight: str = "weight", name: str = "") -> None:
+    def __init__(self, spec: DelayedSpec, module: nn.Module, name: str = "") -> None:
         self.policy = spec.record
-        self.weight = weight  # the module's attribute holding the weight an optimizer steps
         self.histories: dict[str, AmaxHistory] = {role: spec.new_history() for role in ROLES}
         self.pending: dict[str, float] = {}
         self.skipped: dict[str, int] = dict.fromkeys(ROLES, 0)
@@ -109,7 +109,7 @@ class DelayedState:
     def __deepcopy__(self, memo: dict) -> DelayedState:
         new = DelayedState.__new__(DelayedState)
         memo[id(self)] = new
-        new.policy, new.name, new.weight = self.policy, self.name, self.weight
+        new.policy, new.name = self.policy, self.name
         new.histories = {role: _copy_history(h) for role, h in self.histories.items()}
         new.pending, new.skipped, new.unstepped = dict(self.pending), dict(self.skipped), self.unstepped
         owner = memo.get(id(self.module()))  # the module's copy, made before its attributes are copied
@@ -192,3 +192,4 @@ def _copy_history(h: AmaxHistory) -> AmaxHistory:
     for a in h.history:
         new.record(a)
     return new
+

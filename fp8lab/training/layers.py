@@ -441,7 +441,7 @@ class FP8Linear(nn.Linear):
         self.amax_reducer = amax_reducer
         self.calls = 0
         self.draws = RoundingDraws(zlib.crc32(name.encode()))  # stochastic rounding's, seeded by the layer's name
-        self.delayed = (DelayedState(self.recipe.delayed, self, "weight", name)
+        self.delayed = (DelayedState(self.recipe.delayed, self, name)
                         if self.recipe is not None and self.recipe.delayed is not None else None)
 
     @property

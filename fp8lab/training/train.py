@@ -4,7 +4,8 @@ Public: train (several recipes from the same weights on the same batches), Train
 train_step (the one training step every caller uses), BASELINES, LESSON (notebook 06's
 settings), block_size_recipes, delayed_recipes, compare_real_emulated, lesson_table,
 cliff_sweep and history_sweep (the runs behind notebook 06's sink cliff and exercises, shipped
-in fp8lab.training.measured), steps_to_recover. The models and tasks are fp8lab.training.models.
+in fp8lab.training.measured), steps_to_recover, history_in_a_loop (what a delayed layer's history
+records in a training loop: notebook 03). The models and tasks are fp8lab.training.models.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.progress import progress_bar
 from fp8lab.training.convert import convert
+from fp8lab.training.delayed import end_step
 from fp8lab.training.layers import Monitor
 from fp8lab.training.models import MODELS, MarkovTask, TeacherTask, make_model
 
@@ -443,3 +445,50 @@ def steps_to_recover(underflow_by_step, drop_step: int = LESSON.gain_drop_step, 
         return 0
     last_bad = int(bad.index.max())
     return None if last_bad >= int(after.index.max()) else last_bad + 1 - drop_step
+
+
+def history_in_a_loop(steps: int = 6, micro_batches: int = 2, nan_step: int | None = 3, seed: int = 0):
+    """What an FP8 layer's delayed-scaling history records in a training loop (notebook 03), step by step.
+
+    A delayed-scaling layer trains `steps` optimizer steps of `micro_batches` micro-batches each; after
+    each step's micro-batches an evaluation forward runs on a batch 100x larger in magnitude (under
+    no_grad); on `nan_step` the first micro-batch holds a NaN: its loss is NaN, so that step takes no
+    optimizer step (as a loss scaler skips it) and ends by fp8lab.nn.end_step. Returns a DataFrame, one
+    row per step: the input amax of each micro-batch, the evaluation batch's amax, the amax the step's
+    input scale came from, the history's length and its largest entry after the step, and the step's
+    loss (the mean over its micro-batches).
+    """
+    import pandas as pd
+
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    layer = convert(nn.Linear(16, 8), "delayed", backend="emulated")
+    opt = torch.optim.SGD(layer.parameters(), lr=0.05)
+    history = layer.histories["input"]
+    rows = []
+    for step in range(steps):
+        scaled_with = history.amax()
+        losses, amaxes = [], []
+        for micro in range(micro_batches):
+            x = torch.randn(32, 16, generator=g) * (1 + step / 2)
+            if step == nan_step and micro == 0:
+                x[0, 0] = math.nan
+            amaxes.append(float(x.abs().max()))
+            loss = layer(x).square().mean()
+            losses.append(float(loss.detach()))
+            if math.isfinite(losses[-1]):
+                loss.backward()
+        evaluation = torch.randn(32, 16, generator=g) * 100
+        with torch.no_grad():
+            layer(evaluation)
+        if all(math.isfinite(v) for v in losses):
+            opt.step()
+        else:
+            end_step(layer)
+        opt.zero_grad()
+        rows.append({"step": step, **{f"amax, micro-batch {i + 1}": a for i, a in enumerate(amaxes)},
+                     "evaluation amax": float(evaluation.abs().max()),
+                     "scaled with": amaxes[0] if scaled_with is None else scaled_with,
+                     "history entries": len(history), "history max": history.amax(),
+                     "loss": sum(losses) / len(losses)})
+    return pd.DataFrame(rows).set_index("step")

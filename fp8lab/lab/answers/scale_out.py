@@ -11,32 +11,13 @@ from __future__ import annotations
 import functools
 
 from fp8lab.lab.answers.base import Answer, decibels
-from fp8lab.lab.predictions import _pct
+from fp8lab.lab.predictions import _pct, token_spans
 
 __all__ = ["ANSWERS"]
 
 
-def _token_spans() -> dict[str, dict[str, int | None]]:
-    """Per recipe, the tokens one scale of each activation or gradient operand covers (None: all of them;
-    NVFP4's fp32 tensor scale covers all of them too), per GEMM."""
-    from fp8lab.numerics.recipes import GEMMS, RECIPES, get_recipe
-    from fp8lab.training.layers import tokens_per_scale
-
-    out = {}
-    for name in RECIPES:
-        r = get_recipe(name)
-        spans = {}
-        for gemm, roles in GEMMS.items():
-            for role in roles:
-                s = r.scaling(role, gemm)
-                if s is not None and role != "weight":
-                    spans[f"{gemm} {role}"] = None if s.two_level else tokens_per_scale(role, gemm, s.granularity)
-        out[name] = spans
-    return out
-
-
 def _q07_ranks() -> Answer:
-    spans = _token_spans()
+    spans = token_spans()
     fprop_all = [r for r, s in spans.items() if s["fprop input"] is None]
     later = [r for r, s in spans.items() if s["fprop input"] is not None and None in s.values()]
     never = [r for r, s in spans.items() if None not in s.values()]

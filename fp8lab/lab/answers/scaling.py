@@ -60,12 +60,20 @@ def _q02_window() -> Answer:
 
 
 def _q02_cliff() -> Answer:
+    from fp8lab.lab.panels.nvfp4 import nvfp4_collapse
+
     p = _panel("cliff")
     d = p.update(measure="ordinary_sqnr_db", distribution="normal")
     df = d["df"].set_index(["recipe", "outliers"])
     at = {r: float(df.loc[(r, 1e6), "ordinary_sqnr_db"]) for r in d["cliffs"]}
     flushed = {r: float(df.loc[(r, 1e6), "ordinary_underflow"]) for r in d["cliffs"]}
+    clean = {r: float(df.loc[(r, 1.0), "ordinary_sqnr_db"]) for r in ("tensorwise", "nvfp4")}
     cl = d["cliffs"]
+    nv = nvfp4_collapse(shape=p.shape).set_index("outliers")  # on this panel's tensor
+    low = float(nv.loc[[m for m in nv.index if 0 < m <= 1e4], "clean_flushed"].max())
+    pub = d["published"][d["published"].ratio == 1e5].set_index("recipe")
+    massive = float(pub["outliers"].iloc[0])
+    clean_db = {r: float(df.loc[(r, 1.0), "ordinary_sqnr_db"]) for r in d["cliffs"]}
     return Answer(
         "02_per_tensor_scaling",
         "Where does each recipe's curve fall off, and why there for per-tensor E4M3?",
@@ -75,12 +83,30 @@ def _q02_cliff() -> Answer:
         "normal range (15 binades below 448) once the outliers are ~10^4 times larger, and flush to zero past all 18 "
         "binades, ~10^5 and beyond. At 1e6x: " +
         ", ".join(f"{r} {at[r]:.1f} dB ({_pct(flushed[r])} flushed)" for r in at) +
-        ": a block only loses the ordinary values that share it with an outlier, so smaller blocks lose less.",
+        ". For the E4M3 block recipes a block only loses the ordinary values that share it with an outlier, so "
+        f"smaller blocks lose less. nvfp4 starts lower ({clean['nvfp4']:.1f} dB against tensorwise's "
+        f"{clean['tensorwise']:.1f} dB without outliers: E2M1 keeps 1 mantissa bit, E4M3 3) and falls off first for "
+        "two reasons. First its block-mates: E2M1 spans 0.5 to 6 (3.6 binades), so a 16-value block that holds an "
+        "outlier channel flushes the ordinary values beside it once the outlier is a few dozen times larger. Then "
+        "the blocks without an outlier: NVFP4's per-tensor scale, amax / (448 x 6), grows with the outliers until "
+        "those blocks need E4M3 scales below E4M3's smallest normal, 2^-6, where fp8lab (as torchao) clamps them: "
+        f"their values flush {_pct(low)} at 1e4x and below (E2M1's own range), {_pct(nv.loc[1e5, 'clean_flushed'])} "
+        f"at 1e5x, {_pct(nv.loc[1e6, 'clean_flushed'])} at 1e6x (notebook 04's NVFP4 panel shows the scales "
+        "against the floor). The massive activations' published example, 100,000 times the other values' median, "
+        f"is {massive:,.0f}x here: " + ", ".join(f"{r} {pub.loc[r, 'ordinary_sqnr_db']:.1f} dB "
+                                                 f"({_pct(pub.loc[r, 'ordinary_underflow'])} flushed)"
+                                                 for r in pub.index) +
+        ": per tensor and per row past the start of the cliff, blocks along K still near their clean SQNR.",
         {"tensorwise falls off first among the E4M3 recipes, at 1e4x":
              cl["tensorwise"] == 1e4 and all(v is None or v >= 1e4 for r, v in cl.items() if r != "nvfp4"),
-         "nvfp4 falls off at 1e3x or below (E2M1: 3.6 binades)": cl["nvfp4"] is not None and cl["nvfp4"] <= 1e3,
+         "nvfp4 falls off at 1e3x or below": cl["nvfp4"] is not None and cl["nvfp4"] <= 1e3,
          "at 1e6x: mxfp8 > blockwise > rowwise in ordinary SQNR": at["mxfp8"] > at["blockwise"] > at["rowwise"],
-         "at 1e6x tensorwise flushes every ordinary value": flushed["tensorwise"] > 0.99},
+         "at 1e6x tensorwise flushes every ordinary value": flushed["tensorwise"] > 0.99,
+         "at the massive-activation ratio tensorwise and rowwise lie over 3 dB below their clean SQNR, blockwise and "
+         "mxfp8 within 3 dB": all(pub.loc[r, "ordinary_sqnr_db"] < clean_db[r] - 3 for r in ("tensorwise", "rowwise"))
+         and all(pub.loc[r, "ordinary_sqnr_db"] > clean_db[r] - 3 for r in ("blockwise", "mxfp8")),
+         "nvfp4's blocks without an outlier flush under 10% up to 1e4x, over 20% at 1e5x, over 99% at 1e6x":
+             bool(low < 0.1 and nv.loc[1e5, "clean_flushed"] > 0.2 and nv.loc[1e6, "clean_flushed"] > 0.99)},
     )
 
 
@@ -132,6 +158,54 @@ def _q03_delayed() -> Answer:
              spike_clips[h, m] for h in (1, 4, 16, 64) for m in range(4)),
          "margin 4 (16x) is the first that covers the spike with history 16 (its amax is 15-16x the max used)":
              stops[16] == 4 and 15 <= ratio[16] <= 16},
+    )
+
+
+def _q03_loop() -> Answer:
+    import math
+    import warnings
+
+    from fp8lab.numerics.scaling import AmaxHistory
+    from fp8lab.training.train import history_in_a_loop
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (the NaN's warning: the notebook shows it)
+        df = history_in_a_loop()
+    steps, nan_step = len(df), 3
+    micro = [c for c in df.columns if c.startswith("amax, micro-batch")]
+    clean = df[micro].where(df[micro].notna())
+    entries = int(df["history entries"].iloc[-1])
+    evaluation_set_it = bool((df["history max"] >= df["evaluation amax"].min()).any())
+    after = float(df.loc[nan_step + 1, "scaled with"])
+    step_max = clean.max(axis=1)
+    # the same steps replayed by a bare AmaxHistory that takes the NaN in
+    poisoned = AmaxHistory(16, "max").replay([math.nan if i == nan_step else float(step_max.iloc[i])
+                                              for i in range(steps)])
+    return Answer(
+        "03_delayed_scaling",
+        "(4) How many entries does the input's history hold after six steps of two micro-batches each, and why not "
+        "twelve? (5) Did the 100x evaluation batches ever set the scale? (6) Step 3's loss is NaN: what does step 4 "
+        "scale with, and what would it have scaled with had the NaN entered the history?",
+        f"(4) {entries}: one per optimizer step. Both micro-batches of a step scale with the history as the step "
+        "found it, and the larger of their two amaxes enters when the optimizer steps (each row's history max is "
+        "the larger micro-batch amax of its step, whenever that exceeds the entries before it). (5) No: the "
+        "evaluation forwards run under no_grad, so they record nothing; their amaxes "
+        f"({df['evaluation amax'].min():.0f}-{df['evaluation amax'].max():.0f}) never appear in the history, whose "
+        f"largest entry is {df['history max'].max():.2f}. (6) Step 4 scales with {after:.2f}, step 3's clean "
+        f"micro-batch amax (the max of the history). Had the NaN entered (an AmaxHistory replaying these steps with "
+        f"it), step 4 would scale with {poisoned[nan_step + 1]}, and so would every step until the NaN left the "
+        "16-step history: every scale NaN, every output NaN, the layer blind that long.",
+        {"one history entry per optimizer step, not per micro-batch": entries == steps,
+         "each step's entry is the larger of its micro-batches' amaxes":
+             all(math.isclose(df["history max"].iloc[i], step_max.iloc[: i + 1].max(), rel_tol=1e-6)
+                 for i in range(steps)),
+         "the evaluation batches never enter the history": not evaluation_set_it,
+         "the NaN step's loss is NaN and the next is finite":
+             math.isnan(df.loc[nan_step, "loss"]) and math.isfinite(df.loc[nan_step + 1, "loss"]),
+         "the step after the NaN scales with a finite amax, the clean micro-batch's": math.isclose(
+             after, float(clean.loc[nan_step].max()), rel_tol=1e-6),
+         "a history that took the NaN in scales every later step with NaN": all(
+             math.isnan(v) for v in poisoned[nan_step + 1:])},
     )
 
 
@@ -193,6 +267,7 @@ def _q04_sweep() -> Answer:
     floor, rceil = mx.loc[("E8M0 scales, floor (OCP)", "1x32")], mx.loc[("E8M0 scales, rceil", "1x32")]
     higher = [b for b in dict.fromkeys(out.block) if mx.loc[("E8M0 scales, floor (OCP)", b), "sqnr_db"] >
               mx.loc[("E8M0 scales, rceil", b), "sqnr_db"]]
+    same = _same_scale_share()
     return Answer(
         "04_per_block_scaling",
         "For normal data without outliers, how many dB separate 1x32 from per-tensor? Why so few?",
@@ -202,16 +277,63 @@ def _q04_sweep() -> Answer:
         f"the ordinary channels: 1x32 {o['1x32']:.1f} dB vs per-tensor {o['per-tensor']:.1f} dB. There (the panel's "
         f"default) the OCP floor rule scores the higher SQNR at {len(higher)} of {out.block.nunique()} block sizes "
         f"(1x32: {floor['sqnr_db']:.1f} dB against rceil's {rceil['sqnr_db']:.1f}) but clips "
-        f"{_pct(floor['overflow'])} of the values at 1x32 (rceil {_pct(rceil['overflow'])}): rounding the scale down "
-        "keeps small values further from the bottom of the window and clips each block's largest, which is the harm "
-        "NVIDIA reports in pre-training.",
+        f"{_pct(floor['overflow'])} of the values at 1x32 (rceil {_pct(rceil['overflow'])}). The two rules give the "
+        f"same scale in {_pct(same)} of the 1x32 blocks (those whose amax mantissa is at most 1.75); in the others "
+        "floor's scale is half rceil's, which keeps small values further from the bottom of the window and clips "
+        "those blocks' largest values, the harm NVIDIA reports in pre-training.",
         {"without outliers 1x32 gains less than 1 dB over per-tensor": c["1x32"] - c["per-tensor"] < 1,
          "with outliers at 1e5, 1x32 gains more than 10 dB on the ordinary channels": o["1x32"] - o["per-tensor"] > 10,
          "with outliers at 1e5, floor has the higher SQNR at most block sizes": len(higher) > out.block.nunique() / 2,
-         "floor clips values at 1x32, rceil none": floor["overflow"] > 0 and rceil["overflow"] == 0},
+         "floor clips values at 1x32, rceil none": floor["overflow"] > 0 and rceil["overflow"] == 0,
+         "floor and rceil give the same scale in most 1x32 blocks (70-95%)": 0.7 < same < 0.95},
+    )
+
+
+def _same_scale_share() -> float:
+    """The share of notebook 04's 1x32 blocks (outliers 1e5) whose E8M0 scale is the same under floor and rceil."""
+    from fp8lab.data.synthetic import sample
+    from fp8lab.lab.panels.blocks import activation_shape
+    from fp8lab.numerics.formats import E4M3, E8M0
+    from fp8lab.numerics.quantize import quantize
+    from fp8lab.numerics.scaling import PerBlock
+
+    x = sample("normal", activation_shape(), 1e5, seed=0)
+    floor, rceil = (quantize(x, E4M3, PerBlock(1, 32), rule, scale_fmt=E8M0).scale for rule in ("floor", "rceil"))
+    return float((floor == rceil).float().mean())
+
+
+def _q04_nvfp4() -> Answer:
+    p = _panel("nvfp4")
+    c = p.curve.set_index("outliers")
+    base = float(c.loc[0.0, "clean_flushed"])
+    first = next(m for m in c.index if m > 0 and c.loc[m, "clean_flushed"] > 2 * base)
+    ts = float(c.loc[first, "tensor_scale"])
+    return Answer(
+        "04_per_block_scaling",
+        "From which outlier magnitude on do the blocks *without* an outlier lose their values, and why there?",
+        f"From {magnitude(first)}x: up to 1e4x they flush {_pct(base)} of their values, E2M1's own range (a block's "
+        "values below about a 24th of its largest round to 0); at "
+        f"{magnitude(first)}x, {_pct(c.loc[first, 'clean_flushed'])}; at 1e6x, {_pct(c.loc[1e6, 'clean_flushed'])}. "
+        "NVFP4's tensor scale is amax / (448 x 6), so a block's E4M3 scale is 448 x its largest value / the tensor's "
+        "largest. A block without an outlier holds values ~1 against outliers ~4.5 x the magnitude: past "
+        "448 / 2^-6 = 28,672 times its largest, its scale falls below E4M3's smallest normal, 2^-6, where fp8lab "
+        f"(as torchao) clamps it: at {magnitude(first)}x {_pct(c.loc[first, 'at_floor'])} of these blocks sit at the "
+        f"floor (tensor scale {ts:.3g}), a scale larger than they need, so their small values round to 0. "
+        "TransformerEngine clamps only the top: at "
+        f"{magnitude(first)}x those blocks need scales between 2^-10 and 2^-6 ({_pct(c.loc[first, 'below_subnormals'])}"
+        " below 2^-10), which it stores as E4M3 subnormals, on a coarse grid (steps of 2^-9) but near what they "
+        f"need; at 1e6x {_pct(c.loc[1e6, 'below_subnormals'])} need less than 2^-10, where even a subnormal scale "
+        "rounds to 0: lost in either engine. The collapse is the two-level scale's range, not E2M1's.",
+        {"blocks without an outlier flush under 10% up to 1e4x": bool(c.loc[[m for m in c.index if m <= 1e4],
+                                                                             "clean_flushed"].max() < 0.1),
+         "at 1e5x every block without an outlier sits at E4M3's floor and over 20% of their values flush":
+             bool(first == 1e5 and c.loc[1e5, "at_floor"] == 1 and c.loc[1e5, "clean_flushed"] > 0.2),
+         "at 1e5x none needs a scale below 2^-10; at 1e6x all do, and over 99% of their values flush":
+             bool(c.loc[1e5, "below_subnormals"] == 0 and c.loc[1e6, "below_subnormals"] == 1
+                  and c.loc[1e6, "clean_flushed"] > 0.99)},
     )
 
 
 
 
-ANSWERS = (_q02_window, _q02_cliff, _q03_delayed, _q04_blocks, _q04_sweep)
+ANSWERS = (_q02_window, _q02_cliff, _q03_delayed, _q03_loop, _q04_blocks, _q04_sweep, _q04_nvfp4)

@@ -39,6 +39,8 @@ def check_block_amax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Feedbac
         if err:
             return Feedback(False, f"{name}: {err}")
         want = quantize(x, E4M3, PerBlock(1, block)).amax
+        if got is None:
+            return Feedback(False, "fn returned None: write the code that returns the amaxes.")
         got = _tensor(got)
         if tuple(got.shape) != tuple(want.shape):
             msg = f"{name}: expected shape {tuple(want.shape)} (M, K / block), got {tuple(got.shape)}."

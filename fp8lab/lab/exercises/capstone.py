@@ -78,6 +78,9 @@ def check_capstone(prediction: dict, result, report) -> Feedback:
     if not isinstance(prediction, dict) or not {"recipe", "monitor"} <= set(prediction):
         return Feedback(False, "predict with a dict: {'recipe': 'tensorwise', 'monitor': 'underflow'}")
     runs = _fp8_runs(result)
+    if prediction["recipe"] is None or prediction["monitor"] is None:
+        return Feedback(False, f"fill in your prediction first: a recipe ({', '.join(runs)}) and a monitor "
+                               f"({', '.join(MONITORS)})")
     recipe = str(prediction["recipe"]).strip().lower()
     monitor = str(prediction["monitor"]).strip().lower()
     if recipe not in runs:

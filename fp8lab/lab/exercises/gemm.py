@@ -82,6 +82,8 @@ def check_scaled_gemm(fn: Callable[[GemmOperand, GemmOperand], torch.Tensor]) ->
                          "the [M, N] result directly.")
             return Feedback(False, f"{name}: {err}.{extra}")
         want = _reference_gemm(a_q, b_q)
+        if got is None:
+            return Feedback(False, "fn returned None: write the code that returns the product.")
         got = _tensor(got).double()
         if got.shape != want.shape:
             return Feedback(False, f"{name}: expected shape {tuple(want.shape)}, got {tuple(got.shape)}. "

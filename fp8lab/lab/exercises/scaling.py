@@ -43,6 +43,8 @@ def check_scale(scale_fn: Callable[[torch.Tensor], float]) -> Feedback:
         if err:
             return Feedback(False, f"{name}: {err}")
         want = float(quantize(x, E4M3, PerTensor()).scale)
+        if got is None:
+            return Feedback(False, "scale_fn returned None: write the code that returns the scale.")
         got = float(got)
         if math.isclose(got, want, rel_tol=1e-5):
             continue

@@ -61,6 +61,8 @@ def check_survivors(answer) -> Feedback:
     chosen, err = _names(answer)
     if chosen is None:
         return Feedback(False, err)
+    if not chosen:
+        return Feedback(False, "an empty set: name the recipes you found within 5% in the live panel.")
     unknown = chosen - set(RECIPES) - set(BASELINES)
     if unknown:
         return Feedback(False, f"unknown recipes {sorted(unknown)}; choose from {', '.join(RECIPES)}")

@@ -4,8 +4,9 @@
   setup_check.py  00: TimingPanel          formats.py   01: BitsPanel, NumberLinePanel
   per_tensor.py   02: PerTensorPanel, CliffPanel        delayed.py   03: DelayedPanel
   blocks.py       04: BlockPanel, BlockSweepPanel       gemm.py      05: GemmOperandsPanel, GemmPanel,
-                                                                     AccumulationPanel
+  nvfp4.py        04: Nvfp4ScalesPanel                               AccumulationPanel
   training.py     06: TrainingPanel, TrainingCliffPanel mismatch.py  06: MismatchPanel
+  weights.py      06: WeightCopiesPanel
   distributed.py  07: DistributedPanel, ExportPanel
   cost.py         05, 08: CostPanel
   gradients.py    09: GradientPanel             fp4.py       09: TwoDWeightPanel, HadamardPanel, RoundingPanel,
@@ -30,9 +31,11 @@ from fp8lab.lab.panels.fp4 import HadamardPanel, HighPrecisionPanel, PartsPanel,
 from fp8lab.lab.panels.gemm import AccumulationPanel, GemmOperandsPanel, GemmPanel
 from fp8lab.lab.panels.gradients import GradientPanel
 from fp8lab.lab.panels.mismatch import MismatchPanel
+from fp8lab.lab.panels.nvfp4 import Nvfp4ScalesPanel
 from fp8lab.lab.panels.per_tensor import CliffPanel, PerTensorPanel
 from fp8lab.lab.panels.setup_check import TimingPanel
 from fp8lab.lab.panels.training import TrainingCliffPanel, TrainingPanel
+from fp8lab.lab.panels.weights import WeightCopiesPanel
 
 __all__ = [
     "LIVE_PANELS",
@@ -53,6 +56,7 @@ __all__ = [
     "HighPrecisionPanel",
     "MismatchPanel",
     "NumberLinePanel",
+    "Nvfp4ScalesPanel",
     "Panel",
     "PartsPanel",
     "PerTensorPanel",
@@ -61,14 +65,17 @@ __all__ = [
     "TrainingCliffPanel",
     "TrainingPanel",
     "TwoDWeightPanel",
+    "WeightCopiesPanel",
     "sweep_values",
 ]
 
 PANELS: dict[str, Callable[[], Panel]] = {
     "timing": TimingPanel, "bits": BitsPanel, "number_line": NumberLinePanel, "per_tensor": PerTensorPanel,
     "cliff": CliffPanel, "delayed": DelayedPanel, "block": BlockPanel, "block_sweep": BlockSweepPanel,
+    "nvfp4": Nvfp4ScalesPanel,
     "gemm_operands": GemmOperandsPanel, "gemm": GemmPanel, "accumulation": AccumulationPanel,
     "training": TrainingPanel, "training_cliff": TrainingCliffPanel, "mismatch": MismatchPanel,
+    "weight_copies": WeightCopiesPanel,
     "distributed": DistributedPanel, "export": ExportPanel,
     "cost": CostPanel,
     "gradients": GradientPanel, "two_d_weights": TwoDWeightPanel, "hadamard": HadamardPanel,

@@ -46,11 +46,12 @@ class DelayedPanel(Panel):
             margin=W.IntSlider(value=0, min=0, max=4, description="margin"),
         )
         self.steps = 80  # longer than the longest history after the spike, so every length shows
+        self.seed = 0  # the stream's draw (tests and the prediction's margins try others)
 
     def compute(self, history, algo, spike, drift, fmt, margin) -> dict:
         # every step as one row: per-row scaling of the stack is per-tensor scaling of each step
         steps = torch.stack(activation_stream(self.steps, (16, 128), spike_step=self.steps // 4, spike=spike,
-                                              drift=drift)).reshape(self.steps, -1)  # (steps, 32 * 128)
+                                              drift=drift, seed=self.seed)).reshape(self.steps, -1)  # (steps, 32 * 128)
         current = quantize(steps, fmt, PerRow(), "exact", margin)  # each step's own amax
         amax = current.amax.flatten()
         used = torch.tensor(AmaxHistory(history, algo).replay(amax.tolist()))

@@ -58,8 +58,7 @@ class TwoDWeightPanel(Panel):
     def __init__(self) -> None:
         g = torch.Generator().manual_seed(0)
         self.weight = _lesson_weight()
-        self.x = torch.randn(32, self.weight.shape[1], generator=g)
-        self.dy = torch.randn(32, self.weight.shape[0], generator=g)
+        self.dy = torch.randn(32, self.weight.shape[0], generator=g)  # a gradient for dx = dy @ w
         spots = torch.randperm(self.weight.numel(), generator=g)[:8]  # where the outlier weights go
         self.spots = spots
         super().__init__(
@@ -71,20 +70,18 @@ class TwoDWeightPanel(Panel):
         )
 
     def compute(self, recipe, blocks, outliers) -> dict:
+        from fp8lab.lab.panels.weights import weight_copies
         from fp8lab.numerics.recipes import get_recipe
-        from fp8lab.training.layers import layer_gemms
 
         w = self.weight.clone()
         w.view(-1)[self.spots] *= outliers
         r = get_recipe(recipe).with_2d_weight(blocks)
-        pairs = layer_gemms(self.x, w, self.dy, r)
-        wf = pairs["fprop"][1].dequantize()  # (N, K): fprop's copy
-        wd = pairs["dgrad"][1].dequantize().t()  # dgrad's copy of w^T[K, N], back as (N, K)
+        c = weight_copies(w, r)  # as FP8Linear builds them (notebook 06's panel computes the same)
+        wf, wd = c["fprop"], c["dgrad"]  # (N, K) both: fprop's copy, dgrad's copy of w^T read back as w
         dx_chain = self.dy.double() @ wf.double()  # the gradient of the forward that ran
         dx_dgrad = self.dy.double() @ wd.double()  # what dgrad computes
-        block = r.weight.granularity
-        return {"wf": wf, "wd": wd, "w": w, "differ": float((wf != wd).double().mean()), "copies": _rel(wd, wf),
-                "dx": _rel(dx_dgrad, dx_chain), "err_f": _rel(wf, w), "err_d": _rel(wd, w), "block": block.label,
+        return {"wf": wf, "wd": wd, "w": w, "differ": c["share"], "copies": c["gap"], "dx": _rel(dx_dgrad, dx_chain),
+                "err_f": c["fprop_error"], "err_d": c["dgrad_error"], "block": r.weight.granularity.label,
                 "recipe": r.weight.fmt.name, "two_d": blocks}
 
     def draw(self, data, axes) -> None:

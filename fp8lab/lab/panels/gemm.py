@@ -16,6 +16,7 @@ import torch
 from fp8lab.data.synthetic import DISTRIBUTIONS, sample
 from fp8lab.figures import gemms, plots
 from fp8lab.gemm import AccumulatorModel, accumulation_errors, matmul, resolve_backend
+from fp8lab.gemm.accumulation import operand_rounding_error
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     Panel,
@@ -140,10 +141,15 @@ class GemmPanel(Panel):
 
 
 class AccumulationPanel(Panel):
-    """Limited-precision accumulation (Hopper's ~14 bits) and DeepSeek-V3's promotion fix."""
+    """Limited-precision accumulation (Hopper's ~14 bits) and DeepSeek-V3's promotion fix, in both readings of
+    DeepSeek-V3's sentence side by side (fp8lab.gemm.accumulation.ALIGNMENTS), beside what rounding the same inputs
+    to E4M3 costs and DeepSeek-V3's "nearly 2%"."""
 
-    title = "accumulation precision: error vs K"
+    title = "accumulation precision: error vs K, in both readings of DeepSeek-V3's sentence"
+    ncols, width, height, right = 2, 4.0, 3.2, 0.3
     keep_axes = True
+    READINGS: ClassVar[dict[str, str]] = {"running": "aligned with the running sum",
+                                          "group": "each group aligned alone"}
 
     def __init__(self) -> None:
         super().__init__(
@@ -155,48 +161,79 @@ class AccumulationPanel(Panel):
         )
         self.ks = [128, 256, 512, 1024] if smoke() else [128, 256, 512, 1024, 2048, 4096]
         self._curves: dict[tuple, list[float]] = {}  # (model or None for fp32, distribution, measure) -> error per K
+        self._check = None  # both readings against DeepSeek-V3's 2% at K = 4096, 14 bits: computed once
 
     # what the error is measured over: the whole output, or its worst element (DeepSeek-V3's "maximum relative error")
     MEASURES: ClassVar[dict[str, str]] = {"the whole output (Frobenius norm)": "frobenius",
                                           "the worst output element (maximum)": "max"}
 
-    def _curve(self, model: AccumulatorModel | None, distribution: str, measure: str) -> list[float]:
+    def _curve(self, model: AccumulatorModel | str | None, distribution: str, measure: str) -> list[float]:
         """One curve (error per K), computed once per model, inputs and measure: a drag back over a value
-        (or a promotion change, which leaves the unpromoted curve as it was) reuses it."""
+        (or a promotion change, which leaves the unpromoted curve as it was) reuses it. model "inputs": what
+        rounding the inputs to E4M3 costs (no accumulation error at all)."""
         key = (model, distribution, measure)
         if key not in self._curves:
             if len(self._curves) > 256:
                 self._curves.clear()
-            self._curves[key] = [max(e, 1e-9) for e in accumulation_errors(self.ks, model, distribution,
-                                                                          measure=measure)]
+            if model == "inputs":
+                errors = [operand_rounding_error(k, distribution, measure=measure) for k in self.ks]
+            else:
+                errors = accumulation_errors(self.ks, model, distribution, measure=measure)
+            self._curves[key] = [max(e, 1e-9) for e in errors]
         return self._curves[key]
 
     def compute(self, bits, promote, distribution, measure) -> dict:
-        # the settings go in the title, not the legend: the legend stays as the sliders move
-        settings = {"fp32 accumulation": None, "no promotion": AccumulatorModel(bits - 1, 32, None)}
-        if promote:
-            settings["promoted to fp32"] = AccumulatorModel(bits - 1, 32, promote)
-        rows = [{"accumulation": label, "K": k, "relative error": e}
-                for label, model in settings.items()
-                for k, e in zip(self.ks, self._curve(model, distribution, measure), strict=True)]
-        return {"df": pd.DataFrame(rows), "distribution": distribution, "bits": bits, "promote": promote,
-                "measure": measure}
+        from fp8lab.gemm.accumulation import deepseek_check
 
-    def draw(self, data, ax) -> None:
-        every = f", promoted every {data['promote']}" if data["promote"] else ", never promoted"
-        worst = "; worst element" if data["measure"] == "max" else ""
-        plots.gemm_error_vs_k(data["df"], ax, title=f"{data['bits']}-bit accumulator{every}{worst}")
-        plots.steady_limits(ax, "y", lo=1e-9, hi=1)  # every setting's errors (1e-9: fp32's floor)
+        frames = {}
+        for alignment in self.READINGS:
+            # the settings go in the title, not the legend: the legend stays as the sliders move
+            settings = {"fp32 accumulation": None, "no promotion": AccumulatorModel(bits - 1, 32, None, alignment)}
+            if promote:
+                settings["promoted to fp32"] = AccumulatorModel(bits - 1, 32, promote, alignment)
+            settings["E4M3 rounding of the inputs"] = "inputs"
+            rows = [{"accumulation": label, "K": k, "relative error": e}
+                    for label, model in settings.items()
+                    for k, e in zip(self.ks, self._curve(model, distribution, measure), strict=True)]
+            frames[alignment] = pd.DataFrame(rows)
+        if self._check is None:
+            self._check = deepseek_check()
+        return {"frames": frames, "df": frames["running"], "distribution": distribution, "bits": bits,
+                "promote": promote, "measure": measure, "check": self._check}
+
+    def draw(self, data, axes) -> None:
+        every = f"promoted every {data['promote']}" if data["promote"] else "never promoted"
+        for ax, (alignment, df) in zip(axes, data["frames"].items(), strict=True):
+            # the title stays put (it is drawn with the kept background); the settings go in the plot
+            plots.gemm_error_vs_k(df, ax, title=self.READINGS[alignment], dashed=("E4M3 rounding of the inputs",),
+                                  reference={"DeepSeek-V3: nearly 2%": 0.02}, legend=alignment == "group")
+            ax.text(0.03, 0.04, f"{data['bits']}-bit accumulator, {every}", transform=ax.transAxes, fontsize=8)
+            plots.steady_limits(ax, "y", lo=1e-12, hi=10)  # every setting's errors, and room for the legend below
 
     def describe(self, data) -> str:
-        df = data["df"]
-        last = df[df.K == df.K.max()].set_index("accumulation")["relative error"]
-        inputs = ("uniform [0, 1): every product has the same sign, so the truncated bits add up (the worst case)"
-                  if data["distribution"] == "uniform" else
-                  "normal: products of both signs, so the truncated bits partly cancel")
+        k = max(self.ks)
+        rows = {}
         named = {"no promotion": f"{data['bits']}-bit, no promotion",
-                 "promoted to fp32": f"{data['bits']}-bit, promoted every {data['promote']}"}
-        measured = ("the worst of the 8x8 output elements, |out - exact| / |exact|: DeepSeek-V3's 'maximum relative "
-                    "error'" if data["measure"] == "max" else "the whole 8x8 output, ||out - exact|| / ||exact||")
-        return _metrics_html({**{f"{named.get(k, k)} at K={df.K.max()}": f"{100 * v:.3g}%" for k, v in last.items()},
-                              "inputs": inputs, "error of": measured})
+                 "promoted to fp32": f"{data['bits']}-bit, promoted every {data['promote']}",
+                 "fp32 accumulation": "fp32"}
+        for alignment, df in data["frames"].items():
+            last = df[df.K == k].set_index("accumulation")["relative error"]
+            rows[f"{self.READINGS[alignment]}, at K={k}"] = ", ".join(
+                f"{named.get(name, name)} {100 * v:.3g}%" for name, v in last.items())
+        rows["inputs"] = ("uniform [0, 1): every product has the same sign, so the truncated bits add up"
+                          if data["distribution"] == "uniform" else
+                          "normal: products of both signs, so the truncated bits partly cancel")
+        rows["error of"] = ("the worst of the 8x8 output elements, |out - exact| / |exact|: DeepSeek-V3's 'maximum "
+                            "relative error'" if data["measure"] == "max" else
+                            "the whole 8x8 output, ||out - exact|| / ||exact||")
+        c = data["check"]
+        verdicts = {}
+        for r in c.itertuples():
+            over = "worst element" if r.measure == "max" else "whole output"
+            head = f"{self.READINGS[r.alignment]}, {r.inputs} inputs, {over}"
+            ratio = r.vs_deepseek
+            how = "meets it" if r.meets else f"{ratio:.2g}x above it" if ratio > 1 else f"{1 / ratio:.2g}x below it"
+            verdicts[head] = f"{100 * r.error:.3g}% ({how}; rounding the inputs: {100 * r.operand_rounding:.3g}%)"
+        table = _metrics_html(verdicts)
+        return (_metrics_html(rows) + "<p><b>Against DeepSeek-V3's \"nearly 2%\"</b> (K=4096, 14 bits, no promotion; "
+                "meets: within 1.5x of 2%)</p>" + table)

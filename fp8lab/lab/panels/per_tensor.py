@@ -112,8 +112,29 @@ class CliffPanel(Panel):
         )
         self.shape = (size(64, 32), size(1024, 256))
         self._cache: dict[str, pd.DataFrame] = {}
+        self._published: dict[str, pd.DataFrame] = {}
         for distribution in self.controls["distribution"].options:  # the controls only pick from these
             self.table(distribution)
+            self.published(distribution)
+
+    def published(self, distribution: str) -> pd.DataFrame:
+        """Every recipe at the outlier magnitude of each published ratio (fp8lab.training.published: the largest
+        outlier that many times the median of the other channels): columns label, ratio, outliers, recipe,
+        ordinary_sqnr_db, ordinary_underflow."""
+        from fp8lab.training.published import PUBLISHED, outlier_multiplier
+
+        if distribution not in self._published:
+            rows = []
+            for pub in PUBLISHED:
+                magnitude = outlier_multiplier(pub.ratio, distribution, self.shape)
+                x, idx = sample(distribution, self.shape, magnitude, return_outliers=True)
+                for name in CLIFF_RECIPES:
+                    deq = RECIPES[name].input.quantize(x).dequantize()
+                    rows.append({"label": pub.label, "ratio": pub.ratio, "outliers": magnitude, "recipe": name,
+                                 "ordinary_sqnr_db": channel_sqnr(x, deq, idx),
+                                 "ordinary_underflow": flushed_fraction(x, deq, idx)})
+            self._published[distribution] = pd.DataFrame(rows)
+        return self._published[distribution]
 
     def table(self, distribution: str) -> pd.DataFrame:
         """Every recipe at every outlier magnitude (1: none): SQNR of the ordinary channels and the
@@ -134,16 +155,24 @@ class CliffPanel(Panel):
             raise ValueError(f"pick at least one recipe; valid: {', '.join(CLIFF_RECIPES)}")
         df = self.table(distribution)
         df = df[df.recipe.isin(recipes)]
+        pub = self.published(distribution)
+        pub = pub[pub.recipe.isin(recipes)]
         # the cliff: the first magnitude where a recipe's ordinary SQNR is 3 dB below its own clean value
         cliffs = {}
         for name, part in df.groupby("recipe", sort=False):
             clean = float(part["ordinary_sqnr_db"].iloc[0])
             worse = part[part["ordinary_sqnr_db"] < clean - 3]
             cliffs[name] = float(worse["outliers"].iloc[0]) if len(worse) else None
-        return {"df": df, "measure": measure, "cliffs": cliffs}
+        markers = dict(zip(pub["label"], pub["outliers"], strict=False))
+        return {"df": df, "measure": measure, "cliffs": cliffs, "published": pub, "markers": markers}
 
     def draw(self, data, ax) -> None:
-        plots.outlier_cliff(data["df"], data["measure"], ax=ax)
+        plots.outlier_cliff(data["df"], data["measure"], ax=ax, markers=data["markers"])
+        pub = data["published"]
+        for i, (_, part) in enumerate(data["df"].groupby("recipe", sort=False)):
+            at = pub[pub.recipe == part["recipe"].iloc[0]]
+            ax.scatter(at["outliers"], at[data["measure"]], marker="D", s=22, color=plots.PALETTE[i % 10],
+                       edgecolor="black", linewidth=0.5, zorder=5)
 
     def describe(self, data) -> str:
         df = data["df"]
@@ -154,4 +183,10 @@ class CliffPanel(Panel):
                           "within 3 dB of clean up to 1e7x") + \
                 f"; at 1e6x: {part.loc[1e6, 'ordinary_sqnr_db']:.1f} dB, {_pct(part.loc[1e6, 'ordinary_underflow'])} " \
                 "flushed"
+        pub = data["published"]
+        for label, part in pub.groupby("label", sort=False):
+            where = (f"{label} (the largest outlier {part['ratio'].iloc[0]:g}x the others' median: "
+                     f"{part['outliers'].iloc[0]:.3g}x here)")
+            rows[where] = ", ".join(f"{r.recipe} {r.ordinary_sqnr_db:.1f} dB ({_pct(r.ordinary_underflow)} flushed)"
+                                    for r in part.itertuples())
         return _metrics_html(rows)

@@ -183,9 +183,20 @@ class TrainingCliffPanel(Panel):
     width, height = 7.0, 3.6
 
     def __init__(self) -> None:
-        from fp8lab.training.measured import cliff
+        from fp8lab.training.measured import cliff, published_runs
+        from fp8lab.training.published import marker_sinks
 
         self.table = cliff()
+        self.markers = marker_sinks()  # published ratios, at the sink value with that ratio to the median input
+        pub = published_runs()
+        if len(pub):
+            mean = pub.groupby(["run", "sinks"], sort=False)["loss"].mean().reset_index()
+            clean = mean[mean.sinks == 0].set_index("run")["loss"]
+            mean = mean[mean.sinks > 0]
+            mean["change"] = mean["loss"] / mean["run"].map(clean).to_numpy() - 1
+            self.published = mean.reset_index(drop=True)
+        else:
+            self.published = pd.DataFrame(columns=["run", "sinks", "loss", "change"])
         runs = list(dict.fromkeys(self.table["run"])) or ["fp32", *RECIPES]
         sinks = sorted(set(self.table["sinks"])) or [0.0, 1e6]
         self.recompute_button = W.Button(description="Recompute this point", button_style="info", icon="refresh")
@@ -217,10 +228,13 @@ class TrainingCliffPanel(Panel):
         for row in live[live.sinks == sinks].itertuples():
             if row.run in point:
                 point[row.run]["recomputed now (seed 0)"] = row.loss
-        return {"df": df, "live": live, "relative": measure == "relative", "sinks": sinks, "point": point}
+        pub = self.published[self.published.run.isin(recipes)]
+        return {"df": df, "live": live, "relative": measure == "relative", "sinks": sinks, "point": point,
+                "markers": self.markers, "published": pub}
 
     def draw(self, data, ax) -> None:
-        plots.sink_cliff(data["df"], ax, relative=data["relative"], mark=data["sinks"], live=data["live"])
+        plots.sink_cliff(data["df"], ax, relative=data["relative"], mark=data["sinks"], live=data["live"],
+                         markers=data["markers"], extra=data["published"])
 
     def describe(self, data) -> str:
         from fp8lab.training.measured import MEASURED_ON
@@ -232,9 +246,20 @@ class TrainingCliffPanel(Panel):
                 txt += f"; recomputed now: {p['recomputed now (seed 0)']:.4f}"
             rows[run] = txt
         where = plots.magnitude(data["sinks"])
-        return (f"<p><b>final loss at sinks {where}</b> (mean of 3 seeds, and its change against the run's own "
+        text = (f"<p><b>final loss at sinks {where}</b> (mean of 3 seeds, and its change against the run's own "
                 f"no-sink loss)</p>" + _metrics_html(rows) +
                 f"<p style='font-size:11px'>measured on {html.escape(MEASURED_ON)}</p>")
+        pub = data["published"]
+        if len(pub):
+            from fp8lab.training.measured import PUBLISHED_ON
+            from fp8lab.training.published import lesson_median
+
+            s = float(pub["sinks"].iloc[0])
+            text += (f"<p><b>at the massive-activation ratio</b> (sinks {s:g}: 100,000 x the median ordinary input of "
+                     f"fc2, {lesson_median():.3g}; diamonds): " +
+                     ", ".join(f"{r.run} {100 * r.change:+.1f}%" for r in pub.itertuples()) +
+                     f" (mean of 3 seeds)</p><p style='font-size:11px'>measured on {html.escape(PUBLISHED_ON)}</p>")
+        return text
 
     def recompute(self, blocking: bool = True):
         """Train seed 0 at the chosen sink magnitude (150 steps, the chosen recipes) and draw
