@@ -153,7 +153,7 @@ def _real_vs_emulated(check: _Check) -> list[dict]:
 
 def _training_steps(check: _Check, steps: int) -> list[dict]:
     """(c) FP8Linear training steps per recipe: no fallback, and every GEMM the table calls real runs real."""
-    from fp8lab.training.layers import convert
+    from fp8lab.training.convert import convert
     from fp8lab.training.models import TeacherTask, make_model
     from fp8lab.training.train import LESSON, train_step
 
