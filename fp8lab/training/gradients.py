@@ -123,24 +123,25 @@ def record_dy(model: str = "mlp", steps: int | None = None, at: Sequence[int] = 
 
 def dy_choice_table(dy: torch.Tensor, choices: Sequence[tuple[str, str, object]] = DY_CHOICES):
     """dy[M, N] quantized as the dgrad GEMM reads it, per choice: DataFrame indexed by label with flushed (share of
-    dy's nonzero values that became zero), clipped (share beyond the largest value: 0 with current scaling), sqnr_db,
-    binades_used (distinct binades of the nonzero codes, out of the format's) and blocks (scales)."""
+    dy's nonzero values that became zero), sqnr_db, binades_used (distinct binades of the nonzero codes, out of the
+    format's "format binades") and blocks (scales). The binades are read off a histogram of the 8-bit codes."""
     import pandas as pd
 
     rows = []
-    nonzero = dy != 0
+    nonzero = int((dy != 0).sum())
+    signal = float(dy.double().square().sum())
     for label, fmt, granularity in choices:
         q = quantize(dy, fmt, granularity)
-        values = q.values()
         deq = q.dequantize()
-        flushed = float((nonzero & (values == 0)).sum()) / max(int(nonzero.sum()), 1)
-        a = values.abs()
-        binades = torch.unique(torch.floor(torch.log2(a[a > 0]))).numel() if bool((a > 0).any()) else 0
-        rows.append({"choice": label, "flushed": flushed, "sqnr_db": db(float(dy.double().square().sum()),
-                                                                         float((dy.double() - deq.double()).square()
-                                                                               .sum())),
-                     "binades_used": binades, "format binades": q.fmt.dynamic_range_binades,
-                     "blocks": q.scale.numel()})
+        counts = torch.bincount((q.data.view(torch.uint8) & 0x7F).reshape(-1).int(), minlength=128)  # magnitudes
+        zeros = int(counts[0]) - (dy.numel() - nonzero)  # a zero code where dy was not zero: flushed
+        codes = torch.nonzero(counts[1:]).flatten() + 1
+        values = codes.to(torch.uint8).view(q.data.dtype).float()
+        values = values[torch.isfinite(values)]
+        binades = torch.unique(torch.floor(torch.log2(values))).numel()  # (at most 127 values)
+        rows.append({"choice": label, "flushed": zeros / max(nonzero, 1),
+                     "sqnr_db": db(signal, float((dy.double() - deq.double()).square().sum())),
+                     "binades_used": binades, "format binades": q.fmt.dynamic_range_binades, "blocks": q.scale.numel()})
     return pd.DataFrame(rows).set_index("choice")
 
 

@@ -30,6 +30,7 @@ def _q09_gradients() -> Answer:
             spans[model, layer], tables[model, layer] = d["span"], d["table"]
     widest = max(spans, key=spans.get)
     t = tables[widest]
+    tiles = panel.update(layer=widest, when=WHEN[-1], choice="E4M3 per-tensor")["tiles"]
     mlp_worst = max(tables[k].loc["E4M3 per-tensor", "flushed"] for k in tables if k[0] == "mlp")
     e4, e5 = t.loc["E4M3 1x128", "sqnr_db"], t.loc["E5M2 1x128", "sqnr_db"]
     return Answer(
@@ -42,11 +43,13 @@ def _q09_gradients() -> Answer:
         f"{share(t.loc['E5M2 per-tensor', 'flushed'], 1e-5)}, E4M3 in 1x128 tiles "
         f"{share(t.loc['E4M3 1x128', 'flushed'])}. The lesson MLP's gradients span fewer binades: E4M3 per "
         f"tensor flushes at most {share(mlp_worst, 1e-5)} of any of its layers'. (2) The range lies between tokens: "
-        "a scale per token and 128 channels (the middle plot's rows) puts each token's largest value at E4M3's top, "
+        f"the scales of 1x128 tiles lie {tiles:.1f} binades apart. A scale per token and 128 channels puts each "
+        "token's largest value at E4M3's top, "
         "and within one token's 128 values the gradient spans far fewer binades than across tokens. (3) E4M3: "
         f"{decibels(e4)} dB against E5M2's {decibels(e5)} dB in 1x128 tiles, one more mantissa bit (about 6 dB); "
         "with a scale per tile, E5M2's extra range buys nothing.",
         {"the widest gradient is an LLM-like attention projection's": widest[0] == "llm_like" and "qkv" in widest[1],
+         "most of its range lies between tokens (1x128 tiles' scales over 18 binades apart)": tiles > 18,
          "it spans more binades than E5M2 covers": spans[widest] > 31.8,
          "E4M3 per tensor flushes more of it than E5M2 per tensor, and 1x128 tiles almost none":
              t.loc["E4M3 per-tensor", "flushed"] > t.loc["E5M2 per-tensor", "flushed"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures import plots
-from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
 
 __all__ = ["GradientPanel", "dy_loss_table"]
@@ -19,12 +18,12 @@ MODEL_NAMES = {"mlp": "lesson MLP", "llm_like": "LLM-like"}
 
 class GradientPanel(Panel):
     """dy of one linear layer at one point of training: as the chosen FP8 choice sees it (each value over its
-    block's scale, against the format's window), the scales a 1x128 tiling gives it (tokens differ), and its range
-    over the whole run; beside it, every choice's flushed share and SQNR."""
+    block's scale, against the format's window) and its range over the whole run; in the text, how far apart the
+    scales of a 1x128 tiling lie (tokens differ), and every choice's flushed share and SQNR."""
 
     title = "the gradient side: dy over training, and what E4M3 / E5M2, per tensor / 1x128 keep of it"
-    ncols, width, height = 3, 4.0, 3.3
-    keep_axes = True  # the heatmap's colorbar kept
+    ncols, width, height = 2, 4.2, 3.2
+    keep_axes = True
 
     def __init__(self) -> None:
         from fp8lab.settings import smoke
@@ -32,7 +31,7 @@ class GradientPanel(Panel):
 
         self.records = lesson_records(0, smoke())
         layers = [(f"{MODEL_NAMES[m]}: {layer}", (m, layer)) for m, rec in self.records.items() for layer in rec.layers]
-        self._tables: dict = {}
+        self._tables: dict = {}  # per (model, layer, step): what every choice shares (_step)
         super().__init__(
             layer=_select(layers, ("llm_like", "blocks.0.qkv") if "llm_like" in self.records else layers[0][1],
                           "layer"),
@@ -40,40 +39,57 @@ class GradientPanel(Panel):
             choice=_select([c[0] for c in DY_CHOICES], "E4M3 per-tensor", "dy in"),
         )
 
-    def compute(self, layer, when, choice) -> dict:
+    SAMPLE_ROWS = 64  # rows of dy the histogram shows (all its columns): what a redraw bins
+
+    def _step(self, model: str, name: str, step: int) -> dict:
+        """What every choice shares at one layer and step: the table, the 1x128 tiles' scales, the span; made once."""
         import torch
 
         from fp8lab.numerics.quantize import quantize
-        from fp8lab.training.gradients import DY_CHOICES, WHEN, dy_choice_table
+        from fp8lab.training.gradients import dy_choice_table
+
+        key = (model, name, step)
+        if key not in self._tables:
+            dy = self.records[model].snapshots[step, name]
+            a = dy.abs()
+            rows = torch.linspace(0, dy.shape[0] - 1, min(self.SAMPLE_ROWS, dy.shape[0])).round().long()
+            self._tables[key] = {"dy": dy, "table": dy_choice_table(dy), "rows": rows,
+                                 "tiles": self._tile_span(quantize(dy, "e4m3", "1x128")),
+                                 "span": float(torch.log2(a.max() / a[a > 0].min())) if bool((a > 0).any()) else 0.0}
+        return self._tables[key]
+
+    @staticmethod
+    def _tile_span(q) -> float:
+        """How many binades a 1x128 tiling's scales span (one per token per 128 channels; all-zero tiles aside)."""
+        import torch
+
+        s = q.scale[q.amax > 0]
+        return float(torch.log2(s.max() / s.min())) if s.numel() else 0.0
+
+    def compute(self, layer, when, choice) -> dict:
+        from fp8lab.numerics.quantize import quantize
+        from fp8lab.training.gradients import DY_CHOICES, WHEN
 
         model, name = layer
         rec = self.records[model]
         step = rec.at[WHEN.index(when)]
-        dy = rec.snapshots[step, name]
-        if (model, name, step) not in self._tables:
-            self._tables[model, name, step] = dy_choice_table(dy)
-        table = self._tables[model, name, step]
+        shared = self._step(model, name, step)
+        dy, rows = shared["dy"], shared["rows"]
         _, fmt, granularity = next(c for c in DY_CHOICES if c[0] == choice)
         q = quantize(dy, fmt, granularity)
-        seen = dy / q.expanded_scale()  # each value as the format sees it: over its block's scale
-        tiles = quantize(dy, "e4m3", "1x128")  # the scales 1x128 tiles give dy: one per token per 128 channels
-        a = dy.abs()
-        span = float(torch.log2(a.max() / a[a > 0].min())) if bool((a > 0).any()) else 0.0
+        scale = q.scale if q.scale.dim() == 0 else q.scale[rows].repeat_interleave(q.block_shape[1], 1)[:, :dy.shape[1]]
+        seen = dy[rows] / scale  # sampled rows, each value as the format sees it: over its block's scale
         return {"model": model, "layer": name, "step": step, "steps": rec.steps, "choice": choice, "q": q,
-                "seen": seen, "tiles": tiles, "table": table, "ranges": rec.ranges, "span": span,
-                "shape": tuple(dy.shape)}
+                "seen": seen, "tiles": shared["tiles"], "table": shared["table"], "ranges": rec.ranges,
+                "span": shared["span"], "shape": tuple(dy.shape)}
 
     def draw(self, data, axes) -> None:
         from fp8lab.numerics.formats import E4M3, E5M2
 
         plots.histogram_log2(data["seen"], fmt=data["q"].fmt, scale=1.0, ax=axes[0], xlim=(-40, 15),
-                             title=f"dy over its scale: {data['choice']}")
-        plots.scale_heatmap(data["tiles"], axes[1], colorbar=redraw.kept_colorbar(axes[1]))
-        axes[1].set_title("1x128 tiles' scales: tokens differ", fontsize=9)
-        axes[1].set_xlabel("block of 128 output channels (N)")
-        axes[1].set_ylabel("token (M)")
+                             title=f"dy over its scale: {data['choice']} ({len(data['seen'])} tokens)")
         figs.dy_range(data["ranges"], data["layer"], data["step"], {"E4M3": E4M3.dynamic_range_binades,
-                                                                     "E5M2": E5M2.dynamic_range_binades}, axes[2])
+                                                                     "E5M2": E5M2.dynamic_range_binades}, axes[1])
 
     def describe(self, data) -> str:
         t = data["table"]
@@ -81,7 +97,9 @@ class GradientPanel(Panel):
                     f"{r['binades_used']:.0f} binades used") for c, r in t.iterrows()}
         where = f"{MODEL_NAMES[data['model']]} {data['layer']}, step {data['step']} of {data['steps']}"
         return (f"<p><b>{where}</b>: dy[{data['shape'][0]}, {data['shape'][1]}] spans {data['span']:.1f} binades "
-                f"(largest over smallest nonzero); E4M3 covers 17.8, E5M2 31.8.</p>" + _metrics_html(rows))
+                f"(largest over smallest nonzero); E4M3 covers 17.8, E5M2 31.8. The scales of 1x128 tiles (one per "
+                f"token per 128 output channels) lie {data['tiles']:.1f} binades apart: that much of the range is "
+                "between tokens.</p>" + _metrics_html(rows))
 
 
 def dy_loss_table():
