@@ -223,8 +223,15 @@ class RoundingPanel(Panel):
     keep_axes = True
 
     def __init__(self) -> None:
+        from fp8lab.numerics.formats import E2M1, cast
+
         self.x = torch.linspace(0.0, 6.0, 241)
         self._gemm = None
+        # every draw the slider can average, made once: row i is the i-th stochastic rounding of x; the mean of the
+        # first n rows is what n draws give (a cumulative sum: a redraw divides one row of it)
+        g = torch.Generator().manual_seed(0)
+        draws = cast(self.x.repeat(DRAWS[-1], 1), E2M1, rounding="stochastic", generator=g)  # (draws, x)
+        self._sums = draws.double().cumsum(0)
         super().__init__(draws=_slider(DRAWS, 16, "draws averaged"))
 
     def _wgrad(self) -> dict:
@@ -262,9 +269,7 @@ class RoundingPanel(Panel):
     def compute(self, draws) -> dict:
         from fp8lab.numerics.formats import E2M1, cast
 
-        g = torch.Generator().manual_seed(0)
-        xs = self.x.repeat(draws, 1)
-        sr = cast(xs, E2M1, rounding="stochastic", generator=g).mean(0)
+        sr = (self._sums[draws - 1] / draws).float()  # the mean of the first `draws` stochastic roundings
         nearest = cast(self.x, E2M1)
         gemm = self._wgrad()
         bias_rtn = float((nearest - self.x).abs().mean())
