@@ -248,7 +248,9 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     in high precision. Transposed operands are transposed views sharing the codes of a
     quantization down the columns (or reusing the other GEMM's codes where they are
     identical: per tensor, square blocks), as in FP8Linear's backward. A delayed recipe
-    scales as a fresh amax history does (the first step calibrates on the current amax).
+    scales as a fresh amax history does (the first step calibrates on the current amax). A recipe
+    with a wgrad Hadamard transform gives wgrad's operands transformed along M, zero-padded to a
+    multiple of its size; stochastic rounding draws as a layer named "" does (RoundingDraws(0)).
     """
     recipe = get_recipe(recipe)
     if weight.dim() != 2:
