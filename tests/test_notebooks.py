@@ -293,8 +293,11 @@ def test_09_quotes_its_sources_exactly_and_says_where_the_toy_differs():
                   '"Stochastic rounding is enabled only for gradients"',
                   '"RHT is applied to columnwise quantization of inputs and gradients, which are operands for the '
                   '**wgrad GEMM**"',
-                  '"the same tensor can have two distinct quantized representations, effectively breaking the chain '
-                  'rule"', '"detrimental"',
+                  '"integrates Random Hadamard transforms (RHT) to bound block-level outliers, employs a '
+                  'two-dimensional quantization scheme for consistent representations across both the forward '
+                  'and backward passes, utilizes stochastic rounding for unbiased gradient estimation, and '
+                  'incorporates selective high-precision layers"',
+                  '"training loss and downstream task accuracies comparable to an FP8 baseline"',
                   '"attains an MMLU-pro accuracy of 62.58%, nearly matching the 62.62% accuracy achieved through FP8 '
                   'pretraining"'):
         assert quote in t, quote
