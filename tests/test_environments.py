@@ -243,7 +243,7 @@ def test_hosted_links_open_each_notebook_from_one_repository_url():
     assert [service for service, _ in links.hosted_links("https://gitlab.com/acme/fp8lab", name)] == ["Binder"]
     assert links.hosted_links("https://git.example.org/acme/fp8lab", name) == []  # an unknown host: no link at all
     assert links.hosted_links(None, name) == []
-    assert links.install_source(None) == "fp8lab[torchao,data]"
+    assert links.install_source(None) is None  # no default: the first cell says how to get fp8lab
     assert links.install_source("https://github.com/acme/fp8lab") == "fp8lab[torchao,data] @ git+https://github.com/acme/fp8lab"
 
 
