@@ -228,13 +228,15 @@ def decide(environ: dict[str, str], cores: int, quota: float | None, quota_sourc
                     tuple(sorted(variables.items())), late=torch_imported)
 
 
-def environment(base: dict[str, str] | None = None, root: str | os.PathLike = "/") -> dict[str, str]:
+def environment(base: dict[str, str] | None = None, root: str | os.PathLike = "/",
+                cores: int | None = None) -> dict[str, str]:
     """The variables the policy adds to `base` (default os.environ) for a process that starts afresh (a
     Jupyter server's kernels): {name: value}, with FP8LAB_THREADS_SET naming them; {} where the user
-    set them all."""
+    set them all. cores: the CPUs of the affinity mask (default: this process's)."""
     base = dict(os.environ if base is None else base)
     quota, source = cpu_quota(root)
-    chosen = decide(base, len(affinity_cpus()), quota, source, torch_imported=False)
+    cores = len(affinity_cpus()) if cores is None else cores
+    chosen = decide(base, cores, quota, source, torch_imported=False)
     variables = dict(chosen.variables)
     if variables:
         ours = set(filter(None, base.get(MARKER, "").split(","))) | set(variables)
