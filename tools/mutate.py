@@ -56,7 +56,7 @@ def lesson(name: str, path: str, old: str, new: str) -> Mutation:
 
 NUM = "fp8lab/numerics/"
 F, S, Q, K, C = NUM + "formats.py", NUM + "scaling.py", NUM + "quantize.py", NUM + "kernels.py", NUM + "_kernels.c"
-KB, SET = NUM + "kernels_build.py", "fp8lab/settings.py"
+KB, SET, TH = NUM + "kernels_build.py", "fp8lab/settings.py", "fp8lab/threads.py"
 G, N, MT, R = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py"
 X = "fp8lab/lab/exercises/scaling.py"
 RD, EX, RUN, TR = ("fp8lab/training/" + f for f in ("readiness.py", "export.py", "torchrun.py", "train.py"))
@@ -301,6 +301,30 @@ MUTATIONS = [
     m("distributed takes any timeout", RUN, "    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):",
       "    if not (math.isfinite(value) and 0 < value):",
       T + "test_distributed.py::test_a_timeout_beyond_thirty_days_is_refused_before_any_rank_starts"),
+    # ---- the thread policy, the extras' torch, the hosted first cell
+    m("threads: the cgroup quota is not read", TH, "    if not found:\n        return None, \"no CPU quota\"",
+      "    if True:\n        return None, \"no CPU quota\"", T + "test_threads.py"),
+    m("threads: OMP_NUM_THREADS of the user overridden", TH,
+      '    if in_env is not None and "OMP_NUM_THREADS" not in ours:', "    if False:", T + "test_threads.py"),
+    m("threads: OpenMP left spinning", TH, '        variables["OMP_WAIT_POLICY"] = PASSIVE', "        pass",
+      T + "test_threads.py"),
+    m("threads: the quota rounded up", TH, "math.floor(quota + 1e-9)", "math.ceil(quota - 1e-9)",
+      T + "test_threads.py"),
+    m("threads: the lab server's kernels get no policy", "fp8lab/lab/launcher.py",
+      "    env.update(threads.environment(env))\n", "", T + "test_threads.py"),
+    m("kernels: a new thread runs OpenMP's default count", K, "    _torch_threads_here()\n    code = getattr",
+      "    code = getattr", T + "test_threads.py"),
+    m("extras: torchao beside an old torch counts as usable", "fp8lab/extras.py",
+      "    if _version(have) >= _version(floor):", "    if True:", T + "test_extras.py"),
+    m("first cell: the source goes through a shell", "tools/links.py",
+      "'    pip = subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\", \"--\", source],\\n'\n"
+      "        \"                         capture_output=True, text=True)  # one argument, no shell\\n\"",
+      "'    pip = subprocess.run(f\"{sys.executable} -m pip install -q -- {source}\",\\n'\n"
+      "        \"                         shell=True, capture_output=True, text=True)  # one argument, no shell\\n\"",
+      T + "test_first_cell.py"),
+    m("first cell: PyPI's name as the default source", "tools/links.py",
+      '    return f"fp8lab[{EXTRAS}] @ git+{url}" if url else None',
+      '    return f"fp8lab[{EXTRAS}] @ git+{url}" if url else f"fp8lab[{EXTRAS}]"', T + "test_first_cell.py"),
     # ---- notebook 06's lessons, trained
     lesson("the sinks have no effect", "fp8lab/training/models.py", "        h = self.sink(h)", "        h = h"),
     lesson("tensorwise scales to a power of two", R, '"tensorwise", _E4M3_TENSOR, _E4M3_TENSOR, _E5M2_TENSOR,',
