@@ -63,6 +63,7 @@ RD, EX, RUN, TR = ("fp8lab/training/" + f for f in ("readiness.py", "export.py",
 T = "tests/"
 HARD = T + "test_hardening.py"
 MODELS, CACHE, REAL = T + "test_hardening_models.py", T + "test_kernel_cache.py", T + "test_real_path.py"
+DRAG = T + "test_sync_drawing.py::test_a_drag_on_a_loaded_machine_never_queues_stale_frames"
 
 MUTATIONS = [
     # ---- formats: the cast and the format's numbers
@@ -325,6 +326,11 @@ MUTATIONS = [
     m("first cell: PyPI's name as the default source", "tools/links.py",
       '    return f"fp8lab[{EXTRAS}] @ git+{url}" if url else None',
       '    return f"fp8lab[{EXTRAS}] @ git+{url}" if url else f"fp8lab[{EXTRAS}]"', T + "test_first_cell.py"),
+    m("panels: a drag's values redrawn in the change handler", "fp8lab/lab/panels/base.py",
+      "        if self.sync:\n            self.redraws += 1", "        if True:\n            self.redraws += 1",
+      DRAG),
+    m("panels: a redraw leaves the panel stale (frames queue on)", "fp8lab/lab/panels/base.py",
+      "                    self._stale = False\n", "", DRAG),
     # ---- notebook 06's lessons, trained
     lesson("the sinks have no effect", "fp8lab/training/models.py", "        h = self.sink(h)", "        h = h"),
     lesson("tensorwise scales to a power of two", R, '"tensorwise", _E4M3_TENSOR, _E4M3_TENSOR, _E5M2_TENSOR,',
