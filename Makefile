@@ -85,7 +85,7 @@ test-machines: setup
 # claims) run there. torch from PyPI is a CUDA build: several GB on the first run.
 COMPAT_VENV := .venv-compat
 COMPAT_TESTS := tests/test_formats.py tests/test_quantize.py tests/test_gemm.py tests/test_scaling_metrics_recipes.py \
-                tests/test_nn.py tests/test_kernels.py tests/test_train.py tests/test_widgets.py tests/test_extras.py
+                tests/test_nn.py tests/test_kernels.py tests/test_train.py tests/test_widgets.py
 COMPAT_RUNS  := tests/test_distributed.py tests/test_notebooks.py
 compat:
 	@[ -x $(COMPAT_VENV)/bin/python ] || $(PYTHON) -m venv $(COMPAT_VENV)
