@@ -10,13 +10,16 @@ notebook's Run All (kernel start included) under each condition, then drags thre
           or a neighbour's training run would
   quota   the kernel in a cgroup with a CPU quota (1 CPU: cpu.max or cpu.cfs_quota_us), as a JupyterHub
           on Kubernetes or Binder gives; needs root and a cgroup CPU controller, else skipped, saying why
-Ratios are to the quiet run of the same round, start way and notebook; each round is reported.
+Ratios are to the quiet run of the same round, start way and notebook; each round is reported, with
+the CPU seconds that programs other than the benchmark's spent meanwhile (/proc/stat less the
+benchmark's own processes): a quiet run beside other people's work is not quiet.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -108,9 +111,25 @@ def _after_06() -> str:
     return source + "\nimport json as _json\nprint('AFTER', _json.dumps(drag_all()))\n"
 
 
+def _cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds the whole machine has spent busy, those of this process and its children waited for)."""
+    import resource
+
+    mine = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return math.nan, mine
+    ticks = os.sysconf("SC_CLK_TCK")
+    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)  # all but idle and iowait
+    return busy / ticks, mine
+
+
 def _one(notebook: Path, start: str, condition: str, tree: Path, drag: bool, busy: int, cpus: float) -> dict:
     after = _after_06() if drag and notebook.stem.startswith("06") else ""
     load_before = os.getloadavg()[0]
+    machine_before, mine_before = _cpu_seconds()
     if condition == "quota":
         try:
             with CpuQuota(cpus) as quota:
@@ -122,8 +141,10 @@ def _one(notebook: Path, start: str, condition: str, tree: Path, drag: bool, bus
             result = run_in_subprocess(spec(notebook, start, tree, after=after))
     else:
         result = run_in_subprocess(spec(notebook, start, tree, after=after))
+    machine_after, mine_after = _cpu_seconds()
+    others = (machine_after - machine_before) - (mine_after - mine_before)
     return {**result, "notebook": notebook.stem, "condition": condition, "start": start,
-            "load_before": load_before, "load_after": os.getloadavg()[0]}
+            "load_before": load_before, "load_after": os.getloadavg()[0], "others_cpu_s": max(0.0, others)}
 
 
 def bench_load(notebooks: tuple[str, ...] = ("06", "08"), conditions: tuple[str, ...] = CONDITIONS,
@@ -179,6 +200,7 @@ def report(rows: list[dict], title: str, tree: Path | None = None) -> None:
                       "run all s": r["run_all_s"], "x quiet": (r["run_all_s"] / base) if base else "-",
                       "kernel CPU s": r.get("cpu_s", 0) + r.get("children_cpu_s", 0),
                       "peak MB": r.get("peak_mb", "-"), "load avg": f"{r['load_before']:.1f}-{r['load_after']:.1f}",
+                      "others' CPU s": r.get("others_cpu_s", "-"),
                       "threads": r.get("torch_threads", "-"), "OMP_WAIT_POLICY": r.get("omp_wait_policy") or "unset",
                       "note": "; ".join(r.get("errors", []))[:80]})
     note = f"kernels run {tree}" if tree and tree != ROOT else ""
