@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from fp8lab.bench.cgroups import CpuQuota, CpuWeight, cpu_controller
 from fp8lab.bench.drag import drag
 from fp8lab.bench.kernelrun import START_WAYS, kernel_environment, run_in_subprocess, spec
-from fp8lab.bench.load import CpuQuota, notebook_path
+from fp8lab.bench.load import notebook_path
 from fp8lab.threads import MARKER
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,6 +74,13 @@ def test_a_cpu_quota_is_a_cgroup_a_process_enters_and_that_goes_away():
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip().startswith("(1.0, 'cgroup"), r.stdout
     assert not folder.exists(), "the benchmark's cgroup was left behind"
+    if cpu_controller()[0] == "v1":
+        home = cpu_controller()[1]
+        with CpuWeight(8) as weight:
+            assert cpu_controller()[1] == weight.group and (weight.group / "cpu.shares").read_text().strip() == "8192"
+            with CpuQuota(1.0) as quota:  # nested in the weighted group: a kernel keeps the weight
+                assert Path(quota.procs).parent.parent == weight.group
+        assert cpu_controller()[1] == home and not weight.group.exists()
 
 
 @pytest.mark.slow

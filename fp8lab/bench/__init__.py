@@ -3,7 +3,7 @@
   quantize.py  gemm.py  train.py  inspect.py  widgets.py  notebooks.py  blas.py  gpu.py
   load.py (notebooks and a drag on a busy machine and in a CPU quota)  room.py (N kernels at once)
   (table.py: the tables' machine line; kernelrun.py: a Run All in a kernel started as a learner starts
-  it; drag.py: a slider dragged in a running kernel)
+  it; drag.py: a slider dragged in a running kernel; cgroups.py: a CPU quota, a CPU weight)
 Candidates are timed in interleaved rounds on the same inputs, so a noisy, shared machine slows all
 of them alike; the tables report medians and ratios from one run. Tests never time anything.
 """
@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
                    "kernels run (default: this one), to compare two versions on one machine")
     p.add_argument("--no-drag", action="store_true", help="for 'load': skip the slider drags")
     p.add_argument("--json", default=None, help="for 'load': append every row to this file (JSON lines)")
+    p.add_argument("--weight", type=int, default=0, help="for 'load' and 'room' (root, cgroup v1): run in a cgroup "
+                   "of this many times the default CPU weight, so that other people's work on a shared machine "
+                   "barely disturbs a measurement (the tables say how much CPU the others took)")
     args = p.parse_args(argv)
     if args.count is not None and args.name != "room":
         p.error("only 'room' takes a count")
@@ -89,14 +92,14 @@ def main(argv: list[str] | None = None) -> int:
 
             bench_load(tuple(args.only or ("06", "08")), tuple(args.conditions or CONDITIONS),
                        tuple(args.starts or ("lab", "jupyter")), rounds=args.rounds or 2, tree=args.tree,
-                       drag=not args.no_drag, out=args.json)
+                       drag=not args.no_drag, out=args.json, weight=args.weight)
         elif name == "room":
             from fp8lab.bench.room import bench_room
 
             if args.count is None:
                 p.error("bench room needs the number of kernels: python -m fp8lab bench room 4")
             bench_room(args.count, (args.only or ["06"])[0], (args.starts or ["lab"])[0], rounds=args.rounds or 2,
-                       tree=args.tree)
+                       tree=args.tree, weight=args.weight)
         elif name == "lessons":
             from fp8lab.training.train import lesson_table
 

@@ -1,6 +1,6 @@
 """`python -m fp8lab bench load`: notebooks 06 and 08 and a slider drag on a shared machine.
 
-Public: CONDITIONS, Busy, CpuQuota, bench_load(...).
+Public: CONDITIONS, Busy, bench_load(...) (the cgroups: fp8lab.bench.cgroups).
 Each round runs, for each start way (fp8lab.bench.kernelrun: `lab`, `jupyter`, `torch-first`), each
 notebook's Run All (kernel start included) under each condition, then drags three sliders in notebook
 06's kernel (fp8lab.bench.drag):
@@ -28,10 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fp8lab.bench import drag as drag_module
+from fp8lab.bench.cgroups import CpuQuota, CpuWeight
 from fp8lab.bench.kernelrun import START_WAYS, run_in_subprocess, spec
 from fp8lab.bench.table import print_table
 
-__all__ = ["CONDITIONS", "Busy", "CpuQuota", "bench_load", "notebook_path"]
+__all__ = ["CONDITIONS", "Busy", "bench_load", "notebook_path"]
 
 CONDITIONS = ("quiet", "busy", "quota")
 SPIN = "import time\nwhile True:\n    sum(i * i for i in range(10_000))\n"
@@ -58,51 +59,6 @@ def Busy(n: int = 2) -> Iterator[list[subprocess.Popen]]:
             p.kill()
         for p in procs:
             p.wait()
-
-
-class CpuQuota:
-    """A cgroup with a CPU quota of `cpus` (period 100 ms), removed on exit; `.procs` is the file a
-    process writes its pid to, to enter it. cgroup v2 (cpu.max) where the cpu controller is there,
-    else v1 (cpu.cfs_quota_us). Raises OSError naming why it cannot (not root, no controller)."""
-
-    PERIOD = 100_000
-
-    def __init__(self, cpus: float = 1.0, root: str = "/sys/fs/cgroup") -> None:
-        self.cpus, self.root = cpus, Path(root)
-        self.folder: Path | None = None
-        self.procs = ""
-
-    def __enter__(self) -> CpuQuota:
-        name = f"fp8lab-bench-{os.getpid()}"
-        quota = str(round(self.cpus * self.PERIOD))
-        v2 = self.root / "cgroup.controllers"
-        if v2.exists() and "cpu" in v2.read_text().split():
-            self.folder = self.root / name
-            self.folder.mkdir()
-            (self.folder / "cpu.max").write_text(f"{quota} {self.PERIOD}")
-        else:
-            v1 = next((self.root / d for d in ("cpu,cpuacct", "cpu") if (self.root / d / "cpu.cfs_quota_us").exists()),
-                      None)
-            if v1 is None:
-                raise OSError(f"no cgroup CPU controller under {self.root} (neither v2 cpu.max nor v1 "
-                              "cpu.cfs_quota_us)")
-            self.folder = v1 / name
-            self.folder.mkdir()
-            (self.folder / "cpu.cfs_period_us").write_text(str(self.PERIOD))
-            (self.folder / "cpu.cfs_quota_us").write_text(quota)
-        self.procs = str(self.folder / "cgroup.procs")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.folder is None:
-            return
-        for _ in range(50):  # the kernel's exit can lag its client's
-            try:
-                self.folder.rmdir()
-                return
-            except OSError:
-                time.sleep(0.2)
-        print(f"bench load: could not remove {self.folder} (processes still in it?)", file=sys.stderr)
 
 
 def _after_06() -> str:
@@ -149,9 +105,19 @@ def _one(notebook: Path, start: str, condition: str, tree: Path, drag: bool, bus
 
 def bench_load(notebooks: tuple[str, ...] = ("06", "08"), conditions: tuple[str, ...] = CONDITIONS,
                starts: tuple[str, ...] = ("lab", "jupyter"), rounds: int = 2, tree: Path | None = None,
-               drag: bool = True, busy: int = 2, cpus: float = 1.0, out: Path | None = None) -> list[dict]:
+               drag: bool = True, busy: int = 2, cpus: float = 1.0, out: Path | None = None,
+               weight: int = 0) -> list[dict]:
     """Run the grid `rounds` times; print one table per round and return every row (also appended as JSON
-    lines to `out`). tree: the checkout whose notebooks and fp8lab the kernels run (default this one)."""
+    lines to `out`). tree: the checkout whose notebooks and fp8lab the kernels run (default this one).
+    weight: run in a cgroup of that many times the default CPU weight (CpuWeight; 0: not)."""
+    if weight:
+        with CpuWeight(weight):
+            return _grid(notebooks, conditions, starts, rounds, tree, drag, busy, cpus, out,
+                         f"the benchmark ran in a cgroup of {weight}x the default CPU weight")
+    return _grid(notebooks, conditions, starts, rounds, tree, drag, busy, cpus, out, "")
+
+
+def _grid(notebooks, conditions, starts, rounds, tree, drag, busy, cpus, out, note: str) -> list[dict]:
     tree = Path(tree or ROOT).resolve()
     bad = set(conditions) - set(CONDITIONS) or set(starts) - set(START_WAYS)
     if bad:
@@ -163,7 +129,7 @@ def bench_load(notebooks: tuple[str, ...] = ("06", "08"), conditions: tuple[str,
             for name in notebooks:
                 path = notebook_path(tree, name)
                 for condition in conditions:
-                    row = {"round": r, **_one(path, start, condition, tree, drag, busy, cpus)}
+                    row = {"round": r, "note": note, **_one(path, start, condition, tree, drag, busy, cpus)}
                     this_round.append(row)
                     if out:
                         with open(out, "a") as f:
@@ -171,7 +137,7 @@ def bench_load(notebooks: tuple[str, ...] = ("06", "08"), conditions: tuple[str,
                     print(_progress(row), flush=True)
         rows += this_round
         report(this_round, f"bench load, round {r} of {rounds}: Run All (kernel start included) and slider drags",
-               tree)
+               tree, note)
     return rows
 
 
@@ -185,7 +151,7 @@ def _progress(row: dict) -> str:
             f"{len(row.get('errors', []))} errors")
 
 
-def report(rows: list[dict], title: str, tree: Path | None = None) -> None:
+def report(rows: list[dict], title: str, tree: Path | None = None, note: str = "") -> None:
     """The tables of one round: Run All per notebook, start way and condition with its ratio to quiet; the drags."""
     quiet = {(r["notebook"], r["start"]): r["run_all_s"] for r in rows
              if r["condition"] == "quiet" and "run_all_s" in r}
@@ -203,7 +169,7 @@ def report(rows: list[dict], title: str, tree: Path | None = None) -> None:
                       "others' CPU s": r.get("others_cpu_s", "-"),
                       "threads": r.get("torch_threads", "-"), "OMP_WAIT_POLICY": r.get("omp_wait_policy") or "unset",
                       "note": "; ".join(r.get("errors", []))[:80]})
-    note = f"kernels run {tree}" if tree and tree != ROOT else ""
+    note = "; ".join(filter(None, (f"kernels run {tree}" if tree and tree != ROOT else "", note)))
     print_table(title, table, note)
     drags = [{"start": r["start"], "condition": r["condition"], "panel": d["name"], "changes": d["changes"],
               "redraws": d["redraws"], "median ms": d["median_ms"], "p95 ms": d["p95_ms"], "max ms": d["max_ms"],
