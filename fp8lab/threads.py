@@ -15,8 +15,8 @@ What is decided, and why (docs/performance.md measures each part):
   torch was imported first). Without a quota torch's own choice stands.
 - OpenMP's wait policy: PASSIVE (OMP_WAIT_POLICY). OpenMP threads otherwise spin at every barrier
   while their partner core runs another program: on a shared machine a notebook then takes many
-  times its share. libgomp reads the policy once, when torch loads it: after `import torch` it can
-  no longer change, and the decision says so instead of pretending.
+  times its share. libgomp reads the policy once, when torch loads it: after `import torch` it
+  stays as read, and the decision says so instead of pretending.
 - A user's setting always wins: OMP_NUM_THREADS, OMP_WAIT_POLICY or GOMP_SPINCOUNT in the
   environment, or a torch.set_num_threads call made before fp8lab was imported (seen as a thread
   count that is neither torch's default for these CPUs nor fp8lab's). FP8LAB_THREADS_SET names the
