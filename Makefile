@@ -80,16 +80,20 @@ test-machines: setup
 	@for m in $(MACHINES); do echo "make test-machines: $$m"; \
 	  env $$(echo $$m | tr , ' ') $(BIN)/python -m pytest -m machine -p no:cacheprovider $(PYTEST_ARGS) || exit 1; done
 
-# The oldest supported versions (compat.txt, pyproject's floors): a second venv holding them, and the core
-# tests run there. torch from PyPI is a CUDA build: several GB on the first run.
+# The oldest supported versions (compat.txt, pyproject's floors): a second venv holding them; the core tests,
+# the distributed tests (FSDP2 under torchrun) and every notebook (smoke mode, then workshop size with its
+# claims) run there. torch from PyPI is a CUDA build: several GB on the first run.
 COMPAT_VENV := .venv-compat
 COMPAT_TESTS := tests/test_formats.py tests/test_quantize.py tests/test_gemm.py tests/test_scaling_metrics_recipes.py \
                 tests/test_nn.py tests/test_kernels.py tests/test_train.py tests/test_widgets.py
+COMPAT_RUNS  := tests/test_distributed.py tests/test_notebooks.py
 compat:
 	@[ -x $(COMPAT_VENV)/bin/python ] || $(PYTHON) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/python -m pip install --quiet -r compat.txt pytest hypothesis
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -r compat.txt pytest hypothesis nbclient nbformat ipykernel
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(COMPAT_VENV)/bin/python -m fp8lab doctor | sed -n '/^versions/,/^$$/p'
 	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider -q -m "not slow" $(COMPAT_TESTS) $(PYTEST_ARGS)
+	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider -q $(COMPAT_RUNS) $(PYTEST_ARGS)
 
 # `make test` while two busy processes hold both cores (tools/under_load.py): the suite judges no time
 test-loaded: setup browser-deps

@@ -14,11 +14,14 @@ the ones below it (the import-linter contract in pyproject.toml):
   numerics/   formats, scaling, quantize (+ its C fast path), metrics, recipes, anatomy
   data/       synthetic tensors and the real data shipped with Python
   settings, timing, _version: environment settings, timing helpers, the version (no fp8lab imports)
+  threads: the CPUs fp8lab may use and OpenMP's wait policy, decided here before torch is imported
   extras, progress: the optional extras and how to add one, progress bars (no fp8lab imports)
 """
 
+from fp8lab import threads
 from fp8lab.settings import pin_blas_reproducibility
 
+threads.apply()  # before torch loads OpenMP: threads sized to the CPU quota, OpenMP waits passively (threads.py)
 pin_blas_reproducibility()  # before torch multiplies a matrix: MKL GEMMs give the same bits on any thread count
 
 from fp8lab import nn
@@ -40,33 +43,13 @@ from fp8lab.training.export import export
 from fp8lab.training.readiness import inspect
 
 
-def setup(seed: int = 0, quiet: bool = False) -> str:
-    """The first cell of every notebook: the lab's plot theme, a fixed seed, one status line.
-
-    What it changes, for the whole kernel process (a notebook's): matplotlib's style (the lab's
-    seaborn theme); torch's global random seed (`seed`); the garbage collector (the objects
-    imported so far are frozen, gc.freeze(), so that full collections don't stall a redraw);
-    glibc's malloc thresholds (kernels.keep_freed_memory: freed blocks up to 32 MiB are kept for
-    reuse); and it decides the CPU kernels once for the process (kernels.status: built or loaded
-    from the cache and loaded into the process, or off, reading FP8LAB_KERNELS now). It changes
-    no numerics setting of torch (no matmul precision, no oneDNN mode, no thread count).
-    Returns the status line (also printed unless quiet)."""
-    import gc
-
+def status_line() -> str:
+    """The lab's status line: versions, where FP8 GEMMs run, the CPU kernels, the threads (threads.py)."""
     import torch
 
-    from fp8lab.figures.plots import use_theme
-    from fp8lab.numerics.kernels import keep_freed_memory
     from fp8lab.numerics.kernels import status as kernels_status
     from fp8lab.settings import smoke
 
-    use_theme()
-    torch.manual_seed(seed)
-    # everything imported so far lives for the whole session: move it out of the garbage
-    # collector's sight, so that its full collections don't stall a widget's redraw
-    gc.collect()
-    gc.freeze()
-    keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
     if torch.cuda.is_available():
         cc = torch.cuda.get_device_capability()
         where = f"GPU {torch.cuda.get_device_name()} (sm_{cc[0]}{cc[1]}): real FP8 GEMMs where the kernel exists"
@@ -76,9 +59,39 @@ def setup(seed: int = 0, quiet: bool = False) -> str:
     line = f"fp8lab {__version__} | torch {torch.__version__} | {where} | {kernels}"
     if smoke():
         line += " | smoke mode"
+    return f"{line}\n{threads.decision().line()}"
+
+
+def setup(seed: int = 0, quiet: bool = False) -> None:
+    """The first cell of every notebook: the lab's plot theme, a fixed seed, the status line printed.
+
+    What it changes, for the whole kernel process (a notebook's): matplotlib's style (the lab's
+    seaborn theme); torch's global random seed (`seed`); the garbage collector (the objects
+    imported so far are frozen, gc.freeze(), so that full collections don't stall a redraw);
+    glibc's malloc thresholds (kernels.keep_freed_memory: freed blocks up to 32 MiB are kept for
+    reuse); and it decides the CPU kernels once for the process (kernels.status: built or loaded
+    from the cache and loaded into the process, or off, reading FP8LAB_KERNELS now). It changes
+    no numerics setting of torch (no matmul precision, no oneDNN mode). The threads were decided
+    when fp8lab was imported (fp8lab.threads); the status line's second line says how and why.
+    Prints status_line() unless quiet; returns None, so that a cell ending in setup() shows the
+    line once."""
+    import gc
+
+    import torch
+
+    from fp8lab.figures.plots import use_theme
+    from fp8lab.numerics.kernels import keep_freed_memory
+
+    use_theme()
+    torch.manual_seed(seed)
+    # everything imported so far lives for the whole session: move it out of the garbage
+    # collector's sight, so that its full collections don't stall a widget's redraw
+    gc.collect()
+    gc.freeze()
+    keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
+    line = status_line()
     if not quiet:
         print(line)
-    return line
 
 
 __all__ = [
@@ -116,6 +129,7 @@ __all__ = [
     "relative_error",
     "setup",
     "sqnr",
+    "status_line",
     "subnormal_fraction",
     "underflow_fraction",
 ]

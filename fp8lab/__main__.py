@@ -10,7 +10,7 @@ import sys
 COMMANDS = {
     "doctor": "what this machine runs real and what it emulates, and why",
     "lab": "open the notebooks in JupyterLab (--help for its options)",
-    "bench": "the benchmarks: quantize, gemm, gpu, train, widgets, notebooks, lessons, inspect, all",
+    "bench": "the benchmarks: quantize, gemm, gpu, train, widgets, notebooks, lessons, inspect, load, room N, all",
     "distributed": "the toy transformer on several processes under torchrun (FSDP2)",
     "answers": "print the answer key (--write regenerates notebooks/ANSWERS.md)",
     "measured": "print the shipped training runs (--write measures them again)",

@@ -1,20 +1,26 @@
 """The optional extras, and the one message that says how to add a missing one.
 
-Public: EXTRAS, MissingExtra, available(extra), require(extra, what).
+Public: EXTRAS, NEEDS, MissingExtra, available(extra), unusable(extra), require(extra, what).
 `pip install fp8lab` brings the lab without them; `fp8lab[lab]` brings both (and JupyterLab):
   fp8lab[torchao]  torchao: convert(engine="torchao"), export(..., "torchao").config, notebook 07's torchao runs
   fp8lab[data]     scikit-learn: the handwritten digits of notebook 08's capstone
-Each place that needs one calls require() before it imports anything from it.
+Each place that needs one calls require() before it imports anything from it. An extra installed
+beside a torch too old for it (torchao 0.18 needs torch 2.11) counts as missing, and says so.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import re
 
-__all__ = ["EXTRAS", "MissingExtra", "available", "require"]
+__all__ = ["EXTRAS", "NEEDS", "MissingExtra", "available", "require", "unusable"]
 
 # extra -> (the module it provides, the distribution pip installs for it)
 EXTRAS = {"torchao": ("torchao", "torchao"), "data": ("sklearn", "scikit-learn")}
+# extra -> (distribution, oldest version) the extra's package needs at run time (pyproject.toml's extra
+# declares the same): torchao 0.18 calls torch APIs that torch 2.11 brings (its pytree registrations)
+NEEDS = {"torchao": ("torch", "2.11")}
 
 
 class MissingExtra(ImportError, ValueError):
@@ -26,28 +32,61 @@ class MissingExtra(ImportError, ValueError):
 
     def __init__(self, extra: str, what: str) -> None:
         module, dist = EXTRAS[extra]
-        super().__init__(
-            f"{what} needs {dist}, which fp8lab's optional extra [{extra}] brings. Add it with\n"
-            f'    pip install "fp8lab[{extra}]"\n'
-            f'(in a notebook: %pip install "fp8lab[{extra}]", then restart the kernel; '
-            f'"fp8lab[lab]" brings every extra)', name=module)
+        problem = unusable(extra)
+        if problem is not None and available(extra, installed_only=True):
+            need, floor = NEEDS[extra]
+            message = (f"{what} needs {dist}, and the installed one cannot run here: {problem}. Upgrade with\n"
+                       f'    pip install "{need}>={floor}"\n'
+                       f"(a CUDA build of torch: the command pytorch.org/get-started gives), then restart the kernel")
+        else:
+            message = (f"{what} needs {dist}, which fp8lab's optional extra [{extra}] brings. Add it with\n"
+                       f'    pip install "fp8lab[{extra}]"\n'
+                       f'(in a notebook: %pip install "fp8lab[{extra}]", then restart the kernel; '
+                       f'"fp8lab[lab]" brings every extra)')
+        super().__init__(message, name=module)
         self.extra = extra
 
     def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
         return [f"{type(self).__name__}: {self.msg}"]
 
 
-def available(extra: str) -> bool:
-    """Whether the package of `extra` ("torchao" or "data") can be imported here (it is not imported)."""
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"[0-9]+", text.split("+")[0])[:3])
+
+
+def unusable(extra: str) -> str | None:
+    """Why `extra`'s package cannot run here though it may be installed ("torchao 0.18.0 needs torch >=
+    2.11, this is torch 2.9.1"), or None."""
+    if extra not in NEEDS:
+        return None
+    need, floor = NEEDS[extra]
+    try:
+        have = importlib.metadata.version(need)
+    except importlib.metadata.PackageNotFoundError:
+        return f"{EXTRAS[extra][1]} needs {need} >= {floor}, which is not installed"
+    if _version(have) >= _version(floor):
+        return None
+    try:
+        mine = f"{EXTRAS[extra][1]} {importlib.metadata.version(EXTRAS[extra][1])}"
+    except importlib.metadata.PackageNotFoundError:
+        mine = EXTRAS[extra][1]
+    return f"{mine} needs {need} >= {floor}, this is {need} {have}"
+
+
+def available(extra: str, installed_only: bool = False) -> bool:
+    """Whether the package of `extra` ("torchao" or "data") can be imported and run here (it is not
+    imported); installed_only: whether it is installed at all, runnable or not."""
     if extra not in EXTRAS:
         raise ValueError(f"unknown extra {extra!r}; valid: {', '.join(EXTRAS)}")
     try:
-        return importlib.util.find_spec(EXTRAS[extra][0]) is not None
+        installed = importlib.util.find_spec(EXTRAS[extra][0]) is not None
     except (ImportError, ValueError):  # a broken or hidden package counts as missing
         return False
+    return installed and (installed_only or unusable(extra) is None)
 
 
 def require(extra: str, what: str) -> None:
-    """Raise MissingExtra, naming `what` needs it and how to add it, where `extra` is not installed."""
+    """Raise MissingExtra, naming `what` needs it and how to add it, where `extra` is not installed or
+    cannot run beside this torch (and then how to upgrade torch)."""
     if not available(extra):
         raise MissingExtra(extra, what)

@@ -7,8 +7,10 @@ it, everything is workshop-sized. FP8LAB_KERNELS=0 turns off the fused CPU kerne
 (fp8lab.numerics.kernels): same numbers, computed in torch; kernels.engine() asks once per process,
 when quantize first needs it, and says what it decided (python -m fp8lab doctor). Nothing
 else in fp8lab reads the environment (but kernels.py honours CC and XDG_CACHE_HOME to
-build them). One setting is written, once, when fp8lab is imported: pin_blas_reproducibility()
-asks MKL for GEMMs whose bits do not depend on the thread count (MKL_CBWR, unless already set).
+build them, and fp8lab.threads reads the OpenMP variables a user may have set). Settings written
+once, when fp8lab is imported: pin_blas_reproducibility() asks MKL for GEMMs whose bits do not
+depend on the thread count (MKL_CBWR, unless already set); fp8lab.threads sets OpenMP's wait
+policy and, under a CPU quota, its thread count (unless already set).
 """
 
 from __future__ import annotations

@@ -107,3 +107,23 @@ def test_widgets_become_static_html_from_their_saved_state():
     assert "<b>rows</b> 128" in html and "<b>format</b> e5m2" in html
     assert f"src='data:image/png;base64,{png}' width='480'" in html
     assert "widgets" not in nb.metadata, "the widget state is dropped: the page needs no widget manager"
+
+
+@pytest.mark.slow
+def test_the_training_panels_show_a_trained_state_not_empty_axes(book):
+    """Notebook 06's live training and notebook 07's distributed run train once at build time: their pages
+    show the final losses and a picture that is not the untrained panel's, and say that the book ran them."""
+    out, report = book
+    assert "TrainingPanel" in report["trained"]["06_training_live"], report["trained"]
+    assert "DistributedPanel" in report["trained"]["07_beyond_one_machine"], report["trained"]
+    page = (out / "06_training_live.html").read_text()
+    start = page.index("live training: recipes side by side")
+    end = page.index("</div>\n", page.index("The static book ran this panel once", start))
+    panel = page[start:end]
+    assert "final loss fp32" in panel and "Press Start to train." not in panel
+    from fp8lab.lab.panels import TrainingPanel
+
+    untrained = TrainingPanel()
+    untrained.refresh()
+    pictures = [base64.b64decode(d) for d in IMG.findall(panel)]
+    assert pictures and untrained.image.value not in pictures, "the page shows the untrained panel's empty axes"

@@ -25,15 +25,39 @@ def _pins() -> dict[str, str]:
 
 
 def _floors() -> dict[str, str]:
+    """Each requirement's floor; a package the base dependencies name keeps their floor (an extra may need a
+    newer one for itself: [torchao] needs torch 2.11, test_an_extra_that_needs_a_newer_torch_says_so)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     requirements = [*project["dependencies"], *(r for reqs in project["optional-dependencies"].values() for r in reqs)]
-    out = {}
+    out: dict[str, str] = {}
     for req in requirements:
         name, spec = REQUIREMENT.match(req).groups()
         floor = re.search(r">=\s*([0-9][0-9.]*)", spec)
         if floor:
-            out[name.lower().replace("_", "-")] = floor.group(1)
+            out.setdefault(name.lower().replace("_", "-"), floor.group(1))
     return out
+
+
+def _extra(name: str) -> dict[str, str]:
+    """{package: floor} of pyproject.toml's extra `name`."""
+    reqs = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][name]
+    out = {}
+    for req in reqs:
+        package, spec = REQUIREMENT.match(req).groups()
+        floor = re.search(r">=\s*([0-9][0-9.]*)", spec)
+        out[package.lower()] = floor.group(1) if floor else ""
+    return out
+
+
+def test_an_extra_that_needs_a_newer_torch_says_so():
+    """fp8lab.extras.NEEDS (what counts an installed extra as unusable) and the extra's own requirements
+    in pyproject.toml name the same torch; the base floor may lie below it (the lab runs without the extra)."""
+    from fp8lab.extras import NEEDS
+
+    for extra, (package, floor) in NEEDS.items():
+        assert _same_version(_extra(extra).get(package, "none"), floor), (extra, _extra(extra), floor)
+        base = _floors()[package]
+        assert [int(p) for p in floor.split(".")] >= [int(p) for p in base.split(".")], (extra, floor, base)
 
 
 def _same_version(a: str, b: str) -> bool:

@@ -50,17 +50,23 @@ def project() -> dict:
 
 
 def requirements(*groups: str) -> dict[str, SpecifierSet]:
-    """{package: range} of pyproject's groups: "dependencies" or an extra's name (with the extras it names)."""
+    """{package: range} of pyproject's groups: "dependencies" or an extra's name (with the extras it names).
+    A package named twice (torch, and the [torchao] extra's newer torch) gets both ranges at once."""
     proj = project()
-    found = {}
+    found: dict[str, SpecifierSet] = {}
+
+    def add(name: str, spec: SpecifierSet) -> None:
+        found[name] = found[name] & spec if name in found else spec
+
     for group in groups:
         for line in proj["dependencies"] if group == "dependencies" else proj["optional-dependencies"][group]:
             if inner := SELF.fullmatch(line.strip()):
-                found.update(requirements(*inner[1].split(",")))
+                for name, spec in requirements(*inner[1].split(",")).items():
+                    add(name, spec)
                 continue
             m = REQUIREMENT.fullmatch(line.strip())
             assert m, f"pyproject.toml: cannot read {line!r}"
-            found[_name(m[1])] = SpecifierSet(m[2] or "")
+            add(_name(m[1]), SpecifierSet(m[2] or ""))
     return found
 
 
@@ -243,7 +249,7 @@ def test_hosted_links_open_each_notebook_from_one_repository_url():
     assert [service for service, _ in links.hosted_links("https://gitlab.com/acme/fp8lab", name)] == ["Binder"]
     assert links.hosted_links("https://git.example.org/acme/fp8lab", name) == []  # an unknown host: no link at all
     assert links.hosted_links(None, name) == []
-    assert links.install_source(None) == "fp8lab[torchao,data]"
+    assert links.install_source(None) is None  # no default: the first cell says how to get fp8lab
     assert links.install_source("https://github.com/acme/fp8lab") == "fp8lab[torchao,data] @ git+https://github.com/acme/fp8lab"
 
 
@@ -302,3 +308,34 @@ def test_binder_start_puts_the_labs_jupyter_config_first():
                          env={**os.environ, "JUPYTER_CONFIG_PATH": "/elsewhere"}, check=True).stdout.strip()
     assert out.split(os.pathsep) == [str(CONFIG_DIR), "/elsewhere"]
     assert (CONFIG_DIR / "labconfig" / "default_setting_overrides.json").exists()
+
+
+def test_binder_start_makes_openmp_wait_passively_unless_the_environment_says_otherwise():
+    """Binder's kernels get the thread policy's wait policy before any of them loads torch (fp8lab.threads);
+    the kernel's `import fp8lab` then reads it as fp8lab's, not the user's."""
+    from fp8lab.threads import MARKER, decide
+
+    start = REPO / "binder" / "start"
+    code = ("import json, os; "
+            "print(json.dumps({k: os.environ.get(k) for k in ('OMP_WAIT_POLICY', 'FP8LAB_THREADS_SET')}))")
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", MARKER)}
+    for extra, policy, marker in [({}, "PASSIVE", "OMP_WAIT_POLICY"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE", None),
+                                  ({"GOMP_SPINCOUNT": "0"}, None, None)]:
+        out = json.loads(subprocess.run(["bash", str(start), sys.executable, "-c", code], capture_output=True,
+                                        text=True, timeout=30, env={**base, **extra}, check=True).stdout)
+        assert out == {"OMP_WAIT_POLICY": policy, "FP8LAB_THREADS_SET": marker}, (extra, out)
+    seen = {"OMP_WAIT_POLICY": "PASSIVE", MARKER: "OMP_WAIT_POLICY"}
+    assert decide(seen, 2, None, "no CPU quota", False).wait_by == "set by fp8lab before this process started"
+
+
+def test_the_binder_files_and_the_readme_point_at_what_exists():
+    """binder/README.md and binder/environment.yml send readers to docs/install.md's Binder paragraph, which
+    exists; the README sends conda users to docs/install.md, which covers environment.yml."""
+    install = (REPO / "docs" / "install.md").read_text()
+    assert "**Binder.**" in install and "binder/postBuild" in install
+    for path in ("binder/README.md", "binder/environment.yml"):
+        text = (REPO / path).read_text()
+        assert "docs/install.md" in text and "README's Binder section" not in text, path
+    assert "conda" in (REPO / "README.md").read_text() and "docs/install.md" in (REPO / "README.md").read_text()
+    assert "conda env create -f environment.yml" in install and "conda activate fp8lab" in install
+    assert "conda env create -f environment.yml" in (REPO / "environment.yml").read_text()  # the same command

@@ -147,3 +147,27 @@ def test_missing_extra_names_its_extra_and_refuses_unknown_ones():
         available("cuda")
     require("torchao", "nothing")  # installed here: no error
     assert set(EXTRAS) == {"torchao", "data"}
+
+
+def test_torchao_beside_a_torch_older_than_it_needs_counts_as_missing_and_says_why(monkeypatch):
+    """torchao 0.18 installed beside torch 2.9 (the floor of fp8lab's own requirements): fp8lab does not
+    call into it (torch's pytree would raise an AttributeError deep inside torchao) but says what to do."""
+    import importlib.metadata
+
+    from fp8lab import extras
+    from fp8lab.lab.doctor import versions
+    from fp8lab.training.export import export
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(extras.importlib.metadata, "version",
+                        lambda dist: "2.9.0+cu128" if dist == "torch" else real(dist))
+    assert extras.unusable("torchao") == f"torchao {real('torchao')} needs torch >= 2.11, this is torch 2.9.0+cu128"
+    assert extras.unusable("data") is None
+    assert not available("torchao") and available("torchao", installed_only=True)
+    with pytest.raises(MissingExtra) as caught:
+        _ = export("mxfp8", "torchao").config
+    message = str(caught.value)
+    assert "the installed one cannot run here: torchao" in message and 'pip install "torch>=2.11"' in message
+    assert "cannot run here: torchao" in versions()["torchao"]
+    monkeypatch.setattr(extras.importlib.metadata, "version", real)
+    assert extras.unusable("torchao") is None and available("torchao")  # this venv's torch runs it

@@ -260,14 +260,14 @@ def test_copy_notebooks_copies_only_what_is_missing(tmp_path):
 
     source = notebooks_source()
     names = sorted(p.name for p in [*source.glob("*.ipynb"), source / "ANSWERS.md"])
-    assert len(names) == 10, names  # nine notebooks and the answer key
+    assert len(names) == 11, names  # ten notebooks and the answer key
     copied, kept = copy_notebooks(tmp_path / "work")
     assert copied == names and kept == []
     mine = tmp_path / "work" / "02_per_tensor_scaling.ipynb"
     mine.write_text("a learner's edit")
     (tmp_path / "work" / "05_fp8_gemm.ipynb").unlink()
     copied, kept = copy_notebooks(tmp_path / "work")
-    assert copied == ["05_fp8_gemm.ipynb"] and "02_per_tensor_scaling.ipynb" in kept and len(kept) == 9
+    assert copied == ["05_fp8_gemm.ipynb"] and "02_per_tensor_scaling.ipynb" in kept and len(kept) == 10
     assert mine.read_text() == "a learner's edit"
 
 
@@ -336,7 +336,7 @@ def test_sigterm_stops_jupyter_with_the_launcher(tmp_path):
     children = lab_children(proc.pid)
     try:
         assert url["port"] == port and url["path"] == "00_setup_check.ipynb"
-        assert len(list(work.glob("*.ipynb"))) == 9 and (work / "ANSWERS.md").is_file()
+        assert len(list(work.glob("*.ipynb"))) == 10 and (work / "ANSWERS.md").is_file()
         status, _ = _get(f"http://127.0.0.1:{port}/api/contents/00_setup_check.ipynb",
                          headers={"Authorization": f"token {url['token']}"})
         assert status == 200

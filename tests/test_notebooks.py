@@ -41,9 +41,10 @@ def test_committed_stripped(path):
 def test_notebooks_import_and_define_nothing_reusable(path):
     nb = nbformat.read(path, as_version=4)
     code = [c.source for c in nb.cells if c.cell_type == "code"]
-    # the first cell: one guarded %pip install where fp8lab is missing (tools/links.py writes it), then the setup call
+    # the first cell: a guarded pip install where fp8lab is missing (tools/links.py writes it; no shell, no magic:
+    # tests/test_first_cell.py), then the setup call
     assert code[0].endswith("\nimport fp8lab\nfp8lab.setup()"), "the first cell ends with the setup call"
-    assert re.findall(r"^\s*[!%].*", code[0], re.M) == [re.search(r"^    %pip install -q .*", code[0], re.M)[0]]
+    assert not re.search(r"^\s*[!%]", code[0], re.M), "no shell or magic line in the first cell"
     for src in code[1:]:
         assert not re.search(r"^\s*[!%]", src, re.M), "no shell or magic cells (no !pip)"
         assert "sys.path" not in src

@@ -3,7 +3,7 @@
 Builds the wheel from a copy of the sources (offline: no build isolation, this venv's
 setuptools; tests/wheels.py), installs it without dependencies into a folder of its own, and imports
 fp8lab from there with this venv's torch and a fresh kernel cache: the CPU kernels must compile from
-the _kernels.c inside the wheel and load. The wheel carries the nine notebooks and the answer key,
+the _kernels.c inside the wheel and load. The wheel carries the ten notebooks and the answer key,
 and its optional extras. ~15-25 s on 2 busy cores. tests/test_install.py installs it into fresh venvs.
 """
 
@@ -50,7 +50,7 @@ def test_the_notebooks_in_the_wheel_are_the_repositorys(wheel):
     with zipfile.ZipFile(wheel) as z:
         for path in [*sorted((REPO / "notebooks").glob("*.ipynb")), REPO / "notebooks" / "ANSWERS.md"]:
             assert z.read(f"fp8lab/notebooks/{path.name}") == path.read_bytes(), path.name
-    assert len([p for p in SHIPPED if p.endswith(".ipynb")]) == 9
+    assert len([p for p in SHIPPED if p.endswith(".ipynb")]) == 10
 
 
 def test_torchao_and_scikit_learn_are_extras_and_the_lab_brings_both(wheel):

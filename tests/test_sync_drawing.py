@@ -136,3 +136,54 @@ def test_the_mode_is_asked_once_and_auto_means_sync_on_colab(monkeypatch):
             base.draw_mode()
     finally:
         base.draw_mode.cache_clear()
+
+
+def test_a_drag_on_a_loaded_machine_never_queues_stale_frames(monkeypatch):
+    """In thread mode, with every redraw slowed (as on a busy machine) and values arriving far faster than
+    redraws end: the handler never redraws; every frame sent read the controls after the values before it
+    (no frame of a value already replaced when its redraw began); frames go out in the values' order, at
+    most one per redraw slot; the last frame shows the last value, and the panel's text and data agree."""
+    import time
+
+    monkeypatch.setattr(base, "draw_mode", lambda: "thread")
+    panel = PerTensorPanel()
+    panel.refresh()
+    ctl = panel.controls["outliers"]
+    options = [o[1] for o in ctl.options]
+    path = (options[1:] + options[::-1][1:]) * 3  # three sweeps across and back, as a brisk drag
+    arrived: list[int] = []  # index into path of the newest value, when each redraw read the controls
+    handler = threading.current_thread()
+    in_handler = []
+    original_values, original_compute = PerTensorPanel.values, PerTensorPanel.compute
+
+    def reading(self):
+        arrived.append(len(sent))
+        return original_values(self)
+
+    def loaded(self, **values):
+        in_handler.append(threading.current_thread() is handler)
+        time.sleep(0.03)  # a redraw slowed by the machine's other work
+        return original_compute(self, **values)
+
+    sent: list = []
+    frames: list[tuple[int, object]] = []
+    panel.image.observe(lambda change: frames.append((arrived[-1], panel.drawn_values["outliers"])), names="value")
+    monkeypatch.setattr(PerTensorPanel, "values", reading)
+    monkeypatch.setattr(PerTensorPanel, "compute", loaded)
+    for value in path:
+        sent.append(value)
+        ctl.value = value  # as the kernel's message handler sets it
+        time.sleep(0.002)
+    assert panel.wait_redrawn(60)
+    assert not any(in_handler), "a value was drawn in the change handler"
+    reads = [read for read, _ in frames]
+    assert reads == sorted(reads), "frames went out of the values' order"
+    for read, shown in frames:
+        assert shown == sent[read - 1], "a frame showed a value other than the newest when its redraw began"
+    assert len(frames) < len(path) / 3, f"{len(frames)} frames for {len(path)} values: redraws were queued"
+    assert frames[-1] == (len(path), path[-1]), "the last frame does not show the last value"
+    assert panel.drawn_values["outliers"] == path[-1] and "error" not in panel.data
+    monkeypatch.setattr(PerTensorPanel, "compute", original_compute)
+    fresh = PerTensorPanel()
+    fresh.update(outliers=path[-1])
+    assert fresh.text.value == panel.text.value and fresh.image.value == panel.image.value

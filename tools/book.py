@@ -4,7 +4,10 @@
 
 Each notebook runs top to bottom with nbclient (a fresh kernel, FP8LAB_SMOKE=0 unless --smoke, panels
 drawing in the cell that changes them: FP8LAB_DRAW=sync), with the widgets' state kept (nbclient's
-store_widget_state). A kernel-less page cannot run the widgets'
+store_widget_state). Panels that train on a button (notebook 06's live training, notebook 07's
+distributed run) then run once with the controls they show (TRAIN_AT_BUILD, a cell added after the
+notebook's own and taken out again), so that the page shows a trained state, not empty axes; the
+page says so beside them. A kernel-less page cannot run the widgets'
 JavaScript, so each widget output is replaced by static HTML made from that state: the panel's last
 PNG (an ipywidgets.Image: its bytes are in the state), its text, the controls with their values,
 progress bars and Output widgets' contents. nbconvert's HTMLExporter (lab template) then writes one
@@ -144,6 +147,19 @@ def static_widgets(nb) -> int:
 
 # ---- execute and render --------------------------------------------------------------------------------------
 
+# run after a notebook's own cells, in its kernel: every panel that trains on a button and has not trained yet
+# trains once, with the controls it shows (the widget state saved afterwards holds the trained picture)
+TRAIN_AT_BUILD = """\
+import gc as _gc
+from fp8lab.lab.panels import DistributedPanel as _Distributed, TrainingPanel as _Training
+for _panel in [o for o in _gc.get_objects() if type(o) in (_Training, _Distributed)]:  # (not proxies)
+    if getattr(_panel, "result", None) is None:
+        _panel.run(blocking=True)
+        _panel.text.value += ("<p><i>The static book ran this panel once when it was built, with the controls "
+                              "shown: open the notebook in JupyterLab to train with your own.</i></p>")
+        print("TRAINED", type(_panel).__name__, _panel.result is not None)
+"""
+
 
 def execute(path: Path, smoke: bool, timeout: int = 900):
     """`path` run top to bottom in a fresh kernel (cwd: its folder), widget state kept; errors stay in the
@@ -158,8 +174,15 @@ def execute(path: Path, smoke: bool, timeout: int = 900):
     before = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:
+        nb.cells.append(nbformat.v4.new_code_cell(TRAIN_AT_BUILD))
         NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, store_widget_state=True,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
+        trained = nb.cells.pop()
+        nb.metadata["fp8lab_trained_at_build"] = [line.split()[1] for line in "".join(
+            o.get("text", "") for o in trained.outputs if o.get("output_type") == "stream").splitlines()
+            if line.startswith("TRAINED ") and line.endswith("True")]
+        nb.metadata["fp8lab_build_errors"] = [f"{o.get('ename')}: {o.get('evalue')}" for o in trained.outputs
+                                              if o.get("output_type") == "error"]
     finally:
         for name, value in before.items():
             if value is None:
@@ -171,7 +194,7 @@ def execute(path: Path, smoke: bool, timeout: int = 900):
 
 def errors(nb) -> list[str]:
     return [f"{o.get('ename')}: {o.get('evalue')}" for c in nb.cells for o in c.get("outputs", [])
-            if o.get("output_type") == "error"]
+            if o.get("output_type") == "error"] + list(nb.metadata.get("fp8lab_build_errors", []))
 
 
 def title(nb, fallback: str) -> str:
@@ -202,7 +225,7 @@ def _page(head: str, body: str) -> str:
 
 def build(out: Path, smoke: bool = False, only: list[str] | None = None, log=print) -> dict:
     """Execute and render the notebooks into `out`; returns {"pages": {stem: path}, "errors": {stem: [...]},
-    "seconds": {stem: s}, "widgets": {stem: n}}."""
+    "seconds": {stem: s}, "widgets": {stem: n}, "trained": {stem: [panel class names trained at build]}}."""
     import nbformat
     from nbconvert.filters import markdown2html
 
@@ -213,12 +236,14 @@ def build(out: Path, smoke: bool = False, only: list[str] | None = None, log=pri
         if not paths:
             raise ValueError(f"--only {' '.join(only)} matches no notebook; valid: "
                              f"{', '.join(p.stem[:2] for p in sorted(NOTEBOOKS.glob('*.ipynb')))}")
-    report = {"pages": {}, "errors": {}, "seconds": {}, "widgets": {}, "titles": {}}
+    report = {"pages": {}, "errors": {}, "seconds": {}, "widgets": {}, "titles": {}, "trained": {}}
     for path in paths:
         t0 = time.perf_counter()
         nb = execute(path, smoke)
-        report["widgets"][path.stem] = static_widgets(nb)
         report["errors"][path.stem] = errors(nb)
+        report["trained"][path.stem] = nb.metadata.pop("fp8lab_trained_at_build", [])
+        nb.metadata.pop("fp8lab_build_errors", None)
+        report["widgets"][path.stem] = static_widgets(nb)
         report["titles"][path.stem] = title(nb, path.stem)
         page = out / f"{path.stem}.html"
         page.write_text(render(nb, report["titles"][path.stem]))

@@ -6,7 +6,10 @@ The setting: `Repository` under [project.urls] in pyproject.toml (a public https
     (or none set) a sentence without a link, so that no learner clicks a broken one;
   - each notebook's first code cell, which installs fp8lab where it is missing (Colab, Kaggle, a
     JupyterHub) from `FP8LAB_SOURCE` if set, else from this default: `fp8lab[torchao,data] @
-    git+URL` with a Repository, the PyPI name `fp8lab[torchao,data]` without;
+    git+URL` with a Repository; without one it installs nothing and says how to get fp8lab (a
+    wheel, a repository URL, FP8LAB_SOURCE): fp8lab is not on PyPI, and the cell never installs a
+    package someone else may register under its name. The source reaches pip as one argument of
+    an argument list, never through a shell;
   - the README's block between the same markers.
 
     python tools/links.py            write them
@@ -40,17 +43,41 @@ def repository_url(pyproject: Path = ROOT / "pyproject.toml") -> str | None:
     return url or None
 
 
-def install_source(url: str | None) -> str:
-    """The pip requirement a hosted notebook installs when FP8LAB_SOURCE is not set."""
-    return f"fp8lab[{EXTRAS}] @ git+{url}" if url else f"fp8lab[{EXTRAS}]"
+def install_source(url: str | None) -> str | None:
+    """The pip requirement a hosted notebook installs when FP8LAB_SOURCE is not set: fp8lab from the
+    repository once pyproject.toml names it; None without one (fp8lab is not on PyPI, and a package
+    someone may register under that name there is not this one)."""
+    return f"fp8lab[{EXTRAS}] @ git+{url}" if url else None
+
+
+NO_SOURCE = ("fp8lab is not installed here, and FP8LAB_SOURCE does not say where to get it. In a cell above "
+             "this one, run %env FP8LAB_SOURCE= followed by a wheel file "
+             "(/content/fp8lab-0.1.0-py3-none-any.whl[torchao,data]) or a repository "
+             "(fp8lab[torchao,data] @ git+https://...), then run this cell again (docs/install.md).")
 
 
 def setup_cell(url: str | None) -> str:
-    """Every notebook's first code cell: install where fp8lab is missing, then the setup call."""
+    """Every notebook's first code cell: install where fp8lab is missing, then the setup call.
+
+    The source reaches pip as one argument of an argument list (subprocess, no shell: a quote or a
+    `$(...)` in FP8LAB_SOURCE is part of a file name or requirement, never a command), after `--`
+    (a value that starts with a dash is not an option); pip's output is printed in the notebook.
+    Without FP8LAB_SOURCE and without a default, the cell stops with NO_SOURCE."""
+    default = install_source(url)
+    source = (f'os.environ.get("{SOURCE_VARIABLE}") or {default!r}' if default else
+              f'os.environ.get("{SOURCE_VARIABLE}", "")')
     return (
-        "import importlib.util, os  # where fp8lab is missing (Colab, Kaggle, a JupyterHub), %pip installs it\n"
-        'if not importlib.util.find_spec("fp8lab"):\n'
-        f"    %pip install -q \"{{os.environ.get('{SOURCE_VARIABLE}', '{install_source(url)}')}}\"\n"
+        "import importlib.util, os, subprocess, sys  # where fp8lab is missing (Colab, Kaggle, a JupyterHub)\n"
+        'if importlib.util.find_spec("fp8lab") is None:\n'
+        f"    source = {source}\n"
+        "    if not source:\n"
+        f"        raise ModuleNotFoundError({NO_SOURCE!r})\n"
+        '    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--", source],\n'
+        "                         capture_output=True, text=True)  # one argument, no shell\n"
+        '    print(pip.stdout + pip.stderr, end="")\n'
+        "    if pip.returncode:\n"
+        '        raise ModuleNotFoundError(f"pip could not install fp8lab from {source!r} (its output is above)")\n'
+        "    importlib.invalidate_caches()\n"
         "import fp8lab\n"
         "fp8lab.setup()"
     )
@@ -88,7 +115,12 @@ def hosted_links(url: str | None, notebook: str) -> list[tuple[str, str]]:
 def notebook_links(url: str | None, notebook: str) -> str:
     """The body of a notebook's links cell."""
     links = hosted_links(url, notebook)
-    where = "On Colab, Kaggle or a JupyterHub the next cell installs fp8lab where it is missing."
+    if install_source(url):
+        where = ("On Colab, Kaggle or a JupyterHub the next cell installs fp8lab from the repository where it is "
+                 "missing.")
+    else:
+        where = ("On Colab, Kaggle or a JupyterHub the next cell installs fp8lab where it is missing, from the wheel "
+                 "or repository that `FP8LAB_SOURCE` names (docs/install.md says how to set it).")
     if not links:
         return where
     return "Open this notebook in " + " · ".join(f"[{name}]({href})" for name, href in links) + ". " + where
@@ -102,7 +134,8 @@ def readme_links(url: str | None) -> str:
                 + " · ".join(f"[{name}]({href})" for name, href in links)
                 + ". Every notebook carries the same links at its top; docs/install.md has the details.")
     return ("Hosted notebooks (Colab, Kaggle, a JupyterHub): each notebook's first cell installs fp8lab where it "
-            "is missing (docs/install.md). The one-click links appear here once pyproject.toml names the "
+            "is missing, from the wheel or repository that `FP8LAB_SOURCE` names (docs/install.md). The one-click "
+            "links and a default source appear here once pyproject.toml names the "
             "repository's public URL (`Repository` under `[project.urls]`) and `python tools/links.py` has run.")
 
 

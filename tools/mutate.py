@@ -56,7 +56,7 @@ def lesson(name: str, path: str, old: str, new: str) -> Mutation:
 
 NUM = "fp8lab/numerics/"
 F, S, Q, K, C = NUM + "formats.py", NUM + "scaling.py", NUM + "quantize.py", NUM + "kernels.py", NUM + "_kernels.c"
-KB, SET = NUM + "kernels_build.py", "fp8lab/settings.py"
+KB, SET, TH = NUM + "kernels_build.py", "fp8lab/settings.py", "fp8lab/threads.py"
 G, N, MT, R = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py"
 X = "fp8lab/lab/exercises/scaling.py"
 PUB = "fp8lab/training/published.py"
@@ -67,6 +67,7 @@ HARD = T + "test_hardening.py"
 TRUTH = T + "test_convert_truthfully.py"
 MODELS, CACHE, REAL = T + "test_hardening_models.py", T + "test_kernel_cache.py", T + "test_real_path.py"
 FP4 = T + "test_fp4_numerics.py"
+DRAG = T + "test_sync_drawing.py::test_a_drag_on_a_loaded_machine_never_queues_stale_frames"
 
 MUTATIONS = [
     # ---- formats: the cast and the format's numbers
@@ -397,6 +398,35 @@ MUTATIONS = [
       '"NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=False, "', T + "test_export.py"),
     m("exercise 09 accepts round to nearest", "fp8lab/lab/exercises/fp4.py", "    if torch.equal(got, want):",
       "    if torch.equal(got, want) or torch.equal(got, cast(x, E2M1)):", T + "test_fp4_panels.py"),
+    # ---- the thread policy, the extras' torch, the hosted first cell
+    m("threads: the cgroup quota is not read", TH, "    if not found:\n        return None, \"no CPU quota\"",
+      "    if True:\n        return None, \"no CPU quota\"", T + "test_threads.py"),
+    m("threads: OMP_NUM_THREADS of the user overridden", TH,
+      '    if in_env is not None and "OMP_NUM_THREADS" not in ours:', "    if False:", T + "test_threads.py"),
+    m("threads: OpenMP left spinning", TH, '        variables["OMP_WAIT_POLICY"] = PASSIVE', "        pass",
+      T + "test_threads.py"),
+    m("threads: the quota rounded up", TH, "math.floor(quota + 1e-9)", "math.ceil(quota - 1e-9)",
+      T + "test_threads.py"),
+    m("threads: the lab server's kernels get no policy", "fp8lab/lab/launcher.py",
+      "    env.update(threads.environment(env))\n", "", T + "test_threads.py"),
+    m("kernels: a new thread runs OpenMP's default count", K, "    _torch_threads_here()\n    code = getattr",
+      "    code = getattr", T + "test_threads.py"),
+    m("extras: torchao beside an old torch counts as usable", "fp8lab/extras.py",
+      "    if _version(have) >= _version(floor):", "    if True:", T + "test_extras.py"),
+    m("first cell: the source goes through a shell", "tools/links.py",
+      "'    pip = subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\", \"--\", source],\\n'\n"
+      "        \"                         capture_output=True, text=True)  # one argument, no shell\\n\"",
+      "'    pip = subprocess.run(f\"{sys.executable} -m pip install -q -- {source}\",\\n'\n"
+      "        \"                         shell=True, capture_output=True, text=True)  # one argument, no shell\\n\"",
+      T + "test_first_cell.py"),
+    m("first cell: PyPI's name as the default source", "tools/links.py",
+      '    return f"fp8lab[{EXTRAS}] @ git+{url}" if url else None',
+      '    return f"fp8lab[{EXTRAS}] @ git+{url}" if url else f"fp8lab[{EXTRAS}]"', T + "test_first_cell.py"),
+    m("panels: a drag's values redrawn in the change handler", "fp8lab/lab/panels/base.py",
+      "        if self.sync:\n            self.redraws += 1", "        if True:\n            self.redraws += 1",
+      DRAG),
+    m("panels: a redraw leaves the panel stale (frames queue on)", "fp8lab/lab/panels/base.py",
+      "                    self._stale = False\n", "", DRAG),
     # ---- notebook 06's lessons, trained
     lesson("the sinks have no effect", "fp8lab/training/models.py", "        h = self.sink(h)", "        h = h"),
     lesson("tensorwise scales to a power of two", R, '"tensorwise", _E4M3_TENSOR, _E4M3_TENSOR, _E5M2_TENSOR,',

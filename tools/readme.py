@@ -91,16 +91,51 @@ def notebook_map() -> str:
     return "\n".join(rows)
 
 
-def markdown_table(section: str) -> tuple[str, list[dict[str, str]]]:
-    """(the measured-on line, the rows) of the first table under performance.md's `## section`."""
+def markdown_table(section: str, which: int = 0) -> tuple[str, list[dict[str, str]]]:
+    """(the measured-on line, the rows) of table number `which` (0: the first) under performance.md's
+    `## section`; the measured-on line is the first of the section."""
     text = PERFORMANCE.read_text().split(f"## {section}", 1)[1].split("\n## ", 1)[0]
-    measured = re.search(r"Measured (\d{4}-\d\d-\d\d, [^\n]*?):?\n", text)
-    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
-    if measured is None or len(lines) < 3:
-        raise ValueError(f"docs/performance.md's '{section}' section lacks its measured line or table")
+    measured = re.search(r"Measured (\d{4}-\d\d-\d\d, [^\n]*?)[:;]", text)
+    tables, current = [], []
+    for ln in [*text.splitlines(), ""]:
+        if ln.startswith("|"):
+            current.append(ln)
+        elif current:
+            tables.append(current)
+            current = []
+    if measured is None or len(tables) <= which or len(tables[which]) < 3:
+        raise ValueError(f"docs/performance.md's '{section}' section lacks its measured line or table {which}")
+    lines = tables[which]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     rows = [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in lines[2:]]
     return measured.group(1), rows
+
+
+LOADED = "A shared machine: bench load and bench room"
+
+
+def loaded_rows() -> list[str]:
+    """The speed table's rows for notebooks 06 and 08 beside two busy processes (kernels as `fp8lab lab` starts
+    them; both runs), and the sentence under the table naming where and when they were measured."""
+    when, runs = markdown_table(LOADED, 0)
+    _, drags = markdown_table(LOADED, 2)
+    out = []
+    for nb, stem in (("06", "06_training_live"), ("08", "08_your_model")):
+        row = next(r for r in runs if r["notebook, start"] == f"{nb}, lab")
+        busy = [row["two busy processes, run 1"], row["two busy processes, run 2"]]
+        times = " / ".join(b.split()[0] for b in busy)
+        ratios = " / ".join(b.split()[1].strip("()") for b in busy)
+        drag = "no live slider"
+        if nb == "06":
+            loaded = [d for d in drags if d["threads"] == "fp8lab's policy" and d["condition"] == "busy"]
+            worst = [max(loaded, key=lambda d, k=k: float(d[k].split(" / ")[0])) for k in ("run 1", "run 2")]
+            drag = (" / ".join(w[k].split(" / ")[0] for w, k in zip(worst, ("run 1", "run 2"), strict=True))
+                    + f" ({worst[0]['panel']}; from a value to its frame)")
+        out.append(f"| {stem}, beside two busy processes | {times} ({ratios} its quiet run) | {drag} |")
+    return [*out, "", f"The rows beside two busy processes: `python -m fp8lab bench load`, two runs, kernels as "
+                      f"`fp8lab lab` starts them, kernel start included, each against the quiet run of its round, "
+                      f"measured {when}; [performance](docs/performance.md#a-shared-machine-bench-load-and-bench-room) "
+                      "has the CPU quota, the other start ways and the settings compared."]
 
 
 def panels_in(notebook: str) -> list[str]:
@@ -130,7 +165,7 @@ def speed_table() -> str:
         slowest = max(live, key=lambda r: float(r["median ms"]), default=None)
         drag = f"{slowest['median ms']} ({slowest['panel']})" if slowest else "no live slider"
         rows.append(f"| {nb} | {run_s[nb]} | {drag} |")
-    return "\n".join(rows)
+    return "\n".join([*rows, *loaded_rows()])
 
 
 def blocks() -> dict[str, str]:

@@ -1,7 +1,9 @@
 """The project's own benchmarks: `python -m fp8lab bench NAME`, one file each.
 
   quantize.py  gemm.py  train.py  inspect.py  widgets.py  notebooks.py  blas.py  gpu.py
-  (table.py: the tables' machine line)
+  load.py (notebooks and a drag on a busy machine and in a CPU quota)  room.py (N kernels at once)
+  (table.py: the tables' machine line; kernelrun.py: a Run All in a kernel started as a learner starts
+  it; drag.py: a slider dragged in a running kernel; cgroups.py: a CPU quota, a CPU weight)
 Candidates are timed in interleaved rounds on the same inputs, so a noisy, shared machine slows all
 of them alike; the tables report medians and ratios from one run. Tests never time anything.
 """
@@ -16,17 +18,32 @@ from fp8lab.timing import machine_line
 __all__ = ["BENCHES", "main"]
 
 
-BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "notebooks", "blas", "lessons", "inspect", "all")
+BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "notebooks", "blas", "lessons", "inspect", "load", "room",
+           "all")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8lab bench", description=__doc__.splitlines()[0])
     p.add_argument("name", choices=BENCHES)
+    p.add_argument("count", nargs="?", type=int, default=None, help="for 'room': how many kernels at once")
     p.add_argument("--size", type=int, default=None, help="matrix size (defaults per benchmark)")
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per candidate")
     p.add_argument("--device", default=None, help="for 'gpu': cuda (default when present) or cpu (dry run)")
-    p.add_argument("--only", nargs="*", default=None, help="for 'notebooks': only those whose name contains one")
+    p.add_argument("--only", nargs="*", default=None, help="for 'notebooks': only those whose name contains one; "
+                   "for 'load': the notebooks (default 06 08); for 'room': the notebook (default 06)")
+    p.add_argument("--conditions", nargs="+", default=None, help="for 'load': quiet busy quota (default: all)")
+    p.add_argument("--starts", nargs="+", default=None, help="for 'load': lab jupyter torch-first (default: lab "
+                   "jupyter); for 'room': the one way its kernels start (default lab)")
+    p.add_argument("--tree", default=None, help="for 'load' and 'room': the checkout whose notebooks and fp8lab the "
+                   "kernels run (default: this one), to compare two versions on one machine")
+    p.add_argument("--no-drag", action="store_true", help="for 'load': skip the slider drags")
+    p.add_argument("--json", default=None, help="for 'load': append every row to this file (JSON lines)")
+    p.add_argument("--weight", type=int, default=0, help="for 'load' and 'room' (root, cgroup v1): run in a cgroup "
+                   "of this many times the default CPU weight, so that other people's work on a shared machine "
+                   "barely disturbs a measurement (the tables say how much CPU the others took)")
     args = p.parse_args(argv)
+    if args.count is not None and args.name != "room":
+        p.error("only 'room' takes a count")
     kernels.keep_freed_memory()  # as fp8lab.setup() does in the notebooks
     names = ("quantize", "gemm", "train", "widgets") if args.name == "all" else (args.name,)
     status = 0
@@ -70,6 +87,19 @@ def main(argv: list[str] | None = None) -> int:
             from fp8lab.bench.inspect import bench_inspect
 
             bench_inspect(**kw)
+        elif name == "load":
+            from fp8lab.bench.load import CONDITIONS, bench_load
+
+            bench_load(tuple(args.only or ("06", "08")), tuple(args.conditions or CONDITIONS),
+                       tuple(args.starts or ("lab", "jupyter")), rounds=args.rounds or 2, tree=args.tree,
+                       drag=not args.no_drag, out=args.json, weight=args.weight)
+        elif name == "room":
+            from fp8lab.bench.room import bench_room
+
+            if args.count is None:
+                p.error("bench room needs the number of kernels: python -m fp8lab bench room 4")
+            bench_room(args.count, (args.only or ["06"])[0], (args.starts or ["lab"])[0], rounds=args.rounds or 2,
+                       tree=args.tree, weight=args.weight)
         elif name == "lessons":
             from fp8lab.training.train import lesson_table
 

@@ -1,6 +1,7 @@
 """What this machine runs real and what it emulates, and why: `python -m fp8lab doctor`.
 
-Public: report() -> str, versions() -> dict, cast_behaviour() -> dict, cpu_name() -> str (from timing),
+Public: report() -> str (with the threads fp8lab decided: fp8lab.threads), versions() -> dict,
+cast_behaviour() -> dict, cpu_name() -> str (from timing),
 hosted_gpu_lines() (the GPUs of Colab, Kaggle and cloud JupyterHubs, from the support table),
 nvidia_smi() and cuda_mismatch() (why torch sees no GPU where the machine has one, and what to install).
 Notebook 00 shows the same report.
@@ -17,7 +18,8 @@ import subprocess
 
 import torch
 
-from fp8lab.extras import EXTRAS, available
+from fp8lab import threads
+from fp8lab.extras import EXTRAS, available, unusable
 from fp8lab.numerics import kernels
 from fp8lab.timing import cpu_name
 
@@ -46,13 +48,15 @@ def versions() -> dict[str, str]:
     extra_of = {dist: extra for extra, (_, dist) in EXTRAS.items()}
     out = {"python": platform.python_version(), "torch": torch.__version__}
     for name in PACKAGES[1:]:
-        if name in extra_of and not available(extra_of[name]):
+        if name in extra_of and not available(extra_of[name], installed_only=True):
             out[name] = f'not installed (optional: pip install "fp8lab[{extra_of[name]}]")'
             continue
         try:  # read the metadata: importing torchao just to ask is slow and noisy
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             out[name] = "not installed"
+        if name in extra_of and (problem := unusable(extra_of[name])):
+            out[name] += f" (cannot run here: {problem}; fp8lab's own engine runs everything it needs)"
     return out
 
 
@@ -167,7 +171,10 @@ def report(probe: bool = True) -> str:
     lines += [f"  {k:<12} {v}" for k, v in versions().items()]
     lines.append("")
     lines.append("machine")
-    lines.append(f"  CPU         {cpu_name()}; {os.cpu_count()} cores, torch uses {torch.get_num_threads()} threads")
+    chosen = threads.decision()
+    lines.append(f"  CPU         {cpu_name()}; {os.cpu_count()} cores on the machine, {chosen.cores} for this process, "
+                 f"torch uses {torch.get_num_threads()} threads")
+    lines.append(f"  threads     {chosen.line().removeprefix('threads: ')}")
     lines.append(f"  ISA         {torch.backends.cpu.get_cpu_capability()}")
     lines.append("  emulation   fp32 GEMMs of the exact FP8 values (products exact, sums in fp32)")
     lines.append(f"  quantize    {kernels.status()[1]}")

@@ -11,8 +11,11 @@ keeps token authentication on (a fresh random token each start, passed in the en
 JUPYTER_TOKEN, never on the command line where `ps` shows it to every user), opens at notebook 00,
 adds --allow-root when run as root, and prints the URL with its token. The lab's own Jupyter
 configuration (CONFIG_DIR: no news feed, no update check, no "get notified about Jupyter news"
-pop-up) is added to JUPYTER_CONFIG_PATH, below the user's own settings. SIGTERM, SIGHUP and Ctrl-C
-stop Jupyter with the launcher. The browser test starts the lab through here too.
+pop-up) is added to JUPYTER_CONFIG_PATH, below the user's own settings. The thread policy's variables
+(fp8lab.threads.environment: OMP_WAIT_POLICY=PASSIVE, OMP_NUM_THREADS under a CPU quota, unless the user
+set them) go into the server's environment, which every kernel it starts inherits: OpenMP reads them
+when torch loads, whatever a notebook imports first. SIGTERM, SIGHUP and Ctrl-C stop Jupyter with the
+launcher. The browser test starts the lab through here too.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import time
 import urllib.request
 from http.client import HTTPException
 from pathlib import Path
+
+from fp8lab import threads
 
 __all__ = ["CONFIG_DIR", "DEFAULT_DIR", "copy_notebooks", "find_free_port", "jupyter_command", "lab_environment",
            "launch", "main", "notebooks_source", "ready", "stop", "working_folder"]
@@ -127,11 +132,13 @@ def jupyter_command(port: int, root: Path = REPO, extra: list[str] | None = None
 
 
 def lab_environment(token: str, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: `base` (default os.environ) plus JUPYTER_TOKEN and the lab's
-    configuration directory in front of JUPYTER_CONFIG_PATH."""
+    """The server's environment (and so its kernels'): `base` (default os.environ) plus the thread
+    policy's variables (fp8lab.threads.environment), JUPYTER_TOKEN and the lab's configuration
+    directory in front of JUPYTER_CONFIG_PATH."""
     if not token:
         raise ValueError("fp8lab never starts Jupyter without a token")
     env = dict(os.environ if base is None else base)
+    env.update(threads.environment(env))
     env.pop("JUPYTER_TOKEN_FILE", None)  # jupyter_server would read it only without JUPYTER_TOKEN; be plain
     env["JUPYTER_TOKEN"] = token
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (str(CONFIG_DIR), env.get("JUPYTER_CONFIG_PATH", "")) if p)

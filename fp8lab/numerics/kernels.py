@@ -18,8 +18,9 @@ pending negation or conjugation, contiguous, 4-byte aligned); anything else runs
 entry point is opaque to torch.compile (torch.compiler.disable): a compiled function calls it
 with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
 Tensors beyond 32768 elements are split by rows (the same bits for any split) over the threads
-of torch's own OpenMP runtime where the library shares it, else over POSIX threads for tensors
-of millions of elements.
+of torch's own OpenMP runtime where the library shares it (as many as torch.get_num_threads(), which
+fp8lab.threads sizes to the CPU quota; each calling thread is given torch's count before its first
+call), else over POSIX threads for tensors of millions of elements.
 """
 
 from __future__ import annotations
@@ -278,7 +279,18 @@ def _block_params(template: bytes, x2d: torch.Tensor, block: tuple[int, int]) ->
     return p, x2d
 
 
+def _torch_threads_here() -> None:
+    """Before this thread's first C call: let torch give this thread's OpenMP its thread count. OpenMP
+    keeps the count per thread, and a thread that has not run a torch operation yet has OpenMP's
+    process default (OMP_NUM_THREADS or the CPUs), not torch.set_num_threads's (fp8lab.threads, or the
+    user's); torch.get_num_threads() sets it, once per thread."""
+    if not getattr(_local, "threads_set", False):
+        torch.get_num_threads()
+        _local.threads_set = True
+
+
 def _run(name: str, p: _Params) -> int:
+    _torch_threads_here()
     code = getattr(_load()[0], name)(ctypes.byref(p))
     if code < 0:
         raise RuntimeError(f"fp8lab kernel {name} refused the call: {_REFUSED.get(code, code)}")
@@ -404,6 +416,7 @@ def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.T
         raise ValueError(f"scale_outer_ takes out[M, N] float32 contiguous (a plain CPU tensor), a[M], b[N]: got "
                          f"{tuple(out.shape)}, "
                          f"{a.numel()}, {b.numel()}")
+    _torch_threads_here()
     _load()[0].fp8lab_scale_outer(out.data_ptr(), out.shape[0], out.shape[1], a.data_ptr(), b.data_ptr())
     return out
 

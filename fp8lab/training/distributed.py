@@ -111,10 +111,10 @@ class DistConfig:
         if self.engine == "torchao" and self.recipe not in (*TORCHAO_RECIPES, "fp32"):
             raise ValueError(f"engine 'torchao' trains {', '.join(TORCHAO_RECIPES)}, not {self.recipe!r}; "
                              "use engine 'fp8lab' for it")
-        if self.engine == "torchao":
-            require("torchao", "engine 'torchao'")  # here, before any worker starts
         if self.amax_all_reduce and self.engine != "fp8lab":
             raise ValueError("amax_all_reduce needs engine 'fp8lab': torchao computes activation scales per rank")
+        if self.engine == "torchao":  # after the settings no installation could serve
+            require("torchao", "engine 'torchao'")  # here, before any worker starts
         if self.steps < 1 or self.nproc < 1:
             raise ValueError("steps and nproc must be positive")
         if self.batch < self.nproc or self.batch % self.nproc:

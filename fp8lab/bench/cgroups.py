@@ -1,0 +1,106 @@
+"""cgroups for the room benchmarks: a CPU quota a kernel enters, and a CPU weight for the benchmark itself.
+
+Public: CpuQuota(cpus), CpuWeight(factor), cpu_controller(). Both are context managers that make a cgroup
+under the benchmark's own (from /proc/self/cgroup, on the cpu controller: cgroup v2 or v1) and remove it
+on exit. They need root and a cgroup CPU controller, else they raise OSError saying which is missing.
+CpuQuota: `cpus` CPUs per 100 ms period (cpu.max, or cpu.cfs_quota_us), as a JupyterHub on Kubernetes
+or Binder limits a learner. CpuWeight (cgroup v1): the benchmark and every process it starts move into
+a group with `factor` times the default CPU weight (cpu.shares), so that other people's
+programs on a shared machine take at most 1 / (factor + 1) of a core the benchmark wants: a quiet
+measurement on a machine that is not quiet. Its table says that it ran so, and how much CPU the
+others took meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["CpuQuota", "CpuWeight", "cpu_controller"]
+
+PERIOD = 100_000
+
+
+def cpu_controller(root: str | os.PathLike = "/") -> tuple[str, Path]:
+    """("v2" or "v1", the folder of this process's cgroup on the cpu controller); OSError where none."""
+    root = Path(root)
+    text = (root / "proc/self/cgroup").read_text() if (root / "proc/self/cgroup").exists() else ""
+    paths = {}
+    for line in text.splitlines():
+        hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if hierarchy == "0" and controllers == "":
+            paths["v2"] = path
+        elif "cpu" in controllers.split(","):
+            paths["v1"] = path
+    mount = root / "sys/fs/cgroup"
+    v2 = mount / "cgroup.controllers"
+    if "v2" in paths and v2.exists() and "cpu" in v2.read_text().split():
+        return "v2", mount.joinpath(*[p for p in paths["v2"].split("/") if p])
+    for name in ("cpu,cpuacct", "cpu"):
+        if "v1" in paths and (mount / name / "cpu.cfs_quota_us").exists():
+            return "v1", (mount / name).joinpath(*[p for p in paths["v1"].split("/") if p])
+    raise OSError(f"no cgroup CPU controller for this process under {mount} (v2 cpu.max or v1 cpu.cfs_quota_us)")
+
+
+def _remove(folder: Path) -> None:
+    for _ in range(50):  # a kernel's exit can lag its client's
+        try:
+            folder.rmdir()
+            return
+        except OSError:
+            time.sleep(0.2)
+    print(f"bench: could not remove the cgroup {folder} (processes still in it?)", file=sys.stderr)
+
+
+class CpuQuota:
+    """A cgroup with a quota of `cpus` CPUs; `.procs` is the file a process writes its pid to, to enter it."""
+
+    def __init__(self, cpus: float = 1.0) -> None:
+        self.cpus = cpus
+        self.folder: Path | None = None
+        self.procs = ""
+
+    def __enter__(self) -> CpuQuota:
+        version, own = cpu_controller()
+        self.folder = own / f"fp8lab-quota-{os.getpid()}"
+        self.folder.mkdir()
+        quota = round(self.cpus * PERIOD)
+        if version == "v2":
+            (self.folder / "cpu.max").write_text(f"{quota} {PERIOD}")
+        else:
+            (self.folder / "cpu.cfs_period_us").write_text(str(PERIOD))
+            (self.folder / "cpu.cfs_quota_us").write_text(str(quota))
+        self.procs = str(self.folder / "cgroup.procs")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.folder is not None:
+            _remove(self.folder)
+
+
+class CpuWeight:
+    """This process (and all it starts later) in a group of `factor` times the default CPU weight."""
+
+    def __init__(self, factor: int = 8) -> None:
+        self.factor = factor
+        self.group: Path | None = None
+        self.home: Path | None = None
+
+    def __enter__(self) -> CpuWeight:
+        version, home = cpu_controller()
+        if version != "v1":  # cgroup v2 keeps processes in leaves only: the quota groups could not nest here
+            raise OSError("a CPU weight for the benchmark is made on cgroup v1 (cpu.shares) only")
+        self.home = home
+        self.group = home / f"fp8lab-weight-{os.getpid()}"
+        self.group.mkdir()
+        (self.group / "cpu.shares").write_text(str(1024 * self.factor))
+        (self.group / "cgroup.procs").write_text(str(os.getpid()))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.group is None or self.home is None:
+            return
+        (self.home / "cgroup.procs").write_text(str(os.getpid()))
+        _remove(self.group)
