@@ -76,12 +76,13 @@ def test_every_floor_is_pinned_in_compat_and_every_pin_is_a_floor():
 
 @pytest.mark.slow
 def test_pip_resolves_fp8lab_with_every_floor_pinned(tmp_path):
-    """`pip install --dry-run` of this source tree with compat.txt as constraints, as a fresh environment
-    would (--ignore-installed): it resolves, and would install exactly the floors (needs the package
-    index, as `make setup` does)."""
+    """`pip install --dry-run` of this source tree with its [data] extra (compat.txt pins scikit-learn's
+    floor; [torchao] needs a newer torch than the base floor, so the floors run without it) and compat.txt
+    as constraints, as a fresh environment would (--ignore-installed): it resolves, and would install
+    exactly the floors (needs the package index, as `make setup` does)."""
     report = tmp_path / "report.json"
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-                           "--report", str(report), "-c", str(ROOT / "compat.txt"), str(ROOT)],
+                           "--report", str(report), "-c", str(ROOT / "compat.txt"), f"{ROOT}[data]"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     chosen = {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]

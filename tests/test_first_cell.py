@@ -134,11 +134,14 @@ def test_where_fp8lab_is_installed_the_cell_calls_no_pip(tmp_path):
 
 def test_a_cell_ending_in_setup_shows_the_status_line_once():
     """setup() prints the line and returns None: a notebook cell ending in it has no Out[] repeating it."""
+    import matplotlib
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
-    try:
-        result = shell.run_cell("import fp8lab\nfp8lab.setup()", store_history=True)
-        assert result.success and result.result is None
-    finally:
-        InteractiveShell.clear_instance()
+    # setup() sets the lab's plot theme for the whole process: the later tests' figures keep their own
+    with matplotlib.rc_context():
+        try:
+            result = shell.run_cell("import fp8lab\nfp8lab.setup()", store_history=True)
+            assert result.success and result.result is None
+        finally:
+            InteractiveShell.clear_instance()

@@ -61,7 +61,7 @@ def test_the_wheel_serves_the_lab_from_a_fresh_venv(wheel, tmp_path):
         assert sorted(p.name for p in work.glob("*.ipynb")) == sorted(p.name for p in (REPO / "notebooks").glob(
             "*.ipynb")) and len(list(work.glob("*.ipynb"))) == 10
         assert (work / "ANSWERS.md").is_file()
-        assert any("copied 10 files" in line for line in lines), lines
+        assert any("copied 11 files" in line for line in lines), lines
         base = f"http://127.0.0.1:{url['port']}"
         assert _status(f"{base}/lab/tree/00_setup_check.ipynb?token={url['token']}") == 200
         assert _status(f"{base}/api/contents/00_setup_check.ipynb", url["token"]) == 200
@@ -82,7 +82,7 @@ def test_the_wheel_serves_the_lab_from_a_fresh_venv(wheel, tmp_path):
     try:
         assert json.loads(notebook.read_text())["cells"][0]["source"] == ["# my own notes\n"], "an edit was lost"
         assert any("copied 1 files" in line and "04_per_block_scaling.ipynb" in line for line in lines), lines
-        assert any("kept 9 files" in line and "00_setup_check.ipynb" in line for line in lines), lines
+        assert any("kept 10 files" in line and "00_setup_check.ipynb" in line for line in lines), lines
         assert _status(f"http://127.0.0.1:{url['port']}/api/contents/00_setup_check.ipynb", url["token"]) == 200
     finally:
         stop_lab(proc, children)

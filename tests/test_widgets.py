@@ -169,14 +169,22 @@ STATES = {  # besides the defaults: states whose plots have something to show
 }
 
 
+@pytest.mark.parametrize("theme", ["lab", "matplotlib"])
 @pytest.mark.parametrize("name", list(PANELS))
-def test_every_axis_is_legible(name):
-    panel = _panel(name)
-    for state in [{}, *STATES.get(name, [])]:
-        panel.update(**state)
-        fig = panel._figure[0]
-        problems = _layout_problems(fig)
-        assert not problems, f"{name} {state}: {problems}"
+def test_every_axis_is_legible(name, theme):
+    """In the lab's theme (what every notebook's first cell sets: its fonts and tick sizes take more room
+    than matplotlib's) and in matplotlib's defaults (the panels used from a plain script)."""
+    import matplotlib
+
+    with matplotlib.rc_context():
+        if theme == "lab":
+            plots.use_theme()
+        panel = _panel(name)
+        for state in [{}, *STATES.get(name, [])]:
+            panel.update(**state)
+            fig = panel._figure[0]
+            problems = _layout_problems(fig)
+            assert not problems, f"{name} {state}: {problems}"
 
 
 @pytest.mark.parametrize("name", ["per_tensor", "training"])

@@ -36,13 +36,14 @@ def use_theme() -> None:
 
 
 def figure(ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3.2, pyplot: bool = True,
-           right: float = 0.6, bottom: float = 0.55, dpi: float | None = None):
+           right: float = 0.6, bottom: float = 0.55, dpi: float | None = None, left: float = 0.85):
     """A new figure and its axes (a list when there are several).
 
     pyplot=True: through matplotlib.pyplot, so a notebook shows it inline. pyplot=False: a
     bare Figure (no global state; safe from a background thread), as the widgets use, with
-    fixed margins (`right` / `bottom`: inches kept free right of the last axes, e.g. for a
-    legend, and below the axes, e.g. for rotated tick labels) and `dpi` (default: the theme's 72).
+    fixed margins (`right` / `bottom` / `left`: inches kept free right of the last axes, e.g. for a
+    legend, below the axes, e.g. for rotated tick labels, and left of the first, for its tick labels
+    and y label) and `dpi` (default: the theme's 72).
     """
     size = (width * ncols, height * nrows)
     if pyplot:
@@ -52,7 +53,7 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3
         fig = Figure(figsize=size, dpi=dpi)
         axes = fig.subplots(nrows, ncols, squeeze=False)
         low = min(bottom / size[1], 0.45)
-        fig.subplots_adjust(left=0.85 / size[0], right=1 - right / size[0], bottom=low,
+        fig.subplots_adjust(left=left / size[0], right=1 - right / size[0], bottom=low,
                             top=max(1 - 0.35 / size[1], low + 0.2), wspace=0.45, hspace=0.5)
     flat = list(axes.flat)
     return fig, (flat[0] if len(flat) == 1 else flat)

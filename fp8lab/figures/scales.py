@@ -71,7 +71,7 @@ def shares_vs_magnitude(df, columns: dict[str, str], ax=None, mark: float | None
     log_axis(ax, "x")
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
     ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("outlier channels' magnitude (x the others; 1: none)")
+    ax.set_xlabel("outlier channels (x the others; 1: none)")
     ax.set_ylabel("share")
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title(title, fontsize=9)

@@ -113,6 +113,7 @@ class Panel:
     width, height, ncols = 6.0, 3.2, 1
     right = 0.6  # inches right of the last plot (a legend beside it needs more)
     bottom = 0.55  # inches below the plots (rotated tick labels need more)
+    left = 0.85  # inches left of the first plot (its tick labels and y label)
 
     def __init__(self, **controls: W.Widget) -> None:
         self.controls: dict[str, W.Widget] = controls
@@ -163,7 +164,7 @@ class Panel:
         if self._figure is None:
             # drawn at 2x the theme's 72 dpi; the page shows it at the figure's size at 72 dpi
             fig, axes = plots.figure(self.ncols, 1, self.width, self.height, pyplot=False, right=self.right,
-                                     bottom=self.bottom, dpi=CSS_DPI * plots.PIXEL_RATIO)
+                                     bottom=self.bottom, left=self.left, dpi=CSS_DPI * plots.PIXEL_RATIO)
             own = axes if isinstance(axes, list) else [axes]
             LayeredCanvas(fig)  # the background (axes, ticks, labels) kept while a slider moves
             self._figure = (fig, axes, [ax.get_position() for ax in own])

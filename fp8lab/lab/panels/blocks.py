@@ -99,7 +99,7 @@ class BlockSweepPanel(Panel):
     """SQNR against block size for each scale strategy, with the scales' memory cost."""
 
     title = "SQNR and clipping vs block size, with the scales' memory under each block"
-    ncols, width, height, bottom = 2, 5.0, 4.0, 1.35
+    ncols, width, height, bottom = 2, 5.0, 4.0, 1.5
     keep_axes = True
 
     def __init__(self) -> None:

@@ -45,6 +45,7 @@ class PerTensorPanel(Panel):
     what it costs the ordinary values (every channel but the outlier channels)."""
 
     title = "per-tensor scaling: what lands in the window, what clips, what flushes"
+    left = 1.0  # the counts' labels reach 100000
     keep_axes = True
 
     def __init__(self) -> None:

@@ -137,7 +137,7 @@ class WeightCopiesPanel(Panel):
 
     def draw(self, data, axes) -> None:
         c = data["copies"][data["recipe"]]
-        scales.weight_copies(c["differ"], axes[0], title=f"{data['recipe']}: where the copies differ",
+        scales.weight_copies(c["differ"], axes[0], title=f"copies differ: {SHORT[data['recipe']]}",
                              colorbar=redraw.kept_colorbar(axes[0]))
         gemms.copies_bars({SHORT[name]: v["share"] for name, v in data["copies"].items()}, axes[1],
                           highlight=SHORT[data["recipe"]])
