@@ -352,8 +352,8 @@ class HighPrecisionPanel(Panel):
         from fp8lab.training.cost import PUBLISHED
         from fp8lab.training.parts import flops_speedup, layer_costs
 
-        if model not in self._errors:
-            self._errors[model] = _wgrad_errors(model)
+        if not self._errors:  # both models at the first draw (the cell's run), so that a switch redraws at once
+            self._errors = {name: _wgrad_errors(name) for name in ("mlp", "llm_like")}
         recipe = nvfp4_with([]).with_high_precision_layers(share)
         df = layer_costs(model, recipe)
         df["error"] = [self._errors[model].get(layer, math.nan) for layer in df.index]
