@@ -35,6 +35,11 @@ NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # its 780 numbers and all its words were the same. Most of its numbers come from quantization (exact)
 # and the shipped runs (fixed); 5% covers the GEMM errors and short training runs it also quotes.
 KEY_RELATIVE = 0.05
+# A number the key prints after "about": the tail of a gradient (the share E4M3 per tensor flushes, the
+# binades between 1x128 tiles' scales), which a last-bit difference in the run that made it moves more.
+# Measured: written with 2 threads, regenerated with OMP_NUM_THREADS=1 MKL_CBWR=COMPATIBLE: 0.976% ->
+# 0.887%, 28.4 -> 30.7 binades, 0.779% -> 0.819% (at most 9.1%). The key's claims about them hold on each.
+ABOUT_RELATIVE = 0.2
 
 
 def _numbers(text: str) -> tuple[list[str], list[str]]:
@@ -52,14 +57,16 @@ def _last_digit(printed: str) -> float:
 
 def key_differences(committed: str, fresh: str, relative: float = KEY_RELATIVE) -> list[str]:
     """Where a fresh key says something else than the committed one: different words anywhere, or a
-    number further than the tolerance (KEY_RELATIVE, or one unit of its last printed decimal)."""
+    number further than the tolerance (KEY_RELATIVE, ABOUT_RELATIVE after "about", or one unit of its last
+    printed decimal)."""
     (words_c, nums_c), (words_f, nums_f) = _numbers(committed), _numbers(fresh)
     if words_c != words_f:
         changed = next(i for i, (a, b) in enumerate(zip([*words_c, ""], [*words_f, ""], strict=False)) if a != b)
         return [f"the words differ at {words_c[changed][:120]!r} (now {words_f[changed][:120]!r})"]
     out = []
     for i, (c, f) in enumerate(zip(nums_c, nums_f, strict=True)):
-        allowed = max(relative * abs(float(c)), _last_digit(c))
+        rel = ABOUT_RELATIVE if words_c[i].endswith("about ") else relative
+        allowed = max(rel * abs(float(c)), _last_digit(c))
         if abs(float(f) - float(c)) > allowed * (1 + 1e-9):
             out.append(f"{c} is now {f} (allowed +-{allowed:.3g}), after {words_c[i][-80:]!r}")
     return out
@@ -83,6 +90,10 @@ def test_the_key_comparison_catches_a_changed_word_or_number_and_forgives_the_la
     assert key_differences(key, key.replace("1e6", "1e5"))  # another cliff
     assert key_differences(key, key.replace("blockwise", "rowwise"))  # another word
     assert key_differences(key, key.replace("[x]", "[ ]"))  # a claim withdrawn
+    about = "flushes about 0.976% of it, tensorwise 0.976%"
+    assert key_differences(about, about.replace("about 0.976%", "about 0.887%")) == []  # within ABOUT_RELATIVE
+    assert key_differences(about, about.replace("about 0.976%", "about 0.7%"))  # beyond it
+    assert key_differences(about, about.replace("tensorwise 0.976%", "tensorwise 0.887%"))  # no "about": 5%
 
 
 @pytest.mark.slow

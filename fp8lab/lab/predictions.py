@@ -264,7 +264,7 @@ def _p09_dy() -> tuple[str, str]:
     option, _ = _binned(t.loc["E4M3 per-tensor", "flushed"], DY_EDGES, DY_OPTIONS)
     a = dy.abs()
     span = float(torch.log2(a.max() / a[a > 0].min()))
-    return option, (f"E4M3 per tensor flushes {_pct(t.loc['E4M3 per-tensor', 'flushed'])} of it, E5M2 per tensor "
+    return option, (f"E4M3 per tensor flushes about {_pct(t.loc['E4M3 per-tensor', 'flushed'])} of it, E5M2 per tensor "
                     f"{share(t.loc['E5M2 per-tensor', 'flushed'])}, E4M3 in 1x128 tiles "
                     f"{share(t.loc['E4M3 1x128', 'flushed'], 1e-5)}: the gradient spans {span:.1f} binades, and its "
                     "tokens differ by most of them.")
