@@ -265,9 +265,9 @@ def _p09_dy() -> tuple[str, str]:
     a = dy.abs()
     span = float(torch.log2(a.max() / a[a > 0].min()))
     return option, (f"E4M3 per tensor flushes about {_pct(t.loc['E4M3 per-tensor', 'flushed'])} of it, E5M2 per tensor "
-                    f"{share(t.loc['E5M2 per-tensor', 'flushed'])}, E4M3 in 1x128 tiles "
-                    f"{share(t.loc['E4M3 1x128', 'flushed'], 1e-5)}: the gradient spans {span:.1f} binades, and its "
-                    "tokens differ by most of them.")
+                    f"about {share(t.loc['E5M2 per-tensor', 'flushed'])}, E4M3 in 1x128 tiles "
+                    f"{share(t.loc['E4M3 1x128', 'flushed'], 1e-5)}: the gradient spans about {span:.1f} binades, "
+                    "and its tokens differ by most of them.")
 
 
 FP4_EDGES, FP4_OPTIONS = (0.01, 0.05, 0.15), ("within 1%", "1-5%", "5-15%", "over 15%")

@@ -37,12 +37,13 @@ def _q09_gradients() -> Answer:
         NB,
         "(1) Which layer's gradient spans the most binades, and how much of it does E4M3 with one scale per tensor "
         "flush there?",
-        f"(1) The LLM-like model's attention projection, {widest[1]}: at the last step its dy spans "
+        f"(1) The LLM-like model's attention projection, {widest[1]}: at the last step its dy spans about "
         f"{spans[widest]:.1f} binades (largest over smallest nonzero), more than E5M2's 31.8. E4M3 per tensor "
         f"flushes about {_pct(t.loc['E4M3 per-tensor', 'flushed'])} of its nonzero values, E5M2 per tensor "
-        f"{share(t.loc['E5M2 per-tensor', 'flushed'], 1e-5)}, E4M3 in 1x128 tiles "
+        f"about {share(t.loc['E5M2 per-tensor', 'flushed'], 1e-5)}, E4M3 in 1x128 tiles "
         f"{share(t.loc['E4M3 1x128', 'flushed'])}. The lesson MLP's gradients span fewer binades: E4M3 per "
-        f"tensor flushes at most {share(mlp_worst, 1e-5)} of any of its layers'. (2) The range lies between tokens: "
+        f"tensor flushes no more than about {share(mlp_worst, 1e-5)} of any of its layers'. (2) The range lies "
+        "between tokens: "
         f"the scales of 1x128 tiles lie about {tiles:.1f} binades apart. A scale per token and 128 channels puts each "
         "token's largest value at E4M3's top, "
         "and within one token's 128 values the gradient spans far fewer binades than across tokens. (3) E4M3: "
