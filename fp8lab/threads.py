@@ -1,7 +1,8 @@
 """The CPUs fp8lab may use, torch's threads sized to them, and OpenMP's wait policy: decided before OpenMP starts.
 
 Public: Decision, decide(...), environment(base), apply(), decision(), cpu_quota(root), affinity_cpus(),
-physical_cores(cpus, root), QUOTA_FILES. `import fp8lab` calls apply() before it imports torch; setup()
+physical_cores(cpus, root), own_cgroups(root) (also the benchmarks' cgroups), QUOTA_FILES.
+`import fp8lab` calls apply() before it imports torch; setup()
 and `python -m fp8lab doctor` print decision().line(); `fp8lab lab` puts environment() into its server's
 environment, so that every kernel it starts has the policy whatever the kernel imports first.
 
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["MARKER", "QUOTA_FILES", "Decision", "affinity_cpus", "apply", "cpu_quota", "decide", "decision",
-           "environment", "physical_cores"]
+           "environment", "own_cgroups", "physical_cores"]
 
 MARKER = "FP8LAB_THREADS_SET"  # the variables fp8lab put in the environment (comma-separated)
 PASSIVE = "PASSIVE"
@@ -55,10 +56,10 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _own_cgroups(root: Path) -> dict[str, str]:
+def own_cgroups(root: str | os.PathLike = "/") -> dict[str, str]:
     """{"v2": path} and/or {"v1": path} from /proc/self/cgroup (v1: the hierarchy holding the cpu controller)."""
     out: dict[str, str] = {}
-    for line in (_read(root / "proc/self/cgroup") or "").splitlines():
+    for line in (_read(Path(root) / "proc/self/cgroup") or "").splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
@@ -81,7 +82,7 @@ def cpu_quota(root: str | os.PathLike = "/") -> tuple[float | None, str]:
     """(CPUs the cgroup quota allows, where that was read), or (None, "no CPU quota"); the smallest
     quota of the process's cgroup and its parents, v2 or v1."""
     root = Path(root)
-    own = _own_cgroups(root)
+    own = own_cgroups(root)
     found: list[tuple[float, str]] = []
     for mount_name in QUOTA_FILES["v2"]:
         mount = root / mount_name

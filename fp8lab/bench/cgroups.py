@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from fp8lab.threads import own_cgroups
+
 __all__ = ["CpuQuota", "CpuWeight", "cpu_controller"]
 
 PERIOD = 100_000
@@ -26,14 +28,7 @@ PERIOD = 100_000
 def cpu_controller(root: str | os.PathLike = "/") -> tuple[str, Path]:
     """("v2" or "v1", the folder of this process's cgroup on the cpu controller); OSError where none."""
     root = Path(root)
-    text = (root / "proc/self/cgroup").read_text() if (root / "proc/self/cgroup").exists() else ""
-    paths = {}
-    for line in text.splitlines():
-        hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
-        if hierarchy == "0" and controllers == "":
-            paths["v2"] = path
-        elif "cpu" in controllers.split(","):
-            paths["v1"] = path
+    paths = own_cgroups(root)
     mount = root / "sys/fs/cgroup"
     v2 = mount / "cgroup.controllers"
     if "v2" in paths and v2.exists() and "cpu" in v2.read_text().split():

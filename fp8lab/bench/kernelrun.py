@@ -27,10 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from fp8lab.threads import MARKER
+
 __all__ = ["START_WAYS", "kernel_environment", "main", "run_in_subprocess", "spec"]
 
 START_WAYS = ("lab", "jupyter", "torch-first")
-MARKER = "FP8LAB_THREADS_SET"
 PROBE = """\
 import json as _json, os as _os, resource as _resource, sys as _sys
 _self, _kids = _resource.getrusage(_resource.RUSAGE_SELF), _resource.getrusage(_resource.RUSAGE_CHILDREN)
@@ -39,7 +40,7 @@ _line = ""
 try:
     from fp8lab import threads as _threads
     _line = _threads.decision().line()
-except Exception:
+except ImportError:  # a --tree checkout from before the thread policy
     pass
 print("PROBE", _json.dumps({"peak_mb": _self.ru_maxrss / 1024, "cpu_s": _self.ru_utime + _self.ru_stime,
     "children_cpu_s": _kids.ru_utime + _kids.ru_stime, "torch_threads": _t.get_num_threads() if _t else None,
