@@ -1,6 +1,7 @@
 """The machinery of `bench load` and `bench room` (fp8lab/bench/load.py, room.py, kernelrun.py, drag.py): the
 kernels start as each way says (the environment `fp8lab lab` gives, a plain one, torch imported first), a
-CPU quota is a real cgroup that a kernel enters and leaves, and a drag measures what it says. No test
+CPU quota is a real cgroup that a kernel enters and leaves, the busy processes are another program's group
+(or the kernel's own, for the shared condition), and a drag measures what it says. No test
 judges a time: the benchmarks measure, docs/performance.md quotes them.
 """
 
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab.bench.cgroups import CpuQuota, CpuWeight, cpu_controller
+from fp8lab.bench import cgroups as cgroups_module
+from fp8lab.bench.cgroups import CpuQuota, CpuWeight, autogroup, cpu_controller
 from fp8lab.bench.drag import drag
 from fp8lab.bench.kernelrun import START_WAYS, kernel_environment, run_in_subprocess, spec
-from fp8lab.bench.load import notebook_path
+from fp8lab.bench.load import CONDITIONS, Busy, groups, notebook_path
 from fp8lab.threads import MARKER
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,6 +83,55 @@ def test_a_cpu_quota_is_a_cgroup_a_process_enters_and_that_goes_away():
             with CpuQuota(1.0) as quota:  # nested in the weighted group: a kernel keeps the weight
                 assert Path(quota.procs).parent.parent == weight.group
         assert cpu_controller()[1] == home and not weight.group.exists()
+
+
+def _cgroup_of(pid: int) -> str:
+    """The process's cgroup on the cpu controller (v1), or its v2 cgroup."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    v1 = [x.split(":", 2)[2] for x in lines if "cpu" in x.split(":", 2)[1].split(",")]
+    return (v1 or [x.split(":", 2)[2] for x in lines if x.startswith("0::")])[0]
+
+
+@pytest.mark.skipif(_cgroup_root() is None, reason="needs root and a cgroup CPU controller")
+def test_busy_processes_are_another_programs_group_and_shared_puts_them_in_the_kernels():
+    assert CONDITIONS == ("quiet", "busy", "shared", "quota")
+    with groups("busy") as (kernel, others, how):
+        assert kernel and others and kernel != others and "per group" in how
+        with Busy(2, others) as spinners:
+            assert all(_cgroup_of(p.pid).endswith("/" + Path(others).parent.name) for p in spinners)
+        folders = [Path(kernel).parent, Path(others).parent]
+        assert all(f.is_dir() and f.name.startswith("fp8lab-") for f in folders)
+    assert not any(f.exists() for f in folders), "the benchmark's groups were left behind"
+    with groups("shared") as (kernel, others, how):
+        assert kernel == others and "per thread" in how
+        with Busy(1, others) as spinners:
+            assert _cgroup_of(spinners[0].pid).endswith("/" + Path(kernel).parent.name)
+        folder = Path(kernel).parent
+    assert not folder.exists()
+    with pytest.raises(ValueError, match="busy, shared"):
+        with groups("quota"):
+            pass
+
+
+def test_without_cgroups_busy_leaves_the_groups_to_autogroup_and_shared_says_it_cannot(monkeypatch, tmp_path):
+    def refuse(*_):
+        raise OSError("no cgroup CPU controller for this process")
+
+    monkeypatch.setattr(cgroups_module, "cpu_controller", refuse)
+    with groups("busy") as (kernel, others, how):
+        assert kernel is None and others is None and "sessions of their own" in how and "no cgroup" in how
+        assert ("autogroup schedules" in how) == autogroup()
+        with Busy(1, others) as spinners:
+            assert os.getsid(spinners[0].pid) == spinners[0].pid, "a spinner shares the benchmark's session"
+    with pytest.raises(OSError, match="shared condition needs a cgroup"):
+        with groups("shared"):
+            pass
+    planted = tmp_path / "proc/sys/kernel"
+    planted.mkdir(parents=True)
+    (planted / "sched_autogroup_enabled").write_text("1\n")
+    assert autogroup(tmp_path)
+    (planted / "sched_autogroup_enabled").write_text("0\n")
+    assert not autogroup(tmp_path) and not autogroup(tmp_path / "nowhere")
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="for 'gpu': cuda (default when present) or cpu (dry run)")
     p.add_argument("--only", nargs="*", default=None, help="for 'notebooks': only those whose name contains one; "
                    "for 'load': the notebooks (default 06 08); for 'room': the notebook (default 06)")
-    p.add_argument("--conditions", nargs="+", default=None, help="for 'load': quiet busy quota (default: all)")
+    p.add_argument("--conditions", nargs="+", default=None, help="for 'load': quiet busy shared quota (default: all)")
     p.add_argument("--starts", nargs="+", default=None, help="for 'load': lab jupyter torch-first (default: lab "
                    "jupyter); for 'room': the one way its kernels start (default lab)")
     p.add_argument("--tree", default=None, help="for 'load' and 'room': the checkout whose notebooks and fp8lab the "

@@ -1,10 +1,15 @@
-"""cgroups for the room benchmarks: a CPU quota a kernel enters, and a CPU weight for the benchmark itself.
+"""cgroups for the room benchmarks: a group a kernel or a busy program enters, a CPU quota, and a CPU weight
+for the benchmark itself.
 
-Public: CpuQuota(cpus), CpuWeight(factor), cpu_controller(). Both are context managers that make a cgroup
-under the benchmark's own (from /proc/self/cgroup, on the cpu controller: cgroup v2 or v1) and remove it
-on exit. They need root and a cgroup CPU controller, else they raise OSError saying which is missing.
-CpuQuota: `cpus` CPUs per 100 ms period (cpu.max, or cpu.cfs_quota_us), as a JupyterHub on Kubernetes
-or Binder limits a learner. CpuWeight (cgroup v1): the benchmark and every process it starts move into
+Public: CpuGroup(label), CpuQuota(cpus), CpuWeight(factor), cpu_controller(), autogroup(). All three are
+context managers that make a cgroup under the benchmark's own (from /proc/self/cgroup, on the cpu
+controller: cgroup v2 or v1) and remove it on exit. They need root and a cgroup CPU controller, else
+they raise OSError saying which is missing.
+CpuGroup: a scheduling group of the default weight. Linux shares the CPU between groups first, then
+between the threads inside each: a desktop gives each session (autogroup) or app (a systemd scope) its
+group, a JupyterHub each learner's container or scope; processes inside one group share per thread.
+CpuQuota: a CpuGroup with `cpus` CPUs per 100 ms period (cpu.max, or cpu.cfs_quota_us), as a JupyterHub
+on Kubernetes or Binder limits a learner. CpuWeight (cgroup v1): the benchmark and every process it starts move into
 a group with `factor` times the default CPU weight (cpu.shares), so that other people's
 programs on a shared machine take at most 1 / (factor + 1) of a core the benchmark wants: a quiet
 measurement on a machine that is not quiet. Its table says that it ran so, and how much CPU the
@@ -20,7 +25,7 @@ from pathlib import Path
 
 from fp8lab.threads import own_cgroups
 
-__all__ = ["CpuQuota", "CpuWeight", "cpu_controller"]
+__all__ = ["CpuGroup", "CpuQuota", "CpuWeight", "autogroup", "cpu_controller"]
 
 PERIOD = 100_000
 
@@ -49,30 +54,62 @@ def _remove(folder: Path) -> None:
     print(f"bench: could not remove the cgroup {folder} (processes still in it?)", file=sys.stderr)
 
 
-class CpuQuota:
-    """A cgroup with a quota of `cpus` CPUs; `.procs` is the file a process writes its pid to, to enter it."""
+def autogroup(root: str | os.PathLike = "/") -> bool:
+    """Whether the kernel schedules each session as a group of its own where no cgroup says otherwise
+    (/proc/sys/kernel/sched_autogroup_enabled): a kernel that Jupyter starts in a new session then shares
+    the CPU with a program of another session per group, not per thread."""
+    try:
+        return (Path(root) / "proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
 
-    def __init__(self, cpus: float = 1.0) -> None:
-        self.cpus = cpus
+
+class CpuGroup:
+    """A cgroup of the default CPU weight; `.procs` is the file a process writes its pid to, to enter it
+    (`.enter(pid)` does). The label names it: fp8lab-LABEL-PID."""
+
+    label = "group"
+
+    def __init__(self, label: str | None = None) -> None:
+        self.label = label or self.label
         self.folder: Path | None = None
         self.procs = ""
+        self.version = ""
 
-    def __enter__(self) -> CpuQuota:
-        version, own = cpu_controller()
-        self.folder = own / f"fp8lab-quota-{os.getpid()}"
+    def __enter__(self) -> CpuGroup:
+        self.version, own = cpu_controller()
+        self.folder = own / f"fp8lab-{self.label}-{os.getpid()}"
         self.folder.mkdir()
-        quota = round(self.cpus * PERIOD)
-        if version == "v2":
-            (self.folder / "cpu.max").write_text(f"{quota} {PERIOD}")
-        else:
-            (self.folder / "cpu.cfs_period_us").write_text(str(PERIOD))
-            (self.folder / "cpu.cfs_quota_us").write_text(str(quota))
         self.procs = str(self.folder / "cgroup.procs")
         return self
+
+    def enter(self, pid: int) -> None:
+        Path(self.procs).write_text(str(pid))
 
     def __exit__(self, *exc) -> None:
         if self.folder is not None:
             _remove(self.folder)
+
+
+class CpuQuota(CpuGroup):
+    """A cgroup with a quota of `cpus` CPUs (per PERIOD microseconds)."""
+
+    label = "quota"
+
+    def __init__(self, cpus: float = 1.0) -> None:
+        super().__init__()
+        self.cpus = cpus
+
+    def __enter__(self) -> CpuQuota:
+        super().__enter__()
+        assert self.folder is not None
+        quota = round(self.cpus * PERIOD)
+        if self.version == "v2":
+            (self.folder / "cpu.max").write_text(f"{quota} {PERIOD}")
+        else:
+            (self.folder / "cpu.cfs_period_us").write_text(str(PERIOD))
+            (self.folder / "cpu.cfs_quota_us").write_text(str(quota))
+        return self
 
 
 class CpuWeight:

@@ -1,13 +1,19 @@
 """`python -m fp8lab bench load`: notebooks 06 and 08 and a slider drag on a shared machine.
 
-Public: CONDITIONS, Busy, bench_load(...) (the cgroups: fp8lab.bench.cgroups).
+Public: CONDITIONS, Busy, groups(condition), bench_load(...) (the cgroups: fp8lab.bench.cgroups).
 Each round runs, for each start way (fp8lab.bench.kernelrun: `lab`, `jupyter`, `torch-first`), each
 notebook's Run All (kernel start included) under each condition, then drags three sliders in notebook
 06's kernel (fp8lab.bench.drag):
   quiet   nothing else started by the benchmark (other programs on the machine are not stopped:
           the table prints the load average)
-  busy    two processes that spin on the CPU beside the kernel (tools/under_load.py's), as a video call
-          or a neighbour's training run would
+  busy    two processes that spin on the CPU beside the kernel (tools/under_load.py's): another program,
+          a video call or a neighbour's training run, in a scheduling group of its own as Linux gives each
+          program (a session's autogroup, a desktop app's systemd scope, a hub learner's container); the
+          kernel is in its own group (a cgroup each where the benchmark can make them, else their own
+          sessions: autogroup). The CPU is shared per group first: the kernel's fair share is one core
+  shared  the same two processes in the kernel's own group: the CPU is shared per thread (programs the
+          learner starts from the kernel's terminal; a hub that keeps every kernel in one group). The
+          fair share is 2/3 of a core for a serial cell and one core for a two-thread one (1.5-2x)
   quota   the kernel in a cgroup with a CPU quota (1 CPU: cpu.max or cpu.cfs_quota_us), as a JupyterHub
           on Kubernetes or Binder gives; needs root and a cgroup CPU controller, else skipped, saying why
 Ratios are to the quiet run of the same round, start way and notebook; each round is reported, with
@@ -28,13 +34,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fp8lab.bench import drag as drag_module
-from fp8lab.bench.cgroups import CpuQuota, CpuWeight
+from fp8lab.bench.cgroups import CpuGroup, CpuQuota, CpuWeight, autogroup
 from fp8lab.bench.kernelrun import START_WAYS, run_in_subprocess, spec
 from fp8lab.bench.table import print_table
 
 __all__ = ["CONDITIONS", "Busy", "bench_load", "notebook_path"]
 
-CONDITIONS = ("quiet", "busy", "quota")
+CONDITIONS = ("quiet", "busy", "shared", "quota")
 SPIN = "import time\nwhile True:\n    sum(i * i for i in range(10_000))\n"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,17 +54,43 @@ def notebook_path(tree: Path, name: str) -> Path:
 
 
 @contextlib.contextmanager
-def Busy(n: int = 2) -> Iterator[list[subprocess.Popen]]:
-    """`n` processes spinning on the CPU for the duration of the block."""
-    procs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(n)]
+def Busy(n: int = 2, procs: str | None = None) -> Iterator[list[subprocess.Popen]]:
+    """`n` processes spinning on the CPU for the duration of the block: in the cgroup whose cgroup.procs
+    file is `procs`, or (None) in a session of their own, which autogroup schedules as one group."""
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN], start_new_session=procs is None) for _ in range(n)]
     try:
+        for p in spinners if procs else ():
+            Path(procs).write_text(str(p.pid))
         time.sleep(0.5)  # let them reach the run queue
-        yield procs
+        yield spinners
     finally:
-        for p in procs:
+        for p in spinners:
             p.kill()
-        for p in procs:
+        for p in spinners:
             p.wait()
+
+
+@contextlib.contextmanager
+def groups(condition: str) -> Iterator[tuple[str | None, str | None, str]]:
+    """(the kernel's cgroup.procs, the busy processes', how they are grouped) for a busy condition: "busy",
+    two cgroups; "shared", one. Without a cgroup controller (not root): "busy" leaves the grouping to
+    autogroup (kernel and spinners each start a session), "shared" raises OSError (no way to share)."""
+    if condition not in ("busy", "shared"):
+        raise ValueError(f"groups are for the busy conditions (busy, shared), not {condition!r}")
+    with contextlib.ExitStack() as stack:
+        try:
+            kernel = stack.enter_context(CpuGroup("kernel"))
+            others = kernel if condition == "shared" else stack.enter_context(CpuGroup("busy"))
+        except OSError as err:
+            if condition == "shared":
+                raise OSError(f"the shared condition needs a cgroup: {err}") from err
+            how = ("sessions of their own, which autogroup schedules as groups" if autogroup()
+                   else "sessions of their own, autogroup off: shared per thread")
+            yield None, None, f"{how} ({err})"
+            return
+        yield kernel.procs, others.procs, ("one cgroup for the kernel and the busy processes (shared per thread)"
+                                           if condition == "shared" else
+                                           "a cgroup for the kernel, another for the busy processes (per group)")
 
 
 def _after_06() -> str:
@@ -92,9 +124,13 @@ def _one(notebook: Path, start: str, condition: str, tree: Path, drag: bool, bus
                 result = run_in_subprocess(spec(notebook, start, tree, cgroup_procs=quota.procs, after=after))
         except OSError as err:
             return {"notebook": notebook.stem, "start": start, "condition": condition, "skipped": str(err)}
-    elif condition == "busy":
-        with Busy(busy):
-            result = run_in_subprocess(spec(notebook, start, tree, after=after))
+    elif condition in ("busy", "shared"):
+        try:
+            with groups(condition) as (kernel, others, how), Busy(busy, others):
+                result = {**run_in_subprocess(spec(notebook, start, tree, cgroup_procs=kernel, after=after)),
+                          "grouping": how}
+        except OSError as err:
+            return {"notebook": notebook.stem, "start": start, "condition": condition, "skipped": str(err)}
     else:
         result = run_in_subprocess(spec(notebook, start, tree, after=after))
     machine_after, mine_after = _cpu_seconds()
@@ -169,7 +205,8 @@ def report(rows: list[dict], title: str, tree: Path | None = None, note: str = "
                       "others' CPU s": r.get("others_cpu_s", "-"),
                       "threads": r.get("torch_threads", "-"), "OMP_WAIT_POLICY": r.get("omp_wait_policy") or "unset",
                       "note": "; ".join(r.get("errors", []))[:80]})
-    note = "; ".join(filter(None, (f"kernels run {tree}" if tree and tree != ROOT else "", note)))
+    grouped = sorted({f"{r['condition']}: {r['grouping']}" for r in rows if r.get("grouping")})
+    note = "; ".join(filter(None, (f"kernels run {tree}" if tree and tree != ROOT else "", note, *grouped)))
     print_table(title, table, note)
     drags = [{"start": r["start"], "condition": r["condition"], "panel": d["name"], "changes": d["changes"],
               "redraws": d["redraws"], "median ms": d["median_ms"], "p95 ms": d["p95_ms"], "max ms": d["max_ms"],
@@ -177,4 +214,5 @@ def report(rows: list[dict], title: str, tree: Path | None = None, note: str = "
              for r in rows for d in (r.get("after") or [])]
     if drags:
         print_table("slider drags in notebook 06's kernel: from a value's arrival to the end of the redraw that shows "
-                    "it (or a newer one)", drags, "targets under two busy processes: median <= 100 ms, p95 <= 200 ms")
+                    "it (or a newer one)", drags,
+                    "targets beside two busy processes (busy): median <= 100 ms, p95 <= 200 ms")
