@@ -15,11 +15,10 @@ the ones below it (the import-linter contract in pyproject.toml):
   data/       synthetic tensors and the real data shipped with Python
   settings, timing, _version: environment settings, timing helpers, the version (no fp8lab imports)
   threads: the CPUs fp8lab may use and OpenMP's wait policy, decided here before torch is imported
-  contention: torch's threads fitted to what other programs leave free, once setup() starts it
   extras, progress: the optional extras and how to add one, progress bars (no fp8lab imports)
 """
 
-from fp8lab import contention, threads
+from fp8lab import threads
 from fp8lab.settings import pin_blas_reproducibility
 
 threads.apply()  # before torch loads OpenMP: threads sized to the CPU quota, OpenMP waits passively (threads.py)
@@ -60,8 +59,7 @@ def status_line() -> str:
     line = f"fp8lab {__version__} | torch {torch.__version__} | {where} | {kernels}"
     if smoke():
         line += " | smoke mode"
-    follows = contention.line()
-    return f"{line}\n{threads.decision().line()}" + (f"; {follows}" if follows else "")
+    return f"{line}\n{threads.decision().line()}"
 
 
 def setup(seed: int = 0, quiet: bool = False) -> None:
@@ -74,9 +72,7 @@ def setup(seed: int = 0, quiet: bool = False) -> None:
     reuse); and it decides the CPU kernels once for the process (kernels.status: built or loaded
     from the cache and loaded into the process, or off, reading FP8LAB_KERNELS now). It changes
     no numerics setting of torch (no matmul precision, no oneDNN mode). The threads were decided
-    when fp8lab was imported (fp8lab.threads); from here they follow the load, fewer while other
-    programs hold the CPUs, unless they are the user's (fp8lab.contention); the status line's second
-    line says how and why.
+    when fp8lab was imported (fp8lab.threads); the status line's second line says how and why.
     Prints status_line() unless quiet; returns None, so that a cell ending in setup() shows the
     line once."""
     import gc
@@ -93,7 +89,6 @@ def setup(seed: int = 0, quiet: bool = False) -> None:
     gc.collect()
     gc.freeze()
     keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
-    contention.follow()  # threads fitted to what other programs leave free, before each cell and in training
     line = status_line()
     if not quiet:
         print(line)

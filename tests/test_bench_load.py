@@ -143,3 +143,13 @@ def test_a_kernel_started_torch_first_says_it_is_too_late_for_the_wait_policy():
     assert result["run_all_s"] > result["kernel_start_s"] > 0 and result["peak_mb"] > 0
     lab = run_in_subprocess(spec(notebook_path(REPO, "00"), "lab", REPO, timeout=600))
     assert lab["omp_wait_policy"] == "PASSIVE" and "set by fp8lab before this process started" in lab["threads"]
+
+
+@pytest.mark.slow
+def test_bench_threads_runs_each_count_as_the_users_setting():
+    """bench threads' candidates: OMP_NUM_THREADS as a user sets it, which fp8lab keeps."""
+    from fp8lab.bench.threadcount import run
+
+    assert run(1, 2)["threads"] == 1
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert run(2, 2)["threads"] == 2

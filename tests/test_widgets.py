@@ -572,3 +572,19 @@ def test_a_plot_drawn_again_in_place_is_the_plot_drawn_new(case):
         second(ax)
 
     assert _drawn(both) == _drawn(second)
+
+
+def test_dragging_the_sink_cliffs_point_moves_its_line_in_place_and_other_controls_redraw():
+    """Only the marked value moved: its line is moved, nothing drawn again (the picture: the test above)."""
+    from fp8lab.lab.panels import TrainingCliffPanel
+
+    panel = TrainingCliffPanel()
+    panel.refresh()
+    calls = []
+    panel.draw = lambda data, ax, draw=panel.draw: (calls.append(data["sinks"]), draw(data, ax))
+    sinks = [v for _, v in panel.controls["sinks"].options]
+    panel.update(sinks=sinks[1])
+    assert calls == [] and panel._mark.get_xdata()[0] == sinks[1]
+    panel.update(measure="loss")
+    panel.update(recipes=panel.controls["recipes"].value[:2])
+    assert calls == [sinks[1], sinks[1]]

@@ -414,6 +414,13 @@ MUTATIONS = [
       "    env.update(threads.environment(env))\n", "", T + "test_threads.py"),
     m("kernels: a new thread runs OpenMP's default count", K, "    _torch_threads_here()\n    code = getattr",
       "    code = getattr", T + "test_threads.py"),
+    m("panels: training_cliff's point drawn afresh on every drag", "fp8lab/lab/panels/training.py",
+      '        if getattr(self, "_mark", None) is None or self._drawn != self._drawing(data):',
+      "        if True:", T + "test_widgets.py::test_dragging_the_sink_cliffs_point_moves_its_line_in_place_and_other_"
+      "controls_redraw"),
+    m("bench load: the busy processes in the kernel's group", "fp8lab/bench/load.py",
+      '            others = kernel if condition == "shared" else stack.enter_context(CpuGroup("busy"))',
+      "            others = kernel", T + "test_bench_load.py"),
     m("extras: torchao beside an old torch counts as usable", "fp8lab/extras.py",
       "    if _version(have) >= _version(floor):", "    if True:", T + "test_extras.py"),
     m("first cell: the source goes through a shell", "tools/links.py",

@@ -2,6 +2,7 @@
 
   quantize.py  gemm.py  train.py  inspect.py  widgets.py  notebooks.py  blas.py  gpu.py
   load.py (notebooks and a drag on a busy machine and in a CPU quota)  room.py (N kernels at once)
+  threadcount.py (a training loop with one thread and with all, quiet and busy: `bench threads`)
   (table.py: the tables' machine line; kernelrun.py: a Run All in a kernel started as a learner starts
   it; drag.py: a slider dragged in a running kernel; cgroups.py: a CPU quota, a CPU weight)
 Candidates are timed in interleaved rounds on the same inputs, so a noisy, shared machine slows all
@@ -19,7 +20,7 @@ __all__ = ["BENCHES", "main"]
 
 
 BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "notebooks", "blas", "lessons", "inspect", "load", "room",
-           "all")
+           "threads", "all")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
                    "kernels run (default: this one), to compare two versions on one machine")
     p.add_argument("--no-drag", action="store_true", help="for 'load': skip the slider drags")
     p.add_argument("--json", default=None, help="for 'load': append every row to this file (JSON lines)")
-    p.add_argument("--weight", type=int, default=0, help="for 'load' and 'room' (root, cgroup v1): run in a cgroup "
-                   "of this many times the default CPU weight, so that other people's work on a shared machine "
+    p.add_argument("--steps", type=int, default=60, help="for 'threads': training steps per run (default 60)")
+    p.add_argument("--weight", type=int, default=0, help="for 'load', 'room' and 'threads' (root, cgroup v1): run in a "
+                   "cgroup of this many times the default CPU weight, so that other people's work on a shared machine "
                    "barely disturbs a measurement (the tables say how much CPU the others took)")
     args = p.parse_args(argv)
     if args.count is not None and args.name != "room":
@@ -100,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                 p.error("bench room needs the number of kernels: python -m fp8lab bench room 4")
             bench_room(args.count, (args.only or ["06"])[0], (args.starts or ["lab"])[0], rounds=args.rounds or 2,
                        tree=args.tree, weight=args.weight)
+        elif name == "threads":
+            from fp8lab.bench.threadcount import bench_threads
+
+            bench_threads(steps=args.steps, rounds=args.rounds or 4, weight=args.weight)
         elif name == "lessons":
             from fp8lab.training.train import lesson_table
 

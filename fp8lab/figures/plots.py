@@ -295,7 +295,8 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
 
     df: run, sinks, loss (mean over seeds). relative=True: the change against each run's own
     no-sink loss. live: optional rows (run, sinks, loss) recomputed now, drawn as crosses.
-    markers: label -> sink value, drawn as labelled dotted lines (published ratios); extra: optional
+    mark: a sink value drawn as a dotted line (gid "mark", which a panel moves in place); markers: label ->
+    sink value, drawn as labelled dotted lines (published ratios); extra: optional
     rows (run, sinks, loss, change) trained at such a value, drawn as diamonds (change: against the
     run's own no-sink run, for relative=True)."""
     ax = _ax(ax)
@@ -319,13 +320,12 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
         for run, part in lv.groupby("run", sort=False):
             ax.scatter(part["x"], part["y"], marker="x", s=60, color=colors.get(run, "black"), zorder=5,
                        label="recomputed now" if run == lv["run"].iloc[0] else None)
-    if extra is not None and len(extra):
-        for run, part in extra.groupby("run", sort=False):
-            ax.scatter(part["sinks"], part["change"] if relative else part["loss"], marker="D", s=28,
-                       color=colors.get(run, "black"), edgecolor="black", linewidth=0.5, zorder=5,
-                       label="at the published ratio" if run == extra["run"].iloc[0] else None)
+    if extra is not None and len(extra):  # one collection, a colour per run's diamond (one legend entry)
+        ax.scatter(extra["sinks"], extra["change"] if relative else extra["loss"], marker="D", s=28,
+                   c=[colors.get(run, "black") for run in extra["run"]], edgecolor="black", linewidth=0.5,
+                   zorder=5, label="at the published ratio")
     if mark is not None:
-        ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1)
+        ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1, gid="mark")
     ax.set_xscale("log")
     log_axis(ax, "x")
     if relative:

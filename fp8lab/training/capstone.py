@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8lab import contention
 from fp8lab.numerics.recipes import get_recipe
 from fp8lab.progress import progress_bar
 from fp8lab.settings import size
@@ -216,7 +215,6 @@ def train_case(case: Case, runs: Sequence[str | Run] = TRAINED, steps: int | Non
     bar = progress_bar(total=steps, desc=f"{case.name}: {', '.join(labels)}") if progress else None
     t0 = time.perf_counter()
     for step in range(steps):
-        contention.fit()  # fewer threads while other programs hold the CPUs (a notebook's kernel: setup())
         x, y = case.batch(g)
         for label, model in models.items():
             if label in stopped:

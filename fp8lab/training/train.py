@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from fp8lab import contention
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.progress import progress_bar
@@ -241,7 +240,6 @@ def train(
     bar = progress_bar(total=steps, desc=f"{model}: {', '.join(r.label for r in runs)}") if progress else None
     t0 = time.perf_counter()
     for step in range(steps):
-        contention.fit()  # fewer threads while other programs hold the CPUs (a notebook's kernel: setup())
         x, y = task.batch(data, batch)  # one batch, shared by every run (drawn on the CPU: same on any device)
         gain = gain_schedule(step) if gain_schedule is not None else None
         _step_every_run(runs, task, x.to(device), y.to(device), step, gain, rows, result.messages)

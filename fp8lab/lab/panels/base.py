@@ -195,8 +195,11 @@ class Panel:
         self.drawn_values = values  # what the plot and text show (checked against the controls after a drag)
         try:
             self.data = self.compute(**values)
-            fig, axes = self._axes()
-            self.draw(self.data, axes)
+            if self._figure is not None and self.draw_in_place(self.data):
+                fig = self._figure[0]
+            else:
+                fig, axes = self._axes()
+                self.draw(self.data, axes)
             self.image.value = plots.to_png(fig, keep=True)
             self.text.value = self.describe(self.data)
         except ValueError as err:  # bad combinations are explained, never raised into the notebook
@@ -241,6 +244,11 @@ class Panel:
 
     def describe(self, data: dict) -> str:
         return ""
+
+    def draw_in_place(self, data: dict) -> bool:
+        """Update the last drawing for `data` without drawing it again, where only a detail moved (a
+        marked value); True if done. By default never: the panel is drawn afresh."""
+        return False
 
     def _on_change(self, change) -> None:
         if not self._busy:

@@ -181,12 +181,17 @@ class TrainingCliffPanel(Panel):
 
     title = "the sink cliff: final loss vs sink magnitude (3 seeds, shipped), one point live"
     width, height = 7.0, 3.6
+    keep_axes = True  # a drag moves the marked point: the axes and their ticks stay
 
     def __init__(self) -> None:
         from fp8lab.training.measured import cliff, published_runs
         from fp8lab.training.published import marker_sinks
 
         self.table = cliff()
+        # the shipped table does not change: its means over seeds and seed 0's runs, once
+        shipped = self.table if len(self.table) else pd.DataFrame(columns=["run", "sinks", "seed", "loss"])
+        self.mean = shipped.groupby(["run", "sinks"], sort=False)["loss"].mean().reset_index()
+        self.seed0 = shipped[shipped.seed == 0].set_index(["run", "sinks"])["loss"]
         self.markers = marker_sinks()  # published ratios, at the sink value with that ratio to the median input
         pub = published_runs()
         if len(pub):
@@ -217,8 +222,7 @@ class TrainingCliffPanel(Panel):
             raise ValueError("pick at least one recipe")
         if self.table.empty:
             raise ValueError("fp8lab.training.measured holds no results yet: run `python -m fp8lab measured --write`")
-        mean = self.table.groupby(["run", "sinks"], sort=False)["loss"].mean().reset_index()
-        seed0 = self.table[self.table.seed == 0].set_index(["run", "sinks"])["loss"]
+        mean, seed0 = self.mean, self.seed0
         df = mean[mean.run.isin(recipes)]
         live = self.live[self.live.run.isin(recipes)]
         at = df[df.sinks == sinks].set_index("run")["loss"]
@@ -235,6 +239,21 @@ class TrainingCliffPanel(Panel):
     def draw(self, data, ax) -> None:
         plots.sink_cliff(data["df"], ax, relative=data["relative"], mark=data["sinks"], live=data["live"],
                          markers=data["markers"], extra=data["published"])
+        self._mark = next((line for line in ax.lines if line.get_gid() == "mark"), None)
+        self._drawn = self._drawing(data)
+
+    @staticmethod
+    def _drawing(data) -> tuple:
+        """What the drawing shows besides the marked value: the recipes' rows, the measure, the live points."""
+        return (tuple(data["df"]["run"].unique()), data["relative"], len(data["live"]))
+
+    def draw_in_place(self, data) -> bool:
+        """A drag of the point to recompute moves only its dotted line: moved, the rest kept."""
+        if getattr(self, "_mark", None) is None or self._drawn != self._drawing(data):
+            return False
+        x = data["sinks"] if data["sinks"] > 0 else 1.0
+        self._mark.set_xdata([x, x])
+        return True
 
     def describe(self, data) -> str:
         from fp8lab.training.measured import MEASURED_ON
