@@ -115,27 +115,30 @@ LOADED = "A shared machine: bench load and bench room"
 
 
 def loaded_rows() -> list[str]:
-    """The speed table's rows for notebooks 06 and 08 beside two busy processes (kernels as `fp8lab lab` starts
-    them; both runs), and the sentence under the table naming where and when they were measured."""
+    """The speed table's rows for notebooks 06 and 08 beside a busy program (two spinning processes in a group of
+    their own; kernels as `fp8lab lab` starts them; both runs), and the sentence under the table naming where and
+    when they were measured."""
     when, runs = markdown_table(LOADED, 0)
-    _, drags = markdown_table(LOADED, 2)
+    _, drags = markdown_table(LOADED, 1)
     out = []
     for nb, stem in (("06", "06_training_live"), ("08", "08_your_model")):
         row = next(r for r in runs if r["notebook, start"] == f"{nb}, lab")
-        busy = [row["two busy processes, run 1"], row["two busy processes, run 2"]]
+        busy = [row["busy, run 1"], row["busy, run 2"]]
         times = " / ".join(b.split()[0] for b in busy)
         ratios = " / ".join(b.split()[1].strip("()") for b in busy)
         drag = "no live slider"
         if nb == "06":
-            loaded = [d for d in drags if d["threads"] == "fp8lab's policy" and d["condition"] == "busy"]
+            loaded = [d for d in drags if d["start"] == "lab" and d["condition"] == "busy"]
             worst = [max(loaded, key=lambda d, k=k: float(d[k].split(" / ")[0])) for k in ("run 1", "run 2")]
             drag = (" / ".join(w[k].split(" / ")[0] for w, k in zip(worst, ("run 1", "run 2"), strict=True))
                     + f" ({worst[0]['panel']}; from a value to its frame)")
-        out.append(f"| {stem}, beside two busy processes | {times} ({ratios} its quiet run) | {drag} |")
-    return [*out, "", f"The rows beside two busy processes: `python -m fp8lab bench load`, two runs, kernels as "
-                      f"`fp8lab lab` starts them, kernel start included, each against the quiet run of its round, "
-                      f"measured {when}; [performance](docs/performance.md#a-shared-machine-bench-load-and-bench-room) "
-                      "has the CPU quota, the other start ways and the settings compared."]
+        out.append(f"| {stem}, beside a busy program | {times} ({ratios} its quiet run) | {drag} |")
+    return [*out, "", f"The rows beside a busy program (two spinning processes): `python -m fp8lab bench load`, two "
+                      f"runs, kernels as `fp8lab lab` starts them, kernel start included, each against the quiet run "
+                      f"of its round, measured {when}; [performance](docs/performance.md#a-shared-machine-bench-load-"
+                      "and-bench-room) "
+                      "has the spinners in the kernel's own group, the CPU quota, the other start ways and the "
+                      "settings compared."]
 
 
 def panels_in(notebook: str) -> list[str]:
