@@ -415,7 +415,7 @@ MUTATIONS = [
     m("kernels: a new thread runs OpenMP's default count", K, "    _torch_threads_here()\n    code = getattr",
       "    code = getattr", T + "test_threads.py"),
     m("panels: training_cliff's point drawn afresh on every drag", "fp8lab/lab/panels/training.py",
-      '        if getattr(self, "_mark", None) is None or self._drawn != self._drawing(data):',
+      "        if self._mark is None or self._drawn != self._drawing(data):",
       "        if True:", T + "test_widgets.py::test_dragging_the_sink_cliffs_point_moves_its_line_in_place_and_other_"
       "controls_redraw"),
     m("bench load: the busy processes in the kernel's group", "fp8lab/bench/load.py",

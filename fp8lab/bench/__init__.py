@@ -4,7 +4,8 @@
   load.py (notebooks and a drag on a busy machine and in a CPU quota)  room.py (N kernels at once)
   threadcount.py (a training loop with one thread and with all, quiet and busy: `bench threads`)
   (table.py: the tables' machine line; kernelrun.py: a Run All in a kernel started as a learner starts
-  it; drag.py: a slider dragged in a running kernel; cgroups.py: a CPU quota, a CPU weight)
+  it; drag.py: a slider dragged in a running kernel; cgroups.py: a scheduling group, a CPU quota, a CPU
+  weight)
 Candidates are timed in interleaved rounds on the same inputs, so a noisy, shared machine slows all
 of them alike; the tables report medians and ratios from one run. Tests never time anything.
 """

@@ -65,8 +65,8 @@ def autogroup(root: str | os.PathLike = "/") -> bool:
 
 
 class CpuGroup:
-    """A cgroup of the default CPU weight; `.procs` is the file a process writes its pid to, to enter it
-    (`.enter(pid)` does). The label names it: fp8lab-LABEL-PID."""
+    """A cgroup of the default CPU weight; `.procs` is the file a process writes its pid to, to enter it.
+    The label names it: fp8lab-LABEL-PID."""
 
     label = "group"
 
@@ -82,9 +82,6 @@ class CpuGroup:
         self.folder.mkdir()
         self.procs = str(self.folder / "cgroup.procs")
         return self
-
-    def enter(self, pid: int) -> None:
-        Path(self.procs).write_text(str(pid))
 
     def __exit__(self, *exc) -> None:
         if self.folder is not None:

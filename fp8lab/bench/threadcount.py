@@ -13,14 +13,14 @@ torch's own count, which fp8lab keeps where there is no CPU quota (fp8lab.thread
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 from fp8lab import threads
-from fp8lab.bench.load import Busy, groups
+from fp8lab.bench.kernelrun import kernel_environment
+from fp8lab.bench.load import ROOT, Busy, groups
 from fp8lab.bench.table import print_table
 
 __all__ = ["CONDITIONS", "bench_threads"]
@@ -41,10 +41,7 @@ print("RESULT", json.dumps({{"s": time.perf_counter() - t, "threads": torch.get_
 def run(count: int, steps: int, procs: str | None = None) -> dict:
     """One training run with `count` torch threads, in the cgroup whose cgroup.procs is `procs` (None: here):
     {"s": seconds, "threads": torch's count in the run}."""
-    env = {k: v for k, v in os.environ.items() if k != threads.MARKER}
-    env["OMP_NUM_THREADS"] = str(count)  # the user's count: fp8lab keeps it
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(Path(__file__).resolve().parents[2]),
-                                                      env.get("PYTHONPATH"))))
+    env = {**kernel_environment("jupyter", ROOT), "OMP_NUM_THREADS": str(count)}  # the user's count: kept
     proc = subprocess.Popen([sys.executable, "-c", WORK.format(steps=steps)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     if procs:

@@ -188,6 +188,7 @@ class TrainingCliffPanel(Panel):
         from fp8lab.training.published import marker_sinks
 
         self.table = cliff()
+        self._mark, self._drawn = None, ()  # the marked point's line and what else its drawing shows (draw)
         # the shipped table does not change: its means over seeds and seed 0's runs, once
         shipped = self.table if len(self.table) else pd.DataFrame(columns=["run", "sinks", "seed", "loss"])
         self.mean = shipped.groupby(["run", "sinks"], sort=False)["loss"].mean().reset_index()
@@ -249,7 +250,7 @@ class TrainingCliffPanel(Panel):
 
     def draw_in_place(self, data) -> bool:
         """A drag of the point to recompute moves only its dotted line: moved, the rest kept."""
-        if getattr(self, "_mark", None) is None or self._drawn != self._drawing(data):
+        if self._mark is None or self._drawn != self._drawing(data):
             return False
         x = data["sinks"] if data["sinks"] > 0 else 1.0
         self._mark.set_xdata([x, x])
