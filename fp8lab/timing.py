@@ -2,7 +2,9 @@
 
 Public: timed(fn, repeats, warmup) -> list of seconds per call; time_interleaved(cands, ...);
 print_table(title, rows, note) for the benchmarks' tables; cpu_name() and machine_line(), the
-machine a measurement was taken on (date, CPU, threads, GPU, torch, the CPU kernels).
+machine a measurement was taken on (date, CPU, threads, GPU, torch, the CPU kernels); reference_speed(),
+how fast this process multiplies matrices (an fp32 2048^3 matmul), so that a table says how slow its
+machine was.
 Speed is measured by benchmarks (`python -m fp8lab bench`), never asserted by tests.
 """
 
@@ -13,7 +15,10 @@ import platform
 import time
 from collections.abc import Callable
 
-__all__ = ["cpu_name", "machine_line", "print_table", "time_interleaved", "timed"]
+__all__ = ["REFERENCE_SIZE", "cpu_name", "machine_line", "print_table", "reference_speed", "time_interleaved",
+           "timed"]
+
+REFERENCE_SIZE = 2048
 
 
 def timed(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> list[float]:
@@ -84,3 +89,35 @@ def machine_line(*extra: str) -> str:
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     return ", ".join([datetime.date.today().isoformat(), cpu_name(), f"{torch.get_num_threads()} threads", gpu,
                       f"torch {torch.__version__}", *extra])
+
+
+def reference_speed(size: int = REFERENCE_SIZE, repeats: int = 3, bf16_budget_s: float = 1.0) -> str:
+    """This process's matmul speed, measured now: "fp32 2048^3 mm 45.2 ms (2 threads), 88.1 ms (1 thread);
+    bf16 7.1 ms". The median of `repeats` calls after one warm-up, with torch's threads as they are, and with
+    one thread where that differs (a panel redraws with one). bf16 is timed where a call is cheap: a CPU without
+    bf16 matrix units takes a minute at 2048^3, so a 256^3 call is timed first and bf16 is left out when that
+    call, scaled to size^3, would take over `bf16_budget_s` seconds."""
+    import statistics
+
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
+    threads = torch.get_num_threads()
+    ms = statistics.median(timed(lambda: a @ b, repeats, 1)) * 1e3
+    parts = [f"fp32 {size}^3 mm {ms:.1f} ms ({threads} thread{'s' if threads > 1 else ''})"]
+    if threads > 1:
+        torch.set_num_threads(1)
+        try:
+            parts.append(f"{statistics.median(timed(lambda: a @ b, repeats, 1)) * 1e3:.1f} ms (1 thread)")
+        finally:
+            torch.set_num_threads(threads)
+    small = 256
+    sa, sb = a[:small, :small].bfloat16(), b[:small, :small].bfloat16()
+    estimate = min(timed(lambda: sa @ sb, 3, 1)) * (size / small) ** 3
+    if estimate > bf16_budget_s:
+        bf16 = f"bf16 not timed (a {small}^3 call scaled to {size}^3: {estimate:.0f} s)"
+    else:
+        ab, bb = a.bfloat16(), b.bfloat16()
+        bf16 = f"bf16 {statistics.median(timed(lambda: ab @ bb, repeats, 1)) * 1e3:.1f} ms"
+    return ", ".join(parts) + "; " + bf16

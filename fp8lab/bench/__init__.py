@@ -3,6 +3,7 @@
   quantize.py  gemm.py  train.py  inspect.py  widgets.py  notebooks.py  blas.py  gpu.py
   load.py (notebooks and a drag on a busy machine and in a CPU quota)  room.py (N kernels at once)
   threadcount.py (a training loop with one thread and with all, quiet and busy: `bench threads`)
+  quota.py (`--quota 0.5`: the benchmark in a CPU quota, a slower machine)
   (table.py: the tables' machine line; kernelrun.py: a Run All in a kernel started as a learner starts
   it; drag.py: a slider dragged in a running kernel; cgroups.py: a scheduling group, a CPU quota, a CPU
   weight)
@@ -13,6 +14,7 @@ of them alike; the tables report medians and ratios from one run. Tests never ti
 from __future__ import annotations
 
 import argparse
+import sys
 
 from fp8lab.numerics import kernels
 from fp8lab.timing import machine_line
@@ -32,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per candidate")
     p.add_argument("--device", default=None, help="for 'gpu': cuda (default when present) or cpu (dry run)")
     p.add_argument("--only", nargs="*", default=None, help="for 'notebooks': only those whose name contains one; "
+                   "for 'widgets': these panels; for 'train': these models (unseen_mlp lesson_mlp llm_like); "
                    "for 'load': the notebooks (default 06 08); for 'room': the notebook (default 06)")
     p.add_argument("--conditions", nargs="+", default=None, help="for 'load': quiet busy shared quota (default: all)")
     p.add_argument("--starts", nargs="+", default=None, help="for 'load': lab jupyter torch-first (default: lab "
@@ -44,9 +47,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weight", type=int, default=0, help="for 'load', 'room' and 'threads' (root, cgroup v1): run in a "
                    "cgroup of this many times the default CPU weight, so that other people's work on a shared machine "
                    "barely disturbs a measurement (the tables say how much CPU the others took)")
+    p.add_argument("--quota", type=float, default=None, help="run in a CPU quota of this many CPUs (0.5: a machine "
+                   "about half as fast), a cgroup made for it (root, cgroup v1); not for load, room, threads, gpu")
+    p.add_argument("--period-ms", type=float, default=None, help="the quota's period in ms (default 10: the process "
+                   "slows evenly, not in bursts)")
+    p.add_argument("--in-quota", action="store_true", help=argparse.SUPPRESS)  # the child run_in_quota starts
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
     if args.count is not None and args.name != "room":
         p.error("only 'room' takes a count")
+    if args.quota is not None or args.period_ms is not None:
+        if args.quota is None:
+            p.error("--period-ms goes with --quota")
+        if not args.in_quota:
+            return _in_quota(p, args, argv)
+    if args.only and args.name in ("widgets", "train"):
+        unknown = _unknown_names(args.name, args.only)
+        if unknown:
+            p.error(unknown)
     kernels.keep_freed_memory()  # as fp8lab.setup() does in the notebooks
     names = ("quantize", "gemm", "train", "widgets") if args.name == "all" else (args.name,)
     status = 0
@@ -73,11 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "train":
             from fp8lab.bench.train import bench_train
 
-            bench_train(**kw)
+            bench_train(**kw, models=tuple(args.only) if args.only else None)
         elif name == "widgets":
             from fp8lab.bench.widgets import bench_widgets
 
-            bench_widgets(rounds=args.rounds)
+            bench_widgets(rounds=args.rounds, panels=tuple(args.only) if args.only else None)
         elif name == "notebooks":
             from fp8lab.bench.notebooks import bench_notebooks
 
@@ -114,3 +132,34 @@ def main(argv: list[str] | None = None) -> int:
             print(machine_line(kernels.state_label()))
             lesson_table()
     return status
+
+
+def _unknown_names(name: str, only: list[str]) -> str:
+    """What is wrong with `--only` for widgets (panels) or train (models), or ""."""
+    if name == "widgets":
+        from fp8lab.lab.panels import PANELS as valid
+    else:
+        from fp8lab.bench.train import MODELS as valid
+    unknown = sorted(set(only) - set(valid))
+    what = "panels" if name == "widgets" else "models"
+    return f"unknown {what} {unknown}; valid: {', '.join(valid)}" if unknown else ""
+
+
+def _in_quota(p: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    """Run this same command again in a child process inside a CPU quota (fp8lab.bench.quota); its exit status."""
+    from fp8lab.bench.quota import DEFAULT_PERIOD_MS, QUOTA_BENCHES, QuotaUnavailable, quota_problem, run_in_quota
+
+    if args.name not in QUOTA_BENCHES:
+        p.error(f"--quota is for {', '.join(QUOTA_BENCHES)} (load, room and threads make their own groups; gpu "
+                f"times the GPU), not '{args.name}'")
+    period = args.period_ms if args.period_ms is not None else DEFAULT_PERIOD_MS
+    problem = quota_problem(args.quota, period)
+    if problem:
+        p.error(problem)
+    try:
+        return run_in_quota([sys.executable, "-m", "fp8lab", "bench", *argv, "--in-quota"], args.quota, period)
+    except QuotaUnavailable as err:
+        print(f"python -m fp8lab bench: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

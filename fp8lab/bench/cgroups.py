@@ -8,12 +8,13 @@ they raise OSError saying which is missing.
 CpuGroup: a scheduling group of the default weight. Linux shares the CPU between groups first, then
 between the threads inside each: a desktop gives each session (autogroup) or app (a systemd scope) its
 group, a JupyterHub each learner's container or scope; processes inside one group share per thread.
-CpuQuota: a CpuGroup with `cpus` CPUs per 100 ms period (cpu.max, or cpu.cfs_quota_us), as a JupyterHub
-on Kubernetes or Binder limits a learner. CpuWeight (cgroup v1): the benchmark and every process it starts move into
-a group with `factor` times the default CPU weight (cpu.shares), so that other people's
-programs on a shared machine take at most 1 / (factor + 1) of a core the benchmark wants: a quiet
-measurement on a machine that is not quiet. Its table says that it ran so, and how much CPU the
-others took meanwhile.
+CpuQuota: a CpuGroup with `cpus` CPUs per period (100 ms unless asked; cpu.max, or cpu.cfs_quota_us and
+cpu.cfs_period_us), as a JupyterHub on Kubernetes or Binder limits a learner; a short period (10 ms) slows a
+process evenly, as a slower CPU does, instead of in bursts (`bench --quota`, fp8lab.bench.quota).
+CpuWeight (cgroup v1): the benchmark and every process it starts move into a group with `factor` times the
+default CPU weight (cpu.shares), so that other people's programs on a shared machine take at most 1 / (factor + 1)
+of a core the benchmark wants: a quiet measurement on a machine that is not quiet. Its table says that it ran so,
+and how much CPU the others took meanwhile.
 """
 
 from __future__ import annotations
@@ -89,23 +90,29 @@ class CpuGroup:
 
 
 class CpuQuota(CpuGroup):
-    """A cgroup with a quota of `cpus` CPUs (per PERIOD microseconds)."""
+    """A cgroup with a quota of `cpus` CPUs: cpus * period microseconds of CPU time in every `period`
+    microseconds (default PERIOD). The folder is removed on exit, also when writing the quota fails."""
 
     label = "quota"
 
-    def __init__(self, cpus: float = 1.0) -> None:
+    def __init__(self, cpus: float = 1.0, period: int = PERIOD) -> None:
         super().__init__()
         self.cpus = cpus
+        self.period = period
+        self.quota = round(cpus * period)
 
     def __enter__(self) -> CpuQuota:
         super().__enter__()
         assert self.folder is not None
-        quota = round(self.cpus * PERIOD)
-        if self.version == "v2":
-            (self.folder / "cpu.max").write_text(f"{quota} {PERIOD}")
-        else:
-            (self.folder / "cpu.cfs_period_us").write_text(str(PERIOD))
-            (self.folder / "cpu.cfs_quota_us").write_text(str(quota))
+        try:
+            if self.version == "v2":
+                (self.folder / "cpu.max").write_text(f"{self.quota} {self.period}")
+            else:  # the period first: the kernel checks the quota against the period in force
+                (self.folder / "cpu.cfs_period_us").write_text(str(self.period))
+                (self.folder / "cpu.cfs_quota_us").write_text(str(self.quota))
+        except OSError:
+            self.__exit__()
+            raise
         return self
 
 

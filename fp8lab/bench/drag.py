@@ -1,6 +1,6 @@
 """A slider dragged as a learner drags it, in a running kernel: how long until the panel shows each value.
 
-Public: DRAGS, drag(panel, control, interval, sweeps) -> dict, drag_all() -> dict.
+Public: DRAGS, drag_path(options, start, sweeps), drag(panel, control, interval, sweeps) -> dict, drag_all() -> dict.
 `bench load` sends this module's source into a notebook's kernel after its Run All (so it runs in
 that kernel, under that machine's load, with whatever fp8lab that kernel imported) and calls
 drag_all(). A drag sets the control's value every `interval` seconds, sweeping across its options
@@ -17,7 +17,7 @@ import math
 import statistics
 import time
 
-__all__ = ["DRAGS", "drag", "drag_all"]
+__all__ = ["DRAGS", "drag", "drag_all", "drag_path"]
 
 # (panel, slider) dragged: notebook 02's per-tensor panel, notebook 04's block panel, notebook 06's sink cliff
 DRAGS = (("per_tensor", "outliers"), ("block", "block"), ("training_cliff", "sinks"))
@@ -25,6 +25,16 @@ DRAGS = (("per_tensor", "outliers"), ("block", "block"), ("training_cliff", "sin
 
 def _options(ctl) -> list:
     return [o[1] if isinstance(o, tuple) else o for o in ctl.options]
+
+
+def drag_path(options: list, start: int, sweeps: int = 1) -> list:
+    """The values a drag from options[start] sends, one per step: to the last option, back to the first, back
+    to the start, `sweeps` times (each sweep sends every option twice but the two ends, once).
+    drag_path([0, 1, 2, 3, 4], 2) == [3, 4, 3, 2, 1, 0, 1, 2]."""
+    path = []
+    for _ in range(sweeps):
+        path += options[start + 1:] + options[::-1][1:] + options[1:start + 1]
+    return path
 
 
 def _p95(values: list[float]) -> float:
@@ -37,10 +47,7 @@ def drag(panel, control: str, interval: float = 0.04, sweeps: int = 3) -> dict:
     seconds; latencies in ms (median, p95, max; `last`: of the final value), redraws made."""
     ctl = panel.controls[control]
     options = _options(ctl)
-    start = options.index(ctl.value) if ctl.value in options else 0
-    path = []
-    for _ in range(sweeps):
-        path += options[start + 1:] + options[::-1][1:] + options[1:start + 1]
+    path = drag_path(options, options.index(ctl.value) if ctl.value in options else 0, sweeps)
     redraws: list[tuple[float, float]] = []
     original = panel._refresh
 

@@ -1,0 +1,86 @@
+"""`bench train` (fp8lab/bench/train.py): each recipe's training step against fp32's on three models, one of them
+none of the lab's toys; fp32 and the recipes take turns; a step that did not run its backward pass is said.
+No time is judged: the tests check the models, the candidates and what the table reports.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from fp8lab.bench import train as train_module
+from fp8lab.bench.train import MODELS, TARGET_RATIO, TIMED_RECIPES, Workload, bench_train, make_workload
+from fp8lab.training.capstone import SINK_MAGNITUDE
+from fp8lab.training.models import TinyTransformer, ToyMLP
+from fp8lab.training.train import LESSON
+
+
+def test_the_three_models_are_the_unseen_mlp_the_lessons_and_the_llm_like_one():
+    assert MODELS == ("unseen_mlp", "lesson_mlp", "llm_like")
+    assert TIMED_RECIPES == ("tensorwise", "delayed", "rowwise", "rowwise_with_gw_hp", "blockwise", "mxfp8", "nvfp4",
+                             "nvfp4_training")
+    assert TARGET_RATIO == 1.5
+    unseen = make_workload("unseen_mlp")
+    model = unseen.make()
+    linears = [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)]
+    assert linears == [(256, 512), (512, 256), (256, 8)] and unseen.x.shape == (256, 256)
+    assert all(type(m).__module__.startswith("torch.") for m in model.modules()), "one of the lab's own modules"
+    again = unseen.make()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(), strict=True))
+    lesson = make_workload("lesson_mlp")
+    assert isinstance(lesson.make(), ToyMLP) and lesson.x.shape[0] == LESSON.batch
+    llm = make_workload("llm_like").make()
+    assert isinstance(llm, TinyTransformer) and {b.sink.magnitude for b in llm.blocks} == {SINK_MAGNITUDE}
+    with pytest.raises(ValueError, match="valid: unseen_mlp, lesson_mlp, llm_like"):
+        make_workload("mlp")
+
+
+def test_every_recipe_is_timed_against_fp32_on_the_unseen_mlp(capsys):
+    rows = bench_train(rounds=1, consecutive=1, models=("unseen_mlp",))
+    whats = [r["what"] for r in rows]
+    assert whats[: 1 + len(TIMED_RECIPES)] == ["fp32", *TIMED_RECIPES]
+    assert set(whats) - {"fp32", *TIMED_RECIPES} <= {"bf16", "tensorwise (torchao)"}
+    for r in rows:
+        assert r["model"] == "unseen_mlp" and r["ms/step"] > 0 and r["x fp32"] > 0
+        if r["what"] in TIMED_RECIPES:
+            assert r["within 1.5x"] == ("yes" if r["x fp32"] <= TARGET_RATIO else "NO")
+        else:
+            assert r["within 1.5x"] == "-"
+    assert next(r for r in rows if r["what"] == "fp32")["x fp32"] == 1.0
+    out = capsys.readouterr().out
+    assert "unseen_mlp: MLP 256-512-256-8 (nn.Sequential), batch 256" in out and "reference: fp32 2048^3 mm" in out
+    with pytest.raises(ValueError, match="unknown models"):
+        bench_train(models=("toy",))
+
+
+def test_a_step_whose_loss_is_not_finite_is_reported_not_passed_off_as_a_step(monkeypatch):
+    def nan_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return (pred - target).pow(2).mean() * math.nan
+
+    def tiny(name: str) -> Workload:
+        return Workload(name, "a tiny linear model whose loss is NaN", lambda: nn.Linear(32, 16),
+                        torch.randn(8, 32), torch.randn(8, 16), nan_loss)
+
+    monkeypatch.setattr(train_module, "make_workload", tiny)
+    rows = bench_train(rounds=1, consecutive=2, models=("unseen_mlp",))
+    assert rows and all(r["note"].endswith("steps with a non-finite loss (no backward)") for r in rows)
+
+
+def test_the_table_covers_the_three_models_in_order(monkeypatch, capsys):
+    """Every model of MODELS is run (each replaced by a tiny one here: their steps are timed above and by the
+    benchmark), with every recipe, and titled in the table."""
+    def tiny(name: str) -> Workload:
+        return Workload(name, f"tiny stand-in for {name}", lambda: nn.Sequential(nn.Linear(32, 32), nn.GELU(),
+                                                                                  nn.Linear(32, 16)),
+                        torch.randn(8, 32), torch.randn(8, 16), nn.functional.mse_loss)
+
+    monkeypatch.setattr(train_module, "make_workload", tiny)
+    rows = bench_train(rounds=1, consecutive=1)
+    assert list(dict.fromkeys(r["model"] for r in rows)) == list(MODELS)
+    for name in MODELS:
+        assert {r["what"] for r in rows if r["model"] == name} >= {"fp32", *TIMED_RECIPES}
+    out = capsys.readouterr().out
+    assert "unseen_mlp: tiny stand-in for unseen_mlp; lesson_mlp: tiny stand-in for lesson_mlp; llm_like:" in out
