@@ -35,7 +35,7 @@ def test_available_memory_is_memavailable_or_a_cgroups_room_under_its_limit(tmp_
 
 
 def test_a_room_that_cannot_fit_says_the_arithmetic_and_how_many_fit():
-    """The issue's case: 1000 kernels of about 600 MB (bench room's own quiet run) on a 24 GiB machine."""
+    """1000 kernels of about 600 MB (bench room's own quiet run measures that much) on a 24 GiB machine."""
     why = room_fits(1000, 600, "the quiet kernel's peak", (21_000, "MemAvailable in /proc/meminfo"))
     assert why == ("bench room 1000: 1000 kernels x 600 MB (the quiet kernel's peak) = 585.9 GB, but this machine "
                    "has 20.5 GB available (MemAvailable in /proc/meminfo): they cannot all fit. Ask for at most 35 "

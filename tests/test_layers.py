@@ -97,8 +97,9 @@ def test_a_grad_scaler_skips_the_same_steps_with_the_same_scales_as_high_precisi
             assert all(torch.equal(a, b) for a, b in zip(params[step], params[step - 1], strict=True))
 
 
-def test_the_reported_crash_an_fp16_overflow_at_the_first_step():
-    """The issue's case: Linear(32, 32), GELU, Linear(32, 8), GradScaler(init_scale=2**30), one fp16 step."""
+def test_one_fp16_step_that_overflows_is_skipped_for_every_recipe():
+    """The everyday case: Linear(32, 32), GELU, Linear(32, 8), GradScaler(init_scale=2**30), one fp16 step
+    overflows; every recipe's backward hands the scaler an inf, the step is skipped and the scale halved."""
     torch.manual_seed(0)
     for recipe in EVERY_RECIPE:
         model = convert(nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 8)), recipe)
