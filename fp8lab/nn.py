@@ -21,11 +21,11 @@ from fp8lab.training.layers import (
     IDENTITY,
     AmaxReducer,
     FP8Linear,
-    Monitor,
     layer_gemms,
     scale_spans_tokens,
     tokens_per_scale,
 )
+from fp8lab.training.monitor import Monitor
 
 __all__ = [
     "IDENTITY",

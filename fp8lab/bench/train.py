@@ -15,8 +15,8 @@ __all__ = ["bench_train"]
 def bench_train(size: int | None = None, rounds: int | None = None, consecutive: int = 4) -> list[dict]:
     """Step time of the toy MLP and transformer: fp32, bf16, fp8lab emulated, torchao emulate."""
     from fp8lab.training.convert import convert
-    from fp8lab.training.layers import Monitor
     from fp8lab.training.models import MarkovTask, TeacherTask, make_model
+    from fp8lab.training.monitor import Monitor
     from fp8lab.training.train import BASELINES, LESSON, train_step
 
     rounds = rounds or 20

@@ -24,7 +24,8 @@ from fp8lab.extras import require
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.recipes import TORCHAO_RECIPES, Recipe, get_recipe
 from fp8lab.training.attention import FAST_PATH_SWITCHES, FP8MultiheadAttention
-from fp8lab.training.layers import IDENTITY, AmaxReducer, FP8Linear, Monitor, base_class, fp8_class
+from fp8lab.training.layers import IDENTITY, AmaxReducer, FP8Linear, base_class, fp8_class
+from fp8lab.training.monitor import Monitor
 
 __all__ = ["ENGINES", "IN_PROJ", "LINEAR", "ConversionReport", "ConversionWarning", "Site", "conversion_report",
            "convert", "find_sites", "fp8_layers", "stray_matrices", "unwrap"]

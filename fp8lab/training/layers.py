@@ -1,6 +1,6 @@
 """FP8 training layers: FP8Linear and the autograd function of its three GEMMs.
 
-Public: FP8Linear, fp8_linear (the function itself), layer_gemms (the three GEMMs' operands), Monitor,
+Public: FP8Linear, fp8_linear (the function itself), layer_gemms (the three GEMMs' operands),
 IDENTITY (no quantization), fp8_class (the FP8 class of a linear class; convert makes layers FP8 with it).
 FP8Linear runs the three GEMMs of a linear layer through fp8lab's GEMM, each operand
 quantized along its own contraction dim, from the high-precision tensor:
@@ -30,18 +30,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8lab.gemm import GemmBackend, default_backend
-from fp8lab.numerics.metrics import overflow_underflow
 from fp8lab.numerics.quantize import QuantizedTensor
 from fp8lab.numerics.recipes import Recipe, RoundingDraws, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
 from fp8lab.training import delayed as delayed_steps
 from fp8lab.training.delayed import DelayedState
+from fp8lab.training.monitor import Monitor
 
 __all__ = [
     "IDENTITY",
     "AmaxReducer",
     "FP8Linear",
-    "Monitor",
     "NonFiniteGradient",
     "base_class",
     "fp8_class",
@@ -56,62 +55,6 @@ IDENTITY = "identity"
 
 # amax[...] -> the same amax reduced (max) over data-parallel ranks; see scale_spans_tokens
 AmaxReducer = Callable[[torch.Tensor], torch.Tensor]
-
-
-# ---- monitoring ----------------------------------------------------------------------------------------------
-
-
-class Monitor:
-    """Per layer and tensor role, each step: amax, scale, overflow and underflow fractions.
-
-    Rows are recorded as the GEMMs run; `frame()` returns a tidy pandas DataFrame with
-    columns step, layer, gemm, role, amax, scale_max, scale_min, overflow, underflow.
-    `every` records one step in `every` (1: all) to keep the cost down.
-    A gradient with an inf or NaN (a loss scaler's overflow step) is not quantized, so it has no
-    statistics: it gets no row in frame(); `nonfinite` lists it instead (step, layer, gemm, role, amax:
-    inf or NaN), at every step, and nonfinite_frame() returns that list as a DataFrame.
-    """
-
-    def __init__(self, every: int = 1) -> None:
-        if every < 1:
-            raise ValueError("every must be >= 1")
-        self.every = every
-        self.step = 0
-        self.rows: list[dict] = []
-        self.nonfinite: list[dict] = []
-
-    def active(self) -> bool:
-        return self.step % self.every == 0
-
-    def record(self, layer: str, gemm: str, role: str, x: torch.Tensor, q: QuantizedTensor) -> None:
-        scale = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
-        overflow, underflow = overflow_underflow(x, q)
-        scale_min, scale_max = (float(v) for v in torch.aminmax(scale))
-        self.rows.append({
-            "step": self.step, "layer": layer, "gemm": gemm, "role": role,
-            "amax": float(q.amax.max()) if q.amax is not None else float(x.abs().max()),
-            "scale_max": scale_max, "scale_min": scale_min, "overflow": overflow, "underflow": underflow,
-        })
-
-    def record_nonfinite(self, layer: str, gemm: str, role: str, amax: float) -> None:
-        """A gradient that held an inf or NaN: its GEMM ran in high precision (nothing quantized)."""
-        self.nonfinite.append({"step": self.step, "layer": layer, "gemm": gemm, "role": role, "amax": amax})
-
-    def frame(self):
-        import pandas as pd
-
-        cols = ["step", "layer", "gemm", "role", "amax", "scale_max", "scale_min", "overflow", "underflow"]
-        return pd.DataFrame(self.rows, columns=cols)
-
-    def nonfinite_frame(self):
-        """The gradients that held an inf or NaN: DataFrame (step, layer, gemm, role, amax)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.nonfinite, columns=["step", "layer", "gemm", "role", "amax"])
-
-    def clear(self) -> None:
-        self.rows.clear()
-        self.nonfinite.clear()
 
 
 # ---- the autograd function -------------------------------------------------------------------------------
