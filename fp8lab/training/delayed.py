@@ -166,7 +166,7 @@ class DelayedState:
 
     def __setstate__(self, state: dict) -> None:
         module = state.pop("module")
-        state.setdefault("pending_gradients", {})  # (a state pickled without one)
+        state.setdefault("pending_gradients", {})  # (a pickle that holds none)
         vars(self).update(state)
         self.module = weakref.ref(module) if module is not None else (lambda: None)
         _STATES.add(self)
