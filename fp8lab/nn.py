@@ -2,8 +2,8 @@
 
 FP8Linear (an nn.Linear whose three GEMMs run in FP8), convert(model, recipe) and its report
 (conversion_report), unwrap, layer_gemms (the three GEMMs' operands, exactly as FP8Linear builds
-them), Monitor, end_step (delayed scaling's step, for optimizers outside torch.optim). Notebook 06
-trains with them; notebook 08 converts a model of your own.
+them), Monitor, end_step (delayed scaling's step, for optimizers outside torch.optim, or a step your loop
+skips). Notebook 06 trains with them; notebook 08 converts a model of your own.
 """
 
 from fp8lab.training.attention import FP8MultiheadAttention
@@ -21,11 +21,11 @@ from fp8lab.training.layers import (
     IDENTITY,
     AmaxReducer,
     FP8Linear,
-    Monitor,
     layer_gemms,
     scale_spans_tokens,
     tokens_per_scale,
 )
+from fp8lab.training.monitor import Monitor
 
 __all__ = [
     "IDENTITY",

@@ -1,11 +1,12 @@
 """Run-wide settings, read from the environment each time they are asked for (never at import).
 
-Public: smoke(), kernels_requested(), size(workshop, smoke).
+Public: smoke(), kernels_requested(), build_timeout(default), size(workshop, smoke).
 FP8LAB_DRAW=sync|thread chooses how panels redraw (auto: fp8lab.lab.panels.base.draw_mode).
 FP8LAB_SMOKE=1 shrinks sizes and steps so every notebook runs in seconds in CI; without
 it, everything is workshop-sized. FP8LAB_KERNELS=0 turns off the fused CPU kernels
 (fp8lab.numerics.kernels): same numbers, computed in torch; kernels.engine() asks once per process,
-when quantize first needs it, and says what it decided (python -m fp8lab doctor). Nothing
+when quantize first needs it, and says what it decided (python -m fp8lab doctor). FP8LAB_BUILD_TIMEOUT
+bounds the seconds the C compiler may take to build them (kernels_build.BUILD_TIMEOUT_S by default). Nothing
 else in fp8lab reads the environment (but kernels.py honours CC and XDG_CACHE_HOME to
 build them, and fp8lab.threads reads the OpenMP variables a user may have set). Settings written
 once, when fp8lab is imported: pin_blas_reproducibility() asks MKL for GEMMs whose bits do not
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BLAS_REPRODUCIBLE", "DRAW_MODES", "draw_requested", "kernels_requested", "pin_blas_reproducibility", "size",
-           "smoke"]
+__all__ = ["BLAS_REPRODUCIBLE", "DRAW_MODES", "build_timeout", "draw_requested", "kernels_requested",
+           "pin_blas_reproducibility", "size", "smoke"]
 
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
@@ -37,6 +38,23 @@ def kernels_requested() -> bool:
         raise ValueError(f"FP8LAB_KERNELS={os.environ['FP8LAB_KERNELS']!r} means neither on nor off; valid: "
                          f"{', '.join(_ON)} (on) or {', '.join(_OFF)} (off)")
     return value in _ON
+
+
+def build_timeout(default: float) -> float:
+    """FP8LAB_BUILD_TIMEOUT: the seconds every C compiler run of one kernel build may take together (a
+    compiler that hangs is stopped then, and quantization runs in torch); unset or empty: `default`. A value
+    that is not a number of seconds above 0 raises ValueError naming what it takes."""
+    text = os.environ.get("FP8LAB_BUILD_TIMEOUT", "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"FP8LAB_BUILD_TIMEOUT={os.environ['FP8LAB_BUILD_TIMEOUT']!r} is not a number of seconds "
+                         f"above 0 (e.g. 30; unset: {default:g})")
+    return value
 
 
 DRAW_MODES = ("auto", "thread", "sync")

@@ -248,3 +248,10 @@ def test_the_solution_is_the_answer_the_checker_accepts(sink_report):
     assert text.startswith("recipe: blockwise") and "monitor: underflow" in text
     assert ex.check_capstone({"recipe": "blockwise", "monitor": "underflow"}, result, sink_report).ok
     assert "heatmap" in ex.hint_capstone()
+
+
+@pytest.mark.parametrize("prediction", [{"recipe": ["mxfp8"], "monitor": "amax"}, {"recipe": "mxfp8", "monitor": 3},
+                                        {"recipe": 1.5, "monitor": None}, {"recipe": {"mxfp8"}, "monitor": ["sqnr"]}])
+def test_check_capstone_answers_a_prediction_of_the_wrong_type(sink_report, prediction):
+    fb = ex.check_capstone(prediction, _result(FAILING), sink_report)
+    assert not fb and ("is a name, a string" in fb.message or "fill in your prediction" in fb.message), fb.message

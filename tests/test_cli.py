@@ -34,6 +34,34 @@ def test_unknown_command_is_refused():
     assert r.returncode == 2 and "usage" in r.stderr
 
 
+@pytest.mark.parametrize(("args", "needle"), [
+    (("quantize", "--size", "-5"), "argument --size: -5 is not a positive integer"),
+    (("gemm", "--size", "0"), "argument --size: 0 is not a positive integer"),
+    (("room", "0"), "argument count: 0 is not a positive integer"),
+    (("room", "-1"), "argument count: -1 is not a positive integer"),
+    (("room", "four"), "argument count: 'four' is not an integer"),
+    (("train", "--rounds", "0"), "argument --rounds: 0 is not a positive integer"),
+    (("threads", "--steps", "-3"), "argument --steps: -3 is not a positive integer"),
+    (("load", "--weight", "-1"), "argument --weight: -1 is not an integer of 0 or more"),
+])
+def test_a_bench_argument_out_of_range_gets_the_usage_line_not_a_traceback(args, needle):
+    r = _run("bench", *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("usage: python -m fp8lab bench") and needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bench_room_refuses_a_room_that_cannot_fit_in_memory_saying_the_arithmetic():
+    """1000 kernels on this machine: each holds at least what a process that imported torch and fp8lab holds
+    (hundreds of MB), which no machine the lab runs on has 1000 times: refused before anything starts."""
+    r = _run("bench", "room", "1000")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("usage: python -m fp8lab bench"), r.stderr
+    assert "bench room 1000: 1000 kernels x " in r.stderr and " GB available (" in r.stderr, r.stderr
+    assert "they cannot all fit" in r.stderr and "--ignore-memory" in r.stderr
+    assert "Traceback" not in r.stderr and "round 1" not in r.stdout  # no kernel started
+
+
 def test_bench_quantize_and_gemm_run_small(capsys):
     rows = bench_quantize(size=256, rounds=2)
     names = [r["what"] for r in rows]

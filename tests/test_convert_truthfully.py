@@ -96,6 +96,40 @@ def test_a_linear_subclass_with_its_own_forward_is_named_and_strict_raises():
         convert(model, "tensorwise", strict=True)
 
 
+def test_a_share_that_keeps_every_layer_is_said_and_the_report_names_it():
+    """nvfp4_training keeps the last 15% of the linear layers, rounded up: a model of one linear layer is kept
+    whole, which convert says in a ConversionWarning (strict raises); with two, the report says 1 of 2."""
+    with pytest.warns(ConversionWarning, match=r"nvfp4_training keeps the last 15%.*1 linear GEMM site\(s\), so none "
+                                                r"is converted.*with_high_precision_layers\(0\)"):
+        kept = convert(nn.Linear(64, 64), "nvfp4_training")
+    assert type(kept) is nn.Linear
+    with pytest.raises(ValueError, match=r"strict=True.*none is converted"):
+        convert(nn.Linear(64, 64), "nvfp4_training", strict=True)
+    whole = convert(nn.Linear(64, 64), fp8lab.get_recipe("nvfp4_training").with_high_precision_layers(0))
+    assert isinstance(whole, FP8Linear)
+    two = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    assert not any(issubclass(w.category, ConversionWarning) for w in _warnings(lambda: convert(two, "nvfp4_training")))
+    report = conversion_report(convert(two, "nvfp4_training"))
+    assert "kept: 2: nvfp4_training keeps its last 15% of linear layers in high precision, rounded up (1 of 2 here)" \
+        in str(report)
+
+
+def test_the_printed_report_names_the_modules_whose_matmuls_stay_in_high_precision():
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(4, 4, 3)
+            self.pair = nn.Bilinear(4, 4, 4)
+            self.rnn = nn.GRU(4, 4)
+            self.fc = nn.Linear(4, 4)
+
+    text = str(conversion_report(convert(Mixed(), "tensorwise")))
+    assert "1 site(s) in FP8" in text and "3 module(s) with other matmuls, in high precision" in text
+    for name, kind in (("conv", "Conv1d"), ("pair", "Bilinear"), ("rnn", "GRU")):
+        assert f"  not linear: {name} ({kind}): its matmuls are not nn.Linear GEMMs: they stay in high precision" \
+            in text
+
+
 def _warnings(fn) -> list[warnings.WarningMessage]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -2,6 +2,7 @@
 a specific reason."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -206,3 +207,127 @@ def test_every_starter_is_a_blank_the_checker_explains_not_an_answer():
         assert not f and f.message, f
     for f in blanks[:2] + blanks[4:5]:
         assert "None" in f.message or "returned" in f.message, f.message
+
+
+# ---- every wrong answer gets feedback, never a traceback -----------------------------------------------------------
+
+CHECKERS = {name: getattr(ex, name) for name in ex.__all__ if name.startswith("check_")}  # a new one is covered too
+
+
+def _tensors():
+    import numpy as np
+    import torch
+    from hypothesis import strategies as st
+
+    dtypes = st.sampled_from([torch.float32, torch.float64, torch.float16, torch.int64, torch.bool, torch.complex64])
+    magnitudes = st.sampled_from([-1e30, -448.0, -1.0, 0.0, 1e-30, 1.0, 3.0, 1e30, math.nan, math.inf, -math.inf])
+
+    def make(shape, magnitude, dtype, seed):
+        t = torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * magnitude
+        return t.to(dtype) if dtype != torch.bool else t > 0
+
+    tensors = st.builds(make, st.lists(st.integers(0, 5), max_size=3).map(tuple), magnitudes, dtypes,
+                        st.integers(0, 9))
+    return st.one_of(tensors, tensors.map(lambda t: t.numpy() if t.dtype != torch.bfloat16 else t),
+                     tensors.map(lambda t: t.tolist()), st.just(np.float64(0.5)), st.just(np.int64(3)))
+
+
+def _histories():
+    """Training histories (step, run, loss) of 3 runs x 150 steps whose losses are NaN, strings or None."""
+    import pandas as pd
+    from hypothesis import strategies as st
+
+    def make(loss):
+        return pd.DataFrame({"step": [s for s in range(150) for _ in range(3)], "run": ["a", "b", "c"] * 150,
+                             "loss": [loss] * 450})
+
+    return st.builds(make, st.sampled_from([math.nan, "high", None, 1.0, -math.inf]))
+
+
+def _wrong_answers():
+    """Answers of the wrong type (a tensor where a number is asked, a string, a list, a dict, None), shape,
+    sign and size; and functions returning them, returning their own input (the history itself, x), or raising."""
+    from hypothesis import strategies as st
+
+    values = st.one_of(
+        st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=True, allow_infinity=True), st.complex_numbers(allow_nan=True),
+        st.text(max_size=12), st.sampled_from(["fc3", "1x32", "blockwise", "tensorwise mxfp8", "", "16", "None"]),
+        st.lists(st.one_of(st.integers(-5, 5), st.floats(-1e3, 1e3), st.text(max_size=4), st.none()), max_size=4),
+        st.sets(st.sampled_from(["fc3", "blockwise", "mxfp8", "x", "1x32"]), max_size=3),
+        st.dictionaries(st.sampled_from(["recipe", "monitor", "x"]),
+                        st.one_of(st.none(), st.integers(), st.text(max_size=6), st.lists(st.text(max_size=3))),
+                        max_size=3),
+        _tensors(), st.just(object()), st.just(ex.Feedback(False, "")), st.just(math),
+    )
+    # what the multi-part answers look like, with wrong parts: a prediction dict, a "result" holding a history
+    shaped = st.one_of(st.fixed_dictionaries({"recipe": values, "monitor": values}),
+                       st.builds(SimpleNamespace, history=st.one_of(values, _histories())), _histories())
+
+    def returning(value):
+        return lambda *args, **kwargs: value
+
+    def raising(*args, **kwargs):
+        raise RuntimeError("the learner's bug")
+
+    functions = st.one_of(values.map(returning), st.sampled_from([lambda *a: a[0] if a else None,
+                                                                   lambda *a: -a[0], lambda *a: a, raising,
+                                                                   lambda: 1.0]))
+    return st.one_of(values, shaped, st.booleans(), functions)
+
+
+def test_every_checker_is_driven():
+    assert set(CHECKERS) >= {"check_decode", "check_scale", "check_delayed_amax", "check_block_amax",
+                             "check_block_choice", "check_scaled_gemm", "check_survivors", "check_history",
+                             "check_ranking", "check_capstone", "check_stochastic_round", "check_keep_layer"}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKERS))
+def test_every_checker_answers_every_wrong_answer_with_feedback(name):
+    """Every checker, given answers of the wrong type, shape, sign or size, or None, for each of its arguments
+    (a value, or a function returning one), returns Feedback with a sentence, and raises nothing."""
+    import inspect
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    checker = CHECKERS[name]
+    arity = len(inspect.signature(checker).parameters)
+
+    @settings(max_examples=40)
+    @given(st.tuples(*[_wrong_answers()] * arity))
+    def check(args):
+        fb = checker(*args)
+        assert isinstance(fb, ex.Feedback), (args, fb)
+        assert isinstance(fb.message, str) and len(fb.message) > 10, (args, fb)
+
+    check()
+
+
+@pytest.mark.parametrize(("answer", "needles"), [
+    ((ex.check_scale, lambda x: x.abs() / 448), ("got a tensor of shape (64, 64)", "one number")),
+    ((ex.check_scale, lambda x: "0.01"), ("got the string '0.01'", "expected the scale")),
+    ((ex.check_delayed_amax, lambda h, c, a: h), ("the history itself", "expected one amax")),
+    ((ex.check_block_amax, lambda x, b: "amax"), ("got the string 'amax'", "shaped (4, 2)")),
+    ((ex.check_block_amax, lambda x, b: x.abs().reshape(4, 2, 32).amax(-1) * -1), ("never negative",)),
+    ((ex.check_stochastic_round, lambda x, u: "x"), ("got the string 'x'", "rounded to E2M1")),
+    ((ex.check_scaled_gemm, lambda a, b: "out"), ("got the string 'out'", "shaped (8, 4)")),
+    ((ex.check_keep_layer, ["fc3"]), ("got a list of 1 item(s)", "'fc3', not ['fc3']")),
+    ((ex.check_block_choice, ["1x32"]), ("got a list of 1 item(s)", "'1x32', not ['1x32']")),
+    ((ex.check_survivors, None), ("got None", "set of recipe names")),
+    ((ex.check_history, "16"), ("got the string '16'", "an integer")),
+    ((ex.check_decode, 3), ("pass your function itself", "got the number 3")),
+])
+def test_the_likeliest_slips_are_told_what_they_gave_and_what_was_asked(answer, needles):
+    checker, value = answer
+    fb = checker(value)
+    assert not fb
+    for needle in needles:
+        assert needle in fb.message, fb.message
+
+
+def test_check_capstone_and_check_ranking_say_what_their_other_arguments_should_be():
+    fb = ex.check_capstone({"recipe": "tensorwise", "monitor": "underflow"}, "a result", None)
+    assert not fb and "capstone.train_case" in fb.message and "got the string 'a result'" in fb.message
+    fb = ex.check_ranking(["loss"], True)
+    assert not fb and "train first" in fb.message and "got a list of 1 item(s)" in fb.message

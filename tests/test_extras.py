@@ -171,3 +171,48 @@ def test_torchao_beside_a_torch_older_than_it_needs_counts_as_missing_and_says_w
     assert "cannot run here: torchao" in versions()["torchao"]
     monkeypatch.setattr(extras.importlib.metadata, "version", real)
     assert extras.unusable("torchao") is None and available("torchao")  # this venv's torch runs it
+
+
+BROKEN = "this torchao is broken on purpose"
+
+
+def _broken_torchao(tmp_path: Path) -> dict:
+    """A torchao that fails at import, first on the path, with the metadata of an installed 0.99.0."""
+    (tmp_path / "torchao").mkdir()
+    (tmp_path / "torchao" / "__init__.py").write_text(f"raise RuntimeError({BROKEN!r})\n")
+    info = tmp_path / "torchao-0.99.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torchao\nVersion: 0.99.0\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "FP8LAB_SMOKE": "1",
+            "MPLBACKEND": "Agg"}
+
+
+def test_doctor_imports_the_extras_it_reports_and_calls_a_broken_one_broken(tmp_path):
+    env = _broken_torchao(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "fp8lab", "doctor"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(line for line in r.stdout.splitlines() if line.strip().startswith("torchao"))
+    assert f"BROKEN: `import torchao` fails with RuntimeError: {BROKEN}" in line, line
+    assert not line.split()[1][0].isdigit(), line  # not listed by its version
+    assert "scikit-learn" in r.stdout and "BROKEN" not in r.stdout.replace(line, "")
+
+
+def test_convert_with_a_broken_torchao_says_so_not_a_raw_import_error(tmp_path):
+    code = """
+import torch
+from fp8lab.extras import MissingExtra, available
+from fp8lab.nn import convert
+print("available", available("torchao"), available("torchao", installed_only=True))
+try:
+    convert(torch.nn.Sequential(torch.nn.Linear(32, 32)), "tensorwise", engine="torchao")
+except MissingExtra as err:
+    print("MissingExtra", isinstance(err, ImportError), isinstance(err, ValueError))
+    print(err)
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_broken_torchao(tmp_path), capture_output=True,
+                       text=True, timeout=300)
+    out = r.stdout
+    assert "available False True" in out and "MissingExtra True True" in out, out + r.stderr
+    assert f"the installed one is broken: `import torchao` fails with RuntimeError: {BROKEN}" in out, out
+    assert "pip install --force-reinstall" in out

@@ -112,6 +112,18 @@ def test_bad_sizes_and_seeds_are_refused_with_the_valid_choices():
         hadamard_matrix(12)
 
 
+@pytest.mark.parametrize(("args", "match"), [((16.0,), r"one of the integers 4, 16, 64, 256.*got 16.0"),
+                                             (("16",), r"got '16'"), ((True,), "got True"),
+                                             ((16, 2**64), r"from 0 to 2\*\*64 - 1.*got 18446744073709551616"),
+                                             ((16, 2.0), "got 2.0"), ((16, None), "got None")])
+def test_a_float_size_or_a_seed_beyond_64_bits_is_refused_at_construction(args, match):
+    """Left to the first backward, a float size (16.0 == 16) or a seed beyond torch's 64 bits fails there, 14
+    frames deep (a reshape by 16.0, the generator's seed): both are refused at construction instead."""
+    with pytest.raises(ValueError, match=match):
+        RandomHadamard(*args)
+    assert RandomHadamard(16, 2**64 - 1).signs.shape == (16,)  # the largest seed torch's generator takes
+
+
 # ---- stochastic rounding: bit for bit against float64, unbiased over draws ---------------------------------------
 
 

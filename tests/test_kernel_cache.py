@@ -455,6 +455,59 @@ def test_a_hanging_compiler_is_stopped_with_its_children_and_said(cache, tmp_pat
     assert not any(_alive(pid) for pid in children)
 
 
+SLEEPING = """
+import torch, fp8lab
+from fp8lab.numerics import kernels
+x = torch.randn(64, 64)
+q = fp8lab.quantize(x, granularity="1x32")  # the first quantize: the build starts here
+assert torch.equal(q.dequantize(), fp8lab.quantize(x, granularity="1x32").dequantize())
+print(*kernels.status(), sep=" | ")
+"""
+
+
+def test_a_hung_compiler_is_announced_given_up_on_within_the_stated_bound_and_doctor_says_why(tmp_path):
+    """A compiler that sleeps (CC), with FP8LAB_BUILD_TIMEOUT=2: the first quantize says on stderr that the
+    kernels are being compiled and for at most how long, gives up at that bound, quantizes in torch, and says
+    so; a new process's doctor gives the reason. (The subprocesses' own timeouts are the hang guard.)"""
+    sleeper = tmp_path / "bin" / "cc"
+    sleeper.parent.mkdir()
+    sleeper.write_text("#!/bin/sh\nsleep 600\n")
+    sleeper.chmod(0o755)
+    env = {**os.environ, "CC": str(sleeper), "FP8LAB_BUILD_TIMEOUT": "2", "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    proc = subprocess.run([sys.executable, "-c", SLEEPING], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ok, why = proc.stdout.strip().splitlines()[-1].split(" | ", 1)
+    assert ok == "False" and "the C compiler (cc) did not finish within 2 s" in why, why
+    assert why.endswith("quantization runs in torch")
+    notices = [line for line in proc.stderr.splitlines() if line.startswith("fp8lab: ")]
+    assert notices[0] == ("fp8lab: compiling the CPU kernels with cc (first use; at most 2 s, then quantization runs "
+                          "in torch; FP8LAB_KERNELS=0 skips it) ...")
+    assert notices[1:] == [f"fp8lab: {why}"]  # once each: the start, the outcome
+    doctor = subprocess.run([sys.executable, "-m", "fp8lab", "doctor"], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert doctor.returncode == 0, doctor.stderr[-2000:]
+    assert f"  quantize    {why}" in doctor.stdout.splitlines()
+
+
+def test_a_normal_build_says_once_that_it_compiles(cache, stub_source, capfd):
+    lib, why = kernels_build.load_uncached(timeout_s=60)
+    assert lib is not None, why
+    err = capfd.readouterr().err
+    assert err.count("fp8lab: compiling the CPU kernels with") == 1 and "at most 60 s" in err, err
+    lib, why = kernels_build.load_uncached(timeout_s=60)  # cached now: nothing to say
+    assert lib is not None and "compiling" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "inf"])
+def test_a_build_timeout_that_is_not_a_number_of_seconds_is_said(monkeypatch, value):
+    monkeypatch.setenv("FP8LAB_BUILD_TIMEOUT", value)
+    with pytest.warns(UserWarning, match="FP8LAB_BUILD_TIMEOUT=.* is not a number of seconds above 0"):
+        lib, why = _load()
+    assert lib is None and "quantization runs in torch" in why
+    monkeypatch.setenv("FP8LAB_BUILD_TIMEOUT", "30")
+    assert fp8lab.settings.build_timeout(90.0) == 30.0
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -440,3 +440,53 @@ def test_a_model_that_returns_a_dict_needs_a_loss_fn():
     report = fp8lab.inspect(Dicty(), {"x": torch.randn(2, 4)}, lambda out: out["logits"].sum(),
                             recipes=["tensorwise"])
     assert report.layers == ["fc"]
+
+
+# ---- the model's own problems are named as the model's, not blamed on FP8 ------------------------------------------
+
+
+def test_a_nan_loss_is_named_not_turned_into_keep_everything_in_high_precision():
+    x, y = _odd_batch()
+    with pytest.raises(ValueError, match=r"loss_fn returned nan: every gradient .* would blame FP8"):
+        fp8lab.inspect(Odd(), x, lambda out: F.mse_loss(out, y) * math.nan, progress=False)
+    with pytest.raises(ValueError, match=r"loss_fn returned inf"):
+        fp8lab.inspect(Odd(), x, lambda out: F.mse_loss(out, y) / 0.0, progress=False)
+    bad = x.clone()
+    bad[0, 0, 0] = math.nan  # the forward makes the NaN: said, with where it is
+    with pytest.raises(ValueError, match=r"the model's output itself holds \d+ NaN value\(s\)"):
+        fp8lab.inspect(Odd(), bad, lambda out: F.mse_loss(out, y), progress=False)
+
+
+def test_a_non_finite_gradient_with_a_finite_loss_names_the_layer():
+    """sqrt at 0: a finite loss whose gradient is infinite. The layer and the tensor are named."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    with pytest.raises(ValueError, match=r"^2 \(call 0\): its output gradient dy holds 4 infinite value\(s\)"):
+        fp8lab.inspect(model, torch.zeros(1, 8), lambda out: (out - out.detach()).sqrt().sum(),
+                       progress=False)
+
+
+def test_inference_mode_is_named_as_the_cause():
+    """torch.enable_grad() does not leave inference mode, so inspect's backward cannot run there: the error
+    says so (not that the loss does not depend on the linear layers). A batch made under inference mode and
+    passed in outside it works."""
+    x, y = _odd_batch()
+    with torch.inference_mode(), pytest.raises(ValueError, match=r"inside torch.inference_mode\(\).*enable_grad"):
+        fp8lab.inspect(Odd(), x, lambda out: F.mse_loss(out, y), progress=False)
+    with torch.inference_mode():
+        xi, yi = x.clone(), y.clone()
+    report = fp8lab.inspect(Odd(), xi, lambda out: F.mse_loss(out, yi.clone()), recipes="tensorwise", progress=False)
+    assert report.layers == ["a", "b", "c"]
+    with torch.inference_mode():
+        made = Odd()
+    with pytest.raises(ValueError, match=r"made under torch.inference_mode\(\)"):
+        fp8lab.inspect(made, x, lambda out: F.mse_loss(out, y), progress=False)
+
+
+def test_one_recipe_by_name_or_as_a_recipe_object():
+    x, y = _odd_batch()
+    for one in ("blockwise", get_recipe("blockwise"), ["blockwise"]):
+        report = fp8lab.inspect(Odd(), x, lambda out: F.mse_loss(out, y), recipes=one, progress=False)
+        assert report.recipes == ("blockwise",)
+        assert set(report.frame.recipe) == {"blockwise"}
+    with pytest.raises(TypeError, match="recipes takes a recipe name, a Recipe, or a list of them"):
+        fp8lab.inspect(Odd(), x, lambda out: F.mse_loss(out, y), recipes=3, progress=False)

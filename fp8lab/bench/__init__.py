@@ -19,7 +19,28 @@ import sys
 from fp8lab.numerics import kernels
 from fp8lab.timing import machine_line
 
-__all__ = ["BENCHES", "main"]
+__all__ = ["BENCHES", "main", "non_negative_int", "positive_int"]
+
+
+def _integer(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{value} is not " + ("a positive integer (1 or more)" if least else
+                                                               "an integer of 0 or more"))
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse's type for a count or a size: an integer of at least 1 (else argparse's usage error, exit 2)."""
+    return _integer(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse's type for a setting where 0 means off: an integer of at least 0."""
+    return _integer(text, 0)
 
 
 BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "notebooks", "blas", "lessons", "inspect", "load", "room",
@@ -29,9 +50,9 @@ BENCHES = ("quantize", "gemm", "gpu", "train", "widgets", "notebooks", "blas", "
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8lab bench", description=__doc__.splitlines()[0])
     p.add_argument("name", choices=BENCHES)
-    p.add_argument("count", nargs="?", type=int, default=None, help="for 'room': how many kernels at once")
-    p.add_argument("--size", type=int, default=None, help="matrix size (defaults per benchmark)")
-    p.add_argument("--rounds", type=int, default=None, help="timed rounds per candidate")
+    p.add_argument("count", nargs="?", type=positive_int, default=None, help="for 'room': how many kernels at once")
+    p.add_argument("--size", type=positive_int, default=None, help="matrix size (defaults per benchmark)")
+    p.add_argument("--rounds", type=positive_int, default=None, help="timed rounds per candidate")
     p.add_argument("--device", default=None, help="for 'gpu': cuda (default when present) or cpu (dry run)")
     p.add_argument("--only", nargs="*", default=None, help="for 'notebooks': only those whose name contains one; "
                    "for 'widgets': these panels; for 'train': these models (unseen_mlp lesson_mlp llm_like); "
@@ -43,10 +64,13 @@ def main(argv: list[str] | None = None) -> int:
                    "kernels run (default: this one), to compare two versions on one machine")
     p.add_argument("--no-drag", action="store_true", help="for 'load': skip the slider drags")
     p.add_argument("--json", default=None, help="for 'load': append every row to this file (JSON lines)")
-    p.add_argument("--steps", type=int, default=60, help="for 'threads': training steps per run (default 60)")
-    p.add_argument("--weight", type=int, default=0, help="for 'load', 'room' and 'threads' (root, cgroup v1): run in a "
-                   "cgroup of this many times the default CPU weight, so that other people's work on a shared machine "
-                   "barely disturbs a measurement (the tables say how much CPU the others took)")
+    p.add_argument("--steps", type=positive_int, default=60, help="for 'threads': training steps per run (default 60)")
+    p.add_argument("--ignore-memory", action="store_true", help="for 'room': start the kernels even where they "
+                   "cannot all fit in the memory available (by default room refuses, saying the arithmetic)")
+    p.add_argument("--weight", type=non_negative_int, default=0, help="for 'load', 'room' and 'threads' (root, "
+                   "cgroup v1): run in a cgroup of this many times the default CPU weight, so that other people's "
+                   "work on a shared machine barely disturbs a measurement (the tables say how much CPU the others "
+                   "took)")
     p.add_argument("--quota", type=float, default=None, help="run in a CPU quota of this many CPUs (0.5: a machine "
                    "about half as fast), a cgroup made for it (root, cgroup v1); not for load, room, threads, gpu")
     p.add_argument("--period-ms", type=float, default=None, help="the quota's period in ms (default 10: the process "
@@ -115,12 +139,15 @@ def main(argv: list[str] | None = None) -> int:
                        tuple(args.starts or ("lab", "jupyter")), rounds=args.rounds or 2, tree=args.tree,
                        drag=not args.no_drag, out=args.json, weight=args.weight)
         elif name == "room":
-            from fp8lab.bench.room import bench_room
+            from fp8lab.bench.room import RoomTooBig, bench_room
 
             if args.count is None:
                 p.error("bench room needs the number of kernels: python -m fp8lab bench room 4")
-            bench_room(args.count, (args.only or ["06"])[0], (args.starts or ["lab"])[0], rounds=args.rounds or 2,
-                       tree=args.tree, weight=args.weight)
+            try:
+                bench_room(args.count, (args.only or ["06"])[0], (args.starts or ["lab"])[0], rounds=args.rounds or 2,
+                           tree=args.tree, weight=args.weight, check_memory=not args.ignore_memory)
+            except RoomTooBig as err:
+                p.error(str(err))
         elif name == "threads":
             from fp8lab.bench.threadcount import bench_threads
 

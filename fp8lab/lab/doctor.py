@@ -19,7 +19,7 @@ import subprocess
 import torch
 
 from fp8lab import threads
-from fp8lab.extras import EXTRAS, available, unusable
+from fp8lab.extras import EXTRAS, available, import_error, unusable
 from fp8lab.numerics import kernels
 from fp8lab.timing import cpu_name
 
@@ -44,19 +44,27 @@ DRIVER_FLOOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
 def versions() -> dict[str, str]:
     """Installed versions of the packages the lab uses ('not installed' where missing, with the
-    extra that brings it)."""
+    extra that brings it). An optional extra is imported to be reported (extras.import_error): one that
+    is installed but fails at import reads "broken", with the error, not as its version."""
     extra_of = {dist: extra for extra, (_, dist) in EXTRAS.items()}
     out = {"python": platform.python_version(), "torch": torch.__version__}
     for name in PACKAGES[1:]:
-        if name in extra_of and not available(extra_of[name], installed_only=True):
-            out[name] = f'not installed (optional: pip install "fp8lab[{extra_of[name]}]")'
+        extra = extra_of.get(name)
+        if extra is not None and not available(extra, installed_only=True):
+            out[name] = f'not installed (optional: pip install "fp8lab[{extra}]")'
             continue
-        try:  # read the metadata: importing torchao just to ask is slow and noisy
+        try:  # the other packages by their metadata (the lab imports them anyway)
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             out[name] = "not installed"
-        if name in extra_of and (problem := unusable(extra_of[name])):
+        if extra is None:
+            continue
+        if problem := unusable(extra):
             out[name] += f" (cannot run here: {problem}; fp8lab's own engine runs everything it needs)"
+        elif broken := import_error(extra, quiet=True):
+            out[name] = (f"BROKEN: `import {EXTRAS[extra][0]}` fails with {broken} (installed: {out[name]}; "
+                         f'reinstall with pip install --force-reinstall "fp8lab[{extra}]", or uninstall it: '
+                         "fp8lab's own engine runs everything it needs)")
     return out
 
 

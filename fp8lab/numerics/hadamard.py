@@ -17,11 +17,12 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
-__all__ = ["SIZES", "RandomHadamard", "hadamard_matrix"]
+__all__ = ["MAX_SEED", "SIZES", "RandomHadamard", "hadamard_matrix"]
 
 # Sizes whose 1/sqrt(d) is a power of two (d a power of 4): every entry of Q is +-2^-k, so Q Q^T = I
 # holds bit for bit in floating point and the inverse is exactly the transpose
 SIZES: tuple[int, ...] = (4, 16, 64, 256)
+MAX_SEED = 2**64 - 1  # the largest seed torch.Generator.manual_seed takes
 
 
 def hadamard_matrix(size: int) -> torch.Tensor:
@@ -51,12 +52,14 @@ class RandomHadamard:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.size, bool) or self.size not in SIZES:
-            raise ValueError(f"Hadamard size must be one of {', '.join(map(str, SIZES))} (a power of 4, so that "
-                             f"1/sqrt(size) is a power of two and the transform is exactly orthonormal), "
-                             f"got {self.size!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        # (an int: 16.0 == 16, but a float size would fail deep inside, at the first reshape)
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size not in SIZES:
+            raise ValueError(f"Hadamard size must be one of the integers {', '.join(map(str, SIZES))} (a power of "
+                             f"4, so that 1/sqrt(size) is a power of two and the transform is exactly "
+                             f"orthonormal), got {self.size!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be an integer from 0 to 2**64 - 1 (torch.Generator's seeds), got "
+                             f"{self.seed!r}")
 
     @cached_property
     def signs(self) -> torch.Tensor:

@@ -15,9 +15,11 @@ and its bytes are the ones its build recorded (a SHA-256 beside it: a library cu
 full disk or a killed copy would crash the process inside the dynamic loader, so it is rebuilt,
 never loaded). A library that does not load, or lacks one of EXPORTED, is not used. Builds run
 in a session of their own, one at a time per cache (a file lock) and per process (a lock), within
-BUILD_TIMEOUT_S for the whole load: a compiler that hangs is stopped with its children, and a
-build that takes more than NOTICE_S says so on stderr. Killed builds' temporaries and builds
-unused for a month are removed. A compiler that refuses -march=native or -fopenmp (Apple clang)
+BUILD_TIMEOUT_S (90 s; FP8LAB_BUILD_TIMEOUT sets another) for the whole load: a compiler that hangs is
+stopped with its children, and quantization runs in torch, the reason in `python -m fp8lab doctor`.
+A build says so on stderr when it starts (one short line: the compiler, the bound), and so does any
+compiler run still going after NOTICE_S; a build stopped at the bound says that too. Killed builds'
+temporaries and builds unused for a month are removed. A compiler that refuses -march=native or -fopenmp (Apple clang)
 builds without them. Where torch runs on libgomp (Linux wheels) and the compiler is GCC, the
 library is built with -fopenmp and binds to the libgomp torch loaded (a second OpenMP runtime
 would fight torch's for the cores, and is refused).
@@ -69,7 +71,7 @@ SOURCE = Path(__file__).with_name("_kernels.c")
 # -fno-trapping-math lets the loops vectorize (nothing here reads floating-point flags)
 FLAGS = ("-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math")
 NATIVE = ("-march=native",)
-BUILD_TIMEOUT_S = 90.0  # every compiler run of one load together
+BUILD_TIMEOUT_S = 90.0  # every compiler run of one load together (FP8LAB_BUILD_TIMEOUT: another bound)
 NOTICE_S = 5.0  # a build still running after this says so on stderr
 
 
@@ -230,23 +232,27 @@ class _Compiler:
             try:
                 out, err = proc.communicate(timeout=max(min(NOTICE_S, self.deadline - time.monotonic()), 0.01))
             except subprocess.TimeoutExpired:
-                if not self.noticed:
-                    self.noticed = True
-                    print(f"fp8lab: compiling the CPU kernels with {self.name} (first use; up to "
-                          f"{self.timeout_s:.0f} s; FP8LAB_KERNELS=0 skips it) ...", file=sys.stderr, flush=True)
+                self.announce()
                 try:
                     out, err = proc.communicate(timeout=max(self.deadline - time.monotonic(), 0.01))
                 except subprocess.TimeoutExpired:
                     self._stop(proc)
                     with contextlib.suppress(subprocess.TimeoutExpired):  # (a process beyond its group may hold
                         proc.communicate(timeout=5)                     # the pipes: never wait for it)
-                    raise _TimedOut(f"the C compiler ({self.name}) did not finish within {self.timeout_s:.0f} s; "
+                    raise _TimedOut(f"the C compiler ({self.name}) did not finish within {self.timeout_s:g} s; "
                                     "it was stopped with its children") from None
         finally:
             self._stop(proc)  # whatever it started and left behind goes with it
         if proc.returncode:
             raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
         return subprocess.CompletedProcess(proc.args, 0, out, err)
+
+    def announce(self) -> None:
+        """Say on stderr, once per load, that the kernels are being compiled, and for at most how long."""
+        if not self.noticed:
+            self.noticed = True
+            print(f"fp8lab: compiling the CPU kernels with {self.name} (first use; at most {self.timeout_s:g} s, "
+                  "then quantization runs in torch; FP8LAB_KERNELS=0 skips it) ...", file=sys.stderr, flush=True)
 
     @staticmethod
     def _stop(proc: subprocess.Popen) -> None:
@@ -366,6 +372,7 @@ def build(cc: list[str] | str | _Compiler, flags: tuple[str, ...], notes: list[s
         os.close(fd)
         digest_tmp = tmp + _DIGEST
         try:
+            cc.announce()
             cc.run([*flags, str(SOURCE), "-o", tmp, "-lm", "-lpthread"])
             os.chmod(tmp, 0o700)  # the linker's mode follows the umask
             digest = os.open(digest_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -402,13 +409,16 @@ def _first_line(text: str, limit: int = 200) -> str:
     return ((errors or lines or [""])[0])[:limit]
 
 
-def load_uncached(timeout_s: float = BUILD_TIMEOUT_S) -> tuple[ctypes.CDLL | None, str]:
-    """Build (or find) and load the library now: (library, reason) or (None, why not)."""
+def load_uncached(timeout_s: float | None = None) -> tuple[ctypes.CDLL | None, str]:
+    """Build (or find) and load the library now: (library, reason) or (None, why not). timeout_s: the bound on
+    the compiler's runs (None: FP8LAB_BUILD_TIMEOUT, else BUILD_TIMEOUT_S)."""
     try:
         if not settings.kernels_requested():
             return None, "off (FP8LAB_KERNELS=0): quantization runs in torch"
+        if timeout_s is None:
+            timeout_s = settings.build_timeout(BUILD_TIMEOUT_S)
         argv = compiler()
-    except ValueError as err:  # an FP8LAB_KERNELS or CC that means nothing
+    except ValueError as err:  # an FP8LAB_KERNELS, FP8LAB_BUILD_TIMEOUT or CC that means nothing
         warnings.warn(f"fp8lab: {err}; quantization runs in torch", stacklevel=2)
         return None, f"{err}: quantization runs in torch"
     if argv is None:
@@ -436,7 +446,9 @@ def load_uncached(timeout_s: float = BUILD_TIMEOUT_S) -> tuple[ctypes.CDLL | Non
         except _NotLoadable as err:
             return None, f"loading the CPU kernels failed ({err}): quantization runs in torch"
         except _TimedOut as err:
-            return None, f"building the CPU kernels failed ({err}): quantization runs in torch"
+            why = f"building the CPU kernels failed ({err}): quantization runs in torch"
+            print(f"fp8lab: {why}", file=sys.stderr, flush=True)
+            return None, why
         except (OSError, subprocess.SubprocessError) as err:  # no such compiler, a full disk
             return None, f"building the CPU kernels failed ({_first_line(str(err))}): quantization runs in torch"
         if "-fopenmp" in flags and openmp_libraries() != before:

@@ -466,10 +466,13 @@ def quantize(
                Scales are unchanged (amax and the scale rule decide them). The C kernels round to
                nearest only: stochastic rounding runs the torch code, the same on every machine.
     NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError, and
-    so does a float64 value beyond float32's range. Per-row and per-block need a 2-D x
-    (reshape batches to (-1, K)); a block larger than x is clamped to it. x may have any
-    float dtype; it is detached: the result carries no autograd graph (fp8lab.nn.FP8Linear
-    defines the gradients of FP8 training).
+    so does a float64 value beyond float32's range: a scale needs a finite amax, and quantize does not
+    guess one (torch.nan_to_num first, where an infinity is meant). fp8lab.nn.FP8Linear keeps that for
+    the forward's activations and weights, and passes a gradient's infinities on instead (its GEMM in
+    high precision): a loss scaler overflows gradients on purpose and must see the inf.
+    Per-row and per-block need a 2-D x (reshape batches to (-1, K)); a block larger than x is
+    clamped to it. x may have any float dtype; it is detached: the result carries no autograd
+    graph (fp8lab.nn.FP8Linear defines the gradients of FP8 training).
     """
     spec = quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding)
     return quantize_with(x, spec, amax, generator=generator)

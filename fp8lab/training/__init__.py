@@ -1,6 +1,7 @@
 """FP8 training: the layers, the toy models, the training step, and what is built on them.
 
-  layers.py       FP8Linear (three FP8 GEMMs per linear layer), layer_gemms, Monitor (public as fp8lab.nn)
+  layers.py       FP8Linear (three FP8 GEMMs per linear layer), layer_gemms (public as fp8lab.nn)
+  monitor.py      Monitor: per layer, GEMM and operand, what each quantization did in training (fp8lab.nn)
   delayed.py      delayed scaling in a training loop: one history entry per optimizer step, recompute-safe
   attention.py    MultiheadAttention with its projections routed (FP8, or inspect's recorder)
   convert.py      convert(model, recipe): every linear GEMM site FP8 or named; unwrap; the report

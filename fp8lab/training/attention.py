@@ -26,12 +26,12 @@ from fp8lab.training.layers import (
     IDENTITY,
     AmaxReducer,
     GemmBackend,
-    Monitor,
     _LayerState,
     fp8_linear,
     load_histories,
     save_histories,
 )
+from fp8lab.training.monitor import Monitor
 
 __all__ = ["FAST_PATH_SWITCHES", "FP8MultiheadAttention", "InProjection", "attention_forward"]
 

@@ -75,9 +75,11 @@ class _Tap(torch.autograd.Function):
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
-    """Every tensor in batch (nested tuples, lists, dicts) moved to device; everything else as is."""
+    """Every tensor in batch (nested tuples, lists, dicts) moved to device; everything else as is. A tensor
+    made under torch.inference_mode() is copied into an ordinary one (autograd cannot save an inference
+    tensor for the backward pass)."""
     if isinstance(batch, torch.Tensor):
-        return batch.to(device)
+        return batch.clone().to(device) if batch.is_inference() else batch.to(device)
     if isinstance(batch, dict):
         return {k: _to_device(v, device) for k, v in batch.items()}
     if isinstance(batch, tuple | list):
@@ -113,6 +115,11 @@ def _check_inspectable(model: nn.Module, sites: list[Site], not_covered: list[di
         found = "; ".join(f"{d['module'] or '(model)'} ({d['type']}): {d['reason']}" for d in not_covered)
         raise ValueError("the model has no linear layers, so there is nothing to inspect: fp8lab's FP8 recipes "
                          "cover linear GEMMs (fp8lab.nn.convert)" + (f". Found instead: {found}" if found else ""))
+    made = [n for n, p in model.named_parameters() if p.is_inference()]
+    if made:
+        raise ValueError(f"the model's {', '.join(made[:4])}{', ...' if len(made) > 4 else ''} were made under "
+                         "torch.inference_mode(): autograd cannot differentiate inference tensors, and inspect "
+                         "needs the gradients. Build (or load) the model outside inference mode")
     meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
     if meta:
         raise ValueError(f"the model's {', '.join(meta[:4])}{', ...' if len(meta) > 4 else ''} are on the meta device: "
@@ -145,6 +152,11 @@ def captures(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor
     calls; the not-covered list and notes come with the last."""
     if mode is not None and mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)} (or None: the model's own)")
+    if torch.is_inference_mode_enabled():
+        raise ValueError("inspect is called inside torch.inference_mode(): it runs a forward and a backward pass "
+                         "to measure the gradients, and inference mode allows no backward pass (torch.enable_grad "
+                         "does not leave it). Call fp8lab.inspect outside the `with torch.inference_mode():` block "
+                         "(torch.no_grad() around your own evaluation instead leaves inspect free)")
     if max_capture_mb is not None and not max_capture_mb > 0:
         raise ValueError(f"max_capture_mb must be > 0 (or None: no bound), got {max_capture_mb!r}")
     sites, left, other = find_sites(model)
@@ -179,6 +191,7 @@ def captures(model: nn.Module, batch: Any, loss_fn: Callable[[Any], torch.Tensor
         done |= taken
         last = not taken or done >= {s.name for s in sites} or budget is None
         kept = [c for c in calls if c.grad_output is not None and c.x.shape[0] > 0]
+        _check_finite(kept)
         if last:
             not_covered += _uncovered_calls(sites, called, calls)
             stray = stray_matrices(model, sites)
@@ -272,6 +285,21 @@ def _tapped(sites: list[Site], calls: list[LinearCall], done: set[str], budget: 
             del s.module.forward
 
 
+def _check_finite(calls: list[LinearCall]) -> None:
+    """ValueError naming the first call (in forward order) whose input or weight, or the last (the nearest
+    the loss: where a gradient's NaN starts) whose output gradient, holds a NaN or an inf: the model's own
+    numbers, which no FP8 recipe can be judged on."""
+    checks = [(c, what, t) for c in calls for what, t in (("input x", c.x), ("weight", c.weight))]
+    checks += [(c, "output gradient dy", c.grad_output) for c in reversed(calls)]
+    for c, what, t in checks:
+        bad = _non_finite(t)
+        if bad:
+            raise ValueError(f"{c.layer} (call {c.call}): its {what} holds {bad} in high precision, before "
+                             "any FP8: inspect measures what FP8 would lose of finite values, so it cannot "
+                             "judge this pass. Find where they come from (the batch, the model's own "
+                             "arithmetic, the loss), then inspect")
+
+
 def _uncovered_calls(sites: list[Site], called: set[str], calls: list[LinearCall]) -> list[dict]:
     """The sites the passes did not call, and the calls with nothing to measure (no rows, no gradient)."""
     out = [{"module": s.name, "type": s.type, "reason": "not called in this forward pass"}
@@ -302,6 +330,22 @@ def _loss(output: Any, loss_fn: Callable[[Any], torch.Tensor] | None, notes: lis
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise ValueError(f"loss_fn must return a scalar tensor, got {type(loss).__name__} "
                          f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}")
+    if not bool(torch.isfinite(loss.detach()).all()):
+        source = "loss_fn returned" if loss_fn is not None else "the loss is"
+        bad = _non_finite(output)
+        where = f"; the model's output itself holds {bad}, so the forward pass made it" if bad else ""
+        raise ValueError(f"{source} {float(loss.detach().reshape(()))}{where}: every gradient inspect measures "
+                         "would be NaN or infinite, and its report would blame FP8 for every layer. Fix the loss "
+                         "or the batch first (a log of 0, a 0/0, a NaN in the inputs or targets), then inspect")
     if not loss.requires_grad:
         raise ValueError("the loss does not depend on the model's linear layers (it has no gradient)")
     return loss.reshape(())
+
+
+def _non_finite(t: Any) -> str:
+    """"3 NaN and 1 infinite value(s)" for a tensor holding them, else ""."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return ""
+    nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+    return " and ".join(part for part in (f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else "")
+                        if part) + " value(s)" if nan or inf else ""

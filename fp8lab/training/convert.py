@@ -24,7 +24,8 @@ from fp8lab.extras import require
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.recipes import TORCHAO_RECIPES, Recipe, get_recipe
 from fp8lab.training.attention import FAST_PATH_SWITCHES, FP8MultiheadAttention
-from fp8lab.training.layers import IDENTITY, AmaxReducer, FP8Linear, Monitor, base_class, fp8_class
+from fp8lab.training.layers import IDENTITY, AmaxReducer, FP8Linear, base_class, fp8_class
+from fp8lab.training.monitor import Monitor
 
 __all__ = ["ENGINES", "IN_PROJ", "LINEAR", "ConversionReport", "ConversionWarning", "Site", "conversion_report",
            "convert", "find_sites", "fp8_layers", "stray_matrices", "unwrap"]
@@ -36,7 +37,8 @@ _REPORT = "fp8lab_conversion"  # the attribute of a converted model that holds i
 
 
 class ConversionWarning(UserWarning):
-    """convert left a linear GEMM of the model in high precision without being asked to."""
+    """convert left a linear GEMM of the model in high precision without being asked to, or a recipe's
+    high-precision share (rounded up) kept every one."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ def find_sites(model: nn.Module) -> tuple[list[Site], list[dict[str, str]], list
                                        "convert it"})
         elif isinstance(m, nn.modules.conv._ConvNd | nn.Bilinear | nn.RNNBase):
             other.append({"module": name, "type": type(m).__name__,
-                          "reason": "its matmuls are not nn.Linear GEMMs: the recipes here cover linear layers"})
+                          "reason": "its matmuls are not nn.Linear GEMMs: they stay in high precision (the "
+                                    "recipes here cover linear layers)"})
     return sites, left, other
 
 
@@ -137,9 +140,11 @@ class ConversionReport:
 
     def __str__(self) -> str:
         lines = [f"convert ({self.engine}, {self.recipe}): {len(self.converted)} site(s) in FP8, {len(self.kept)} "
-                 f"kept in high precision as asked, {len(self.left)} left in high precision"]
+                 f"kept in high precision as asked, {len(self.left)} left in high precision"
+                 + (f"; {len(self.other)} module(s) with other matmuls, in high precision" if self.other else "")]
         lines += [f"  left: {r['module'] or '(model)'} ({r['type']}): {r['reason']}" for r in self.left]
         lines += [f"  kept: {r['module'] or '(model)'}: {r['reason']}" for r in self.kept]
+        lines += [f"  not linear: {r['module'] or '(model)'} ({r['type']}): {r['reason']}" for r in self.other]
         if self.fast_paths_off:
             lines.append("  fused evaluation paths off (they bypass the FP8 layers): " + ", ".join(self.fast_paths_off))
         lines += [f"  note: {n}" for n in self.notes]
@@ -210,7 +215,8 @@ def convert(
     amax_reducer: engine "fp8lab" only; see FP8Linear (fp8lab.training.distributed passes an
         all-reduce MAX over ranks).
     strict: raise ValueError where a linear layer would stay in high precision unasked (by default a
-        ConversionWarning names them).
+        ConversionWarning names them), or where the recipe's high-precision share keeps every site (a model
+        of one linear layer under nvfp4_training: its share rounds up to that layer).
     The model is deep-copied unless inplace=True; build the optimizer after converting. Layers are
     converted in place in the (copied) model, so hooks, parametrizations and attributes stay; a model
     that is itself a linear layer is converted too. Converting a converted model again gives its sites
@@ -250,6 +256,15 @@ def convert(
         report.notes.append("2-D parameters outside the linear layers: " + ", ".join(stray) + ". If the forward "
                             "multiplies by them (a tied output head, F.linear or @ on a raw weight), that GEMM "
                             "stays in high precision")
+    if (isinstance(recipe, Recipe) and not report.converted
+            and len(recipe.high_precision_layers([s.name for s in sites])) == len(sites)):
+        message = (f"{recipe.name} keeps the last {100 * recipe.high_precision_share:g}% of a model's linear layers "
+                   f"in high precision, rounded up to at least one: this model has {len(sites)} linear GEMM site(s), "
+                   f"so none is converted and it runs in high precision. To convert them, pass "
+                   f"fp8lab.get_recipe({recipe.name!r}).with_high_precision_layers(0)")
+        if strict:
+            raise ValueError(f"convert(strict=True): {message}")
+        warnings.warn(message, ConversionWarning, stacklevel=2)
     if report.left:
         message = "linear layers left in high precision: " + "; ".join(
             f"{r['module'] or '(model)'} ({r['type']}): {r['reason']}" for r in report.left)
@@ -274,8 +289,10 @@ def _plan(sites: list[Site], recipe: Recipe | str, skip, keep_first_last: bool,
         keep.update({names[0]: "keep_first_last", names[-1]: "keep_first_last"})
     if isinstance(recipe, Recipe) and recipe.high_precision_share:  # (an override of a site wins over it)
         overridden = {n for pattern in (overrides or {}) for n in names if fnmatch.fnmatchcase(n, pattern)}
+        shared = recipe.high_precision_layers(names)
         keep.update({n: f"{recipe.name} keeps its last {100 * recipe.high_precision_share:g}% of linear layers in "
-                     "high precision" for n in recipe.high_precision_layers(names) if n not in overridden})
+                     f"high precision, rounded up ({len(shared)} of {len(names)} here)" for n in shared
+                     if n not in overridden})
     if callable(skip):
         keep.update({s.name: "skip (your predicate)" for s in sites if skip(s.name, s.module)})
     elif skip is not None:

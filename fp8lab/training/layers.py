@@ -1,6 +1,6 @@
 """FP8 training layers: FP8Linear and the autograd function of its three GEMMs.
 
-Public: FP8Linear, fp8_linear (the function itself), layer_gemms (the three GEMMs' operands), Monitor,
+Public: FP8Linear, fp8_linear (the function itself), layer_gemms (the three GEMMs' operands),
 IDENTITY (no quantization), fp8_class (the FP8 class of a linear class; convert makes layers FP8 with it).
 FP8Linear runs the three GEMMs of a linear layer through fp8lab's GEMM, each operand
 quantized along its own contraction dim, from the high-precision tensor:
@@ -11,6 +11,9 @@ quantized along its own contraction dim, from the high-precision tensor:
 high-precision tensor; per-tensor scaling gives the same codes either way.)
 An optional amax reducer (convert(..., amax_reducer=...)) makes the scales whose region
 covers the token dim M use an amax reduced across data-parallel ranks (fp8lab.training.distributed).
+Infinities: the forward's operands (activations, weights) refuse them, as quantize does; a gradient
+dy with an inf or NaN (a loss scaler's overflow step) is passed on: the GEMM that reads it runs in high
+precision (NonFiniteGradient), so the inf reaches the parameters' gradients and the scaler skips the step.
 Notebook 06 trains with these layers; convert (fp8lab.training.convert) puts them in any model.
 """
 
@@ -27,17 +30,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8lab.gemm import GemmBackend, default_backend
-from fp8lab.numerics.metrics import overflow_underflow
 from fp8lab.numerics.quantize import QuantizedTensor
 from fp8lab.numerics.recipes import Recipe, RoundingDraws, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
+from fp8lab.training import delayed as delayed_steps
 from fp8lab.training.delayed import DelayedState
+from fp8lab.training.monitor import Monitor
 
 __all__ = [
     "IDENTITY",
     "AmaxReducer",
     "FP8Linear",
-    "Monitor",
+    "NonFiniteGradient",
     "base_class",
     "fp8_class",
     "fp8_linear",
@@ -51,47 +55,6 @@ IDENTITY = "identity"
 
 # amax[...] -> the same amax reduced (max) over data-parallel ranks; see scale_spans_tokens
 AmaxReducer = Callable[[torch.Tensor], torch.Tensor]
-
-
-# ---- monitoring ----------------------------------------------------------------------------------------------
-
-
-class Monitor:
-    """Per layer and tensor role, each step: amax, scale, overflow and underflow fractions.
-
-    Rows are recorded as the GEMMs run; `frame()` returns a tidy pandas DataFrame with
-    columns step, layer, gemm, role, amax, scale_max, scale_min, overflow, underflow.
-    `every` records one step in `every` (1: all) to keep the cost down.
-    """
-
-    def __init__(self, every: int = 1) -> None:
-        if every < 1:
-            raise ValueError("every must be >= 1")
-        self.every = every
-        self.step = 0
-        self.rows: list[dict] = []
-
-    def active(self) -> bool:
-        return self.step % self.every == 0
-
-    def record(self, layer: str, gemm: str, role: str, x: torch.Tensor, q: QuantizedTensor) -> None:
-        scale = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
-        overflow, underflow = overflow_underflow(x, q)
-        scale_min, scale_max = (float(v) for v in torch.aminmax(scale))
-        self.rows.append({
-            "step": self.step, "layer": layer, "gemm": gemm, "role": role,
-            "amax": float(q.amax.max()) if q.amax is not None else float(x.abs().max()),
-            "scale_max": scale_max, "scale_min": scale_min, "overflow": overflow, "underflow": underflow,
-        })
-
-    def frame(self):
-        import pandas as pd
-
-        cols = ["step", "layer", "gemm", "role", "amax", "scale_max", "scale_min", "overflow", "underflow"]
-        return pd.DataFrame(self.rows, columns=cols)
-
-    def clear(self) -> None:
-        self.rows.clear()
 
 
 # ---- the autograd function -------------------------------------------------------------------------------
@@ -110,6 +73,23 @@ class _LayerState:
     records: bool = False  # a training forward: its amaxes (and its backward's) enter the step's pending max
     fprop: tuple[QuantizedTensor, QuantizedTensor] | None = None  # the forward's operands, until setup_context
     draws: RoundingDraws | None = None  # stochastic rounding's generators (None: torch's default generator)
+    passes_nonfinite: bool = True  # a non-finite gradient becomes a NonFiniteGradient (False: quantize's error)
+
+
+@dataclass(frozen=True)
+class NonFiniteGradient:
+    """What a gradient operand becomes where it holds an inf or NaN: not quantized (a scale needs a finite
+    amax), and its GEMM runs in high precision instead (FP8Linear's backward), so that the inf or NaN
+    reaches the gradients as in a high-precision layer and a loss scaler sees it. `scaling` is how it
+    would have been quantized (the transposed GEMM reuses it where it would reuse the codes), `amax` its
+    largest |value| (inf or NaN)."""
+
+    scaling: TensorScaling
+    amax: float
+
+    @property
+    def granularity(self) -> Granularity:
+        return self.scaling.granularity
 
 
 def tokens_per_scale(role: str, gemm: str, granularity: Granularity) -> int | None:
@@ -139,7 +119,8 @@ def scale_spans_tokens(role: str, gemm: str, granularity: Granularity) -> bool:
     return tokens_per_scale(role, gemm, granularity) is None
 
 
-def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling) -> QuantizedTensor:
+def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str,
+              scaling: TensorScaling) -> QuantizedTensor | NonFiniteGradient:
     """Quantize an operand [rows, contraction]; delayed scaling scales with the role's history.
 
     With an amax reducer, a scale whose region covers the token dim (scale_spans_tokens) uses
@@ -148,11 +129,19 @@ def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling
     checks) scales with the history as the step found it (fp8lab.training.delayed) and adds a
     training forward's amax to the step's pending max; without a layer's state (layer_gemms) it
     scales as a fresh history does, with the current amax.
+    A gradient (grad_output) with an inf or NaN becomes a NonFiniteGradient (not quantized, not recorded:
+    the backward pass's gradient amaxes are dropped, fp8lab.training.delayed.gradients_overflowed). Where
+    its amax is reduced across ranks that decision is the reduced amax's, so every rank decides alike,
+    and every operand goes through here (and its reduction) as in a finite step: every rank makes the
+    same collective calls.
     """
     t = scaling.transform(t)  # the operand as its GEMM reads it (a recipe's Hadamard transform on wgrad's)
     current = None  # this tensor's amax (per block), reduced across ranks where they share a scale
     if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
         current = state.amax_reducer(amax_per_block(t, scaling.granularity))
+    if role == "grad_output" and state.passes_nonfinite and not bool(
+            torch.isfinite(current if current is not None else t).all()):
+        return _nonfinite(state, t, role, gemm, scaling, current)
     amax = current
     if state.recipe.delayed is not None:  # one amax pass per use
         if current is None:
@@ -173,8 +162,24 @@ def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling
     return q
 
 
+def _nonfinite(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling,
+               current: torch.Tensor | None) -> NonFiniteGradient:
+    """A gradient with an inf or NaN: said to delayed scaling (this backward pass records no gradient amax)
+    and to the Monitor (a row in its `nonfinite`), and returned unquantized."""
+    amax = float((current if current is not None else t.abs()).max())  # (NaN where a NaN is)
+    if state.delayed is not None:
+        state.delayed.skipped[role] += 1
+    delayed_steps.gradients_overflowed()
+    if state.monitor is not None:
+        state.monitor.record_nonfinite(state.name, gemm, role, amax)
+    return NonFiniteGradient(scaling, amax)
+
+
+Operand = QuantizedTensor | NonFiniteGradient
+
+
 def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
-             reuse: QuantizedTensor | None = None, transpose: bool = False) -> QuantizedTensor | None:
+             reuse: Operand | None = None, transpose: bool = False) -> Operand | None:
     """Quantize source (or source^T with transpose=True) as `gemm`'s operand [rows, contraction].
 
     `reuse` is the same tensor quantized for another GEMM, transposed: it is used when its
@@ -185,14 +190,15 @@ def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
     rows are blocks down source's columns (1x32 of x^T is 32x1 of x; per row of x^T is
     one block per column of x), so the result is the QuantizedTensor of source^T, code for
     code, as a transposed view (emulated GEMMs take strided operands as they are).
-    Returns None where the recipe runs this GEMM in high precision.
+    Returns None where the recipe runs this GEMM in high precision; a NonFiniteGradient where a gradient
+    holds an inf or NaN (and where `reuse` is one that would have been reused).
     """
     scaling = state.recipe.scaling(role, gemm)
     if scaling is None:
         return None
     if (reuse is not None and isinstance(reuse.granularity, PerTensor | PerBlock)
             and reuse.granularity == _transposed(scaling.granularity) and _same_numerics(reuse, scaling)):
-        return reuse.t()
+        return reuse if isinstance(reuse, NonFiniteGradient) else reuse.t()
     if not transpose:  # (quantize takes float32, bfloat16 and float16 as they are: no float32 copy here)
         return _quantize(state, source, role, gemm, scaling)
     g = scaling.granularity
@@ -200,7 +206,8 @@ def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
     # per tensor, where nothing is re-quantized unless the numerics differ) copy source^T
     if state.amax_reducer is None and scaling.hadamard is None and isinstance(g, PerRow | PerBlock):
         # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
-        return _quantize(state, source, role, gemm, scaling.down_columns(source.shape[0])).t(g)
+        q = _quantize(state, source, role, gemm, scaling.down_columns(source.shape[0]))
+        return q if isinstance(q, NonFiniteGradient) else q.t(g)
     return _quantize(state, source.t().contiguous(), role, gemm, scaling)
 
 
@@ -208,7 +215,12 @@ def _transposed(g):
     return PerBlock(g.cols, g.rows) if isinstance(g, PerBlock) else g
 
 
-def _same_numerics(q: QuantizedTensor, s: TensorScaling) -> bool:
+def _same_numerics(q: Operand, s: TensorScaling) -> bool:
+    if isinstance(q, NonFiniteGradient):  # (the codes it would have had)
+        r = q.scaling
+        return (r.fmt == s.fmt and r.scale_rule == s.scale_rule and r.scale_fmt == s.scale_fmt
+                and r.two_level == s.two_level and r.margin == s.margin and r.rounding == s.rounding
+                and r.hadamard is None and s.hadamard is None)
     return (q.fmt == s.fmt and q.scale_rule == s.scale_rule and q.scale_fmt == s.scale_fmt
             and (q.tensor_scale is not None) == s.two_level and q.margin == s.margin
             and q.rounding == s.rounding and s.hadamard is None)
@@ -228,7 +240,7 @@ def _dgrad_operands(state: _LayerState, g: torch.Tensor, weight: torch.Tensor, q
     return q_g, _operand(state, weight, "weight", "dgrad", reuse=q_w, transpose=True)
 
 
-def _wgrad_operands(state: _LayerState, g: torch.Tensor, x2: torch.Tensor, q_g: QuantizedTensor | None,
+def _wgrad_operands(state: _LayerState, g: torch.Tensor, x2: torch.Tensor, q_g: Operand | None,
                     q_x: QuantizedTensor | None):
     """wgrad dw[N, K] = dy^T[N, M] @ x[M, K]: contraction M; dy^T[N, M] and x^T[K, M] along M
     (None, None where the recipe keeps this GEMM in high precision)."""
@@ -251,6 +263,8 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     scales as a fresh amax history does (the first step calibrates on the current amax). A recipe
     with a wgrad Hadamard transform gives wgrad's operands transformed along M, zero-padded to a
     multiple of its size; stochastic rounding draws as a layer named "" does (RoundingDraws(0)).
+    A grad_output with an inf or NaN is quantized as quantize does (NaN propagates to its block, an inf
+    raises ValueError); FP8Linear runs the GEMMs that read such a gradient in high precision instead.
     """
     recipe = get_recipe(recipe)
     if weight.dim() != 2:
@@ -260,7 +274,8 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
         raise ValueError(
             f"shapes do not make a linear layer: x {tuple(x.shape)} (..., K), weight {tuple(weight.shape)} (N, K), "
             f"grad_output {tuple(grad_output.shape)} (..., N)")
-    state = _LayerState("", recipe, None, None, default_backend("emulated"), draws=RoundingDraws(0))
+    state = _LayerState("", recipe, None, None, default_backend("emulated"), draws=RoundingDraws(0),
+                        passes_nonfinite=False)
     x2 = x.detach().reshape(-1, k).float()
     g = grad_output.detach().reshape(-1, n).float()
     w = weight.detach()
@@ -337,16 +352,22 @@ class _FP8LinearFunction(torch.autograd.Function):
             with _no_autocast(g.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
                 if ctx.needs_input_grad[0]:
                     q_g, q_wt = _dgrad_operands(state, gq, weight, ctx.q_w)
-                    grad_x = _mm(state, q_g, q_wt, "dgrad")[:m].to(x2.dtype)
+                    if isinstance(q_g, NonFiniteGradient):  # dy holds an inf or NaN: dy @ w in high precision
+                        grad_x = g.float().mm(weight.float()).to(x2.dtype)
+                    else:
+                        grad_x = _mm(state, q_g, q_wt, "dgrad")[:m].to(x2.dtype)
                 if ctx.needs_input_grad[1]:
                     q_gt, q_xt = _wgrad_operands(state, gq, xq, q_g, ctx.q_x)
-                    if q_gt is None or q_xt is None:  # high-precision weight gradient
-                        grad_w = g.float().t().mm(x2.float())
+                    if q_gt is None or q_xt is None or isinstance(q_gt, NonFiniteGradient):
+                        grad_w = g.float().t().mm(x2.float())  # high-precision weight gradient
                     else:
                         grad_w = _mm(state, q_gt, q_xt, "wgrad")
                     grad_w = grad_w.to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = g.sum(0)
+        if delayed_steps.watching() and not all(
+                bool(torch.isfinite(t).all()) for t in (grad_x, grad_w, grad_b) if t is not None):
+            delayed_steps.gradients_overflowed()  # (an overflow here, in the gradients this layer hands on)
         if grad_x is not None:
             grad_x = grad_x.reshape(*grad_out.shape[:-1], x2.shape[-1])
         ctx.q_x = ctx.q_w = None
@@ -418,6 +439,14 @@ class FP8Linear(nn.Linear):
     it is quantized (amaxes reduced, histories recorded) as one row of zeros would be.
     Under torch.autocast the output has autocast's dtype, as nn.Linear's. A second derivative
     (create_graph=True through this layer) raises RuntimeError instead of dropping terms.
+    Infinities: an input or weight with an inf raises ValueError (quantize's: a scale needs a finite
+    amax, and an infinite activation is a diverged model, best caught where it starts); a NaN there
+    propagates to its block. A gradient dy with an inf or NaN (an fp16 loss scaler's overflow step,
+    torch.amp.GradScaler) is passed on instead: each GEMM that reads it (dgrad dy @ w, wgrad dy^T @ x)
+    runs in high precision, in float32 from the same dy, w and x, its result cast to the gradient's
+    dtype, so grad_input and grad_weight hold inf or NaN where a high-precision layer's do (the scaler
+    needs to see one to skip the step; their finite values are then unused). Nothing of that backward
+    pass enters a delayed-scaling history, and the Monitor lists it in `nonfinite` (no statistics row).
     fp8lab.nn.convert makes FP8 layers of a model's own linear layers in place (their class becomes
     FP8Linear, or an FP8 subclass of theirs: hooks, parametrizations and attributes stay);
     `calls` counts the forwards since then.

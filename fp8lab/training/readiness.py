@@ -311,7 +311,7 @@ def inspect(
     model: nn.Module,
     batch: Any,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
-    recipes: Iterable[str | Recipe] = DEFAULT_RECIPES,
+    recipes: str | Recipe | Iterable[str | Recipe] = DEFAULT_RECIPES,
     target_db: float = 20.0,
     outlier_ratio: float = 10.0,
     cost_order: Sequence[str] = COST_ORDER,
@@ -326,7 +326,8 @@ def inspect(
     and dy[M, N] (the sites fp8lab.nn.convert converts: linear layers and MultiheadAttention's
     in-projections); each recipe quantizes them as FP8Linear would (fp8lab.nn.layer_gemms):
     fprop x, w along K; dgrad dy, w^T along N; wgrad dy^T, x^T along M.
-    recipes: names or Recipe objects (delayed equals tensorwise on one batch: it is left out).
+    recipes: a recipe name or a Recipe, or a list of them (delayed equals tensorwise on one batch: it is
+        left out by default).
     target_db: a layer passes a recipe when its worst operand SQNR (the lower of whole-tensor and
         ordinary-channel SQNR) is >= target_db. 20 dB: noise power 1% of the signal (E4M3 on
         well-scaled data gives ~31 dB, E5M2 ~25 dB, NVFP4's E2M1 less).
@@ -339,14 +340,22 @@ def inspect(
         over several passes (the same forward each time), so memory stays bounded on a large model or
         batch (None: one pass, no bound).
     The model is not changed (see capture); a converted model is refused (inspect the original, or
-    fp8lab.nn.unwrap(model)). Returns a ReadinessReport.
+    fp8lab.nn.unwrap(model)), and so is a pass whose loss or captured tensors are not finite (a NaN
+    loss would make every gradient NaN and blame FP8 for it) and a call under torch.inference_mode()
+    (which allows no backward pass). Returns a ReadinessReport.
     """
     import time
 
     import pandas as pd
 
     t0 = time.perf_counter()
-    recipes = tuple(get_recipe(r) for r in recipes)
+    if isinstance(recipes, str | Recipe):  # one recipe, not its letters
+        recipes = (recipes,)
+    try:
+        recipes = tuple(get_recipe(r) for r in recipes)
+    except TypeError:
+        raise TypeError(f"recipes takes a recipe name, a Recipe, or a list of them (e.g. fp8lab.RECIPES), got "
+                        f"{type(recipes).__name__}") from None
     if not recipes:
         raise ValueError("recipes is empty: name at least one (e.g. fp8lab.RECIPES)")
     names = [r.name for r in recipes]

@@ -24,8 +24,8 @@ from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.progress import progress_bar
 from fp8lab.training.convert import convert
 from fp8lab.training.delayed import end_step
-from fp8lab.training.layers import Monitor
 from fp8lab.training.models import MODELS, MarkovTask, TeacherTask, make_model
+from fp8lab.training.monitor import Monitor
 
 __all__ = [
     "BASELINES",

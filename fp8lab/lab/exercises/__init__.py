@@ -1,7 +1,8 @@
 """Workshop exercises: check_* gives specific feedback, hint_* a nudge, solution_* the answer.
 
 One module per notebook; every name is importable from here (`from fp8lab.lab import exercises as ex`):
-  base.py      Feedback (what a check returns: ok, and a message naming the case that failed and why)
+  base.py      Feedback (what a check returns: ok, and a message naming the case that failed and why; a
+               wrong type, shape, sign or size of answer gets one too, saying what it got and what was asked)
   formats.py   01 decode an E4M3 code           check_decode, hint_decode, solution_decode
   scaling.py   02 the per-tensor E4M3 scale     check_scale, hint_scale, solution_scale
                03 the amax of delayed scaling   check_delayed_amax, hint_delayed_amax, solution_delayed_amax

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from fp8lab.lab.exercises.base import Feedback, _call, _tensor
+from fp8lab.lab.exercises.base import Feedback, _as_tensor, _call, _function, _one_name_not_a_list, describe
 from fp8lab.numerics.formats import E4M3
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.scaling import PerBlock, parse_granularity
@@ -30,6 +30,8 @@ __all__ = [
 
 def check_block_amax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Feedback:
     """fn(x[M, K], block) -> amax[M, K // block]: max |x| over each 1 x block tile along K."""
+    if (wrong := _function(fn, "check_block_amax(fn)")) is not None:
+        return wrong
     g = torch.Generator().manual_seed(4)
     cases = [("x[4, 64], block 32", torch.randn(4, 64, generator=g), 32),
              ("x[3, 256], block 128, negative extremes", -torch.rand(3, 256, generator=g) * 7, 128),
@@ -41,7 +43,9 @@ def check_block_amax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Feedbac
         want = quantize(x, E4M3, PerBlock(1, block)).amax
         if got is None:
             return Feedback(False, "fn returned None: write the code that returns the amaxes.")
-        got = _tensor(got)
+        got, err = _as_tensor(got, f"a tensor of amaxes shaped {tuple(want.shape)} (M, K / block)")
+        if err:
+            return Feedback(False, f"{name}: {err}.")
         if tuple(got.shape) != tuple(want.shape):
             msg = f"{name}: expected shape {tuple(want.shape)} (M, K / block), got {tuple(got.shape)}."
             if tuple(got.shape) == (x.shape[0] // block, x.shape[1]) or got.numel() == want.numel():
@@ -49,7 +53,9 @@ def check_block_amax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Feedbac
             return Feedback(False, msg)
         if not torch.allclose(got.float(), want):
             msg = f"{name}: the shapes match but the values don't."
-            if torch.allclose(got.float(), x.reshape(x.shape[0], -1, block).amax(-1)):
+            if bool((got < 0).any()):
+                msg += " An amax is a largest MAGNITUDE: never negative."
+            elif torch.allclose(got.float(), x.reshape(x.shape[0], -1, block).amax(-1)):
                 msg += " Take the max of |x|: a block's largest magnitude can be negative."
             return Feedback(False, msg)
     return Feedback(True, "per-tile amax along K, magnitudes included.")
@@ -91,6 +97,10 @@ def _block_table() -> list[tuple[str, float, float]]:
 def check_block_choice(label: str) -> Feedback:
     """With FP4 (E2M1) elements and float32 scales, which block keeps the SQNR of
     block_choice_tensor() at or above 18 dB with the least scale overhead (bits/element)?"""
+    if not isinstance(label, str):
+        return Feedback(False, f"answer with one block label, a string such as '1x32' (one of "
+                               f"{', '.join(CHOICE_BLOCKS)}); got {describe(label)}" + _one_name_not_a_list(label))
+    label = label.strip()
     rows = {r[0]: r for r in _block_table()}
     if label not in rows:
         return Feedback(False, f"{label!r} is not one of {', '.join(CHOICE_BLOCKS)}.")

@@ -6,7 +6,7 @@ Public: MONITORS, check_capstone, hint_capstone, solution_capstone.
 
 from __future__ import annotations
 
-from fp8lab.lab.exercises.base import Feedback
+from fp8lab.lab.exercises.base import Feedback, describe
 
 __all__ = [
     "MONITORS",
@@ -73,16 +73,29 @@ def check_capstone(prediction: dict, result, report) -> Feedback:
     cost_class: per-tensor < per-row < blocks) also within it. monitor (one of MONITORS): the
     per-layer statistic that would have flagged the cheapest recipe that failed, judged on the report.
     """
+    from fp8lab.training.capstone import CaseResult
     from fp8lab.training.cost import cost_class
+    from fp8lab.training.readiness import ReadinessReport
 
     if not isinstance(prediction, dict) or not {"recipe", "monitor"} <= set(prediction):
-        return Feedback(False, "predict with a dict: {'recipe': 'tensorwise', 'monitor': 'underflow'}")
+        return Feedback(False, "predict with a dict: {'recipe': 'tensorwise', 'monitor': 'underflow'}; got "
+                               f"{describe(prediction)}")
+    if not isinstance(result, CaseResult):
+        return Feedback(False, f"pass what capstone.train_case returned as result (a CaseResult); got "
+                               f"{describe(result)}")
+    if not isinstance(report, ReadinessReport):
+        return Feedback(False, f"pass what fp8lab.inspect returned as report (a ReadinessReport); got "
+                               f"{describe(report)}")
     runs = _fp8_runs(result)
     if prediction["recipe"] is None or prediction["monitor"] is None:
         return Feedback(False, f"fill in your prediction first: a recipe ({', '.join(runs)}) and a monitor "
                                f"({', '.join(MONITORS)})")
-    recipe = str(prediction["recipe"]).strip().lower()
-    monitor = str(prediction["monitor"]).strip().lower()
+    for key, choices in (("recipe", runs), ("monitor", MONITORS)):
+        if not isinstance(prediction[key], str):
+            return Feedback(False, f"the {key} is a name, a string (one of {', '.join(choices)}); got "
+                                   f"{describe(prediction[key])}")
+    recipe = prediction["recipe"].strip().lower()
+    monitor = prediction["monitor"].strip().lower()
     if recipe not in runs:
         return Feedback(False, f"{recipe!r} was not trained here; choose from {', '.join(runs)}")
     if monitor not in MONITORS:

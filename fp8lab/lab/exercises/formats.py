@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fp8lab.lab.exercises.base import Feedback, _call, _same
+from fp8lab.lab.exercises.base import Feedback, _call, _function, _number, _same
 from fp8lab.numerics.formats import E4M3
 
 __all__ = [
@@ -20,15 +20,16 @@ __all__ = [
 
 def check_decode(decode: Callable[[int], float]) -> Feedback:
     """decode(code) -> value of an E4M3 (fn) code, 0..255. Checked on all 256 codes."""
+    if (wrong := _function(decode, "check_decode(decode)")) is not None:
+        return wrong
     for code in range(256):
         got, err = _call(decode, code)
         if err:
             return Feedback(False, f"code {code} (0b{code:08b}): {err}")
         want = E4M3.decode(code)
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            return Feedback(False, f"code {code}: return a number, got {got!r}")
+        got, err = _number(got, "the code's value, a number")
+        if err:
+            return Feedback(False, f"code {code}: {err}.")
         if not _same(got, want):
             f = E4M3.fields(code)
             why = ""

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from fp8lab.lab.exercises.base import Feedback, _call, _tensor
+from fp8lab.lab.exercises.base import Feedback, _as_tensor, _call, _function, _one_name_not_a_list, describe
 from fp8lab.numerics.formats import E2M1, cast, stochastic_reference
 
 __all__ = [
@@ -40,11 +40,16 @@ def check_stochastic_round(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tens
     to its next E2M1 value when u < (|x| - lo) / (hi - lo), else down to lo, the sign kept, beyond 6 saturated.
     Graded element by element against fp8lab's float64 reference (formats.stochastic_reference), then over many
     draws for bias."""
+    if (wrong := _function(fn, "check_stochastic_round(my_round)")) is not None:
+        return wrong
     x, u = _cases()
     got, err = _call(fn, x.clone(), u.clone())
     if err:
         return Feedback(False, err)
-    got = _tensor(got).float()
+    got, err = _as_tensor(got, f"x rounded to E2M1, a tensor shaped like x {tuple(x.shape)}")
+    if err:
+        return Feedback(False, f"{err}.")
+    got = got.float()
     if got.shape != x.shape:
         return Feedback(False, f"expected one value per element of x, shape {tuple(x.shape)}; got {tuple(got.shape)}")
     want = stochastic_reference(x, E2M1, u)
@@ -75,8 +80,10 @@ def check_stochastic_round(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tens
     # the mean over many draws: a biased rule shows it whatever the grid details
     v = torch.full((20000,), 0.7)
     mean, err = _call(fn, v, torch.rand(v.shape, generator=torch.Generator().manual_seed(1)))
-    if err is None and abs(float(_tensor(mean).float().mean()) - 0.7) > 0.02:
-        return Feedback(False, f"biased: 0.7 averages to {float(_tensor(mean).float().mean()):.3f} over 20000 draws "
+    if err is None:
+        mean, err = _as_tensor(mean, "a tensor")
+    if err is None and mean.numel() and abs(float(mean.mean()) - 0.7) > 0.02:
+        return Feedback(False, f"biased: 0.7 averages to {float(mean.mean()):.3f} over 20000 draws "
                                f"(it must average to 0.7). First difference: {example}.")
     return Feedback(False, f"not the reference's rounding yet: {example}. lo is the largest E2M1 value <= |x|, hi the "
                            "next one up; compare u with (|x| - lo) / (hi - lo).")
@@ -123,8 +130,12 @@ def check_keep_layer(layer: str) -> Feedback:
     """Which one layer of the lesson MLP (fc1, fc2, fc3) kept in bf16, within KEEP_BUDGET of the GEMM work, brings
     NVFP4's final loss closest to bf16's?"""
     best, change, costs = keep_layer_answer()
+    if not isinstance(layer, str):
+        return Feedback(False, f"answer with one layer's name, a string (one of {', '.join(costs)}); got "
+                               f"{describe(layer)}" + _one_name_not_a_list(layer))
+    layer = layer.strip()
     if layer not in costs:
-        return Feedback(False, f"pick one of the lesson MLP's layers: {', '.join(costs)}")
+        return Feedback(False, f"pick one of the lesson MLP's layers: {', '.join(costs)}; got {layer!r}")
     where = ", ".join(f"{n} {100 * change[n]:+.1f}% ({100 * costs[n]:.1f}% of the work)" for n in costs)
     if costs[layer] > KEEP_BUDGET:
         return Feedback(False, f"{layer} is {100 * costs[layer]:.0f}% of the GEMM work: over the budget of "

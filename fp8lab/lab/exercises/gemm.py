@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8lab.lab.exercises.base import Feedback, _call, _tensor
+from fp8lab.lab.exercises.base import Feedback, _as_tensor, _call, _function
 from fp8lab.numerics.formats import E4M3
 from fp8lab.numerics.quantize import QuantizedTensor, quantize
 from fp8lab.numerics.scaling import PerBlock, PerTensor
@@ -69,6 +69,8 @@ def check_scaled_gemm(fn: Callable[[GemmOperand, GemmOperand], torch.Tensor]) ->
     """fn(a_q, b_q) -> out[M, N] for GemmOperands a_q[M, K], b_q[N, K]: what torch's scaled_mm
     computes, per tensor and with 1x16 block scales along K (where only scales applied per K
     block give the right answer)."""
+    if (wrong := _function(fn, "check_scaled_gemm(fn)")) is not None:
+        return wrong
     for name, a, b, gran in _gemm_cases():
         a_q, b_q = GemmOperand.of(quantize(a, E4M3, gran)), GemmOperand.of(quantize(b, E4M3, gran))
         blocked = a_q.scale.shape[1] > 1
@@ -84,7 +86,9 @@ def check_scaled_gemm(fn: Callable[[GemmOperand, GemmOperand], torch.Tensor]) ->
         want = _reference_gemm(a_q, b_q)
         if got is None:
             return Feedback(False, "fn returned None: write the code that returns the product.")
-        got = _tensor(got).double()
+        got, err = _as_tensor(got, f"the product out[M, N], a tensor shaped {tuple(want.shape)}")
+        if err:
+            return Feedback(False, f"{name}: {err}.")
         if got.shape != want.shape:
             return Feedback(False, f"{name}: expected shape {tuple(want.shape)}, got {tuple(got.shape)}. "
                                    "b_q is in [N, K] layout: contract with its transpose.")

@@ -7,7 +7,9 @@ ranking_answer.
 
 from __future__ import annotations
 
-from fp8lab.lab.exercises.base import Feedback
+import numbers
+
+from fp8lab.lab.exercises.base import Feedback, describe
 
 __all__ = [
     "RECOVER_WITHIN",
@@ -43,12 +45,16 @@ _WHY = {
 
 
 def _names(answer) -> tuple[set[str] | None, str]:
+    """The recipe names of an answer (a set, list or tuple of names, or a string of them), or why it is none."""
     if isinstance(answer, str):  # "blockwise" or "blockwise, mxfp8": names, not characters
         answer = [a for a in answer.replace(",", " ").split() if a]
-    try:
-        return {str(a).strip().lower() for a in answer}, ""
-    except TypeError:
-        return None, "answer with a set of recipe names, e.g. {'tensorwise', 'mxfp8'}"
+    expected = "answer with a set of recipe names (strings), e.g. {'tensorwise', 'mxfp8'}"
+    if not isinstance(answer, set | frozenset | list | tuple | dict):
+        return None, f"{expected}; got {describe(answer)}."
+    odd = next((a for a in answer if not isinstance(a, str)), None)
+    if odd is not None or any(not isinstance(a, str) for a in answer):
+        return None, f"{expected}; your answer holds {describe(odd)}."
+    return {a.strip().lower() for a in answer}, ""
 
 
 def check_survivors(answer) -> Feedback:
@@ -120,8 +126,10 @@ def check_history(history: int) -> Feedback:
     from fp8lab.training.train import HISTORIES
 
     lengths = (*HISTORIES, 1024)  # the panel's lengths; 1024 (TransformerEngine's default) lags longer than 256
-    if isinstance(history, bool) or not isinstance(history, int) or history not in lengths:
-        return Feedback(False, f"answer with one of the panel's history lengths: {', '.join(map(str, lengths))}")
+    if isinstance(history, bool) or not isinstance(history, numbers.Integral) or int(history) not in lengths:
+        return Feedback(False, f"answer with one of the panel's history lengths, an integer: "
+                               f"{', '.join(map(str, lengths))}; got {describe(history)}")
+    history = int(history)
     rec = dict(zip(recovery()["history"], recovery()["steps_to_recover"], strict=True))
     best = history_answer()
     steps = rec.get(history)  # None for 1024: a longer history than one that never recovered
@@ -169,20 +177,29 @@ def ranking_answer(sinks: float = SURVIVAL_SINKS, seed: int = 0) -> tuple[bool, 
 
 
 def check_ranking(result, same_ranking: bool | None) -> Feedback:
-    """From your own run (the live panel after >= 150 steps with >= 3 recipes, or a TrainResult):
+    """From your own run (the live panel after >= 150 steps with >= 3 recipes, a TrainResult or its history):
     does ranking the recipes by their loss at step 30 give the same order as at step 150?"""
-    history = getattr(result, "result", result)  # a TrainingPanel or its TrainResult
-    history = getattr(history, "history", None)
-    if history is None or len(history) == 0:
+    import pandas as pd
+
+    history = getattr(result, "result", result)  # a TrainingPanel, its TrainResult, or the result's history
+    history = history if isinstance(history, pd.DataFrame) else getattr(history, "history", None)
+    if not isinstance(history, pd.DataFrame) or not {"step", "run", "loss"} <= set(history.columns) \
+            or len(history) == 0:
+        got = "" if result is None else f" (got {describe(result)}, which holds no training run)"
         return Feedback(False, "train first: in the live panel pick 3 or more recipes, 150 steps, and press Start; "
-                               "then pass the panel (or its .result).")
+                               f"then pass the panel (or its .result){got}.")
+    if not (pd.api.types.is_numeric_dtype(history["loss"]) and pd.api.types.is_numeric_dtype(history["step"])):
+        return Feedback(False, f"the history's step and loss columns must hold numbers (a training run's), got "
+                               f"{history['step'].dtype} and {history['loss'].dtype}: pass the panel (or its .result) "
+                               "after training.")
     runs = history["run"].nunique()
     last = int(history["step"].max()) + 1
     if runs < 3 or last < LONG:
         return Feedback(False, f"your run has {runs} recipes and {last} steps: the exercise needs 3 or more recipes "
                                f"and {LONG} steps.")
     if not isinstance(same_ranking, bool):
-        return Feedback(False, "answer True (the order at step 30 is the order at step 150) or False.")
+        return Feedback(False, f"answer True (the order at step 30 is the order at step 150) or False; got "
+                               f"{describe(same_ranking)}.")
     r30, r150, early, final = _rankings(history[history.step < LONG])
     same = r30 == r150
     shown = (f"at step {SHORT}: {' < '.join(f'{r} {early[r]:.3g}' for r in r30)}; at step {LONG}: "
