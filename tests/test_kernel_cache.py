@@ -114,7 +114,7 @@ def test_a_new_cache_is_private_whatever_the_umask(cache, stub_source):
         lib, why = _load()
     finally:
         os.umask(old)
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     assert "private" not in why, "created open, then closed: others could enter it in between"
     (library,) = cache.glob("kernels-*.so")
@@ -125,7 +125,7 @@ def test_an_open_cache_of_ours_is_made_private(cache):
     _seed(cache)
     cache.chmod(0o777)
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     assert f"made {cache} private (its mode had been 777)" in why
 
@@ -179,7 +179,7 @@ def test_without_posix_owners_the_checks_stand_aside(cache, monkeypatch):
     _seed(cache)
     monkeypatch.delattr(os, "geteuid")
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
 
 
 # ---- a corrupt library, a failed load ----------------------------------------------------------------------
@@ -196,7 +196,7 @@ def test_a_library_that_does_not_load_is_rebuilt_once(cache, stub_source):
     digest.write_text(hashlib.sha256(corrupt.read_bytes()).hexdigest() + "\n")
     digest.chmod(0o600)
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     assert f"rebuilt {corrupt.name}: the cached one did not load" in why
     assert corrupt.read_bytes()[:4] == b"\x7fELF" and corrupt.stat().st_size > 104
 
@@ -231,7 +231,7 @@ def test_a_killed_build_leaves_no_temporary_behind(cache, tmp_path):
     assert list(cache.glob(".build-*")), "the build never started"
     _seed(cache)
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     assert list(cache.glob(".build-*")) == []
 
 
@@ -246,7 +246,7 @@ def test_temporaries_of_builds_still_running_stay(cache):
     hour_ago = time.time() - 3600
     os.utime(old_legacy, (hour_ago, hour_ago))
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     assert live.exists() and elsewhere.exists() and fresh_legacy.exists()
     assert not old_legacy.exists()
 
@@ -275,7 +275,7 @@ def test_old_builds_are_pruned(cache):
         path.write_bytes(b"")
         os.utime(path, (now - age, now - age))
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     kept = sorted(cache.glob("kernels-*.so"))
     assert len(kept) == kernels_build.KEEP_BUILDS
     assert set(kept) == {loaded, *recent[: kernels_build.KEEP_BUILDS - 1]}
@@ -294,7 +294,7 @@ def test_a_compiler_that_refuses_native_code_and_openmp_still_builds(cache, tmp_
                   "esac; done")
     monkeypatch.setenv("CC", mac)
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     assert "without -march=native (clang: error: the clang compiler does not support '-march=native')" in why
     if kernels_build.openmp_flags(COMPILER):  # where the real compiler would have shared torch's OpenMP
         assert "without OpenMP (clang: error: unsupported option '-fopenmp')" in why
@@ -309,7 +309,7 @@ def test_clang_builds_the_same_kernels(cache, monkeypatch):
         pytest.skip("clang is not installed (Debian: apt-get install clang; .ci/run installs it)")
     monkeypatch.setenv("CC", clang)
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     assert "built with clang" in why
     _agrees_with_torch(lib, monkeypatch)
 
@@ -366,7 +366,7 @@ def test_a_compiler_that_hides_symbols_still_exports_the_kernels(cache, tmp_path
     hidden = _script(tmp_path / "cc", 'set -- -fvisibility=hidden "$@"')
     monkeypatch.setenv("CC", hidden)
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     for name in kernels_build.EXPORTED:
         assert hasattr(lib, name), name
     assert set(kernels_build.EXPORTED) >= {"fp8lab_quantize", "fp8lab_scale_outer", "fp8lab_rule_names"}
@@ -421,7 +421,7 @@ def test_cc_is_a_command_line(cache, monkeypatch, stub_source, how):
     cc = f"{COMPILER} -O2" if how == "with an option" else f"env FP8LAB_UNUSED=1 {COMPILER}"
     monkeypatch.setenv("CC", cc)
     lib, why = _load()
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     assert kernels_build.compiler() == cc.split()
     assert kernels_build.library_path(cc.split(), kernels_build.FLAGS) != kernels_build.library_path(
         [COMPILER], kernels_build.FLAGS)  # another command line, another build
@@ -491,7 +491,7 @@ def test_a_hung_compiler_is_announced_given_up_on_within_the_stated_bound_and_do
 
 def test_a_normal_build_says_once_that_it_compiles(cache, stub_source, capfd):
     lib, why = kernels_build.load_uncached(timeout_s=60)
-    assert lib is not None, why
+    assert lib is not None and hasattr(lib, "fp8lab_quantize"), why  # a library that exports the kernel
     err = capfd.readouterr().err
     assert err.count("fp8lab: compiling the CPU kernels with") == 1 and "at most 60 s" in err, err
     lib, why = kernels_build.load_uncached(timeout_s=60)  # cached now: nothing to say
