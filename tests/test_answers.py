@@ -40,7 +40,7 @@ KEY_RELATIVE = 0.05
 # Measured on an AMD EPYC, written with 2 threads: with OMP_NUM_THREADS=1 MKL_CBWR=COMPATIBLE 0.976% ->
 # 0.887%, 28.4 -> 30.7 binades, 0.779% -> 0.819%; with AVX2 math libraries dy's span 46.2 -> 49.1 binades,
 # E5M2's 0.0622% -> 0.0589% (at most 9.1%). The key's claims about them hold on each.
-# On CI's machine (2026-12-02) the key moved further in two places, both now printed so that no machine
+# On the CI's machine the key moved further in two places, both now printed so that no machine
 # decides them: which of the LLM-like model's two attention projections has the widest dy (a near tie: the
 # key names both) and E5M2's share of the first step's dy flushed (0.0339% -> 0.0517%: "under 0.1%").
 ABOUT_RELATIVE = 0.2

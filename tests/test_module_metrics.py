@@ -13,7 +13,7 @@ import module_metrics  # noqa: E402
 
 sys.path.remove(str(ROOT / "tools"))
 
-# Measured 2026-12-02 on main; lower a ceiling when a change lowers its count, never raise it.
+# Counted on the package as it stands; lower a ceiling when a change lowers its count, never raise it.
 CEILINGS = {"private_imports": 112, "function_imports": 238, "granularity_checks": 30, "cycles": 2}
 NAMED_TESTS_FLOOR = 31
 
