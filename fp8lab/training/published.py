@@ -96,15 +96,18 @@ def marker_sinks(placement: str | None = None) -> dict[str, float]:
 
 
 def outlier_multiplier(ratio: float, distribution: str = "normal", shape: tuple[int, int] = (64, 1024),
-                       seed: int = 0) -> float:
+                       seed: int = 0, placement: str = "channels") -> float:
     """The outlier magnitude m of fp8lab.data.synthetic.sample (its outlier channels multiplied by m) at which the
     largest outlier is `ratio` times the median |value| of the other channels: where notebook 02's cliff marks a
-    published ratio (m = ratio * median / the outlier channels' largest |value| before they are multiplied)."""
-    from fp8lab.data.synthetic import sample
+    published ratio (m = ratio * median / the outlier channels' largest |value| before they are multiplied; with
+    placement "tokens", their largest in the tokens that hold the outliers)."""
+    from fp8lab.data.synthetic import OUTLIER_TOKENS, sample
 
     x, idx = sample(distribution, shape, 1.0, seed=seed, return_outliers=True)  # multiplied by 1: the base values
     keep = torch.ones(shape[1], dtype=torch.bool)
     keep[idx] = False
+    if placement == "tokens":  # the outliers multiply these channels of the first tokens only
+        return ratio * float(x[:, keep].abs().median()) / float(x[:OUTLIER_TOKENS, idx].abs().max())
     return ratio * float(x[:, keep].abs().median()) / float(x[:, idx].abs().max())
 
 
