@@ -90,6 +90,43 @@ def _q06_mismatch() -> Answer:
     )
 
 
+def _q06_placement() -> Answer:
+    panel = _panel("placement")
+    f = {pl: panel.table(pl, 1e5).set_index(["gemm", "recipe"]) for pl in ("channels", "tokens", "both")}
+    tok, ch = f["tokens"], f["channels"]
+    recipes = list(dict.fromkeys(tok.index.get_level_values("recipe")))
+    most = {g: max(recipes, key=lambda r, g=g: tok.loc[(g, r), "flushed"]) for g in ("fprop", "wgrad")}
+    block = max(float(x.loc[(g, "blockwise"), "flushed"]) for x in f.values() for g in ("fprop", "wgrad"))
+    return Answer(
+        "06_training_live",
+        "With the sinks in the first 2 tokens at 1e5x the median, which recipe flushes the most of fc2's ordinary "
+        "inputs, and where does rowwise's damage go in each GEMM?",
+        "With the sinks in the first 2 tokens (fc2's input at the initial weights, the sinks 1e5x its median "
+        "ordinary value): " + "; ".join(
+            f"{g} " + ", ".join(f"{r} {_pct(tok.loc[(g, r), 'flushed'])}" for r in recipes) for g in ("fprop", "wgrad"))
+        + f" of the ordinary values flushed. {most['fprop']} flushes the most: one scale for the whole tensor, set by "
+        f"the same amax as with the sinks in every token ({_pct(ch.loc[('fprop', 'tensorwise'), 'flushed'])} there). "
+        "Rowwise's damage stays where the sinks are: in fprop (one scale per token) the two tokens that hold them "
+        f"lose their small values (the worst token {_pct(tok.loc[('fprop', 'rowwise'), 'worst'])}); in wgrad (one "
+        "scale per channel, dW = dy^T x sums over the tokens) a token's sink sets the scale of its whole channel, "
+        f"and the sink channels lose theirs (the worst channel {_pct(tok.loc[('wgrad', 'rowwise'), 'worst'])}). "
+        f"With the sinks in every token rowwise flushes {_pct(ch.loc[('fprop', 'rowwise'), 'flushed'])} in fprop "
+        f"(every token's scale is theirs) and {share(ch.loc[('wgrad', 'rowwise'), 'flushed'])} in wgrad. So channel "
+        "outliers break per-token scales in fprop, token outliers break per-channel scales in wgrad, one scale per "
+        f"tensor breaks under both, and blocks along K confine both: blockwise flushes at most {_pct(block)} in any "
+        "placement and GEMM. In a real model the token outliers' channels also carry the other tokens' values, which "
+        "their wgrad scale flushes; in this toy fc2's weights for those channels are held at zero.",
+        {"with token sinks tensorwise flushes the most in both GEMMs": most == {"fprop": "tensorwise",
+                                                                               "wgrad": "tensorwise"},
+         "with token sinks rowwise flushes under 1% in either GEMM, with channel sinks over 10% in fprop":
+             bool(max(tok.loc[("fprop", "rowwise"), "flushed"], tok.loc[("wgrad", "rowwise"), "flushed"]) < 0.01
+                  and ch.loc[("fprop", "rowwise"), "flushed"] > 0.1),
+         "with token sinks rowwise's worst token (fprop) and worst channel (wgrad) lose over 10%":
+             bool(min(tok.loc[("fprop", "rowwise"), "worst"], tok.loc[("wgrad", "rowwise"), "worst"]) > 0.1),
+         "blockwise flushes under 2% in every placement and GEMM": block < 0.02},
+    )
+
+
 def _q06_cliff() -> Answer:
     from fp8lab.training.measured import published_means
     from fp8lab.training.published import PUBLISHED, lesson_median, marker_sinks, sinks_for
@@ -233,4 +270,4 @@ def _q06_exercises() -> Answer:
 
 
 
-ANSWERS = (_q06_live, _q06_cliff, _q06_flush, _q06_mismatch, _q06_copies, _q06_drift, _q06_exercises)
+ANSWERS = (_q06_live, _q06_placement, _q06_cliff, _q06_flush, _q06_mismatch, _q06_copies, _q06_drift, _q06_exercises)
