@@ -29,6 +29,7 @@ class PlacementPanel(Panel):
     title = "where the sinks sit decides which scales they break"
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = False
+    live_sliders = False  # a new ratio quantizes fc2's input anew: it redraws when the slider is released
 
     def __init__(self) -> None:
         from fp8lab.training.models import PLACEMENTS
