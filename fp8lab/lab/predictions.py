@@ -3,7 +3,7 @@
 Public: Prediction(name) (commit to an option, then Reveal shows the measured answer beside it),
 PREDICTIONS (each prediction's notebook, question, options and how to measure the answer from
 the panels' own data), PredictionSpec, MARGIN, token_spans (which tokens each recipe's scales cover:
-notebook 07). Notebooks 01 to 07 ask one each, notebook 09 two.
+notebook 07). Notebooks 01 to 07 ask one each (06 two), notebook 09 two.
 An answer must not hang on a detail: each spec also measures its answer on other seeds of the same
 data (at(seed) -> (option, margin)), and tests require the same option on every seed with the
 measured value at least MARGIN (a factor) away from the nearest bin edge.
