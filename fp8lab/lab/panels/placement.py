@@ -8,6 +8,7 @@ the lesson MLP with the sinks in every token, in a few tokens, or both, quantize
 from __future__ import annotations
 
 import pandas as pd
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from fp8lab.figures import gemms
 from fp8lab.figures.plots import magnitude
@@ -60,7 +61,8 @@ class PlacementPanel(Panel):
             part = df.set_index(["recipe", "gemm"]).rename(columns={column: "underflow"})
             gemms.mismatch_flush(part, ax)
             ax.set_ylim(0, max(0.05, 1.8 * float(part["underflow"].max()) + 0.03))  # room for the labels, legend
-            ax.set_yticks([])
+            ax.yaxis.set_major_locator(MaxNLocator(4))
+            ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
             ax.set_ylabel(label, fontsize=8)
         axes[0].set_title(f"sinks in {data['placement']}, {magnitude(data['ratio'])}x the median", fontsize=9)
         axes[1].set_title("where the damage is", fontsize=9)
