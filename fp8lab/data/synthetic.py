@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DISTRIBUTIONS", "activation_stream", "sample"]
+__all__ = ["DISTRIBUTIONS", "OUTLIER_PLACEMENTS", "OUTLIER_TOKENS", "activation_stream", "sample"]
 
 DISTRIBUTIONS: tuple[str, ...] = ("normal", "laplace", "lognormal", "uniform", "channel scales")
+# where the outliers sit in x[M, K] (rows: tokens): their channels in every token, or in the first OUTLIER_TOKENS
+# tokens only (as fp8lab.training.models.PLACEMENTS: outlier features, massive activations)
+OUTLIER_PLACEMENTS: tuple[str, ...] = ("channels", "tokens")
+OUTLIER_TOKENS = 2
 
 
 def sample(
@@ -21,6 +25,7 @@ def sample(
     seed: int = 0,
     normalize: bool = False,
     return_outliers: bool = False,
+    placement: str = "channels",
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """A float32 tensor x[M, K] drawn from `distribution`, with optional outlier channels.
 
@@ -30,7 +35,11 @@ def sample(
     (LLM activation outliers). normalize=True standardizes each channel (column) to mean 0,
     std 1 first - the "normalize your data" practice. return_outliers=True also returns the
     outlier channels' indices (empty without outliers), to measure the other channels alone.
+    placement "tokens" multiplies those channels in the first OUTLIER_TOKENS rows only, and return_outliers
+    returns a bool mask of x's shape (True at the outliers) instead: what fp8lab.metrics takes for them.
     """
+    if placement not in OUTLIER_PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(OUTLIER_PLACEMENTS)}")
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r}; valid: {', '.join(DISTRIBUTIONS)}")
     if outliers < 0:
@@ -51,10 +60,15 @@ def sample(
     if normalize:
         x = (x - x.mean(0)) / x.std(0).clamp(min=1e-12)
     idx = torch.randperm(k, generator=g)[:outlier_channels].sort().values
+    rows = slice(None) if placement == "channels" else slice(0, OUTLIER_TOKENS)
     if outliers > 0 and outlier_channels > 0:
-        x[:, idx] *= outliers
+        x[rows, idx] *= outliers
     else:
         idx = idx[:0]
+    if placement == "tokens":  # the outliers' positions: a few tokens' channels
+        mask = torch.zeros(m, k, dtype=torch.bool)
+        mask[rows, idx] = True
+        return (x, mask) if return_outliers else x
     return (x, idx) if return_outliers else x
 
 

@@ -323,7 +323,7 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
     if extra is not None and len(extra):  # one collection, a colour per run's diamond (one legend entry)
         ax.scatter(extra["sinks"], extra["change"] if relative else extra["loss"], marker="D", s=28,
                    c=[colors.get(run, "black") for run in extra["run"]], edgecolor="black", linewidth=0.5,
-                   zorder=5, label="at the published ratio")
+                   zorder=5, label="at 1e5x the median")
     if mark is not None:
         ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1, gid="mark")
     ax.set_xscale("log")
@@ -336,7 +336,7 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
         ax.set_yscale("log")
         log_axis(ax, "y")
         ax.set_ylabel("final loss (log)")
-    ax.set_xlabel("sink channels' value (1: no sinks)")
+    ax.set_xlabel("the sinks' value (1: no sinks)")
     ax.legend(fontsize=7, loc="upper left", ncol=2)
     ax.set_title("the sink cliff: final loss after 150 steps")
     return ax

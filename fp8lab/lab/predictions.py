@@ -3,7 +3,7 @@
 Public: Prediction(name) (commit to an option, then Reveal shows the measured answer beside it),
 PREDICTIONS (each prediction's notebook, question, options and how to measure the answer from
 the panels' own data), PredictionSpec, MARGIN, token_spans (which tokens each recipe's scales cover:
-notebook 07). Notebooks 01 to 07 ask one each, notebook 09 two.
+notebook 07). Notebooks 01 to 07 ask one each (06 two), notebook 09 two.
 An answer must not hang on a detail: each spec also measures its answer on other seeds of the same
 data (at(seed) -> (option, margin)), and tests require the same option on every seed with the
 measured value at least MARGIN (a factor) away from the nearest bin edge.
@@ -207,6 +207,24 @@ def _p06_break() -> tuple[str, str]:
                     ", ".join(f"{magnitude(m)}: {100 * v:+.0f}%" for m, v in tw.items() if m > 0) + ".")
 
 
+PLACE_EDGES, PLACE_OPTIONS = (0.01, 0.05, 0.15), ("under 1%", "1-5%", "5-15%", "over 15%")
+
+
+def _placed(seed: int) -> dict[str, float]:
+    """Rowwise's fprop share of fc2's ordinary inputs flushed with the sinks at 1e5x the median, per placement."""
+    from fp8lab.training.operands import placement_flush
+
+    df = placement_flush(1e5, ("channels", "tokens"), ("rowwise",), seed=seed)
+    return df[df.gemm == "fprop"].set_index("placement")["flushed"].to_dict()
+
+
+def _p06_placement() -> tuple[str, str]:
+    f = _placed(0)
+    option, _ = _binned(f["tokens"], PLACE_EDGES, PLACE_OPTIONS)
+    return option, (f"{_pct(f['tokens'])} with the sinks in 2 tokens, against {_pct(f['channels'])} with them in "
+                    "every token. One scale per token: only the 2 tokens that hold the sinks lose their small values.")
+
+
 RANKS_OPTIONS = ("none", "tensorwise, delayed, nvfp4", "tensorwise, delayed, nvfp4, rowwise", "all six")
 
 
@@ -325,6 +343,11 @@ PREDICTIONS: dict[str, PredictionSpec] = {
         "06_training_live",
         "From which sink value on does tensorwise end more than 5% worse than without sinks (150 steps)?",
         ("10", "100", "1e3", "1e4", "1e5", "1e6", "1e7", "never (up to 1e7)"), _p06_break, _break_at),
+    "placement_flush": PredictionSpec(
+        "06_training_live",
+        "The sinks at 100,000x the median sit in 4 channels of the first 2 tokens only, as massive activations do. "
+        "What share of fc2's ordinary inputs does rowwise's forward GEMM (one scale per token) flush to zero?",
+        PLACE_OPTIONS, _p06_placement, lambda seed: _binned(_placed(seed)["tokens"], PLACE_EDGES, PLACE_OPTIONS)),
     "step0_ranks": PredictionSpec(
         "07_beyond_one_machine",
         "Two processes, each with half of the batch, no amax all-reduce: which recipes' loss at step 0 differs from "

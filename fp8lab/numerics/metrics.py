@@ -1,6 +1,6 @@
 """How much a quantization lost: SQNR, relative error, and where values went.
 
-Public: sqnr, channel_sqnr, flushed_fraction, ordinary_channels, relative_error,
+Public: sqnr, channel_sqnr, flushed_fraction, ordinary_channels, ordinary_values, relative_error,
 overflow_fraction, underflow_fraction, subnormal_fraction, quantization_report. Every
 function takes the original x and either the dequantized tensor or the QuantizedTensor,
 and returns Python floats (float64).
@@ -21,6 +21,7 @@ __all__ = [
     "channel_sqnr",
     "flushed_fraction",
     "ordinary_channels",
+    "ordinary_values",
     "overflow_fraction",
     "overflow_underflow",
     "quantization_report",
@@ -55,21 +56,40 @@ def ordinary_channels(k: int, outlier_channels: torch.Tensor | list[int] | None 
     return keep
 
 
+def ordinary_values(shape: tuple[int, int], outliers: torch.Tensor | list[int] | None = None) -> torch.Tensor:
+    """A bool mask over x[M, K] (`shape`): True at the ordinary values. `outliers` is either the outlier
+    channels' indices (whole columns) or a bool tensor of x's shape, True where an outlier sits (a few tokens'
+    channels: fp8lab.training.models.SinkChannels.mask)."""
+    m, k = shape
+    if isinstance(outliers, torch.Tensor) and outliers.dtype == torch.bool:
+        if tuple(outliers.shape) != (m, k):
+            raise ValueError(f"an outlier mask has x's shape {(m, k)}, got {tuple(outliers.shape)}")
+        return ~outliers
+    return ordinary_channels(k, outliers).expand(m, k)
+
+
 def channel_sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor,
                  outlier_channels: torch.Tensor | list[int] | None = None) -> float:
     """SQNR in dB with every channel weighted alike: -10 log10(mean_c noise_c / signal_c).
 
     x[M, K]: channel c is column c; noise_c = sum_m (x - y)^2, signal_c = sum_m x^2, over the
-    channels not in `outlier_channels` that hold a nonzero value. Where all channels are
+    channels not in `outlier_channels` that hold a nonzero value (a bool mask of x's shape instead:
+    over each channel's ordinary values, ordinary_values). Where all channels are
     alike it equals sqnr(x, y); a channel flushed to zero has noise_c / signal_c = 1, so a
     share f of flushed channels caps it at -10 log10(f) dB, whatever the outliers' energy.
     inf when every channel is exact; NaN where x or y holds a NaN.
     """
     x64, y64 = x.detach().double(), _as_tensor(y).detach().double()
     x64, y64 = x64.reshape(-1, x64.shape[-1]), y64.reshape(-1, y64.shape[-1])  # (M, K)
-    keep = ordinary_channels(x64.shape[-1], outlier_channels)
-    signal = x64.square().sum(0)[keep]  # (K',): per-channel sums, then the ordinary channels' (no copies of x)
-    noise = (x64 - y64).square().sum(0)[keep]
+    if _is_mask(outlier_channels):  # a few tokens' outliers: each channel's ordinary values
+        keep = ordinary_values(tuple(x64.shape), outlier_channels)
+        zero = x64.new_zeros(())
+        signal = torch.where(keep, x64.square(), zero).sum(0)  # (K,)
+        noise = torch.where(keep, (x64 - y64).square(), zero).sum(0)
+    else:
+        keep = ordinary_channels(x64.shape[-1], outlier_channels)
+        signal = x64.square().sum(0)[keep]  # (K',): per-channel sums, then the ordinary channels' (no copies of x)
+        noise = (x64 - y64).square().sum(0)[keep]
     if bool(signal.isnan().any() or noise.isnan().any()):
         return math.nan
     live = signal > 0
@@ -81,12 +101,19 @@ def channel_sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor,
 
 def flushed_fraction(x: torch.Tensor, y: torch.Tensor | QuantizedTensor,
                      outlier_channels: torch.Tensor | list[int] | None = None) -> float:
-    """Share of the ordinary elements of x[M, K] (the channels not in `outlier_channels`) that
-    were nonzero in x and are zero in y: flushed to zero."""
+    """Share of the ordinary elements of x[M, K] (the channels not in `outlier_channels`, or the values a bool
+    mask of x's shape leaves out: ordinary_values) that were nonzero in x and are zero in y: flushed to zero."""
     x2 = x.detach()
     y2 = _as_tensor(y).detach().reshape(x2.shape)
+    if _is_mask(outlier_channels):
+        keep = ordinary_values(tuple(x2.shape), outlier_channels)
+        return ((x2[keep] != 0) & (y2[keep] == 0)).double().mean().item()
     keep = ordinary_channels(x2.shape[-1], outlier_channels)
     return ((x2[..., keep] != 0) & (y2[..., keep] == 0)).double().mean().item()
+
+
+def _is_mask(outliers) -> bool:
+    return isinstance(outliers, torch.Tensor) and outliers.dtype == torch.bool
 
 
 def relative_error(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> float:
@@ -153,8 +180,8 @@ def db(signal: float, noise: float) -> float:
 def quantization_report(x: torch.Tensor, q: QuantizedTensor,
                         outlier_channels: torch.Tensor | list[int] | None = None) -> dict[str, float | str]:
     """Everything above in one dict, plus the scale overhead in bits per element, and, for
-    the ordinary values (x[M, K] without its `outlier_channels`): "ordinary_sqnr_db"
-    (channel_sqnr) and "ordinary_underflow" (the share of them flushed to zero).
+    the ordinary values (x[M, K] without its `outlier_channels`, or without the values a bool mask of x's
+    shape marks): "ordinary_sqnr_db" (channel_sqnr) and "ordinary_underflow" (the share of them flushed to zero).
 
     The same numbers as the functions above, from one float64 pass over x and the
     dequantized values: per-channel signal and noise energies give sqnr, relative_error and
@@ -166,23 +193,32 @@ def quantization_report(x: torch.Tensor, q: QuantizedTensor,
     signal_c = x64.square().sum(0)  # (K,)
     noise_c = (x64 - q.dequantize().reshape(-1, k).double()).square().sum(0)
     signal, noise = signal_c.sum().item(), noise_c.sum().item()
-    keep = ordinary_channels(k, outlier_channels)
     flushed = (x2 != 0) & (values == 0)  # (M, K)
+    if _is_mask(outlier_channels):  # a few tokens' outliers: each channel's ordinary values, as channel_sqnr
+        cells = ordinary_values(tuple(x2.shape), outlier_channels)
+        zero = x64.new_zeros(())
+        keep = cells.any(0)  # (K,): channels with an ordinary value
+        signal_o = torch.where(cells, x64.square(), zero).sum(0)
+        noise_o = torch.where(cells, (x64 - q.dequantize().reshape(-1, k).double()).square(), zero).sum(0)
+        ordinary = flushed[cells]
+    else:
+        keep = ordinary_channels(k, outlier_channels)
+        signal_o, noise_o = signal_c, noise_c
+        ordinary = flushed if bool(keep.all()) else flushed[:, keep]
     mag = values.abs()
     n = max(values.numel(), 1)
     if signal == 0:
         rel = 0.0 if noise == 0 else math.inf
     else:
         rel = math.sqrt(noise) / math.sqrt(signal)
-    live = keep & (signal_c > 0)
+    live = keep & (signal_o > 0)
     if math.isnan(signal) or math.isnan(noise):
         ordinary_db = math.nan
     elif not bool(live.any()):
-        ordinary_db = math.inf if float(noise_c[keep].sum()) == 0 else -math.inf
+        ordinary_db = math.inf if float(noise_o[keep].sum()) == 0 else -math.inf
     else:
-        ratio = float((noise_c[live] / signal_c[live]).mean())
+        ratio = float((noise_o[live] / signal_o[live]).mean())
         ordinary_db = math.inf if ratio == 0 else -10.0 * math.log10(ratio)
-    ordinary = flushed if bool(keep.all()) else flushed[:, keep]
     return {
         "format": q.fmt.name,
         "granularity": q.granularity.label,

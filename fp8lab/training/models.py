@@ -1,12 +1,9 @@
-"""The lab's toy models and tasks, with the outlier knob ("sink channels").
+"""The lab's toy models and tasks, with the outlier knob (the sinks).
 
-Public: ToyMLP (notebook 06's MLP), TinyTransformer (a 2-layer decoder), SinkChannels, make_model,
-MODELS, TeacherTask (regression on a random tanh teacher), MarkovTask (next token on a random
-Markov chain). Everything is generated in code from a seed: no downloads.
-The sink channels: a few hidden channels after the first layer are set to a constant F and the
-next layer's weights for them are held at zero, so fp32 never sees them, while every per-tensor
-scale of that layer's input does - as LLMs' massive activations and attention sinks do.
-"""
+Public: ToyMLP (notebook 06's MLP), TinyTransformer, SinkChannels (the sinks: a constant in a few channels of
+every token, of a few tokens, or both: PLACEMENTS), make_model, MODELS, TeacherTask, MarkovTask. All generated
+from a seed. The next layer's weights for the sink channels are held at zero: fp32 never sees the sinks,
+while the scales of that layer's input do."""
 
 from __future__ import annotations
 
@@ -16,46 +13,76 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["MODELS", "PLACEMENTS", "MarkovTask", "SinkChannels", "TeacherTask", "TinyTransformer", "ToyMLP",
-           "make_model"]
+__all__ = ["CHANNEL_LAYOUTS", "MODELS", "PLACEMENTS", "SINK_TOKENS", "MarkovTask", "SinkChannels", "TeacherTask",
+           "TinyTransformer", "ToyMLP", "make_model"]
 
 MODELS = ("mlp", "transformer")
 
-# ---- models --------------------------------------------------------------------------------------
+# ---- the sinks -----------------------------------------------------------------------------------
 
-
-PLACEMENTS = ("adjacent", "spread")
+# where the sinks sit in h[..., T, C] (T: the tokens, C: the channels)
+#   "channels": `count` channels of every token (LLM.int8()'s outlier features, arXiv 2208.07339)
+#   "tokens":   the same `count` channels of the first `tokens` tokens only (massive activations, arXiv
+#               2402.17762: "two fixed feature dimensions" of "the starting token, and the first period (.) or
+#               newline token"); the tokens are the first rows of the MLP's batch (its rows are the tokens a
+#               linear layer sees) and the first positions of each of the transformer's sequences
+#   "both":     channel sinks in `count` channels, and token sinks in `count` other channels
+PLACEMENTS = ("channels", "tokens", "both")
+CHANNEL_LAYOUTS = ("adjacent", "spread")  # which channels: 0..count-1 (one block), or drawn at random
+SINK_TOKENS = 2  # tokens holding token sinks: the starting token and one more, as Sun et al. find two
 
 
 class SinkChannels(nn.Module):
-    """Overwrite `count` channels of h[..., C] with `magnitude` (0 disables): massive activations.
+    """Set the sink positions of h[..., T, C] to `magnitude` (0 disables); `placement` says where (PLACEMENTS).
 
-    placement "adjacent": channels 0..count-1 (they share one 16/32/128-wide block);
-    "spread": `count` channels drawn at random (they land in different blocks).
+    h[..., index] = magnitude for channel sinks (every token); h[..., :tokens, token_index] = magnitude for
+    token sinks (the first `tokens` tokens). `index` holds every sink channel (what the next layer's weights
+    zero). channel_layout "adjacent": channels 0.. in order (they share one 16/32/128-wide block); "spread":
+    drawn at random (they land in different blocks).
     """
 
     def __init__(self, channels: int, count: int = 4, magnitude: float = 0.0, seed: int = 1234,
-                 placement: str = "adjacent") -> None:
+                 channel_layout: str = "adjacent", placement: str = "channels", tokens: int = SINK_TOKENS) -> None:
         super().__init__()
+        if channel_layout not in CHANNEL_LAYOUTS:
+            raise ValueError(f"unknown channel_layout {channel_layout!r}; valid: {', '.join(CHANNEL_LAYOUTS)}")
         if placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
-        if placement == "adjacent":
-            index = torch.arange(count)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ValueError(f"tokens is how many tokens hold token sinks, an int >= 1, got {tokens!r}")
+        n = 2 * count if placement == "both" else count
+        if channel_layout == "adjacent":
+            chosen = torch.arange(n)
         else:
-            index = torch.randperm(channels, generator=torch.Generator().manual_seed(seed))[:count].sort().values
-        self.register_buffer("index", index)
+            chosen = torch.randperm(channels, generator=torch.Generator().manual_seed(seed))[:n]
+        column = chosen[:count].sort().values if placement != "tokens" else chosen[:0]
+        token = chosen[n - count:].sort().values if placement != "channels" else chosen[:0]
+        self.register_buffer("index", chosen.sort().values)  # every sink channel
+        self.register_buffer("channel_index", column)  # sinks in every token
+        self.register_buffer("token_index", token)  # sinks in the first `tokens` tokens only
         self.magnitude = float(magnitude)
+        self.placement, self.tokens = placement, tokens
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         if self.magnitude == 0:
             return h
         h = h.clone()
-        h[..., self.index] = self.magnitude
+        h[..., self.channel_index] = self.magnitude
+        h[..., : self.tokens, self.token_index] = self.magnitude  # (..., T, C): the first tokens only
         return h
+
+    def mask(self, shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
+        """A bool tensor of h's `shape` (..., T, C): True where forward writes the sinks (whatever the magnitude)."""
+        out = torch.zeros(shape, dtype=torch.bool)
+        out[..., self.channel_index] = True
+        out[..., : self.tokens, self.token_index] = True
+        return out
 
 
 class ToyMLP(nn.Module):
-    """in -> hidden -> hidden -> out with GELU, sink channels after the first layer, and a gain.
+    """in -> hidden -> hidden -> out with GELU, sinks after the first layer, and a gain.
+
+    Its rows are the tokens fc2 sees: "tokens" sinks sit in the first rows of each batch.
 
     gain: the input is multiplied by it and fc1's output divided by it (fc1 has no bias;
     b1 is added after): exact arithmetic does not notice, an FP8 cast of fc1's input does.
@@ -63,11 +90,11 @@ class ToyMLP(nn.Module):
     """
 
     def __init__(self, in_dim: int = 256, hidden: int = 1024, out_dim: int = 8, sinks: int = 4,
-                 sink_magnitude: float = 0.0, placement: str = "adjacent") -> None:
+                 sink_magnitude: float = 0.0, placement: str = "channels", channel_layout: str = "adjacent") -> None:
         super().__init__()
         self.fc1 = nn.Linear(in_dim, hidden, bias=False)
         self.b1 = nn.Parameter(torch.zeros(hidden))
-        self.sink = SinkChannels(hidden, sinks, sink_magnitude, placement=placement)
+        self.sink = SinkChannels(hidden, sinks, sink_magnitude, channel_layout=channel_layout, placement=placement)
         self.fc2 = nn.Linear(hidden, hidden)
         self.fc3 = nn.Linear(hidden, out_dim)
         self.gain = 1.0
@@ -87,14 +114,14 @@ class ToyMLP(nn.Module):
 
 class Block(nn.Module):
     def __init__(self, d: int, heads: int, sinks: int, sink_magnitude: float, seed: int,
-                 placement: str = "adjacent") -> None:
+                 channel_layout: str = "adjacent", placement: str = "channels") -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(d)
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
         self.norm2 = nn.LayerNorm(d)
         self.up = nn.Linear(d, 4 * d)
-        self.sink = SinkChannels(4 * d, sinks, sink_magnitude, seed, placement)
+        self.sink = SinkChannels(4 * d, sinks, sink_magnitude, seed, channel_layout, placement)
         self.down = nn.Linear(4 * d, d)
         self.heads = heads
 
@@ -109,7 +136,8 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    """A 2-layer decoder (width 128, 4 heads) for next-token prediction; sinks in each MLP.
+    """A 2-layer decoder (width 128, 4 heads) for next-token prediction; sinks in each MLP ("tokens"
+    sinks at the first positions of each sequence).
 
     An FP8 GEMM's cost of quantizing grows with its operands (M*K + K*N) and its work with
     M*K*N, so the narrower a toy, the more emulation overhead it shows: bench train also
@@ -117,11 +145,13 @@ class TinyTransformer(nn.Module):
     """
 
     def __init__(self, vocab: int = 64, d: int = 128, layers: int = 2, heads: int = 4, seq: int = 32,
-                 sinks: int = 4, sink_magnitude: float = 0.0, placement: str = "adjacent") -> None:
+                 sinks: int = 4, sink_magnitude: float = 0.0, placement: str = "channels",
+                 channel_layout: str = "adjacent") -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
-        self.blocks = nn.ModuleList(Block(d, heads, sinks, sink_magnitude, 1234 + i, placement) for i in range(layers))
+        self.blocks = nn.ModuleList(Block(d, heads, sinks, sink_magnitude, 1234 + i, channel_layout, placement)
+                                    for i in range(layers))
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
         self.project()

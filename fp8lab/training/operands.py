@@ -1,9 +1,9 @@
 """One activation, two GEMMs: what a linear layer's forward and weight-gradient GEMMs keep of the same tensor.
 
 Public: operand_losses(x, recipe, outlier_channels) (the activation as fprop quantizes it, along K, and as
-wgrad quantizes it, along M), lesson_mismatch(recipes, sinks, seed) (fc2's input in the lesson MLP, per
-recipe and GEMM, from fp8lab.inspect), constant_loss(seed) (the lesson task's loss of predicting the mean),
-GEMM_ROLES. Notebook 05 shows the first (the three GEMMs), notebook 06 the others (why rowwise fails).
+wgrad quantizes it, along M), lesson_mismatch (fc2's input in the lesson MLP, per recipe and GEMM, from
+fp8lab.inspect), placement_flush (which scales the sinks break, by where they sit), constant_loss (the lesson
+task's loss of predicting the mean), GEMM_ROLES. Notebook 05 shows the first, notebook 06 the others.
 A linear layer y = x @ w^T runs three GEMMs, each operand scaled along the dimension that GEMM sums over:
     fprop  y[M, N]  = x[M, K] @ w[N, K]^T      x in 1 x c tiles along K (a token's channels share a scale)
     wgrad  dw[N, K] = dy^T[N, M] @ x[M, K]     x^T in 1 x c tiles along M: c x 1 tiles of x (a channel's tokens)
@@ -22,7 +22,7 @@ from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.numerics.scaling import PerRow, PerTensor
 from fp8lab.training.layers import layer_gemms
 
-__all__ = ["GEMM_ROLES", "constant_loss", "lesson_mismatch", "operand_losses"]
+__all__ = ["GEMM_ROLES", "PLACEMENT_RECIPES", "constant_loss", "lesson_mismatch", "operand_losses", "placement_flush"]
 
 # the GEMMs that read the activation x, and what each sums over
 GEMM_ROLES = {"fprop": "x[M, K], summed over K (channels)", "wgrad": "x^T[K, M], summed over M (tokens)"}
@@ -72,14 +72,54 @@ def operand_losses(x: torch.Tensor, recipe: Recipe | str, outlier_channels: torc
     return out
 
 
-def _lesson_model_and_batch(sinks: float, seed: int):
+def _lesson_model_and_batch(sinks: float, seed: int, placement: str = "channels"):
     from fp8lab.training.models import TeacherTask, make_model
     from fp8lab.training.train import LESSON
 
-    model = make_model("mlp", seed, sinks)
+    model = make_model("mlp", seed, sinks, placement=placement)
     task = TeacherTask(seed=seed)
     x, y = task.batch(torch.Generator().manual_seed(1_000 + seed), LESSON.batch)  # train()'s first batch
     return model, x, y, task
+
+
+PLACEMENT_RECIPES = ("tensorwise", "rowwise", "blockwise")  # one scale per tensor, per token (row), per 1x128 tile
+
+
+def placement_flush(ratio: float = 1e5, placements: tuple[str, ...] | None = None,
+                    recipes: tuple[str, ...] = PLACEMENT_RECIPES, seed: int = 0):
+    """Where the sinks sit decides which scales they break: fc2's input in notebook 06's MLP (LESSON, its initial
+    weights, train()'s first batch: 128 rows, the tokens fc2 sees) with the sinks at `ratio` x the median
+    ordinary value (fp8lab.training.published.sinks_for) in each placement (fp8lab.training.models.PLACEMENTS),
+    quantized as each recipe's fprop GEMM reads it (along K: a token's channels) and its wgrad GEMM reads it
+    (along M: a channel's tokens), as operand_losses does. The ordinary values are every value the sinks do not
+    overwrite (in the token placement the sink channels' other tokens count). DataFrame with columns placement,
+    recipe, gemm, scale (one scale's region, in words), flushed (share of the ordinary values flushed to zero),
+    worst (the largest share flushed in one token, for fprop, or in one channel, for wgrad: inside a scale the
+    sinks set, the damage the overall share dilutes)."""
+    import pandas as pd
+
+    from fp8lab.training.models import PLACEMENTS
+    from fp8lab.training.published import sinks_for
+
+    placements = PLACEMENTS if placements is None else tuple(placements)
+    for name in placements:
+        if name not in PLACEMENTS:
+            raise ValueError(f"unknown placement {name!r}; valid: {', '.join(PLACEMENTS)}")
+    sinks = sinks_for(ratio)
+    rows = []
+    for placement in placements:
+        model, x, _, _ = _lesson_model_and_batch(sinks, seed, placement)
+        with torch.no_grad():
+            h = model.sink(torch.nn.functional.gelu(model.fc1(x) + model.b1))  # (M, hidden): fc2's input
+        sink = model.sink.mask(h.shape)  # (M, hidden): True where the sinks sit
+        for name in recipes:
+            for gemm, seen in operand_losses(h, name, sink, seed).items():
+                lost = ((h != 0) & (seen["values"] == 0) & ~sink).double()  # (M, hidden): the flushed ordinary
+                line = 1 if gemm == "fprop" else 0  # fprop: per token (a row); wgrad: per channel (a column)
+                worst = float((lost.sum(line) / (~sink).double().sum(line).clamp(min=1)).max())
+                rows.append({"placement": placement, "recipe": name, "gemm": gemm, "scale": seen["label"],
+                             "flushed": seen["ordinary_flushed"], "worst": worst})
+    return pd.DataFrame(rows)
 
 
 def lesson_mismatch(recipes: tuple[str, ...] = ("tensorwise", "rowwise", "rowwise_with_gw_hp"), sinks: float = 1e6,

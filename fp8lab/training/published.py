@@ -24,7 +24,9 @@ __all__ = ["PUBLISHED", "Published", "flush_cost", "lesson_fc2_input", "lesson_m
 class Published:
     """One published measurement of LLM activation outliers: `ratio` is the factor the source gives between the
     outliers and the other values, in its own `quote` (verbatim), at `url`; `against` says what the source compares
-    them with. The lab reads "the other values" as the median magnitude of the ordinary values."""
+    them with; `placement` is where the source finds them (fp8lab.training.models.PLACEMENTS: "channels", a few
+    feature dimensions across the tokens; "tokens", a few feature dimensions of a few tokens), the cliff a lab's
+    panel marks it on. The lab reads "the other values" as the median magnitude of the ordinary values."""
 
     label: str
     source: str
@@ -32,19 +34,20 @@ class Published:
     quote: str
     ratio: float
     against: str
+    placement: str
 
 
 PUBLISHED: tuple[Published, ...] = (
     Published("LLM.int8(): up to 20x", "Dettmers et al. 2022, LLM.int8(), section 1", "https://arxiv.org/abs/2208.07339",
               "large features with magnitudes up to 20x larger than in other dimensions", 20.0,
-              "the other feature dimensions"),
+              "the other feature dimensions", "channels"),
     Published("SmoothQuant: ~100x", "Xiao et al. 2023, SmoothQuant, section 3", "https://arxiv.org/abs/2211.10438",
               "The scale of outliers in activations is ~100× larger than most of the activation values.", 100.0,
-              "most of the activation values"),
+              "most of the activation values", "channels"),
     Published("massive activations: e.g. 100,000x", "Sun et al. 2024, Massive Activations in Large Language Models, "
               "abstract", "https://arxiv.org/abs/2402.17762",
               "very few activations exhibit significantly larger values than others (e.g., 100,000 times larger)",
-              1e5, "the other activations"),
+              1e5, "the other activations", "tokens"),
 )
 
 
@@ -86,21 +89,25 @@ def sinks_for(ratio: float) -> float:
     return round(v, digits)
 
 
-def marker_sinks() -> dict[str, float]:
-    """Each PUBLISHED label at the sink value of its ratio: where notebook 06's cliff marks it."""
-    return {p.label: sinks_for(p.ratio) for p in PUBLISHED}
+def marker_sinks(placement: str | None = None) -> dict[str, float]:
+    """Each PUBLISHED label at the sink value of its ratio: where notebook 06's cliff marks it (only those measured
+    at `placement`, where given)."""
+    return {p.label: sinks_for(p.ratio) for p in PUBLISHED if placement in (None, p.placement)}
 
 
 def outlier_multiplier(ratio: float, distribution: str = "normal", shape: tuple[int, int] = (64, 1024),
-                       seed: int = 0) -> float:
+                       seed: int = 0, placement: str = "channels") -> float:
     """The outlier magnitude m of fp8lab.data.synthetic.sample (its outlier channels multiplied by m) at which the
     largest outlier is `ratio` times the median |value| of the other channels: where notebook 02's cliff marks a
-    published ratio (m = ratio * median / the outlier channels' largest |value| before they are multiplied)."""
-    from fp8lab.data.synthetic import sample
+    published ratio (m = ratio * median / the outlier channels' largest |value| before they are multiplied; with
+    placement "tokens", their largest in the tokens that hold the outliers)."""
+    from fp8lab.data.synthetic import OUTLIER_TOKENS, sample
 
     x, idx = sample(distribution, shape, 1.0, seed=seed, return_outliers=True)  # multiplied by 1: the base values
     keep = torch.ones(shape[1], dtype=torch.bool)
     keep[idx] = False
+    if placement == "tokens":  # the outliers multiply these channels of the first tokens only
+        return ratio * float(x[:, keep].abs().median()) / float(x[:OUTLIER_TOKENS, idx].abs().max())
     return ratio * float(x[:, keep].abs().median()) / float(x[:, idx].abs().max())
 
 

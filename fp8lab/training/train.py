@@ -55,7 +55,7 @@ class Lesson:
     """The settings of notebook 06 and tests/test_lessons.py (measured numbers: README).
 
     MLP 256 -> 1024 -> 1024 -> 8, Adam 2e-3, batch 128, 150 steps, teacher task.
-    sink_magnitude: 4 adjacent hidden channels set to 1e6 after fc1 (fc2 ignores them).
+    sink_magnitude: 4 adjacent hidden channels set to 1e6 after fc1, in every token (fc2 ignores them).
     gain_drop: fc1's input shrinks 1e5-fold at step 75 (fp32 does not notice).
     """
 
@@ -192,6 +192,7 @@ def train(
     steps: int = LESSON.steps,
     seed: int = 0,
     sink_magnitude: float = 0.0,
+    placement: str = "channels",
     batch: int | None = None,
     lr: float = LESSON.lr,
     gain_schedule: Callable[[int], float] | None = None,
@@ -211,6 +212,8 @@ def train(
 
     recipes: FP8 recipe names (RECIPES, VARIANTS) and/or baselines "fp32", "bf16" (a single
             name or Recipe trains that one).
+    sink_magnitude / placement: the sinks' value and where they sit (fp8lab.training.models.PLACEMENTS:
+            every token's sink channels, a few tokens' ones, or both).
     batch: default 128 samples for the mlp, 32 sequences (1024 tokens) for the transformer.
     gain_schedule: step -> input gain (ToyMLP only): a mid-run change of activation size.
     keep_first_last / skip: linears kept in high precision (see fp8lab.nn.convert).
@@ -231,7 +234,7 @@ def train(
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     if announce is None:
         announce = device.type == "cuda" or (isinstance(backend, GemmBackend) and backend.arch is not None)
-    base = make_model(model, seed, sink_magnitude).to(device)
+    base = make_model(model, seed, sink_magnitude, placement=placement).to(device)
     task = TeacherTask(seed=seed) if model == "mlp" else MarkovTask(seed=seed)
     runs = _make_runs(recipes, base, lr, engine, backend, monitor_every, keep_first_last, skip)
     rows: list[dict] = []
@@ -405,9 +408,10 @@ HISTORIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def cliff_sweep(sinks: Sequence[float] = CLIFF_SINKS, seeds: Sequence[int] = (0, 1, 2),
-                runs: Sequence[str] = CLIFF_RUNS, steps: int = LESSON.steps, short: int = 30):
-    """Final loss against sink magnitude, per recipe (LESSON settings): one row per seed, sink
-    magnitude and run, with `loss` (mean of the last 10 of `steps` steps) and `loss_short`
+                runs: Sequence[str] = CLIFF_RUNS, steps: int = LESSON.steps, short: int = 30,
+                placement: str = "channels"):
+    """Final loss against sink magnitude, per recipe (LESSON settings, the sinks at `placement`): one row per
+    seed, sink magnitude and run, with `loss` (mean of the last 10 of `steps` steps) and `loss_short`
     (mean of steps short-10 .. short-1: what a `short`-step run ends at, since a run's first
     steps do not depend on how many follow)."""
     import pandas as pd
@@ -415,7 +419,8 @@ def cliff_sweep(sinks: Sequence[float] = CLIFF_SINKS, seeds: Sequence[int] = (0,
     rows = []
     for seed in seeds:
         for magnitude in sinks:
-            res = train(runs, steps=steps, seed=seed, sink_magnitude=magnitude, progress=False, monitor_every=None)
+            res = train(runs, steps=steps, seed=seed, sink_magnitude=magnitude, placement=placement, progress=False,
+                        monitor_every=None)
             early = TrainResult(res.history[res.history.step < short], None).final_loss()
             for run, loss in res.final_loss().items():
                 rows.append({"seed": seed, "sinks": magnitude, "run": run, "loss": loss,

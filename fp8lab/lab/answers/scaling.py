@@ -71,7 +71,8 @@ def _q02_cliff() -> Answer:
     cl = d["cliffs"]
     nv = nvfp4_collapse(shape=p.shape).set_index("outliers")  # on this panel's tensor
     low = float(nv.loc[[m for m in nv.index if 0 < m <= 1e4], "clean_flushed"].max())
-    pub = d["published"][d["published"].ratio == 1e5].set_index("recipe")
+    tokens = p.update(placement="tokens")  # massive activations sit in a few tokens' channels: measured there
+    pub = tokens["published"][tokens["published"].ratio == 1e5].set_index("recipe")
     massive = float(pub["outliers"].iloc[0])
     clean_db = {r: float(df.loc[(r, 1.0), "ordinary_sqnr_db"]) for r in d["cliffs"]}
     return Answer(
@@ -93,24 +94,58 @@ def _q02_cliff() -> Answer:
         f"their values flush {_pct(low)} at 1e4x and below (E2M1's own range), {_pct(nv.loc[1e5, 'clean_flushed'])} "
         f"at 1e5x, {_pct(nv.loc[1e6, 'clean_flushed'])} at 1e6x (notebook 04's NVFP4 panel shows the scales "
         "against the floor). The massive activations' published example, 100,000 times the other values' median, "
-        f"is {massive:,.0f}x here: " + ", ".join(f"{r} {pub.loc[r, 'ordinary_sqnr_db']:.1f} dB "
-                                                 f"({_pct(pub.loc[r, 'ordinary_underflow'])} flushed)"
-                                                 for r in pub.index) +
-        ": per tensor and per row past the start of the cliff, blocks along K still near their clean SQNR.",
+        f"is {massive:,.0f}x here, with the outliers where massive activations sit (the first 2 tokens' channels): " +
+        ", ".join(f"{r} {pub.loc[r, 'ordinary_sqnr_db']:.1f} dB ({_pct(pub.loc[r, 'ordinary_underflow'])} flushed)"
+                  for r in pub.index) +
+        ": per tensor past the start of the cliff, per row and blocks along K within 3 dB of their clean SQNR (the "
+        "next question says why per row holds there).",
         {"tensorwise falls off first among the E4M3 recipes, at 1e4x":
              cl["tensorwise"] == 1e4 and all(v is None or v >= 1e4 for r, v in cl.items() if r != "nvfp4"),
          "nvfp4 falls off at 1e3x or below": cl["nvfp4"] is not None and cl["nvfp4"] <= 1e3,
          "at 1e6x: mxfp8 > blockwise > rowwise in ordinary SQNR": at["mxfp8"] > at["blockwise"] > at["rowwise"],
          "at 1e6x tensorwise flushes every ordinary value": flushed["tensorwise"] > 0.99,
-         "at the massive-activation ratio tensorwise and rowwise lie over 3 dB below their clean SQNR, blockwise and "
-         "mxfp8 within 3 dB": all(pub.loc[r, "ordinary_sqnr_db"] < clean_db[r] - 3 for r in ("tensorwise", "rowwise"))
-         and all(pub.loc[r, "ordinary_sqnr_db"] > clean_db[r] - 3 for r in ("blockwise", "mxfp8")),
+         "at the massive-activation ratio, in the first 2 tokens, tensorwise lies over 3 dB below its clean SQNR, "
+         "rowwise, blockwise and mxfp8 within 3 dB": bool(pub.loc["tensorwise", "ordinary_sqnr_db"]
+                                                          < clean_db["tensorwise"] - 3)
+         and all(pub.loc[r, "ordinary_sqnr_db"] > clean_db[r] - 3 for r in ("rowwise", "blockwise", "mxfp8")),
          "nvfp4's blocks without an outlier flush under 10% up to 1e4x, over 20% at 1e5x, over 99% at 1e6x":
              bool(low < 0.1 and nv.loc[1e5, "clean_flushed"] > 0.2 and nv.loc[1e6, "clean_flushed"] > 0.99)},
     )
 
 
 # ---- 03 delayed scaling --------------------------------------------------------------------------------------------
+
+
+def _q02_placement() -> Answer:
+    p = _panel("cliff")
+    at = {}
+    for placement in ("channels", "tokens"):
+        for gemm in ("fprop", "wgrad"):
+            df = p.table("normal", placement, gemm)
+            at[placement, gemm] = df[df.outliers == 1e5].set_index("recipe")["ordinary_underflow"]
+
+    def shares(placement: str, gemm: str) -> str:
+        return ", ".join(f"{r} {_pct(v)}" for r, v in at[placement, gemm].items() if r != "nvfp4")
+
+    return Answer(
+        "02_per_tensor_scaling",
+        "Which GEMM's per-row scales does each placement break?",
+        "Share of the ordinary values flushed at outliers 1e5x (normal data). Outliers in every token's channels: "
+        f"forward GEMM {shares('channels', 'fprop')}; weight-gradient GEMM {shares('channels', 'wgrad')}. In the "
+        f"first 2 tokens' channels: forward {shares('tokens', 'fprop')}; weight gradient "
+        f"{shares('tokens', 'wgrad')}. The forward GEMM reads x along K, so rowwise's scale is a token's: outliers in "
+        "every token set every token's scale, outliers in 2 tokens only those 2. The weight-gradient GEMM reads x "
+        "along M, so rowwise's scale is a channel's: outliers in every token share a scale only with their own "
+        "channel, and outliers in 2 tokens set the scale of their channels, whose other values flush (4 channels "
+        f"of {p.shape[1]} here: a small share). Per tensor the placement changes only how large the amax is. Channel "
+        "outliers break per-token scales (fprop), token outliers per-channel scales (wgrad); blocks along K confine "
+        "both to the block that holds them.",
+        {"channel outliers: rowwise flushes over 10% in the forward GEMM, nothing in the weight gradient's":
+             bool(at["channels", "fprop"]["rowwise"] > 0.1 and at["channels", "wgrad"]["rowwise"] == 0),
+         "token outliers: rowwise flushes under 5% in both GEMMs, tensorwise over 5%":
+             bool(max(at["tokens", g]["rowwise"] for g in ("fprop", "wgrad")) < 0.05
+                  and min(at["tokens", g]["tensorwise"] for g in ("fprop", "wgrad")) > 0.05)},
+    )
 
 
 def _q03_delayed() -> Answer:
@@ -336,4 +371,4 @@ def _q04_nvfp4() -> Answer:
 
 
 
-ANSWERS = (_q02_window, _q02_cliff, _q03_delayed, _q03_loop, _q04_blocks, _q04_sweep, _q04_nvfp4)
+ANSWERS = (_q02_window, _q02_cliff, _q02_placement, _q03_delayed, _q03_loop, _q04_blocks, _q04_sweep, _q04_nvfp4)

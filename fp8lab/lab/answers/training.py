@@ -90,42 +90,93 @@ def _q06_mismatch() -> Answer:
     )
 
 
+def _q06_placement() -> Answer:
+    panel = _panel("placement")
+    f = {pl: panel.table(pl, 1e5).set_index(["gemm", "recipe"]) for pl in ("channels", "tokens", "both")}
+    tok, ch = f["tokens"], f["channels"]
+    recipes = list(dict.fromkeys(tok.index.get_level_values("recipe")))
+    most = {g: max(recipes, key=lambda r, g=g: tok.loc[(g, r), "flushed"]) for g in ("fprop", "wgrad")}
+    block = max(float(x.loc[(g, "blockwise"), "flushed"]) for x in f.values() for g in ("fprop", "wgrad"))
+    return Answer(
+        "06_training_live",
+        "With the sinks in the first 2 tokens at 1e5x the median, which recipe flushes the most of fc2's ordinary "
+        "inputs, and where does rowwise's damage go in each GEMM?",
+        "With the sinks in the first 2 tokens (fc2's input at the initial weights, the sinks 1e5x its median "
+        "ordinary value): " + "; ".join(
+            f"{g} " + ", ".join(f"{r} {_pct(tok.loc[(g, r), 'flushed'])}" for r in recipes) for g in ("fprop", "wgrad"))
+        + f" of the ordinary values flushed. {most['fprop']} flushes the most: one scale for the whole tensor, set by "
+        f"the same amax as with the sinks in every token ({_pct(ch.loc[('fprop', 'tensorwise'), 'flushed'])} there). "
+        "Rowwise's damage stays where the sinks are: in fprop (one scale per token) the two tokens that hold them "
+        f"lose their small values (the worst token {_pct(tok.loc[('fprop', 'rowwise'), 'worst'])}); in wgrad (one "
+        "scale per channel, dW = dy^T x sums over the tokens) a token's sink sets the scale of its whole channel, "
+        f"and the sink channels lose theirs (the worst channel {_pct(tok.loc[('wgrad', 'rowwise'), 'worst'])}). "
+        f"With the sinks in every token rowwise flushes {_pct(ch.loc[('fprop', 'rowwise'), 'flushed'])} in fprop "
+        f"(every token's scale is theirs) and {share(ch.loc[('wgrad', 'rowwise'), 'flushed'])} in wgrad. So channel "
+        "outliers break per-token scales in fprop, token outliers break per-channel scales in wgrad, one scale per "
+        f"tensor breaks under both, and blocks along K confine both: blockwise flushes at most {_pct(block)} in any "
+        "placement and GEMM. In a real model the token outliers' channels also carry the other tokens' values, which "
+        "their wgrad scale flushes; in this toy fc2's weights for those channels are held at zero.",
+        {"with token sinks tensorwise flushes the most in both GEMMs": most == {"fprop": "tensorwise",
+                                                                               "wgrad": "tensorwise"},
+         "with token sinks rowwise flushes under 1% in either GEMM, with channel sinks over 10% in fprop":
+             bool(max(tok.loc[("fprop", "rowwise"), "flushed"], tok.loc[("wgrad", "rowwise"), "flushed"]) < 0.01
+                  and ch.loc[("fprop", "rowwise"), "flushed"] > 0.1),
+         "with token sinks rowwise's worst token (fprop) and worst channel (wgrad) lose over 10%":
+             bool(min(tok.loc[("fprop", "rowwise"), "worst"], tok.loc[("wgrad", "rowwise"), "worst"]) > 0.1),
+         "blockwise flushes under 2% in every placement and GEMM": block < 0.02},
+    )
+
+
 def _q06_cliff() -> Answer:
-    from fp8lab.training.measured import published_means
+    from fp8lab.training.measured import TOKEN_SEEDS, cliff_rows, published_means
     from fp8lab.training.published import PUBLISHED, lesson_median, marker_sinks, sinks_for
 
     change = cliff_means()[2]
     runs = [r for r in dict.fromkeys(change.index.get_level_values("run")) if r != "fp32"]
     breaks = {r: first_break(change, r) for r in runs}
-    at = published_means()
+    tokens = cliff_rows("tokens").groupby(["run", "sinks"], sort=False)["loss"].mean()
+    tok = tokens / tokens.index.get_level_values("run").map(tokens.xs(0.0, level="sinks")).to_numpy() - 1
+    tok_runs = [r for r in dict.fromkeys(tok.index.get_level_values("run")) if r != "fp32"]
+    tok_breaks = {r: first_break(tok, r) for r in tok_runs}
     massive = sinks_for(PUBLISHED[-1].ratio)
-    fp8 = {r: float(at[r, massive]) for r in runs}
+    fp8 = {r: float(tok[r, massive]) for r in tok_runs}  # where massive activations sit: 2 tokens
+    every = published_means()  # the same sinks in every token
+    every = {r: float(every[r, massive]) for r in runs}
     worst = max(fp8, key=lambda r: abs(fp8[r]))
-    first = min(v for v in breaks.values() if v is not None)
+    first = min(v for v in tok_breaks.values() if v is not None)
     markers = marker_sinks()
+
+    def listed(b: dict) -> str:
+        return ", ".join(f"{r} {'never (up to 1e7)' if v is None else magnitude(v)}" for r, v in b.items())
+
     return Answer(
         "06_training_live",
         "Where is each recipe's cliff, and where do the published ratios fall on it? At the massive-activation ratio, "
         "does any FP8 recipe lose more than 5% in this toy, and how far below the first sink value where one does "
         "does that ratio sit?",
-        "First sink value at which the final loss is more than 5% above the run's own no-sink loss (3 seeds): " +
-        ", ".join(f"{r} {'never (up to 1e7)' if v is None else magnitude(v)}" for r, v in breaks.items()) +
-        f". The median ordinary input of fc2 is {lesson_median():.3g}, so a published ratio r sits at sinks r x "
-        f"{lesson_median():.3g}: " + ", ".join(f"{label} at {v:g}" for label, v in markers.items()) +
-        ". The first two sit where no recipe moves (the cliff's points at 10 and 100). At the massive activations' "
-        f"100,000x, sinks {massive:g}, every FP8 recipe ends within {100 * abs(fp8[worst]):.1f}% of its own clean run "
-        f"(3 seeds trained there; {worst} {100 * fp8[worst]:+.1f}%): no recipe loses 5%. That point is a factor of "
-        f"{first / massive:.2g} below {magnitude(first)}, the first sink value where one does "
-        f"({', '.join(r for r, v in breaks.items() if v == first)}), and {1e6 / massive:.3g}x below 1e6, where the "
-        "per-tensor recipes lose more than 100%. So the published example sits at the foot of the cliff, not beyond "
-        "it: a model whose outliers are a few times that ratio, or whose median input is smaller, is on it. nvfp4 "
-        "starts worse and breaks at 1e6: its tensor scale pushes the blocks without a sink to E4M3's floor "
-        "(notebook 04's NVFP4 panel), not E2M1's range.",
-        {"no FP8 recipe loses more than 1% at the massive-activation ratio": max(abs(v) for v in fp8.values()) < 0.01,
-         "the first break lies within a factor of 10 above that ratio's sinks": massive < first <= 10 * massive,
-         "tensorwise breaks at 1e5 or beyond": (breaks["tensorwise"] or math.inf) >= 1e5,
-         "blockwise and mxfp8 hold up to 1e6": (breaks["blockwise"] or math.inf) > 1e6 and
-             (breaks["mxfp8"] or math.inf) > 1e6,
+        "First sink value at which the final loss is more than 5% above the run's own no-sink loss, with the sinks "
+        f"in every token (3 seeds): {listed(breaks)}; in the first 2 tokens ({TOKEN_SEEDS} seeds): "
+        f"{listed(tok_breaks)}. The median ordinary input of fc2 is {lesson_median():.3g}, so a published ratio r "
+        f"sits at sinks r x {lesson_median():.3g}: " + ", ".join(f"{label} at {v:g}" for label, v in markers.items()) +
+        ". The first two are channel outliers and sit on the channel cliff where no recipe moves (its points at 10 "
+        "and 100). The massive activations' 100,000x, sinks " f"{massive:g}, belongs on the token cliff: there "
+        f"every FP8 recipe ends within {100 * abs(fp8[worst]):.1f}% of its own clean run ({worst} "
+        f"{100 * fp8[worst]:+.1f}%): no recipe loses 5%, and that point is a factor of {first / massive:.2g} below "
+        f"{magnitude(first)}, the first sink value where one does "
+        f"({', '.join(r for r, v in tok_breaks.items() if v == first)}). With the same sinks in every token every "
+        f"recipe ends within {100 * max(abs(v) for v in every.values()):.1f}% too (3 seeds). Rowwise's collapse "
+        f"needs channel sinks: at 1e6 it ends {100 * change['rowwise', 1e6]:.0f}% behind with the sinks in every "
+        f"token, {100 * tok['rowwise', 1e6]:.0f}% with them in 2 tokens, whose own scales the sinks set. nvfp4 "
+        "(channel cliff) starts worse and breaks at 1e6: its tensor scale pushes the blocks without a sink to E4M3's "
+        "floor (notebook 04's NVFP4 panel), not E2M1's range.",
+        {"no FP8 recipe loses more than 1% at the massive-activation ratio, in 2 tokens or in every token":
+             max(abs(v) for v in [*fp8.values(), *every.values()]) < 0.01,
+         "tensorwise breaks at 1e5 or beyond in both placements": (breaks["tensorwise"] or math.inf) >= 1e5
+             and (tok_breaks["tensorwise"] or math.inf) >= 1e5,
+         "blockwise and mxfp8 hold up to 1e7 in both placements": all(
+             b[r] is None for b in (breaks, tok_breaks) for r in ("blockwise", "mxfp8")),
+         "rowwise loses over 10x more at 1e6 with channel sinks than with token sinks":
+             bool(change["rowwise", 1e6] > 10 * tok["rowwise", 1e6]),
          "LLM.int8()'s and SmoothQuant's ratios sit below sinks 100": all(
              v < 100 for label, v in markers.items() if label != PUBLISHED[-1].label)},
     )
@@ -233,4 +284,4 @@ def _q06_exercises() -> Answer:
 
 
 
-ANSWERS = (_q06_live, _q06_cliff, _q06_flush, _q06_mismatch, _q06_copies, _q06_drift, _q06_exercises)
+ANSWERS = (_q06_live, _q06_placement, _q06_cliff, _q06_flush, _q06_mismatch, _q06_copies, _q06_drift, _q06_exercises)

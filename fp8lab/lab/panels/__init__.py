@@ -6,7 +6,7 @@
   blocks.py       04: BlockPanel, BlockSweepPanel       gemm.py      05: GemmOperandsPanel, GemmPanel,
   nvfp4.py        04: Nvfp4ScalesPanel                               AccumulationPanel
   training.py     06: TrainingPanel, TrainingCliffPanel mismatch.py  06: MismatchPanel
-  weights.py      06: WeightCopiesPanel
+  weights.py      06: WeightCopiesPanel         placement.py 06: PlacementPanel
   distributed.py  07: DistributedPanel, ExportPanel
   cost.py         05, 08: CostPanel
   gradients.py    09: GradientPanel             fp4.py       09: TwoDWeightPanel, HadamardPanel, RoundingPanel,
@@ -33,6 +33,7 @@ from fp8lab.lab.panels.gradients import GradientPanel
 from fp8lab.lab.panels.mismatch import MismatchPanel
 from fp8lab.lab.panels.nvfp4 import Nvfp4ScalesPanel
 from fp8lab.lab.panels.per_tensor import CliffPanel, PerTensorPanel
+from fp8lab.lab.panels.placement import PlacementPanel
 from fp8lab.lab.panels.setup_check import TimingPanel
 from fp8lab.lab.panels.training import TrainingCliffPanel, TrainingPanel
 from fp8lab.lab.panels.weights import WeightCopiesPanel
@@ -60,6 +61,7 @@ __all__ = [
     "Panel",
     "PartsPanel",
     "PerTensorPanel",
+    "PlacementPanel",
     "RoundingPanel",
     "TimingPanel",
     "TrainingCliffPanel",
@@ -75,6 +77,7 @@ PANELS: dict[str, Callable[[], Panel]] = {
     "nvfp4": Nvfp4ScalesPanel,
     "gemm_operands": GemmOperandsPanel, "gemm": GemmPanel, "accumulation": AccumulationPanel,
     "training": TrainingPanel, "training_cliff": TrainingCliffPanel, "mismatch": MismatchPanel,
+    "placement": PlacementPanel,
     "weight_copies": WeightCopiesPanel,
     "distributed": DistributedPanel, "export": ExportPanel,
     "cost": CostPanel,

@@ -13,7 +13,7 @@ import ipywidgets as W
 import pandas as pd
 import torch
 
-from fp8lab.data.synthetic import DISTRIBUTIONS, sample
+from fp8lab.data.synthetic import DISTRIBUTIONS, OUTLIER_TOKENS, sample
 from fp8lab.figures import plots
 from fp8lab.lab.panels.base import (
     CLIFF_RECIPES,
@@ -36,8 +36,12 @@ from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import RECIPES
 from fp8lab.numerics.scaling import PerTensor
 from fp8lab.settings import size
+from fp8lab.training.operands import operand_losses
 
 __all__ = ["CliffPanel", "PerTensorPanel"]
+
+# where the outliers sit (fp8lab.data.synthetic.OUTLIER_PLACEMENTS), as a control names them
+PLACED = (("4 channels, every token", "channels"), (f"4 channels, first {OUTLIER_TOKENS} tokens", "tokens"))
 
 
 class PerTensorPanel(Panel):
@@ -52,6 +56,7 @@ class PerTensorPanel(Panel):
         super().__init__(
             distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
             outliers=_slider(_outlier_options(), 0.0, "outlier channels"),
+            placement=_select(PLACED, "channels", "outliers in"),
             fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
             rule=_select(RULES, "exact", "scale rule"),
             margin=W.IntSlider(value=0, min=0, max=6, description="margin (powers of 2)"),
@@ -59,14 +64,14 @@ class PerTensorPanel(Panel):
         )
         self.shape = (size(128, 64), size(1024, 256))
 
-    def compute(self, distribution, outliers, fmt, rule, margin, normalize) -> dict:
-        x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
+    def compute(self, distribution, outliers, placement, fmt, rule, margin, normalize) -> dict:
+        x, idx = sample(distribution, self.shape, outliers, return_outliers=True, placement=placement)
         if normalize:  # the tensor the cast sees, outlier channels included: x[:, c] / amax_c (the factors go to
             # the next layer's weights' columns, as SmoothQuant folds them, or are an input feature's normalization)
             x = x / x.abs().amax(0).clamp(min=torch.finfo(torch.float32).tiny)
         q = quantize(x, fmt, PerTensor(), rule, margin)
         return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx), "margin": margin,
-                "normalized": normalize}
+                "normalized": normalize, "placement": placement}
 
     def draw(self, data, ax) -> None:
         # an x axis that holds every setting's values and window: the learner sees them move, not the axis
@@ -74,8 +79,13 @@ class PerTensorPanel(Panel):
 
     def describe(self, data) -> str:
         r = data["report"]
-        n = len(data["outlier_channels"])
-        ordinary = f"ordinary values ({'all channels' if n == 0 else f'all but the {n} outlier channels'})"
+        idx = data["outlier_channels"]
+        if idx.dtype == torch.bool:  # a few tokens' outliers: a mask of x's shape
+            n = int(idx.sum())
+            ordinary = f"ordinary values ({'all of them' if n == 0 else f'all but the {n} outliers'})"
+        else:
+            n = len(idx)
+            ordinary = f"ordinary values ({'all channels' if n == 0 else f'all but the {n} outlier channels'})"
         if data["normalized"]:
             ordinary += ", each channel divided by its amax"
         head = (f"<p style='font-size:14px'><b>{ordinary}: SQNR {r['ordinary_sqnr_db']:.1f} dB "
@@ -96,7 +106,9 @@ class PerTensorPanel(Panel):
 
 class CliffPanel(Panel):
     """Outlier magnitude from none to 1e7 against each recipe's activation scaling: the cliff
-    where ordinary values start to flush, per recipe."""
+    where ordinary values start to flush, per recipe, with the outliers in every token's channels or in a few
+    tokens' channels, and the activation as the forward GEMM reads it (along K) or the weight-gradient GEMM
+    (along M)."""
 
     title = "the outlier cliff: each recipe's activation scaling against outlier magnitude"
     width, height = 6.4, 3.4
@@ -108,55 +120,66 @@ class CliffPanel(Panel):
                              ("share of ordinary values flushed", "ordinary_underflow")],
                             "ordinary_sqnr_db", "measure"),
             distribution=_select(DISTRIBUTIONS[:4], "normal", "distribution"),
+            placement=_select(PLACED, "channels", "outliers in"),
+            gemm=_select([("forward (x along K)", "fprop"), ("weight gradient (x along M)", "wgrad")], "fprop",
+                         "GEMM"),
             recipes=W.SelectMultiple(options=list(CLIFF_RECIPES), value=list(CLIFF_RECIPES), description="recipes",
                                      rows=5),
         )
         self.shape = (size(64, 32), size(1024, 256))
-        self._cache: dict[str, pd.DataFrame] = {}
-        self._published: dict[str, pd.DataFrame] = {}
-        for distribution in self.controls["distribution"].options:  # the controls only pick from these
+        self._cache: dict[tuple[str, str, str], pd.DataFrame] = {}
+        self._published: dict[tuple[str, str, str], pd.DataFrame] = {}
+        for distribution in self.controls["distribution"].options:  # the default placement and GEMM, ready
             self.table(distribution)
             self.published(distribution)
 
-    def published(self, distribution: str) -> pd.DataFrame:
-        """Every recipe at the outlier magnitude of each published ratio (fp8lab.training.published: the largest
-        outlier that many times the median of the other channels): columns label, ratio, outliers, recipe,
-        ordinary_sqnr_db, ordinary_underflow."""
+    @staticmethod
+    def _measured(x: torch.Tensor, idx: torch.Tensor, name: str, gemm: str) -> dict[str, float]:
+        """The ordinary values' SQNR and flushed share of x as recipe `name`'s fprop or wgrad GEMM reads it."""
+        if gemm == "fprop":
+            deq = RECIPES[name].input.quantize(x).dequantize()  # fprop's activation operand, along K
+            return {"ordinary_sqnr_db": channel_sqnr(x, deq, idx), "ordinary_underflow": flushed_fraction(x, deq, idx)}
+        seen = operand_losses(x, name, idx)["wgrad"]  # x^T along M, back in x's layout
+        return {"ordinary_sqnr_db": seen["ordinary_sqnr_db"], "ordinary_underflow": seen["ordinary_flushed"]}
+
+    def published(self, distribution: str, placement: str = "channels", gemm: str = "fprop") -> pd.DataFrame:
+        """Every recipe at the outlier magnitude of each published ratio measured at `placement` (fp8lab.training.
+        published: the largest outlier that many times the median of the other channels): columns label, ratio,
+        outliers, recipe, ordinary_sqnr_db, ordinary_underflow."""
         from fp8lab.training.published import PUBLISHED, outlier_multiplier
 
-        if distribution not in self._published:
+        key = (distribution, placement, gemm)
+        if key not in self._published:
             rows = []
-            for pub in PUBLISHED:
-                magnitude = outlier_multiplier(pub.ratio, distribution, self.shape)
-                x, idx = sample(distribution, self.shape, magnitude, return_outliers=True)
+            for pub in (p for p in PUBLISHED if p.placement == placement):
+                magnitude = outlier_multiplier(pub.ratio, distribution, self.shape, placement=placement)
+                x, idx = sample(distribution, self.shape, magnitude, return_outliers=True, placement=placement)
                 for name in CLIFF_RECIPES:
-                    deq = RECIPES[name].input.quantize(x).dequantize()
                     rows.append({"label": pub.label, "ratio": pub.ratio, "outliers": magnitude, "recipe": name,
-                                 "ordinary_sqnr_db": channel_sqnr(x, deq, idx),
-                                 "ordinary_underflow": flushed_fraction(x, deq, idx)})
-            self._published[distribution] = pd.DataFrame(rows)
-        return self._published[distribution]
+                                 **self._measured(x, idx, name, gemm)})
+            self._published[key] = pd.DataFrame(rows, columns=["label", "ratio", "outliers", "recipe",
+                                                               "ordinary_sqnr_db", "ordinary_underflow"])
+        return self._published[key]
 
-    def table(self, distribution: str) -> pd.DataFrame:
+    def table(self, distribution: str, placement: str = "channels", gemm: str = "fprop") -> pd.DataFrame:
         """Every recipe at every outlier magnitude (1: none): SQNR of the ordinary channels and the
         share of ordinary values flushed to zero (none of these recipes' rules clips)."""
-        if distribution not in self._cache:
+        key = (distribution, placement, gemm)
+        if key not in self._cache:
             rows = []
             for magnitude in (1.0, *OUTLIERS[1:]):
-                x, idx = sample(distribution, self.shape, magnitude, return_outliers=True)
+                x, idx = sample(distribution, self.shape, magnitude, return_outliers=True, placement=placement)
                 for name in CLIFF_RECIPES:
-                    deq = RECIPES[name].input.quantize(x).dequantize()  # fprop's activation operand, along K
-                    rows.append({"recipe": name, "outliers": magnitude, "ordinary_sqnr_db": channel_sqnr(x, deq, idx),
-                                 "ordinary_underflow": flushed_fraction(x, deq, idx)})
-            self._cache[distribution] = pd.DataFrame(rows)
-        return self._cache[distribution]
+                    rows.append({"recipe": name, "outliers": magnitude, **self._measured(x, idx, name, gemm)})
+            self._cache[key] = pd.DataFrame(rows)
+        return self._cache[key]
 
-    def compute(self, measure, distribution, recipes) -> dict:
+    def compute(self, measure, distribution, placement, gemm, recipes) -> dict:
         if not recipes:
             raise ValueError(f"pick at least one recipe; valid: {', '.join(CLIFF_RECIPES)}")
-        df = self.table(distribution)
+        df = self.table(distribution, placement, gemm)
         df = df[df.recipe.isin(recipes)]
-        pub = self.published(distribution)
+        pub = self.published(distribution, placement, gemm)
         pub = pub[pub.recipe.isin(recipes)]
         # the cliff: the first magnitude where a recipe's ordinary SQNR is 3 dB below its own clean value
         cliffs = {}
@@ -165,7 +188,8 @@ class CliffPanel(Panel):
             worse = part[part["ordinary_sqnr_db"] < clean - 3]
             cliffs[name] = float(worse["outliers"].iloc[0]) if len(worse) else None
         markers = dict(zip(pub["label"], pub["outliers"], strict=False))
-        return {"df": df, "measure": measure, "cliffs": cliffs, "published": pub, "markers": markers}
+        return {"df": df, "measure": measure, "cliffs": cliffs, "published": pub, "markers": markers,
+                "placement": placement, "gemm": gemm}
 
     def draw(self, data, ax) -> None:
         plots.outlier_cliff(data["df"], data["measure"], ax=ax, markers=data["markers"])

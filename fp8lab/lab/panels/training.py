@@ -26,6 +26,10 @@ from fp8lab.settings import size
 
 __all__ = ["TrainingCliffPanel", "TrainingPanel"]
 
+# where the sinks sit (fp8lab.training.models.PLACEMENTS), as a control names them
+PLACEMENT_OPTIONS = (("every token's 4 channels", "channels"), ("the first 2 tokens' 4 channels", "tokens"),
+                     ("both", "both"))
+
 
 class TrainingPanel(Panel):
     """Recipes trained side by side, live: Start runs in a background thread, Stop ends it.
@@ -38,7 +42,7 @@ class TrainingPanel(Panel):
     title = "live training: recipes side by side"
     live_sliders = False  # its controls set up the next run; Start trains
     ncols, width, height, right = 2, 4.6, 3.3, 1.5
-    RUN_CONTROLS = ("recipes", "model", "sinks", "steps", "history", "margin", "input_drop")
+    RUN_CONTROLS = ("recipes", "model", "sinks", "placement", "steps", "history", "margin", "input_drop")
 
     def __init__(self, model: str = "mlp") -> None:
         from fp8lab.training.train import HISTORIES, LESSON
@@ -51,7 +55,8 @@ class TrainingPanel(Panel):
                                                                                 "mxfp8"],
                                      description="recipes", rows=8),
             model=_select(("mlp", "transformer"), model, "model"),
-            sinks=_slider(_outlier_options(), 0.0, "sink channels (outlier knob)"),
+            sinks=_slider(_outlier_options(), 0.0, "sinks (outlier knob)"),
+            placement=_select(PLACEMENT_OPTIONS, "channels", "sinks in"),
             steps=W.IntSlider(value=size(LESSON.steps, 20), min=10, max=400, step=10, description="steps"),
             history=_slider([*HISTORIES, 1024], 16, "delayed: amax history"),
             margin=W.IntSlider(value=0, min=0, max=4, description="delayed: margin"),
@@ -63,8 +68,8 @@ class TrainingPanel(Panel):
         self.stop.on_click(lambda _: self._stop_event.set())
         if self.sync:  # training runs in the kernel's thread: the notebook's interrupt button stops it
             self.stop.tooltip = "in this front end, stop a run with the notebook's interrupt (stop) button"
-        self.widget.children = (self.widget.children[0], *self.widget.children[1:4],
-                                W.HBox([self.start, self.stop, self.progress]), *self.widget.children[4:])
+        self.widget.children = (self.widget.children[0], *self.widget.children[1:5],
+                                W.HBox([self.start, self.stop, self.progress]), *self.widget.children[5:])
         self._stop_event = threading.Event()
         self.result = None
         self.settings: dict | None = None  # the run controls the result was trained with
@@ -87,13 +92,14 @@ class TrainingPanel(Panel):
         v = v or self.values()
         return [delayed_recipes([v["history"]], margin=v["margin"])[0] if r == "delayed" else r for r in v["recipes"]]
 
-    def compute(self, recipes, model, sinks, steps, history, margin, input_drop, metric, layer_input) -> dict:
+    def compute(self, recipes, model, sinks, placement, steps, history, margin, input_drop, metric,
+                layer_input) -> dict:
         if not recipes:
             raise ValueError(f"pick at least one recipe; valid: fp32, bf16, {', '.join(RECIPES)}")
         if input_drop and model != "mlp":
             raise ValueError("the input drop acts on the mlp's first layer: pick model 'mlp'")
-        values = {"recipes": tuple(recipes), "model": model, "sinks": sinks, "steps": steps, "history": history,
-                  "margin": margin, "input_drop": input_drop}
+        values = {"recipes": tuple(recipes), "model": model, "sinks": sinks, "placement": placement, "steps": steps,
+                  "history": history, "margin": margin, "input_drop": input_drop}
         empty = pd.DataFrame(columns=["step", "run", "loss"])
         hist = self.result.history if self.result is not None else empty
         mon = self.result.monitor if self.result is not None else None
@@ -159,6 +165,7 @@ class TrainingPanel(Panel):
             try:
                 self.settings = {k: (tuple(v[k]) if k == "recipes" else v[k]) for k in self.RUN_CONTROLS}
                 self.result = train(runs, model=v["model"], steps=v["steps"], sink_magnitude=v["sinks"],
+                                    placement=v["placement"],
                                     gain_schedule=LESSON.gain_schedule if v["input_drop"] else None,
                                     callback=callback, every=max(v["steps"] // 20, 2), monitor_every=2,
                                     progress=False, should_stop=self._stop_event.is_set)
@@ -176,37 +183,32 @@ class TrainingPanel(Panel):
 
 
 class TrainingCliffPanel(Panel):
-    """Final loss against sink magnitude per recipe, from fp8lab.training.measured (3 seeds, measured by
-    `python -m fp8lab measured --write`), with one point recomputed live on request."""
+    """Final loss against sink magnitude per recipe, from fp8lab.training.measured (measured by `python -m fp8lab
+    measured --write`), with the sinks in every token's channels (3 seeds) or in the first 2 tokens' channels
+    (TOKEN_SEEDS seeds), each with the published ratios measured at that placement; one point recomputed live."""
 
-    title = "the sink cliff: final loss vs sink magnitude (3 seeds, shipped), one point live"
+    title = "the sink cliff: final loss vs sink magnitude (shipped runs), one point live"
     width, height = 7.0, 3.6
     keep_axes = True  # a drag moves the marked point: the axes and their ticks stay
 
     def __init__(self) -> None:
-        from fp8lab.training.measured import cliff, published_runs
-        from fp8lab.training.published import marker_sinks
+        from fp8lab.training.measured import cliff_rows
 
-        self.table = cliff()
+        self.tables = {p: cliff_rows(p) for p in ("channels", "tokens")}  # the placements with shipped runs
+        self.table = self.tables["channels"]
         self._mark, self._drawn = None, ()  # the marked point's line and what else its drawing shows (draw)
-        # the shipped table does not change: its means over seeds and seed 0's runs, once
-        shipped = self.table if len(self.table) else pd.DataFrame(columns=["run", "sinks", "seed", "loss"])
-        self.mean = shipped.groupby(["run", "sinks"], sort=False)["loss"].mean().reset_index()
-        self.seed0 = shipped[shipped.seed == 0].set_index(["run", "sinks"])["loss"]
-        self.markers = marker_sinks()  # published ratios, at the sink value with that ratio to the median input
-        pub = published_runs()
-        if len(pub):
-            mean = pub.groupby(["run", "sinks"], sort=False)["loss"].mean().reset_index()
-            clean = mean[mean.sinks == 0].set_index("run")["loss"]
-            mean = mean[mean.sinks > 0]
-            mean["change"] = mean["loss"] / mean["run"].map(clean).to_numpy() - 1
-            self.published = mean.reset_index(drop=True)
-        else:
-            self.published = pd.DataFrame(columns=["run", "sinks", "loss", "change"])
+        # the shipped tables do not change: their means over seeds and seed 0's runs, once per placement
+        self.means, self.seed0s = {}, {}
+        for placement, table in self.tables.items():
+            shipped = table if len(table) else pd.DataFrame(columns=["run", "sinks", "seed", "loss"])
+            self.means[placement] = shipped.groupby(["run", "sinks"], sort=False)["loss"].mean().reset_index()
+            self.seed0s[placement] = shipped[shipped.seed == 0].set_index(["run", "sinks"])["loss"]
+        self.publisheds = {p: self._published(p) for p in self.tables}
         runs = list(dict.fromkeys(self.table["run"])) or ["fp32", *RECIPES]
-        sinks = sorted(set(self.table["sinks"])) or [0.0, 1e6]
+        sinks = sorted({s for table in self.tables.values() for s in table["sinks"]}) or [0.0, 1e6]
         self.recompute_button = W.Button(description="Recompute this point", button_style="info", icon="refresh")
         super().__init__(
+            placement=_select(PLACEMENT_OPTIONS[:2], "channels", "sinks in"),
             recipes=W.SelectMultiple(options=runs, value=runs, description="recipes", rows=7),
             measure=_select([("change vs its own no-sink run", "relative"), ("final loss", "loss")], "relative",
                             "plot"),
@@ -216,26 +218,49 @@ class TrainingCliffPanel(Panel):
         self.recompute_button.on_click(lambda _: self.recompute(blocking=False))
         self.widget.children = (*self.widget.children[:-2], W.HBox([self.recompute_button]),
                                 *self.widget.children[-2:])
-        self.live = pd.DataFrame(columns=["run", "sinks", "loss"])
+        self.live = pd.DataFrame(columns=["placement", "run", "sinks", "loss"])
 
-    def compute(self, recipes, measure, sinks) -> dict:
+    def _published(self, placement: str) -> pd.DataFrame:
+        """The diamonds: each run's mean over seeds at the massive-activation ratio's sinks (sinks_for(1e5)) against
+        its own no-sink mean; with the sinks in every token from published_runs(), in 2 tokens from the cliff."""
+        from fp8lab.training.measured import PUBLISHED_RATIO, published_runs
+        from fp8lab.training.published import sinks_for
+
+        pub = published_runs() if placement == "channels" else self.tables[placement]
+        at = sinks_for(PUBLISHED_RATIO)
+        pub = pub[pub.sinks.isin((0.0, at))]
+        if not len(pub):
+            return pd.DataFrame(columns=["run", "sinks", "loss", "change"])
+        mean = pub.groupby(["run", "sinks"], sort=False)["loss"].mean().reset_index()
+        clean = mean[mean.sinks == 0].set_index("run")["loss"]
+        mean = mean[mean.sinks > 0]
+        mean["change"] = mean["loss"] / mean["run"].map(clean).to_numpy() - 1
+        return mean.reset_index(drop=True)
+
+    def compute(self, placement, recipes, measure, sinks) -> dict:
+        from fp8lab.training.measured import TOKEN_SEEDS
+        from fp8lab.training.published import marker_sinks
+
         if not recipes:
             raise ValueError("pick at least one recipe")
-        if self.table.empty:
-            raise ValueError("fp8lab.training.measured holds no results yet: run `python -m fp8lab measured --write`")
-        mean, seed0 = self.mean, self.seed0
+        if self.tables[placement].empty:
+            raise ValueError(f"fp8lab.training.measured holds no runs with the sinks in {placement}: run "
+                             f"`python -m fp8lab measured --write{' --part tokens' if placement == 'tokens' else ''}`")
+        mean, seed0 = self.means[placement], self.seed0s[placement]
+        seeds = 3 if placement == "channels" else TOKEN_SEEDS
         df = mean[mean.run.isin(recipes)]
-        live = self.live[self.live.run.isin(recipes)]
+        live = self.live[self.live.run.isin(recipes) & (self.live.placement == placement)]
         at = df[df.sinks == sinks].set_index("run")["loss"]
         clean = df[df.sinks == 0].set_index("run")["loss"]
-        point = {r: {"mean of 3 seeds": at[r], "seed 0": seed0.get((r, sinks), math.nan),
+        point = {r: {"mean": at[r], "seed 0": seed0.get((r, sinks), math.nan),
                      "change vs no sinks": at[r] / clean[r] - 1} for r in at.index}
         for row in live[live.sinks == sinks].itertuples():
-            if row.run in point:
-                point[row.run]["recomputed now (seed 0)"] = row.loss
-        pub = self.published[self.published.run.isin(recipes)]
-        return {"df": df, "live": live, "relative": measure == "relative", "sinks": sinks, "point": point,
-                "markers": self.markers, "published": pub}
+            point.setdefault(row.run, {})["recomputed now (seed 0)"] = row.loss
+        pub = self.publisheds[placement]
+        pub = pub[pub.run.isin(recipes)]
+        return {"df": df, "live": live[["run", "sinks", "loss"]], "relative": measure == "relative", "sinks": sinks,
+                "point": point, "markers": marker_sinks(placement), "published": pub, "placement": placement,
+                "seeds": seeds}
 
     def draw(self, data, ax) -> None:
         plots.sink_cliff(data["df"], ax, relative=data["relative"], mark=data["sinks"], live=data["live"],
@@ -245,8 +270,9 @@ class TrainingCliffPanel(Panel):
 
     @staticmethod
     def _drawing(data) -> tuple:
-        """What the drawing shows besides the marked value: the recipes' rows, the measure, the live points."""
-        return (tuple(data["df"]["run"].unique()), data["relative"], len(data["live"]))
+        """What the drawing shows besides the marked value: the recipes' rows, the measure, the live points, the
+        placement."""
+        return (tuple(data["df"]["run"].unique()), data["relative"], len(data["live"]), data["placement"])
 
     def draw_in_place(self, data) -> bool:
         """A drag of the point to recompute moves only its dotted line: moved, the rest kept."""
@@ -257,32 +283,36 @@ class TrainingCliffPanel(Panel):
         return True
 
     def describe(self, data) -> str:
-        from fp8lab.training.measured import MEASURED_ON
+        from fp8lab.training.measured import PUBLISHED_ON, measured_on
+        from fp8lab.training.published import lesson_median
 
         rows = {}
         for run, p in data["point"].items():
-            txt = f"{p['mean of 3 seeds']:.4f} ({100 * p['change vs no sinks']:+.0f}%); seed 0: {p['seed 0']:.4f}"
+            txt = (f"{p['mean']:.4f} ({100 * p['change vs no sinks']:+.0f}%); seed 0: {p['seed 0']:.4f}"
+                   if "mean" in p else "not shipped at this value")
             if "recomputed now (seed 0)" in p:
                 txt += f"; recomputed now: {p['recomputed now (seed 0)']:.4f}"
             rows[run] = txt
         where = plots.magnitude(data["sinks"])
-        text = (f"<p><b>final loss at sinks {where}</b> (mean of 3 seeds, and its change against the run's own "
-                f"no-sink loss)</p>" + _metrics_html(rows) +
-                f"<p style='font-size:11px'>measured on {html.escape(MEASURED_ON)}</p>")
+        placed = {v: k for k, v in PLACEMENT_OPTIONS}[data["placement"]]
+        text = (f"<p><b>final loss at sinks {where}, in {placed}</b> (mean of {data['seeds']} seeds, and its change "
+                f"against the run's own no-sink loss)</p>" + _metrics_html(rows) +
+                f"<p style='font-size:11px'>measured on {html.escape(measured_on(data['placement']))}</p>")
         pub = data["published"]
         if len(pub):
-            from fp8lab.training.measured import PUBLISHED_ON
-            from fp8lab.training.published import lesson_median
-
             s = float(pub["sinks"].iloc[0])
-            text += (f"<p><b>at the massive-activation ratio</b> (sinks {s:g}: 100,000 x the median ordinary input of "
-                     f"fc2, {lesson_median():.3g}; diamonds): " +
+            head = ("at the massive-activation ratio, where massive activations sit" if data["placement"] == "tokens"
+                    else "at the massive-activation ratio, placed in every token (where massive activations do not "
+                         "sit)")
+            on = PUBLISHED_ON if data["placement"] == "channels" else measured_on(data["placement"])
+            text += (f"<p><b>{head}</b> (sinks {s:g}: 100,000 x the median ordinary input of fc2, "
+                     f"{lesson_median():.3g}; diamonds): " +
                      ", ".join(f"{r.run} {100 * r.change:+.1f}%" for r in pub.itertuples()) +
-                     f" (mean of 3 seeds)</p><p style='font-size:11px'>measured on {html.escape(PUBLISHED_ON)}</p>")
+                     f" (mean of {data['seeds']} seeds)</p><p style='font-size:11px'>measured on {html.escape(on)}</p>")
         return text
 
     def recompute(self, blocking: bool = True):
-        """Train seed 0 at the chosen sink magnitude (150 steps, the chosen recipes) and draw
+        """Train seed 0 at the chosen sink magnitude and placement (150 steps, the chosen recipes) and draw
         the final losses over the shipped curve."""
         if self._thread is not None and self._thread.is_alive():
             return None
@@ -293,10 +323,12 @@ class TrainingCliffPanel(Panel):
         def work():
             self.recompute_button.disabled = True
             try:
-                res = train(tuple(v["recipes"]), steps=LESSON.steps, sink_magnitude=v["sinks"], progress=False,
-                            monitor_every=None)
-                rows = [{"run": r, "sinks": v["sinks"], "loss": loss} for r, loss in res.final_loss().items()]
-                old = self.live[~((self.live.sinks == v["sinks"]) & self.live.run.isin(v["recipes"]))]
+                res = train(tuple(v["recipes"]), steps=LESSON.steps, sink_magnitude=v["sinks"],
+                            placement=v["placement"], progress=False, monitor_every=None)
+                rows = [{"placement": v["placement"], "run": r, "sinks": v["sinks"], "loss": loss}
+                        for r, loss in res.final_loss().items()]
+                old = self.live[~((self.live.sinks == v["sinks"]) & self.live.run.isin(v["recipes"])
+                                  & (self.live.placement == v["placement"]))]
                 self.live = pd.concat([old, pd.DataFrame(rows)], ignore_index=True) if len(old) else pd.DataFrame(rows)
             finally:
                 self.recompute_button.disabled = False
