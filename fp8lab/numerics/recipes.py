@@ -62,6 +62,9 @@ class TensorScaling:
     rounding: "nearest" or "stochastic" (the cast's rounding; quantize's `rounding`).
     hadamard: a RandomHadamard applied along the contraction before the operand is scaled (both
         operands of a GEMM get the same one, which cancels in their product), or None.
+    scale_floor: where E4M3 block scales (NVFP4) stop at the bottom, one of scaling.SCALE_FLOORS:
+        "zero" (the default: the training engines, TransformerEngine and torchao's NVFP4 training path)
+        or "min_normal" (2^-6: torchao's inference NVFP4Tensor).
     Frozen; it caches two derived things on itself, both pure functions of its fields: `spec`
     (the settings checked once) and down_columns(rows) (the same scaling restated for the
     transposed operand, one per `rows`)."""
@@ -74,13 +77,14 @@ class TensorScaling:
     margin: int = 0
     rounding: str = "nearest"
     hadamard: RandomHadamard | None = None
+    scale_floor: str = "zero"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fmt", get_format(self.fmt))
         object.__setattr__(self, "granularity", parse_granularity(self.granularity))
         if self.scale_fmt is not None:
             object.__setattr__(self, "scale_fmt", get_format(self.scale_fmt))
-        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.two_level)
+        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.two_level, self.scale_floor)
         _check_rounding(self.fmt, self.rounding)
         if self.hadamard is not None and not isinstance(self.hadamard, RandomHadamard):
             raise TypeError(f"hadamard must be a RandomHadamard or None, got {type(self.hadamard).__name__}")
@@ -89,7 +93,7 @@ class TensorScaling:
     def spec(self) -> QuantizeSpec:
         """These settings checked once, as quantize() takes them."""
         return quantize_spec(self.fmt, self.granularity, self.scale_rule, self.margin, self.scale_fmt,
-                             self.two_level, self.rounding)
+                             self.two_level, self.rounding, self.scale_floor)
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         """The operand x[rows, contraction] as its GEMM reads it: hadamard.apply(x) along the
@@ -133,7 +137,7 @@ class TensorScaling:
     @property
     def label(self) -> str:
         scale = self.scale_fmt.name if self.scale_fmt else "fp32"
-        extra = " +tensor" if self.two_level else ""
+        extra = (" +tensor" if self.two_level else "") + (", floor 2^-6" if self.scale_floor == "min_normal" else "")
         parts = (", stochastic rounding" if self.rounding == "stochastic" else "") + (
             f", after a {self.hadamard.label}" if self.hadamard is not None else "")
         return f"{self.fmt.name} {self.granularity.label} {self.scale_rule} ({scale} scales{extra}){parts}"
