@@ -493,7 +493,7 @@ def test_the_scale_floor_is_a_setting_of_the_recipe_and_bad_floors_are_refused()
     x = _decades(1)
     direct = quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True, scale_floor="min_normal")
     assert torch.equal(ts.quantize(x).scale, direct.scale)
-    with pytest.raises(ValueError, match="unknown scale_floor 'subnormal'; valid: 'zero'.*'min_normal'"):
+    with pytest.raises(ValueError, match=r"unknown scale_floor 'subnormal'; valid: 'zero'.*'min_normal'"):
         quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True, scale_floor="subnormal")
     with pytest.raises(ValueError, match="is for E4M3 block scales"):
         quantize(x, E4M3, PerBlock(1, 32), scale_floor="min_normal")
