@@ -119,8 +119,8 @@ def _q06_cliff() -> Answer:
         f"({', '.join(r for r, v in breaks.items() if v == first)}), and {1e6 / massive:.3g}x below 1e6, where the "
         "per-tensor recipes lose more than 100%. So the published example sits at the foot of the cliff, not beyond "
         "it: a model whose outliers are a few times that ratio, or whose median input is smaller, is on it. nvfp4 "
-        "starts worse and breaks at 1e6: its tensor scale pushes the blocks without a sink to E4M3's floor "
-        "(notebook 04's NVFP4 panel), not E2M1's range.",
+        "starts worse and breaks at 1e6: its tensor scale pushes the blocks without a sink below every E4M3 scale, "
+        "subnormals included (notebook 04's NVFP4 panel), not E2M1's range.",
         {"no FP8 recipe loses more than 1% at the massive-activation ratio": max(abs(v) for v in fp8.values()) < 0.01,
          "the first break lies within a factor of 10 above that ratio's sinks": massive < first <= 10 * massive,
          "tensorwise breaks at 1e5 or beyond": (breaks["tensorwise"] or math.inf) >= 1e5,
