@@ -196,6 +196,9 @@ class Recipe:
 
     weight_for_dgrad      a different scaling for the weight in the dgrad GEMM
     wgrad_high_precision  run the wgrad GEMM unquantized (torchao rowwise_with_gw_hp)
+    fprop_high_precision  run the fprop GEMM unquantized (dgrad and wgrad still quantized): with
+                          wgrad_high_precision, what splits a layer's forward from its weight gradient
+                          (notebook 09's fc1 split; Recipe.with_gemm_in_high_precision)
     delayed               per-tensor scales from an amax history instead of the current amax
     wgrad_hadamard        a RandomHadamard applied to both wgrad operands along their contraction
                           (the tokens, M) before they are scaled: NVFP4's random Hadamard transform
@@ -215,6 +218,7 @@ class Recipe:
     tags: tuple[str, ...] = field(default=())
     wgrad_hadamard: RandomHadamard | None = None
     high_precision_share: float = 0.0
+    fprop_high_precision: bool = False
 
     def __post_init__(self) -> None:
         if self.delayed is not None:
@@ -228,6 +232,11 @@ class Recipe:
         if self.wgrad_hadamard is not None and (self.wgrad_high_precision or self.delayed is not None):
             raise ValueError("a Hadamard transform on the wgrad GEMM needs that GEMM quantized with current scales "
                              "(not wgrad_high_precision, not delayed scaling)")
+        if not isinstance(self.fprop_high_precision, bool):
+            raise TypeError(f"fprop_high_precision is True or False, got {self.fprop_high_precision!r}")
+        if self.fprop_high_precision and self.delayed is not None:
+            raise ValueError("delayed scaling records the input's amax in the fprop GEMM: it cannot run with "
+                             "fprop_high_precision (use a current-scaling recipe)")
         share = self.high_precision_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share < 1:
             raise ValueError(f"high_precision_share is a share of the linear layers in [0, 1), got {share!r}")
@@ -239,6 +248,8 @@ class Recipe:
         if role not in GEMMS[gemm]:
             raise ValueError(f"{gemm} takes {' and '.join(GEMMS[gemm])}, not {role!r}")
         if gemm == "wgrad" and self.wgrad_high_precision:
+            return None
+        if gemm == "fprop" and self.fprop_high_precision:
             return None
         if gemm == "dgrad" and role == "weight" and self.weight_for_dgrad is not None:
             return self.weight_for_dgrad
@@ -281,6 +292,18 @@ class Recipe:
     def with_stochastic_gradients(self, on: bool = True) -> Recipe:
         """grad_output (dgrad's and wgrad's dy) rounded stochastically (on) or to nearest."""
         return replace(self, grad_output=replace(self.grad_output, rounding="stochastic" if on else "nearest"))
+
+    def with_gemm_in_high_precision(self, gemm: str) -> Recipe:
+        """This recipe with one GEMM of the layer unquantized: "fprop" (the forward) or "wgrad" (the weight
+        gradient); the other GEMMs as they were. convert(overrides={layer: ...}) applies it to one layer."""
+        if gemm == "fprop":
+            return replace(self, fprop_high_precision=True)
+        if gemm == "wgrad":
+            if self.wgrad_hadamard is not None:
+                return replace(self, wgrad_high_precision=True, wgrad_hadamard=None)
+            return replace(self, wgrad_high_precision=True)
+        raise ValueError(f"with_gemm_in_high_precision takes 'fprop' or 'wgrad', not {gemm!r} (dgrad's gradient "
+                         "flows on to the layers before: keep the whole layer instead, convert(skip=...))")
 
     def with_high_precision_layers(self, share: float = 0.15) -> Recipe:
         """The last ceil(share * layers) linear layers kept in high precision by convert (0: none)."""

@@ -309,6 +309,8 @@ class _FP8LinearFunction(torch.autograd.Function):
         state.fprop = None
         if state.recipe is None or weight.numel() == 0:  # (N or K of 0: nothing to quantize, nothing to sum)
             out = F.linear(x2, weight, bias)
+        elif state.recipe.scaling("input", "fprop") is None:  # the recipe keeps fprop in high precision
+            out = F.linear(x2, weight, bias)
         else:
             state.fprop = _fprop_operands(state, _rows(x2, m), weight)
             out = _mm(state, *state.fprop, "fprop")[:m].to(x.dtype)
