@@ -6,6 +6,7 @@ exact integer arithmetic (the transform and its inverse), and the statistics of 
 seed and a stated tolerance (no bias)."""
 
 import contextlib
+import copy
 import math
 
 import ml_dtypes
@@ -499,3 +500,46 @@ def test_the_scale_floor_is_a_setting_of_the_recipe_and_bad_floors_are_refused()
         quantize(x, E4M3, PerBlock(1, 32), scale_floor="min_normal")
     with pytest.raises(ValueError, match="unknown scale_floor"):
         TensorScaling(E2M1, PerBlock(1, 16), "exact", E4M3, two_level=True, scale_floor=["zero"])
+
+
+# ---- one GEMM of one layer in high precision (notebook 09's fc1 split) -------------------------------------------
+
+
+def test_a_layer_with_its_forward_in_high_precision_computes_fp32_forward_and_the_recipes_backward():
+    from fp8lab.training.layers import FP8Linear
+
+    g = torch.Generator().manual_seed(3)
+    base = nn.Linear(64, 48)
+    x = torch.randn(32, 64, generator=g)
+    dy = torch.randn(32, 48, generator=g)
+    plain = nvfp4_with([])
+    outs = {}
+    for name, recipe in (("plain", plain), ("fprop", plain.with_gemm_in_high_precision("fprop")),
+                         ("wgrad", plain.with_gemm_in_high_precision("wgrad"))):
+        layer = FP8Linear.from_linear(copy.deepcopy(base), recipe)  # (its own weight: no gradient accumulates)
+        xi = x.clone().requires_grad_(True)
+        y = layer(xi)
+        y.backward(dy)
+        outs[name] = (y.detach(), xi.grad, layer.weight.grad)
+    exact = nn.functional.linear(x, base.weight, base.bias)
+    assert torch.equal(outs["fprop"][0], exact) and not torch.equal(outs["plain"][0], exact)
+    # the forward's precision changes no backward operand: dgrad and wgrad are the plain recipe's, bit for bit
+    assert torch.equal(outs["fprop"][1], outs["plain"][1]) and torch.equal(outs["fprop"][2], outs["plain"][2])
+    # wgrad in high precision: the plain forward and dgrad, the exact weight gradient
+    assert torch.equal(outs["wgrad"][0], outs["plain"][0]) and torch.equal(outs["wgrad"][1], outs["plain"][1])
+    assert torch.allclose(outs["wgrad"][2], dy.t() @ x, rtol=1e-5, atol=1e-5)
+    assert layer_gemms(x, base.weight, dy, plain.with_gemm_in_high_precision("fprop"))["fprop"] is None
+    table = {r["gemm"]: r["scaling"] for r in plain.with_gemm_in_high_precision("fprop").table()}
+    assert table["fprop"] == "high precision" and table["wgrad"] != "high precision"
+
+
+def test_one_gemm_in_high_precision_is_refused_where_it_cannot_be():
+    with pytest.raises(ValueError, match="takes 'fprop' or 'wgrad', not 'dgrad'"):
+        nvfp4_with([]).with_gemm_in_high_precision("dgrad")
+    with pytest.raises(ValueError, match="delayed scaling records the input's amax in the fprop GEMM"):
+        get_recipe("delayed").replace(fprop_high_precision=True)
+    with pytest.raises(TypeError, match="fprop_high_precision is True or False"):
+        get_recipe("tensorwise").replace(fprop_high_precision=1)
+    # the Hadamard transform belongs to a quantized wgrad: keeping wgrad in high precision drops it
+    r = get_recipe("nvfp4_training").with_gemm_in_high_precision("wgrad")
+    assert r.scaling("input", "wgrad") is None and r.wgrad_hadamard is None

@@ -49,7 +49,8 @@ def nvfp4_block_scales(counts: tuple[np.ndarray, np.ndarray], ax=None, ymax: flo
     ax.axvline(math.log2(floor), color=WINDOW, lw=1.5)
     ax.text(math.log2(floor) + 0.3, 0.97, "E4M3's smallest normal:\ntorchao's inference\nfloor (2^-6)",
             transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="black")
-    ax.text(math.log2(smallest) - 0.3, 0.97, "smallest\nsubnormal:\ntraining\nengines'\nlast scale", transform=ax.get_xaxis_transform(), fontsize=7,
+    ax.text(math.log2(smallest) - 0.3, 0.97, "smallest\nsubnormal:\ntraining\nengines'\nlast scale",
+            transform=ax.get_xaxis_transform(), fontsize=7,
             va="top", ha="right", color="black")
     ax.set_xlim(float(NVFP4_BINS[0]), float(NVFP4_BINS[-1]))
     ax.set_ylim(0, ymax or max(1, int(max(counts[0].max(), counts[1].max()) * 1.05)))

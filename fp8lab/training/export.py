@@ -213,8 +213,8 @@ quantize_(model, config, filter_fn=lambda mod, fqn: isinstance(mod, torch.nn.Lin
                       _no_emulation("NVFP4 training") if emulate else lambda: _torchao_nvfp4(signs))
     assert recipe == "delayed"
     return _unavailable(recipe, "torchao",
-                        "torchao deprecated delayed scaling in 2025 (pytorch/ao#1680; the warning's pull request, #1681: 'no "
-                        "known real use cases') and removed it (#1753); "
+                        "torchao deprecated delayed scaling in 2025 (pytorch/ao#1680; the warning's pull request, "
+                        "#1681: 'no known real use cases') and removed it (#1753); "
                         "its float8 training scales from the current amax (recipe 'tensorwise'). Train delayed "
                         "scaling with engine='fp8lab', or TransformerEngine's DelayedScaling.",
                         "pytorch/ao#1680, #1681, #1753; torchao/float8/config.py (Float8LinearRecipeName)")
@@ -354,7 +354,8 @@ quantization = [NVFP4LinearConverter.Config(fqns=[...])]{keep}"""
     if recipe == "delayed":
         return _unavailable(recipe, "torchtitan",
                             "torchtitan trains FP8 through torchao, which removed delayed scaling in 2025 "
-                            "(pytorch/ao#1680, #1753); its float8 recipes are tensorwise, rowwise and rowwise_with_gw_hp.",
+                            "(pytorch/ao#1680, #1753); its float8 recipes are tensorwise, rowwise and "
+                            "rowwise_with_gw_hp.",
                             _TITAN_SOURCE)
     assert recipe == "blockwise"
     return _unavailable(recipe, "torchtitan",

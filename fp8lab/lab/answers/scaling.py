@@ -96,7 +96,8 @@ def _q02_cliff() -> Answer:
         f"{_pct(low)} of their values at 1e4x and below (E2M1's own range), {_pct(nv.loc[1e5, 'clean_flushed'])} at "
         f"1e5x, {_pct(nv.loc[below, 'clean_flushed'])} at {magnitude(below)}x; torchao's inference NVFP4Tensor, which "
         f"clamps them at 2^-6, flushes {_pct(nv.loc[1e5, 'clean_flushed_min_normal'])} already at 1e5x (notebook "
-        "04's NVFP4 panel shows the scales against both floors). The massive activations' published example, 100,000 times the other values' median, "
+        "04's NVFP4 panel shows the scales against both floors). The massive activations' published example, "
+        "100,000 times the other values' median, "
         f"is {massive:,.0f}x here: " + ", ".join(f"{r} {pub.loc[r, 'ordinary_sqnr_db']:.1f} dB "
                                                  f"({_pct(pub.loc[r, 'ordinary_underflow'])} flushed)"
                                                  for r in pub.index) +
