@@ -25,8 +25,8 @@ TARGETS = ("torchao", "transformer_engine", "torchtitan")
 #     Float8LinearRecipeName); torchao/prototype/moe_training/config.py (MXFP8TrainingOpConfig,
 #     MXFP8TrainingRecipe, ScaleCalculationMode.RCEIL); torchao/prototype/blockwise_fp8_training/
 #     linear.py (Float8BlockwiseLinearConfig); torchao/prototype/moe_training/nvfp4_training/
-#     nvfp4_training.py (NVFP4TrainingConfig). Delayed scaling was deprecated (pytorch/ao#1680, #1681) and
-#     removed (pytorch/ao#1753).
+#     nvfp4_training.py (NVFP4TrainingConfig). Delayed scaling: deprecated in pytorch/ao#1680 and pytorch/ao#1681,
+#     removed in pytorch/ao#1753.
 #   TransformerEngine: transformer_engine/common/recipe/__init__.py @ 000b637e (DelayedScaling,
 #     Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling, Format); its
 #     NVFP4BlockScaling @ d0067d0d (disable_rht, disable_stochastic_rounding, disable_2d_quantization, each
@@ -214,10 +214,11 @@ quantize_(model, config, filter_fn=lambda mod, fqn: isinstance(mod, torch.nn.Lin
     assert recipe == "delayed"
     return _unavailable(recipe, "torchao",
                         "torchao deprecated delayed scaling in 2025 (pytorch/ao#1680; the warning's pull request, "
-                        "#1681: 'no known real use cases') and removed it (#1753); "
+                        "pytorch/ao#1681: 'no known real use cases') and removed it (pytorch/ao#1753); "
                         "its float8 training scales from the current amax (recipe 'tensorwise'). Train delayed "
                         "scaling with engine='fp8lab', or TransformerEngine's DelayedScaling.",
-                        "pytorch/ao#1680, #1681, #1753; torchao/float8/config.py (Float8LinearRecipeName)")
+                        "pytorch/ao#1680, pytorch/ao#1681, pytorch/ao#1753; torchao/float8/config.py "
+                        "(Float8LinearRecipeName)")
 
 
 # ---- TransformerEngine ---------------------------------------------------------------------------------------
@@ -354,7 +355,7 @@ quantization = [NVFP4LinearConverter.Config(fqns=[...])]{keep}"""
     if recipe == "delayed":
         return _unavailable(recipe, "torchtitan",
                             "torchtitan trains FP8 through torchao, which removed delayed scaling in 2025 "
-                            "(pytorch/ao#1680, #1753); its float8 recipes are tensorwise, rowwise and "
+                            "(pytorch/ao#1680, pytorch/ao#1753); its float8 recipes are tensorwise, rowwise and "
                             "rowwise_with_gw_hp.",
                             _TITAN_SOURCE)
     assert recipe == "blockwise"
