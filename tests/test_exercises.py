@@ -279,7 +279,7 @@ def _wrong_answers():
 def test_every_checker_is_driven():
     assert set(CHECKERS) >= {"check_decode", "check_scale", "check_delayed_amax", "check_block_amax",
                              "check_block_choice", "check_scaled_gemm", "check_survivors", "check_history",
-                             "check_ranking", "check_capstone", "check_stochastic_round", "check_keep_layer"}
+                             "check_ranking", "check_capstone", "check_stochastic_round", "check_fc1_split"}
 
 
 @pytest.mark.parametrize("name", sorted(CHECKERS))
@@ -312,15 +312,16 @@ def test_every_checker_answers_every_wrong_answer_with_feedback(name):
     ((ex.check_block_amax, lambda x, b: x.abs().reshape(4, 2, 32).amax(-1) * -1), ("never negative",)),
     ((ex.check_stochastic_round, lambda x, u: "x"), ("got the string 'x'", "rounded to E2M1")),
     ((ex.check_scaled_gemm, lambda a, b: "out"), ("got the string 'out'", "shaped (8, 4)")),
-    ((ex.check_keep_layer, ["fc3"]), ("got a list of 1 item(s)", "'fc3', not ['fc3']")),
+    ((ex.check_fc1_split, None, None), ("measure first", "fc1_split(seed=0)")),
+    ((ex.check_fc1_split, "0.9", 0.0), ("got the string '0.9'", "share of the gap")),
     ((ex.check_block_choice, ["1x32"]), ("got a list of 1 item(s)", "'1x32', not ['1x32']")),
     ((ex.check_survivors, None), ("got None", "set of recipe names")),
     ((ex.check_history, "16"), ("got the string '16'", "an integer")),
     ((ex.check_decode, 3), ("pass your function itself", "got the number 3")),
 ])
 def test_the_likeliest_slips_are_told_what_they_gave_and_what_was_asked(answer, needles):
-    checker, value = answer
-    fb = checker(value)
+    checker, *values = answer
+    fb = checker(*values)
     assert not fb
     for needle in needles:
         assert needle in fb.message, fb.message
@@ -331,3 +332,22 @@ def test_check_capstone_and_check_ranking_say_what_their_other_arguments_should_
     assert not fb and "capstone.train_case" in fb.message and "got the string 'a result'" in fb.message
     fb = ex.check_ranking(["loss"], True)
     assert not fb and "train first" in fb.message and "got a list of 1 item(s)" in fb.message
+
+
+def test_exercise_09b_is_graded_against_the_measured_split_with_its_tolerance():
+    """09b asks for a measurement (the shares of NVFP4's gap fc1's forward and its weight gradient close) and grades
+    it against the shipped seed-0 split within SPLIT_TOLERANCE: the measured values pass, values just beyond the
+    tolerance, swapped values, percentages and the lookup of the old exercise (a layer's name) do not."""
+    want = ex.fc1_split_answer()
+    assert want["forward"] > 0.8 and want["wgrad"] < 0.2  # what the notebook's text says
+    assert ex.check_fc1_split(want["forward"], want["wgrad"])
+    tol = ex.SPLIT_TOLERANCE
+    assert ex.check_fc1_split(want["forward"] - 0.9 * tol, want["wgrad"] + 0.9 * tol)
+    assert not ex.check_fc1_split(want["forward"] + 1.1 * tol, want["wgrad"])
+    assert not ex.check_fc1_split(want["forward"], want["wgrad"] - 1.1 * tol)
+    swapped = ex.check_fc1_split(want["wgrad"], want["forward"])
+    assert not swapped and "swapped" in swapped.message
+    percent = ex.check_fc1_split(100 * want["forward"], 100 * want["wgrad"])
+    assert not percent and "percentages" in percent.message
+    assert not ex.check_fc1_split("fc1", None)
+    assert f"{want['forward']:.2f}" in ex.solution_fc1_split()

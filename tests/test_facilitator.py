@@ -157,3 +157,17 @@ def test_the_readme_map_quotes_the_learner_minutes():
         else:
             seen[nb] = number
     assert seen == {nb: solo for nb, (solo, _) in minutes.items()}
+
+
+def test_every_block_the_guide_names_by_number_is_that_notebooks_block_and_deepseek_is_quoted():
+    """Where the guide names plan blocks by number for notebooks ("notebook 06's ... and 08's ... (blocks 9 and
+    11"), the numbers are those notebooks' rows of the plan; DeepSeek-V3's measure is quoted as the report writes
+    it (arXiv 2412.19437, section 3.3.2), not paraphrased."""
+    text = GUIDE.read_text()
+    number = {nb[:2]: int(row[0]) for row in _table(_section(text, "The 3-hour plan"))
+              for nb in [row[2]] if nb in NOTEBOOKS}
+    named = re.findall(r"notebook (\d\d)'s [^(]*?and (\d\d)'s [^(]*\(blocks (\d+) and (\d+)", text)
+    assert named, "the guide names the demo blocks of 06 and 08 by number"
+    for first, second, a, b in named:
+        assert (number[first], number[second]) == (int(a), int(b)), (first, second, a, b)
+    assert '"maximum relative error of nearly 2%"' in text and "of one element" not in text

@@ -5,8 +5,12 @@ Oracles: float64 (the transform's matrix, stochastic rounding decided from the f
 exact integer arithmetic (the transform and its inverse), and the statistics of many draws with a fixed
 seed and a stated tolerance (no bias)."""
 
+import contextlib
+import copy
 import math
 
+import ml_dtypes
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -421,3 +425,121 @@ def test_nvfp4_training_plans_its_three_gemms_on_sm100_and_torchs_meta_kernels_a
     args[1] = args[1].contiguous()  # row-major [K/2, N]: not the column-major operand the kernel takes
     with pytest.raises(RuntimeError):
         prep.fn(*args, **prep.kwargs)
+
+
+# ---- NVFP4's block-scale floor: the training engines' (none) and torchao's inference tensor's (2^-6) ---------
+
+
+def _nvfp4_reference(x: torch.Tensor, floor: float) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """NVFP4 1x16 (scale, values, tensor scale) in numpy float32 with ml_dtypes' E4M3 and E2M1 rounding
+    (no torch, no fp8lab): tensor scale amax / (448 * 6); block scale e4m3(clamp(amax_b / 6 / tensor scale,
+    floor, 448)); values e2m1(clip(x * ((1 / tensor scale) / scale), +-6)), 0 where the scale is 0."""
+    a = x.numpy().astype(np.float32)
+    amax = np.abs(a.reshape(a.shape[0], -1, 16)).max(axis=2)  # (M, K/16)
+    ts = np.float32(amax.max()) / np.float32(448 * 6)
+    ideal = (amax / np.float32(6)) / ts
+    scale = np.clip(ideal, np.float32(floor), np.float32(448)).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(scale == 0, np.float32(0), (np.float32(1) / ts) / scale).astype(np.float32)
+    scaled = np.clip(a * np.repeat(inverse, 16, axis=1), -6, 6)
+    return scale, scaled.astype(ml_dtypes.float4_e2m1fn).astype(np.float32), ts
+
+
+def _decades(seed: int) -> torch.Tensor:
+    """Rows over 9 decades below one large row: block scales normal, subnormal and below every E4M3 scale."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(72, 256, generator=g) * torch.logspace(0, -9, 72)[:, None]
+    x[0] *= 30
+    x[5, :16] = 0.0  # an all-zero block
+    return x
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("floor", ["zero", "min_normal"])
+@pytest.mark.parametrize("path", ["kernels", "torch"])
+def test_nvfp4_block_scale_floors_are_bit_exact_against_a_numpy_ml_dtypes_reference(seed, floor, path):
+    x = _decades(seed)
+    want_scale, want_values, want_ts = _nvfp4_reference(x, E4M3.min_normal if floor == "min_normal" else 0.0)
+    with contextlib.nullcontext() if path == "kernels" else kernels.disabled():
+        q = quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True, scale_floor=floor)
+    assert float(q.tensor_scale) == float(want_ts)
+    assert np.array_equal(q.scale.numpy(), want_scale)
+    assert np.array_equal(q.values().numpy(), want_values)
+    assert torch.equal(q.scale_range()[0] * torch.ones(()), q.scale.min())
+    if floor == "min_normal":  # torchao's NVFP4Tensor: nothing below 2^-6
+        assert q.scale.min() == E4M3.min_normal
+    else:  # the training engines: subnormal scales, and 0 below half the smallest one (the zero block too)
+        assert ((q.scale > 0) & (q.scale < E4M3.min_normal)).any() and (q.scale == 0).any()
+        assert q.scale[5, 0] == 0 and (q.dequantize()[q.expanded_scale() == 0] == 0).all()
+
+
+def test_the_floors_differ_only_where_a_block_needs_a_scale_below_2_to_the_minus_6():
+    x = _decades(0)
+    zero = quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True)  # the default: the training floor
+    normal = quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True, scale_floor="min_normal")
+    below = zero.scale < E4M3.min_normal
+    assert below.any() and torch.equal(zero.scale[~below], normal.scale[~below])
+    assert torch.equal(zero.values().reshape(72, -1, 16)[~below], normal.values().reshape(72, -1, 16)[~below])
+    # where the block needs a subnormal scale the training floor keeps more of it: the error is smaller
+    sub = (zero.scale > 0) & below
+    err = [(q.dequantize() - x).reshape(72, -1, 16)[sub].norm() for q in (zero, normal)]
+    assert err[0] < err[1]
+
+
+def test_the_scale_floor_is_a_setting_of_the_recipe_and_bad_floors_are_refused():
+    assert RECIPES["nvfp4"].input.scale_floor == "zero"
+    assert get_recipe("nvfp4_training").grad_output.scale_floor == "zero"
+    ts = TensorScaling(E2M1, PerBlock(1, 16), "exact", E4M3, two_level=True, scale_floor="min_normal")
+    assert ts.spec.scale_floor == "min_normal" and "floor 2^-6" in ts.label
+    x = _decades(1)
+    direct = quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True, scale_floor="min_normal")
+    assert torch.equal(ts.quantize(x).scale, direct.scale)
+    with pytest.raises(ValueError, match=r"unknown scale_floor 'subnormal'; valid: 'zero'.*'min_normal'"):
+        quantize(x, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True, scale_floor="subnormal")
+    with pytest.raises(ValueError, match="is for E4M3 block scales"):
+        quantize(x, E4M3, PerBlock(1, 32), scale_floor="min_normal")
+    with pytest.raises(ValueError, match="unknown scale_floor"):
+        TensorScaling(E2M1, PerBlock(1, 16), "exact", E4M3, two_level=True, scale_floor=["zero"])
+
+
+# ---- one GEMM of one layer in high precision (notebook 09's fc1 split) -------------------------------------------
+
+
+def test_a_layer_with_its_forward_in_high_precision_computes_fp32_forward_and_the_recipes_backward():
+    from fp8lab.training.layers import FP8Linear
+
+    g = torch.Generator().manual_seed(3)
+    base = nn.Linear(64, 48)
+    x = torch.randn(32, 64, generator=g)
+    dy = torch.randn(32, 48, generator=g)
+    plain = nvfp4_with([])
+    outs = {}
+    for name, recipe in (("plain", plain), ("fprop", plain.with_gemm_in_high_precision("fprop")),
+                         ("wgrad", plain.with_gemm_in_high_precision("wgrad"))):
+        layer = FP8Linear.from_linear(copy.deepcopy(base), recipe)  # (its own weight: no gradient accumulates)
+        xi = x.clone().requires_grad_(True)
+        y = layer(xi)
+        y.backward(dy)
+        outs[name] = (y.detach(), xi.grad, layer.weight.grad)
+    exact = nn.functional.linear(x, base.weight, base.bias)
+    assert torch.equal(outs["fprop"][0], exact) and not torch.equal(outs["plain"][0], exact)
+    # the forward's precision changes no backward operand: dgrad and wgrad are the plain recipe's, bit for bit
+    assert torch.equal(outs["fprop"][1], outs["plain"][1]) and torch.equal(outs["fprop"][2], outs["plain"][2])
+    # wgrad in high precision: the plain forward and dgrad, the exact weight gradient
+    assert torch.equal(outs["wgrad"][0], outs["plain"][0]) and torch.equal(outs["wgrad"][1], outs["plain"][1])
+    assert torch.allclose(outs["wgrad"][2], dy.t() @ x, rtol=1e-5, atol=1e-5)
+    assert layer_gemms(x, base.weight, dy, plain.with_gemm_in_high_precision("fprop"))["fprop"] is None
+    table = {r["gemm"]: r["scaling"] for r in plain.with_gemm_in_high_precision("fprop").table()}
+    assert table["fprop"] == "high precision" and table["wgrad"] != "high precision"
+
+
+def test_one_gemm_in_high_precision_is_refused_where_it_cannot_be():
+    with pytest.raises(ValueError, match="takes 'fprop' or 'wgrad', not 'dgrad'"):
+        nvfp4_with([]).with_gemm_in_high_precision("dgrad")
+    with pytest.raises(ValueError, match="delayed scaling records the input's amax in the fprop GEMM"):
+        get_recipe("delayed").replace(fprop_high_precision=True)
+    with pytest.raises(TypeError, match="fprop_high_precision is True or False"):
+        get_recipe("tensorwise").replace(fprop_high_precision=1)
+    # the Hadamard transform belongs to a quantized wgrad: keeping wgrad in high precision drops it
+    r = get_recipe("nvfp4_training").with_gemm_in_high_precision("wgrad")
+    assert r.scaling("input", "wgrad") is None and r.wgrad_hadamard is None

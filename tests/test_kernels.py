@@ -105,6 +105,7 @@ def test_quantize_matches_the_torch_code_bit_for_bit(fmt, granularity):
         _compare(x, fmt=fmt, granularity=granularity, scale_rule="floor", scale_fmt=E8M0)
         _compare(x, fmt=fmt, granularity=granularity, margin=2)
         _compare(x, fmt=fmt, granularity=granularity, scale_fmt=E4M3, two_level=True)
+        _compare(x, fmt=fmt, granularity=granularity, scale_fmt=E4M3, two_level=True, scale_floor="min_normal")
         _compare(x, fmt=fmt, granularity=granularity, scale_fmt=E4M3, margin=1)
 
 
@@ -131,14 +132,17 @@ _AMAXES = torch.cat([
 def test_scale_from_amax_twins_agree_on_every_kind_of_amax(fmt):
     """scaling.scale_from_amax (the definition) and kernels.scale_from_amax (its twin): one signature, same bits."""
     for margin in (0, 3, scaling._largest_margin(fmt)):
-        for rule, scale_fmt, two_level in (("exact", None, False), ("rceil", None, False), ("floor", None, False),
-                                           ("rceil", E8M0, False), ("floor", E8M0, False), ("exact", E4M3, False),
-                                           ("exact", E4M3, True)):
+        for rule, scale_fmt, two_level, floor in (
+                ("exact", None, False, "zero"), ("rceil", None, False, "zero"), ("floor", None, False, "zero"),
+                ("rceil", E8M0, False, "zero"), ("floor", E8M0, False, "zero"), ("exact", E4M3, False, "zero"),
+                ("exact", E4M3, True, "zero"), ("exact", E4M3, False, "min_normal"),
+                ("exact", E4M3, True, "min_normal")):
             # with NaN and inf (NVFP4: tensor scale 1); all finite, normal, tiny; all zero
             for amax in (_AMAXES, _AMAXES[3:], _AMAXES[9:], _AMAXES[9:] * 1e-37, torch.zeros(3)):
-                want = scaling.scale_from_amax(amax, fmt, rule, margin, scale_fmt, two_level)
-                got = kernels.scale_from_amax(amax, fmt, rule, margin, scale_fmt, two_level)
-                assert all(_same(a, b) for a, b in zip(got, want, strict=True)), (fmt.name, margin, rule, scale_fmt)
+                want = scaling.scale_from_amax(amax, fmt, rule, margin, scale_fmt, two_level, floor)
+                got = kernels.scale_from_amax(amax, fmt, rule, margin, scale_fmt, two_level, floor)
+                assert all(_same(a, b) for a, b in zip(got, want, strict=True)), (fmt.name, margin, rule, scale_fmt,
+                                                                                 floor)
 
 
 @pytest.mark.parametrize("granularity", GRANULARITIES, ids=lambda g: g.label)
@@ -305,6 +309,7 @@ def test_monitor_counts_match_the_metrics(granularity):
     with_nan[7, 9] = float("nan")
     for x in (clean, with_nan):
         for kw in ({"fmt": E4M3}, {"fmt": E5M2, "margin": 3}, {"fmt": E2M1, "scale_fmt": E4M3, "two_level": True},
+                   {"fmt": E2M1, "scale_fmt": E4M3, "two_level": True, "scale_floor": "min_normal"},
                    {"fmt": E4M3, "scale_rule": "floor", "scale_fmt": E8M0}):
             spec = quantize_spec(granularity=granularity, **kw)
             q = quantize_with(x, spec, count=True)

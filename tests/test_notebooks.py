@@ -180,6 +180,13 @@ def test_05_names_when_outliers_hurt_and_quotes_deepseek_with_its_measure():
     assert "DeepSeek's ~2%, measured on real GEMMs, lies between the two" not in t
     assert "use_fast_accum" in t and "use_split_accumulator" in t  # the knobs, and which one the emulation is
     assert "no `dequantize()`" in t  # exercise 05 cannot be passed by dequantizing
+    # DeepSeek's ISCA '25 paper (arXiv 2505.09343, section 3.1.1), quoted as it writes it, beside the two readings
+    assert "arxiv.org/abs/2505.09343" in t
+    assert ('"After aligning 32 mantissa products by right-shifting based on the maximum exponent, the Tensor Core '
+            'only maintains their highest 13 fraction bits for addition, and truncates bits exceeding this range. '
+            'Addition results are accumulated to FP22 registers (1 sign bit, 8 exponent bits, and 13 mantissa '
+            'bits)"') in t
+    assert "leans towards the group reading" in t
 
 
 def test_06_exercise_comes_before_the_cell_that_answers_it():

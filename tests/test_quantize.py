@@ -75,19 +75,29 @@ def test_mx_scales_are_e8m0(x, gran, rule):
     assert torch.equal(fp8lab.cast(q.scale, E8M0), q.scale)  # every scale is an E8M0 value
 
 
-@given(x=matrices)
-def test_nvfp4_two_level_bound(x):
+@given(x=matrices, floor=st.sampled_from(["zero", "min_normal"]))
+def test_nvfp4_two_level_bound(x, floor):
     x = torch.from_numpy(x)
-    q = quantize(x, E2M1, PerBlock(1, 16), scale_fmt="e4m3", two_level=True)
+    q = quantize(x, E2M1, PerBlock(1, 16), scale_fmt="e4m3", two_level=True, scale_floor=floor)
     assert torch.equal(fp8lab.cast(q.scale, E4M3), q.scale)
+    assert (q.scale >= E4M3.min_normal).all() if floor == "min_normal" else (q.scale >= 0).all()
     deq = q.dequantize()
     assert torch.isfinite(deq).all() and deq.shape == x.shape
-    # E4M3 rounding of the block scale can push the block max up to 1/16 over 6, which clips
-    y = x.double() / q.expanded_scale().double()
-    assert (y.abs() <= 6 * (1 + 2**-3) + 1e-6).all()
-    # and the values come back: within half an E2M1 step of each element's scaled magnitude
-    err = (deq.double() - x.double()).abs()
-    assert (err <= q.expanded_scale().double() * torch.clamp(y.abs() / 4, min=0.25) * (1 + 1e-6) + 1e-30).all()
+    s = q.expanded_scale().double()
+    # a zero scale (the training floor: a block below half E4M3's smallest subnormal scale) holds
+    # nothing: its values are 0, each below 6 x 2^-10 x the tensor scale
+    zero = s == 0
+    assert (deq[zero] == 0).all()
+    assert (x.double().abs()[zero] <= 6 * 2**-10 * float(q.tensor_scale) * (1 + 1e-6)).all()
+    # E4M3 rounding of a normal block scale can push the block max up to 1/16 over 6, which clips; a
+    # subnormal scale (a grid of 2^-9, the training floor) rounds down by up to a third: 6 x 1.5
+    y = torch.where(zero, 0.0, x.double() / s)
+    subnormal = (s > 0) & (s < E4M3.min_normal * float(q.tensor_scale))
+    assert (y.abs()[~subnormal] <= 6 * (1 + 2**-3) + 1e-6).all() and (y.abs()[subnormal] <= 9 + 1e-6).all()
+    # and the values come back: within half an E2M1 step of each element's scaled magnitude, plus what clipped
+    err = torch.where(zero, 0.0, (deq.double() - x.double()).abs())
+    bound = s * (torch.clamp(y.abs() / 4, min=0.25) + (y.abs() - 6).clamp(min=0))
+    assert (err <= bound * (1 + 1e-6) + 1e-30).all()
 
 
 def test_zero_blocks_get_scale_one_and_zeros():

@@ -85,7 +85,8 @@ def test_nvfp4_matches_torchao(seed):
     ts = per_tensor_amax_to_scale(amax)
     ao_scales, ao_packed = nvfp4_quantize(x, 16, ts)
     ao_values = f4_unpacked_to_f32(unpack_uint4(ao_packed)).reshape(x.shape)
-    q = fp8lab.quantize(x, E2M1, PerBlock(1, 16), "exact", scale_fmt=E4M3, two_level=True)
+    # torchao's NVFP4Tensor (inference) clamps block scales at E4M3's smallest normal: fp8lab's "min_normal" floor
+    q = fp8lab.quantize(x, E2M1, PerBlock(1, 16), "exact", scale_fmt=E4M3, two_level=True, scale_floor="min_normal")
     assert torch.equal(q.tensor_scale, ts)
     assert torch.equal(q.scale, ao_scales.float())
     assert torch.equal(q.data.float(), ao_values)

@@ -57,6 +57,7 @@ def lesson(name: str, path: str, old: str, new: str) -> Mutation:
 NUM = "fp8lab/numerics/"
 F, S, Q, K, C = NUM + "formats.py", NUM + "scaling.py", NUM + "quantize.py", NUM + "kernels.py", NUM + "_kernels.c"
 KB, SET, TH = NUM + "kernels_build.py", "fp8lab/settings.py", "fp8lab/threads.py"
+FLOOR = "tests/test_fp4_numerics.py::test_nvfp4_block_scale_floors_are_bit_exact_against_a_numpy_ml_dtypes_reference"
 G, N, MT, R = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py"
 X = "fp8lab/lab/exercises/scaling.py"
 PUB = "fp8lab/training/published.py"
@@ -96,9 +97,34 @@ MUTATIONS = [
       "e = log2_floor_amax - math.ceil(math.log2(max_eff))", T + "test_quantize.py"),
     m("an all-zero block gets no scale 1", S, "        inverse = torch.where(zero, 1.0, inverse)\n", "",
       T + "test_quantize.py"),
-    m("E4M3 block scales not kept above E4M3's smallest normal", S,
-      "cast(ideal.clamp(min=args.scale_fmt.min_normal, max=args.scale_fmt.max_value)",
-      "cast(ideal.clamp(max=args.scale_fmt.max_value)", T + "test_quantize.py"),
+    m("E4M3 block scales not kept above E4M3's smallest normal (torchao's inference floor)", S,
+      "cast(ideal.clamp(min=args.floor, max=args.scale_fmt.max_value)",
+      "cast(ideal.clamp(max=args.scale_fmt.max_value)", T + "test_quantize.py", FLOOR),
+    m("the training engines' NVFP4 floor back at 2^-6", S,
+      'return self.scale_fmt.min_normal if self.scale_floor == "min_normal" and self.scale_fmt else 0.0',
+      "return self.scale_fmt.min_normal if self.scale_fmt else 0.0", FLOOR),
+    m("a zero NVFP4 block scale gets an infinite inverse", S,
+      "        inverse = torch.where(scale == 0, 0.0, inverse)\n", "", FLOOR),
+    m("the C kernel's NVFP4 floor at E4M3's smallest normal whatever the setting", C,
+      "float lo = p->scale_floor, hi", "float lo = ldexpf(1.0f, p->scale_format.min_exponent), hi",
+      FLOOR),
+    m("an unknown scale floor accepted", S,
+      "    if not isinstance(scale_floor, str) or scale_floor not in SCALE_FLOORS:\n", "    if False:\n",
+      T + "test_fp4_numerics.py::test_the_scale_floor_is_a_setting_of_the_recipe_and_bad_floors_are_refused"),
+    m("a recipe's fprop in high precision still quantized", R,
+      '        if gemm == "fprop" and self.fprop_high_precision:\n            return None\n', "",
+      T + "test_fp4_numerics.py::test_a_layer_with_its_forward_in_high_precision_computes_fp32_forward_and_the_"
+      "recipes_backward"),
+    m("fprop in high precision accepted with delayed scaling", R,
+      "        if self.fprop_high_precision and self.delayed is not None:\n", "        if False:\n",
+      T + "test_fp4_numerics.py::test_one_gemm_in_high_precision_is_refused_where_it_cannot_be"),
+    m("exercise 09b accepts any measurement", "fp8lab/lab/exercises/fp4.py",
+      "SPLIT_TOLERANCE = 0.1  #", "SPLIT_TOLERANCE = 10.0  #",
+      T + "test_exercises.py::test_exercise_09b_is_graded_against_the_measured_split_with_its_tolerance"),
+    m("exercise 09b's shares read against the wrong run", "fp8lab/training/parts.py",
+      'runs = {"whole": FC1_SPLIT[2].label, "forward": FC1_SPLIT[3].label, "wgrad": FC1_SPLIT[4].label}',
+      'runs = {"whole": FC1_SPLIT[2].label, "forward": FC1_SPLIT[4].label, "wgrad": FC1_SPLIT[3].label}',
+      T + "test_exercises.py::test_exercise_09b_is_graded_against_the_measured_split_with_its_tolerance"),
     m("NVFP4 tensor scale without the E4M3 max", S, "divisor = args.scale_fmt.max_value * fmt.max_value",
       "divisor = fmt.max_value", T + "test_kernels.py::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
     m("replay counts the current amax", S, "used.append(a if past is None else past)",

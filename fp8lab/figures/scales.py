@@ -36,7 +36,9 @@ def nvfp4_block_scales(counts: tuple[np.ndarray, np.ndarray], ax=None, ymax: flo
     """A histogram of log2 of the E4M3 block scales NVFP4's 1x16 blocks need (block amax / 6 / tensor scale,
     before they are rounded to E4M3), counts per NVFP4_BINS bin (scale_histogram: the blocks without an outlier,
     the blocks with one), against E4M3's range: its smallest normal (`floor`), its smallest subnormal and its
-    largest value. A scale needed below the floor is clamped up to it: its block's small values flush.
+    largest value. torchao's inference NVFP4Tensor clamps a scale needed below the smallest normal up to it (its
+    block's small values flush); the training engines store it as an E4M3 subnormal, and as 0 below half the
+    smallest subnormal (the block flushes whole).
     ymax: a fixed top for the count axis (the panel's largest count over every setting: the axes stay put)."""
     ax = _ax(ax)
     for values, color, label in ((counts[0], PALETTE[0], "blocks without an outlier"),
@@ -45,9 +47,10 @@ def nvfp4_block_scales(counts: tuple[np.ndarray, np.ndarray], ax=None, ymax: flo
     ax.axvspan(math.log2(smallest), math.log2(floor), color=WINDOW, alpha=0.10, lw=0)
     ax.axvspan(math.log2(floor), math.log2(largest), color=WINDOW, alpha=0.22, lw=0)
     ax.axvline(math.log2(floor), color=WINDOW, lw=1.5)
-    ax.text(math.log2(floor) + 0.3, 0.97, "E4M3's smallest normal:\nthe floor fp8lab and\ntorchao clamp to",
+    ax.text(math.log2(floor) + 0.3, 0.97, "E4M3's smallest normal:\ntorchao's inference\nfloor (2^-6)",
             transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="black")
-    ax.text(math.log2(smallest) - 0.3, 0.97, "smallest\nsubnormal", transform=ax.get_xaxis_transform(), fontsize=7,
+    ax.text(math.log2(smallest) - 0.3, 0.97, "smallest\nsubnormal:\ntraining\nengines'\nlast scale",
+            transform=ax.get_xaxis_transform(), fontsize=7,
             va="top", ha="right", color="black")
     ax.set_xlim(float(NVFP4_BINS[0]), float(NVFP4_BINS[-1]))
     ax.set_ylim(0, ymax or max(1, int(max(counts[0].max(), counts[1].max()) * 1.05)))

@@ -54,12 +54,13 @@ typedef struct {
     fp8lab_format storage;              /* the format whose bytes hold the codes (E2M1 in E4M3 bytes) */
     fp8lab_format scale_format;         /* round_scales: the block scales' format (NVFP4: E4M3) */
     int32_t rule;                       /* RULE_*: the index of the rule in scaling.SCALE_RULES */
-    int32_t round_scales;               /* exact scales rounded to scale_format, clamped to its normal range */
+    int32_t round_scales;               /* exact scales rounded to scale_format, clamped to [scale_floor, its max] */
     int32_t two_level;                  /* ... under a per-tensor scale amax / (scale max * element max) */
     int32_t exponent_min, exponent_max; /* power-of-two scales 2^e: e clamped to this range */
     double max_eff;                     /* element max / 2^margin */
     float min_inverse;                  /* "exact": the smallest inverse (its scale 1 / inverse stays finite) */
     float min_tensor_scale;             /* two-level: the smallest tensor scale (inverses stay finite) */
+    float scale_floor;                  /* round_scales: the smallest scale before rounding (ScaleArgs.floor) */
     int32_t fold;                       /* values times their block's scale */
     int32_t count;                      /* count the clipped and the flushed elements */
     double clip_limit;                  /* |x| / scale beyond this clipped (FloatFormat.clip_threshold) */
@@ -450,9 +451,9 @@ static inline float pow2(int32_t e) {
 /* scale and inverse per block from its amax, for every rule:
    "exact"  inverse = float32(clamp(max_eff / double(amax), min_inverse, FLT_MAX)), scale = 1 / inverse;
             with round_scales (NVFP4): scale = round to scale_format of clamp(amax / max_eff [/ tensor
-            scale], its smallest normal, its largest value), inverse = (1 / tensor scale) / scale, the
-            tensor scale max(amax of all / (scale_format max * element max), min_tensor_scale), 1 where
-            that amax is 0 or NaN;
+            scale], scale_floor, its largest value), inverse = (1 / tensor scale) / scale (0 where the
+            scale is 0), the tensor scale max(amax of all / (scale_format max * element max),
+            min_tensor_scale), 1 where that amax is 0 or NaN;
    "rceil"  2^e, e = ceil(log2(amax / max_eff)); "floor" 2^e, e = floor(log2 amax) - floor(log2 max_eff):
             e from frexp's exact exponent, clamped to [exponent_min, exponent_max].
    amax 0 gives scale 1 and inverse 1; NaN gives NaN and NaN. */
@@ -461,7 +462,7 @@ static void block_scales(const fp8lab_params *p, const float *amax, int64_t n, f
     double max_eff = p->max_eff;
     if (p->rule == RULE_EXACT && p->round_scales) {
         fmt_t sf = make_fmt(p->scale_format, p->scale_format);
-        float lo = ldexpf(1.0f, p->scale_format.min_exponent), hi = p->scale_format.max_value;
+        float lo = p->scale_floor, hi = p->scale_format.max_value;
         float ts = 1.0f;
         if (p->two_level) {
             uint32_t top = 0u; /* the largest amax; NaN's bits are the largest */
@@ -483,7 +484,7 @@ static void block_scales(const fp8lab_params *p, const float *amax, int64_t n, f
             cast_one(ideal, sf, &code, &sc);
             sc = a != a ? NAN : sc;
             scale[i] = sc;
-            inverse[i] = inv_ts / sc;
+            inverse[i] = sc == 0.0f ? 0.0f : inv_ts / sc; /* a zero scale holds nothing: codes 0 */
         }
         return;
     }
@@ -558,7 +559,7 @@ FP8LAB_API int fp8lab_cast(fp8lab_params *p) {
 
 /* For the monitor (metrics.overflow_fraction / underflow_fraction, same arithmetic):
    counts[0] = elements with double(|x|) / double(scale[block] * tensor scale) > clip_limit (they
-   clipped), counts[1] = nonzero elements whose code is a zero (they flushed). */
+   clipped; none in a block whose scale is 0), counts[1] = nonzero elements whose code is a zero (they flushed). */
 static void clip_flush_counts(fp8lab_params *p) {
     int64_t M = p->M, K = p->K, r = p->r, c = p->c, KB = (K + c - 1) / c, clipped = 0, flushed = 0;
     const float *x = p->x, *s = p->scale;
@@ -578,7 +579,7 @@ static void clip_flush_counts(fp8lab_params *p) {
             const uint8_t *cr = codes + m * K;
             int64_t cl = 0, fl = 0;
             for (int64_t k = k0; k < k1; k++) {
-                cl += fabs((double)xr[k]) / sd > limit;
+                cl += (sd != 0.0) & (fabs((double)xr[k]) / sd > limit);
                 fl += (xr[k] != 0.0f) & ((cr[k] & magnitude) == 0);
             }
             clipped += cl;

@@ -98,7 +98,7 @@ class _Params(ctypes.Structure):
         ("element", _Format), ("storage", _Format), ("scale_format", _Format),
         ("rule", ctypes.c_int32), ("round_scales", ctypes.c_int32), ("two_level", ctypes.c_int32),
         ("exponent_min", ctypes.c_int32), ("exponent_max", ctypes.c_int32), ("max_eff", ctypes.c_double),
-        ("min_inverse", ctypes.c_float), ("min_tensor_scale", ctypes.c_float),
+        ("min_inverse", ctypes.c_float), ("min_tensor_scale", ctypes.c_float), ("scale_floor", ctypes.c_float),
         ("fold", ctypes.c_int32), ("count", ctypes.c_int32), ("clip_limit", ctypes.c_double),
         ("x", _p), ("given_amax", _p), ("amax", _p), ("scale", _p), ("inverse", _p), ("codes", _p), ("values", _p),
         ("tensor_scale", ctypes.c_float), ("scale_range", ctypes.c_float * 2), ("counts", ctypes.c_int64 * 2),
@@ -127,7 +127,7 @@ def parameters(args: ScaleArgs) -> bytes | None:
     p = _Params(size=ctypes.sizeof(_Params), element=_Format.of(fmt), storage=_Format.of(storage),
                 rule=SCALE_RULES.index(args.scale_rule), round_scales=e4m3 is not None, two_level=args.two_level,
                 exponent_min=lo, exponent_max=hi, max_eff=args.max_eff, min_inverse=args.min_inverse,
-                min_tensor_scale=args.min_tensor_scale, clip_limit=fmt.clip_threshold)
+                min_tensor_scale=args.min_tensor_scale, scale_floor=args.floor, clip_limit=fmt.clip_threshold)
     if e4m3 is not None:
         p.scale_format = _Format.of(e4m3)
     return bytes(p)
@@ -356,8 +356,8 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
 
 
 def _template(fmt: FloatFormat | str, scale_rule: str = "exact", margin: int = 0,
-              scale_fmt: FloatFormat | str | None = None, two_level: bool = False) -> bytes:
-    p = parameters(check_scale_args(fmt, scale_rule, margin, scale_fmt, two_level))
+              scale_fmt: FloatFormat | str | None = None, two_level: bool = False, scale_floor: str = "zero") -> bytes:
+    p = parameters(check_scale_args(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor))
     if p is None:
         raise ValueError(f"the kernels store e4m3, e5m2 and e2m1 codes, not {get_format(fmt).name}")
     return p
@@ -378,10 +378,12 @@ def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
 
 @torch.compiler.disable
 def scale_from_amax(amax: torch.Tensor, fmt: FloatFormat | str = "e4m3", scale_rule: str = "exact", margin: int = 0,
-                    scale_fmt: FloatFormat | str | None = None, two_level: bool = False) -> Scales:
+                    scale_fmt: FloatFormat | str | None = None, two_level: bool = False,
+                    scale_floor: str = "zero") -> Scales:
     """scaling.scale_from_amax, by the kernel: Scales(scale, inverse, tensor_scale), shaped like amax."""
     a = amax.to(torch.float32)
-    p, flat = _block_params(_template(fmt, scale_rule, margin, scale_fmt, two_level), a.reshape(1, -1), (1, 1))
+    p, flat = _block_params(_template(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor), a.reshape(1, -1),
+                            (1, 1))
     scale, inverse = torch.empty(a.shape), torch.empty(a.shape)
     p.given_amax, p.scale, p.inverse = flat.data_ptr(), scale.data_ptr(), inverse.data_ptr()
     _run("fp8lab_scales", p)

@@ -127,8 +127,10 @@ def relative_error(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> float:
 
 
 def _scaled_magnitude(x: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
-    # |x| / scale: where each element sat on the format's axis before rounding
-    return x.detach().double().abs() / q.expanded_scale().double()
+    # |x| / scale: where each element sat on the format's axis before rounding (0 where a block's
+    # scale is 0: an NVFP4 block below every E4M3 scale, whose values flush)
+    s = q.expanded_scale().double()
+    return torch.where(s == 0, 0.0, x.detach().double().abs() / s)
 
 
 def _clipped(x: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:

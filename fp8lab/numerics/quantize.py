@@ -91,6 +91,7 @@ class QuantizedTensor:
         counts: (clipped, flushed) elements, where quantize counted them in its own pass; else None.
         derived: the float32 and scale-folded values, computed once from the codes (a cache: see Derived).
         rounding: how the cast rounded, "nearest" or "stochastic" (formats.ROUNDINGS).
+        scale_floor: where E4M3 block scales stopped at the bottom (scaling.SCALE_FLOORS).
 
     Checked on construction: a wrong dtype, device or scale shape raises ValueError, never garbage later.
     Frozen: no field is reassigned and no tensor written after construction; only the cache fills in.
@@ -108,6 +109,7 @@ class QuantizedTensor:
     counts: tuple[int, int] | None = None
     derived: Derived = field(default_factory=Derived, repr=False)
     rounding: str = "nearest"
+    scale_floor: str = "zero"
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, torch.Tensor) or not isinstance(self.scale, torch.Tensor):
@@ -115,7 +117,8 @@ class QuantizedTensor:
         if not isinstance(self.fmt, FloatFormat) or not isinstance(self.granularity, Granularity):
             raise TypeError("QuantizedTensor: fmt must be a FloatFormat and granularity a Granularity "
                             "(fp8lab.get_format, fp8lab.parse_granularity)")
-        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.tensor_scale is not None)
+        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.tensor_scale is not None,
+                         self.scale_floor)
         _check_rounding(self.fmt, self.rounding)
         if self.data.dtype != self.fmt.storage_dtype:
             raise ValueError(f"QuantizedTensor: {self.fmt.name} data is stored as {self.fmt.storage_dtype}, "
@@ -191,7 +194,8 @@ class QuantizedTensor:
                 raise ValueError(f"the transpose's blocks are {gran.label}, not {granularity.label}")
             gran = granularity
         return QuantizedTensor(self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt,
-                               self.tensor_scale, amax, self.margin, self.counts, self.derived.t(), self.rounding)
+                               self.tensor_scale, amax, self.margin, self.counts, self.derived.t(), self.rounding,
+                               self.scale_floor)
 
     def to(self, device: torch.device | str) -> QuantizedTensor:
         """The same codes and scales on another device (cached float32 copies are not moved)."""
@@ -204,7 +208,7 @@ class QuantizedTensor:
 
         return QuantizedTensor(move(self.data), move(self.scale), self.fmt, self.granularity, self.scale_rule,
                                self.scale_fmt, move(self.tensor_scale), move(self.amax), self.margin, self.counts,
-                               Derived(scale_range=self.derived.scale_range), self.rounding)
+                               Derived(scale_range=self.derived.scale_range), self.rounding, self.scale_floor)
 
     @property
     def shape(self) -> torch.Size:
@@ -281,6 +285,7 @@ class QuantizedTensor:
             f"shape={tuple(self.shape)}, scale={tuple(self.scale.shape)}"
             + (f" {self.scale_fmt.name}" if self.scale_fmt else " float32")
             + (", two-level" if self.tensor_scale is not None else "")
+            + (f", scale floor {self.scale_floor}" if self.scale_floor != "zero" else "")
             + (f", {self.rounding} rounding" if self.rounding != "nearest" else "")
             + ")"
         )
@@ -406,6 +411,7 @@ class QuantizeSpec:
     two_level: bool
     rounding: str = "nearest"
     kernel: bytes | None = field(default=None, compare=False, repr=False)
+    scale_floor: str = "zero"
 
 
 def quantize_spec(
@@ -416,21 +422,23 @@ def quantize_spec(
     scale_fmt: FloatFormat | str | None = None,
     two_level: bool = False,
     rounding: str = "nearest",
+    scale_floor: str = "zero",
 ) -> QuantizeSpec:
     """quantize()'s arguments checked once (a clear error names the valid choices)."""
     try:
-        return _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding)
+        return _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding, scale_floor)
     except TypeError:  # an unhashable argument: check it uncached, for the error that explains it
-        return _spec_cached.__wrapped__(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding)
+        return _spec_cached.__wrapped__(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding,
+                                        scale_floor)
 
 
 @lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
-def _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding) -> QuantizeSpec:
-    args = check_scale_args(get_format(fmt), scale_rule, margin, scale_fmt, two_level)
+def _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding, scale_floor) -> QuantizeSpec:
+    args = check_scale_args(get_format(fmt), scale_rule, margin, scale_fmt, two_level, scale_floor)
     # stochastic rounding runs in the torch code: the C kernels round to nearest only
     kernel = kernels.parameters(args) if _check_rounding(args.fmt, rounding) == "nearest" else None
     return QuantizeSpec(args.fmt, parse_granularity(granularity), args.scale_rule, args.margin, args.scale_fmt,
-                        args.two_level, rounding, kernel)
+                        args.two_level, rounding, kernel, args.scale_floor)
 
 
 def quantize(
@@ -445,6 +453,7 @@ def quantize(
     amax: torch.Tensor | float | None = None,
     rounding: str = "nearest",
     generator: torch.Generator | None = None,
+    scale_floor: str = "zero",
 ) -> QuantizedTensor:
     """Quantize x to `fmt` with one scale per block of `granularity`.
 
@@ -455,6 +464,9 @@ def quantize(
     scale_fmt  None: float32 scales. E8M0: power-of-two scales (MX). E4M3: scales rounded
                to E4M3 (NVFP4), with two_level=True adding a per-tensor float32 scale
                amax / (448 * fmt.max_value) so the E4M3 block scales use their whole range.
+    scale_floor  E4M3 block scales only: "zero" (no lower clamp, subnormal scales and 0 below them: the
+               training engines, TransformerEngine and torchao's NVFP4 training path) or "min_normal"
+               (clamped at 2^-6: torchao's inference NVFP4Tensor); scaling.SCALE_FLOORS says which is whose.
     amax       use this amax instead of x's own: a scalar for per-tensor scaling (delayed
                scaling), or one per block, shaped like the scale (amaxes reduced across
                data-parallel ranks, fp8lab.training.distributed); each finite and >= 0, or NaN. Values
@@ -474,7 +486,7 @@ def quantize(
     clamped to it. x may have any float dtype; it is detached: the result carries no autograd
     graph (fp8lab.nn.FP8Linear defines the gradients of FP8 training).
     """
-    spec = quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding)
+    spec = quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding, scale_floor)
     return quantize_with(x, spec, amax, generator=generator)
 
 
@@ -517,7 +529,7 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
         _refuse_inf(x2d)
     block_amax = own if given is None else given
     scale, inverse, tensor_scale = scale_from_amax(block_amax, spec.fmt, spec.scale_rule, spec.margin,
-                                                   spec.scale_fmt, spec.two_level)
+                                                   spec.scale_fmt, spec.two_level, spec.scale_floor)
     draws = uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None
     data = _scale_and_cast(x2d, block, inverse, spec.fmt, draws)
     return _quantized(x, spec, data, scale, tensor_scale, block_amax)
@@ -540,7 +552,8 @@ def _quantized(x, spec: QuantizeSpec, data, scale, tensor_scale, block_amax, val
         values = None if values is None else values.reshape(x.shape)
     derived = Derived(None if folded else values, values if folded else None, scale_range)
     return QuantizedTensor(data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale,
-                           block_amax, spec.margin, counts, derived, spec.rounding)
+                           block_amax, spec.margin, counts, derived, spec.rounding,
+                           spec.scale_floor)
 
 
 def quantize_delayed(

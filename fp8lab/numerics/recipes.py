@@ -62,6 +62,9 @@ class TensorScaling:
     rounding: "nearest" or "stochastic" (the cast's rounding; quantize's `rounding`).
     hadamard: a RandomHadamard applied along the contraction before the operand is scaled (both
         operands of a GEMM get the same one, which cancels in their product), or None.
+    scale_floor: where E4M3 block scales (NVFP4) stop at the bottom, one of scaling.SCALE_FLOORS:
+        "zero" (the default: the training engines, TransformerEngine and torchao's NVFP4 training path)
+        or "min_normal" (2^-6: torchao's inference NVFP4Tensor).
     Frozen; it caches two derived things on itself, both pure functions of its fields: `spec`
     (the settings checked once) and down_columns(rows) (the same scaling restated for the
     transposed operand, one per `rows`)."""
@@ -74,13 +77,14 @@ class TensorScaling:
     margin: int = 0
     rounding: str = "nearest"
     hadamard: RandomHadamard | None = None
+    scale_floor: str = "zero"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fmt", get_format(self.fmt))
         object.__setattr__(self, "granularity", parse_granularity(self.granularity))
         if self.scale_fmt is not None:
             object.__setattr__(self, "scale_fmt", get_format(self.scale_fmt))
-        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.two_level)
+        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.two_level, self.scale_floor)
         _check_rounding(self.fmt, self.rounding)
         if self.hadamard is not None and not isinstance(self.hadamard, RandomHadamard):
             raise TypeError(f"hadamard must be a RandomHadamard or None, got {type(self.hadamard).__name__}")
@@ -89,7 +93,7 @@ class TensorScaling:
     def spec(self) -> QuantizeSpec:
         """These settings checked once, as quantize() takes them."""
         return quantize_spec(self.fmt, self.granularity, self.scale_rule, self.margin, self.scale_fmt,
-                             self.two_level, self.rounding)
+                             self.two_level, self.rounding, self.scale_floor)
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         """The operand x[rows, contraction] as its GEMM reads it: hadamard.apply(x) along the
@@ -133,7 +137,7 @@ class TensorScaling:
     @property
     def label(self) -> str:
         scale = self.scale_fmt.name if self.scale_fmt else "fp32"
-        extra = " +tensor" if self.two_level else ""
+        extra = (" +tensor" if self.two_level else "") + (", floor 2^-6" if self.scale_floor == "min_normal" else "")
         parts = (", stochastic rounding" if self.rounding == "stochastic" else "") + (
             f", after a {self.hadamard.label}" if self.hadamard is not None else "")
         return f"{self.fmt.name} {self.granularity.label} {self.scale_rule} ({scale} scales{extra}){parts}"
@@ -192,11 +196,17 @@ class Recipe:
 
     weight_for_dgrad      a different scaling for the weight in the dgrad GEMM
     wgrad_high_precision  run the wgrad GEMM unquantized (torchao rowwise_with_gw_hp)
+    fprop_high_precision  run the fprop GEMM unquantized (dgrad and wgrad still quantized): with
+                          wgrad_high_precision, what splits a layer's forward from its weight gradient
+                          (notebook 09's fc1 split; Recipe.with_gemm_in_high_precision)
     delayed               per-tensor scales from an amax history instead of the current amax
     wgrad_hadamard        a RandomHadamard applied to both wgrad operands along their contraction
                           (the tokens, M) before they are scaled: NVFP4's random Hadamard transform
     high_precision_share  the share of a model's linear layers fp8lab.nn.convert keeps in high precision,
-                          the last ones: ceil(share * layers) of them (NVFP4's ~15%); 0 converts all
+                          the last ones: ceil(share * layers) of them; 0 converts all. nvfp4_training's 15%,
+                          the last layers, is fp8lab's own choice: the NVFP4 pretraining paper (arXiv
+                          2509.25149) "incorporates selective high-precision layers", which summaries of it give
+                          as about 15-16% of the linear layers, most of them at the end
     """
 
     name: str
@@ -211,6 +221,7 @@ class Recipe:
     tags: tuple[str, ...] = field(default=())
     wgrad_hadamard: RandomHadamard | None = None
     high_precision_share: float = 0.0
+    fprop_high_precision: bool = False
 
     def __post_init__(self) -> None:
         if self.delayed is not None:
@@ -224,6 +235,11 @@ class Recipe:
         if self.wgrad_hadamard is not None and (self.wgrad_high_precision or self.delayed is not None):
             raise ValueError("a Hadamard transform on the wgrad GEMM needs that GEMM quantized with current scales "
                              "(not wgrad_high_precision, not delayed scaling)")
+        if not isinstance(self.fprop_high_precision, bool):
+            raise TypeError(f"fprop_high_precision is True or False, got {self.fprop_high_precision!r}")
+        if self.fprop_high_precision and self.delayed is not None:
+            raise ValueError("delayed scaling records the input's amax in the fprop GEMM: it cannot run with "
+                             "fprop_high_precision (use a current-scaling recipe)")
         share = self.high_precision_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share < 1:
             raise ValueError(f"high_precision_share is a share of the linear layers in [0, 1), got {share!r}")
@@ -235,6 +251,8 @@ class Recipe:
         if role not in GEMMS[gemm]:
             raise ValueError(f"{gemm} takes {' and '.join(GEMMS[gemm])}, not {role!r}")
         if gemm == "wgrad" and self.wgrad_high_precision:
+            return None
+        if gemm == "fprop" and self.fprop_high_precision:
             return None
         if gemm == "dgrad" and role == "weight" and self.weight_for_dgrad is not None:
             return self.weight_for_dgrad
@@ -277,6 +295,18 @@ class Recipe:
     def with_stochastic_gradients(self, on: bool = True) -> Recipe:
         """grad_output (dgrad's and wgrad's dy) rounded stochastically (on) or to nearest."""
         return replace(self, grad_output=replace(self.grad_output, rounding="stochastic" if on else "nearest"))
+
+    def with_gemm_in_high_precision(self, gemm: str) -> Recipe:
+        """This recipe with one GEMM of the layer unquantized: "fprop" (the forward) or "wgrad" (the weight
+        gradient); the other GEMMs as they were. convert(overrides={layer: ...}) applies it to one layer."""
+        if gemm == "fprop":
+            return replace(self, fprop_high_precision=True)
+        if gemm == "wgrad":
+            if self.wgrad_hadamard is not None:
+                return replace(self, wgrad_high_precision=True, wgrad_hadamard=None)
+            return replace(self, wgrad_high_precision=True)
+        raise ValueError(f"with_gemm_in_high_precision takes 'fprop' or 'wgrad', not {gemm!r} (dgrad's gradient "
+                         "flows on to the layers before: keep the whole layer instead, convert(skip=...))")
 
     def with_high_precision_layers(self, share: float = 0.15) -> Recipe:
         """The last ceil(share * layers) linear layers kept in high precision by convert (0: none)."""
@@ -358,12 +388,13 @@ RECIPES: dict[str, Recipe] = {
 }
 
 # The NVFP4 training recipe's parts beyond 16-element blocks (arXiv 2509.25149 section 4; TransformerEngine's
-# NVFP4BlockScaling): part -> (short label, what it is)
+# NVFP4BlockScaling): part -> (short label, what it is). Which layers stay in high precision is a choice per model:
+# "the last 15%" is fp8lab's (the paper's are mostly, not all, the last ones; TE leaves it to the user)
 NVFP4_PARTS: dict[str, tuple[str, str]] = {
     "2d_weights": ("2D", "16x16 weight blocks: fprop and dgrad read the same weight codes"),
     "hadamard": ("RHT", "a random Hadamard transform (d = 16) on the wgrad GEMM's two operands"),
     "stochastic_rounding": ("SR", "gradients (dy, in dgrad and wgrad) rounded stochastically"),
-    "high_precision": ("HP", "the last 15% of linear layers in high precision"),
+    "high_precision": ("HP", "the last 15% of linear layers in high precision (fp8lab's choice)"),
 }
 
 
@@ -399,7 +430,8 @@ VARIANTS: dict[str, Recipe] = {
     ),
     "nvfp4_training": nvfp4_with(NVFP4_PARTS, name="nvfp4_training").replace(
         description="NVFP4's training recipe: 16x16 weight blocks, a random Hadamard transform (d = 16) on the "
-        "wgrad GEMM's operands, stochastic rounding of gradients, the last 15% of linear layers in high precision",
+        "wgrad GEMM's operands, stochastic rounding of gradients, the last 15% of linear layers in high precision "
+        "(fp8lab's choice of layers)",
     ),
 }
 

@@ -2,7 +2,8 @@
 
 Public: PerTensor, PerRow, PerBlock(rows, cols), parse_granularity, amax_per_block,
 scale_from_amax (every scale rule, NVFP4's E4M3 block scales and tensor scale included),
-Scales, ScaleArgs / check_scale_args, SCALE_RULES, AmaxHistory (delayed scaling).
+Scales, ScaleArgs / check_scale_args, SCALE_RULES, SCALE_FLOORS (where NVFP4's block scales stop,
+and whose engine each floor is), AmaxHistory (delayed scaling).
 Shapes: x[M, K] -> amax[ceil(M/rows), ceil(K/cols)]; PerRow is PerBlock(1, K) and
 PerTensor is PerBlock(M, K); a block larger than the tensor is clamped to it.
 `scale` is the dequantization multiplier: x ~= q * scale.
@@ -24,6 +25,7 @@ from fp8lab.numerics.formats import E4M3, E8M0, FloatFormat, cast, get_format
 
 __all__ = [
     "MAX_BLOCK",
+    "SCALE_FLOORS",
     "SCALE_RULES",
     "AmaxHistory",
     "Granularity",
@@ -41,6 +43,14 @@ __all__ = [
 
 ScaleRule = Literal["exact", "rceil", "floor"]
 SCALE_RULES: tuple[str, ...] = ("exact", "rceil", "floor")
+
+# Where E4M3 block scales (NVFP4) stop at the bottom, and the engine each floor belongs to. A block
+# needing a smaller scale gets the floor: its small values flush (a scale of 0 holds nothing).
+SCALE_FLOORS: dict[str, str] = {
+    "zero": "no lower clamp: E4M3's subnormal scales (down to 2^-9), 0 below them; the training engines "
+            "(TransformerEngine's NVFP4 quantizer, torchao's NVFP4 training path)",
+    "min_normal": "clamped at E4M3's smallest normal, 2^-6; torchao's NVFP4Tensor (inference, nvfp4_tensor.py)",
+}
 
 
 # ---- granularity ---------------------------------------------------------------------------
@@ -239,6 +249,19 @@ class ScaleArgs:
     margin: int
     scale_fmt: FloatFormat | None
     two_level: bool
+    scale_floor: str = "zero"
+
+    @property
+    def floor(self) -> float:
+        """The smallest E4M3 block scale before rounding: 0 ("zero") or E4M3's smallest normal ("min_normal")."""
+        return self.scale_fmt.min_normal if self.scale_floor == "min_normal" and self.scale_fmt else 0.0
+
+    @property
+    def smallest_scale(self) -> float:
+        """The smallest nonzero E4M3 block scale: E4M3's smallest subnormal ("zero") or smallest normal."""
+        if self.scale_fmt is None:
+            return 0.0
+        return self.scale_fmt.min_normal if self.scale_floor == "min_normal" else self.scale_fmt.min_subnormal
 
     @property
     def max_eff(self) -> float:
@@ -260,9 +283,9 @@ class ScaleArgs:
 
     @property
     def min_tensor_scale(self) -> float:
-        """two_level: the smallest tensor scale, 2^-127 / the smallest block scale, so that every
+        """two_level: the smallest tensor scale, 2^-127 / the smallest nonzero block scale, so that every
         inverse (1 / tensor_scale) / block scale stays finite in float32."""
-        return 2.0**-127 / self.scale_fmt.min_normal if self.scale_fmt is not None else 0.0
+        return 2.0**-127 / self.smallest_scale if self.scale_fmt is not None else 0.0
 
 
 def check_scale_args(
@@ -271,6 +294,7 @@ def check_scale_args(
     margin: int = 0,
     scale_fmt: FloatFormat | str | None = None,
     two_level: bool = False,
+    scale_floor: str = "zero",
 ) -> ScaleArgs:
     """scale_from_amax's (and quantize's) scale settings checked once; a clear error names the valid choices.
 
@@ -278,16 +302,18 @@ def check_scale_args(
     from 0 to the format's range (e4m3: 17, e5m2: 31, e2m1: 3; beyond it even the block's
     largest value would flush to zero); scale_fmt: None (float32 scales), E8M0 (power-of-two
     scales, "rceil" or "floor") or E4M3 (NVFP4's block scales, rounded from "exact" scales);
-    two_level: a per-tensor float32 scale above E4M3 block scales (NVFP4).
+    two_level: a per-tensor float32 scale above E4M3 block scales (NVFP4); scale_floor: where E4M3
+    block scales stop at the bottom, one of SCALE_FLOORS ("zero", the training engines'; "min_normal",
+    torchao's inference NVFP4Tensor); only "zero" (the default, no floor) for other scale formats.
     """
     try:
-        return _checked(fmt, scale_rule, margin, scale_fmt, two_level)
+        return _checked(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor)
     except TypeError:  # an unhashable argument: check it uncached, for the error that explains it
-        return _checked.__wrapped__(fmt, scale_rule, margin, scale_fmt, two_level)
+        return _checked.__wrapped__(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor)
 
 
 @lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
-def _checked(fmt, scale_rule, margin, scale_fmt, two_level) -> ScaleArgs:
+def _checked(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor="zero") -> ScaleArgs:
     fmt = get_format(fmt)
     if fmt == E8M0:
         raise ValueError("E8M0 is a scale-only format (no sign, no zero); quantize elements to e4m3, e5m2 or e2m1")
@@ -310,7 +336,13 @@ def _checked(fmt, scale_rule, margin, scale_fmt, two_level) -> ScaleArgs:
         raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
     if two_level and scale_fmt != E4M3:
         raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
-    return ScaleArgs(fmt, scale_rule, margin, scale_fmt, bool(two_level))
+    if not isinstance(scale_floor, str) or scale_floor not in SCALE_FLOORS:
+        raise ValueError(f"unknown scale_floor {scale_floor!r}; valid: "
+                         + "; ".join(f"{k!r} ({v})" for k, v in SCALE_FLOORS.items()))
+    if scale_floor != "zero" and scale_fmt != E4M3:
+        raise ValueError(f"scale_floor {scale_floor!r} is for E4M3 block scales (NVFP4, scale_fmt='e4m3'); "
+                         f"{'float32' if scale_fmt is None else scale_fmt.name} scales take the default, 'zero'")
+    return ScaleArgs(fmt, scale_rule, margin, scale_fmt, bool(two_level), scale_floor)
 
 
 class Scales(NamedTuple):
@@ -334,6 +366,7 @@ def scale_from_amax(
     margin: int = 0,
     scale_fmt: FloatFormat | str | None = None,
     two_level: bool = False,
+    scale_floor: str = "zero",
 ) -> Scales:
     """The scales for blocks with these amaxes: Scales(scale, inverse, tensor_scale), shaped like amax.
 
@@ -349,20 +382,24 @@ def scale_from_amax(
                [256, 512): beyond max (448) where amax's mantissa is above 1.75, and clips
                (saturates) there; elsewhere floor's scale is rceil's
     scale_fmt None: float32 scales; E8M0: the power-of-two rules' scales in 2^-127..2^127 (MX);
-    E4M3 (NVFP4): the exact scale amax / max rounded to E4M3, kept within E4M3's normal range
-    [2^-6, 448] (no subnormal scales: a block that needs a smaller scale gets 2^-6 and its
-    small values flush, as torchao's nvfp4_tensor.py clamps to E4M3_EPS =
-    torch.finfo(torch.float8_e4m3fn).tiny; TransformerEngine's compute_decoding_scaling_factor
-    clamps only the top, so its scales reach E4M3's subnormals, and 0 below them: notebook 04's
-    NVFP4 panel shows which blocks the floor catches); with two_level, first divided by a
-    per-tensor float32 scale
+    E4M3 (NVFP4): the exact scale amax / max (with two_level, first divided by the tensor scale)
+    clamped to [floor, 448] and rounded to E4M3, where scale_floor (SCALE_FLOORS) sets the floor:
+      "zero"        no lower clamp, as the training engines quantize (TransformerEngine's NVFP4
+                    quantizer; torchao's NVFP4 training path, moe_training/nvfp4_training/
+                    hadamard_utils.py: "Cap at FP8_E4M3_MAX only, no lower clamp"): a scale
+                    below 2^-6 rounds to an E4M3 subnormal (a grid of 2^-9), below 2^-10 to 0;
+      "min_normal"  clamped at E4M3's smallest normal 2^-6, as torchao's inference NVFP4Tensor
+                    (mx_formats/nvfp4_tensor.py: E4M3_EPS = torch.finfo(torch.float8_e4m3fn).tiny).
+    A block whose scale is 0 (all zero, or too small for any E4M3 scale) gets inverse 0 and codes 0:
+    it dequantizes to 0 (the engines store saturated codes beside their zero scale: also 0 times the
+    scale). Notebook 04's NVFP4 panel shows which blocks each floor catches.
     tensor_scale = max(amax) / (448 * fmt.max_value) (1 for an all-zero tensor, at least
     ScaleArgs.min_tensor_scale), so that the E4M3 block scales use their whole range, and
     inverse = (1 / tensor_scale) / scale, as torchao's NVFP4 computes it.
-    An all-zero block (amax 0) gets scale 1. A NaN amax gives a NaN scale (the block
+    Other rules: an all-zero block (amax 0) gets scale 1. A NaN amax gives a NaN scale (the block
     dequantizes to NaN).
     """
-    args = check_scale_args(fmt, scale_rule, margin, scale_fmt, two_level)
+    args = check_scale_args(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor)
     fmt, max_eff = args.fmt, args.max_eff
     amax = amax.to(torch.float32)
     zero, nan = amax == 0, torch.isnan(amax)
@@ -375,10 +412,11 @@ def scale_from_amax(
             divisor = args.scale_fmt.max_value * fmt.max_value
             tensor_scale = torch.where(tensor_amax > 0, (tensor_amax / divisor).clamp(min=args.min_tensor_scale), 1.0)
             ideal = ideal / tensor_scale
-        scale = cast(ideal.clamp(min=args.scale_fmt.min_normal, max=args.scale_fmt.max_value), args.scale_fmt)
+        scale = cast(ideal.clamp(min=args.floor, max=args.scale_fmt.max_value), args.scale_fmt)
         scale = torch.where(nan, math.nan, scale)
-        # inverse as torchao's NVFP4 (and the MSLK kernel): (1 / tensor_scale) / block scale
+        # inverse as torchao's NVFP4 (and the MSLK kernel): (1 / tensor_scale) / block scale; 0 for a zero scale
         inverse = (1.0 / tensor_scale if args.two_level else torch.ones((), device=amax.device)) / scale
+        inverse = torch.where(scale == 0, 0.0, inverse)
         return Scales(scale, inverse, tensor_scale)
 
     if scale_rule == "exact":

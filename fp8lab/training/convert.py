@@ -206,7 +206,11 @@ def convert(
 
     recipe: the recipe of every site (a Recipe or its name).
     skip: site names to keep in high precision (or a predicate (name, module) -> keep).
-    keep_first_last: keep the first and last site in high precision, as practitioners do.
+    keep_first_last: keep the first and last site in high precision. fp8lab's shortcut for one common choice, no
+        paper's rule: TransformerEngine's distributed test script has the same switch, "--first-last-layers-bf16"
+        ("Use bf16 for first and last N layers.", tests/pytorch/distributed/run_layer_with_overlap.py, with
+        --num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16); the NVFP4 pretraining paper's layers are
+        mostly the last ones (Recipe.high_precision_share).
     overrides: {site name or glob pattern: recipe, or None for high precision}: per-site recipes (the
         first pattern that matches a site wins; a pattern matching no site is an error).
     engine: "fp8lab" (FP8Linear and FP8MultiheadAttention, every recipe, emulated or real) or "torchao"

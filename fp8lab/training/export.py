@@ -25,7 +25,8 @@ TARGETS = ("torchao", "transformer_engine", "torchtitan")
 #     Float8LinearRecipeName); torchao/prototype/moe_training/config.py (MXFP8TrainingOpConfig,
 #     MXFP8TrainingRecipe, ScaleCalculationMode.RCEIL); torchao/prototype/blockwise_fp8_training/
 #     linear.py (Float8BlockwiseLinearConfig); torchao/prototype/moe_training/nvfp4_training/
-#     nvfp4_training.py (NVFP4TrainingConfig). Delayed scaling was removed: pytorch/ao#1680.
+#     nvfp4_training.py (NVFP4TrainingConfig). Delayed scaling: deprecated in pytorch/ao#1680 and pytorch/ao#1681,
+#     removed in pytorch/ao#1753.
 #   TransformerEngine: transformer_engine/common/recipe/__init__.py @ 000b637e (DelayedScaling,
 #     Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling, Format); its
 #     NVFP4BlockScaling @ d0067d0d (disable_rht, disable_stochastic_rounding, disable_2d_quantization, each
@@ -212,10 +213,12 @@ quantize_(model, config, filter_fn=lambda mod, fqn: isinstance(mod, torch.nn.Lin
                       _no_emulation("NVFP4 training") if emulate else lambda: _torchao_nvfp4(signs))
     assert recipe == "delayed"
     return _unavailable(recipe, "torchao",
-                        "torchao removed delayed scaling in 2025 (pytorch/ao#1680: 'no known real use cases'); "
+                        "torchao deprecated delayed scaling in 2025 (pytorch/ao#1680; the warning's pull request, "
+                        "pytorch/ao#1681: 'no known real use cases') and removed it (pytorch/ao#1753); "
                         "its float8 training scales from the current amax (recipe 'tensorwise'). Train delayed "
                         "scaling with engine='fp8lab', or TransformerEngine's DelayedScaling.",
-                        "pytorch/ao#1680; torchao/float8/config.py (Float8LinearRecipeName)")
+                        "pytorch/ao#1680, pytorch/ao#1681, pytorch/ao#1753; torchao/float8/config.py "
+                        "(Float8LinearRecipeName)")
 
 
 # ---- TransformerEngine ---------------------------------------------------------------------------------------
@@ -258,7 +261,7 @@ _TE = {  # recipe -> (class, constructor call, differences)
                        "NVFP4BlockScaling(disable_rht=False, disable_stochastic_rounding=False, "
                        "disable_2d_quantization=False)",
                        "TE's random Hadamard transform uses a fixed sign vector of its own (fp8lab draws one from "
-                       "a seed); its E4M3 block scales are clamped only at the top (fp8lab's at 2^-6 and 448); "
+                       "a seed); its E4M3 block scales are clamped only at the top, as fp8lab's (scale_floor 'zero'); "
                        "its RHT takes BF16 inputs; the last 15% of linear layers are yours to keep out (shown); "
                        "needs a Blackwell (SM100) GPU"),
 }
@@ -352,7 +355,8 @@ quantization = [NVFP4LinearConverter.Config(fqns=[...])]{keep}"""
     if recipe == "delayed":
         return _unavailable(recipe, "torchtitan",
                             "torchtitan trains FP8 through torchao, which removed delayed scaling in 2025 "
-                            "(pytorch/ao#1680); its float8 recipes are tensorwise, rowwise and rowwise_with_gw_hp.",
+                            "(pytorch/ao#1680, pytorch/ao#1753); its float8 recipes are tensorwise, rowwise and "
+                            "rowwise_with_gw_hp.",
                             _TITAN_SOURCE)
     assert recipe == "blockwise"
     return _unavailable(recipe, "torchtitan",

@@ -2,7 +2,9 @@
 
 Public: parts() (the lesson MLP with NVFP4 and every subset of its training recipe's parts, beside fp32, bf16 and
 MXFP8; and NVFP4 with one chosen layer kept in high precision), dy_runs() (the four FP8 choices for the gradients,
-on the lesson MLP and notebook 08's LLM-like model), means(frame), PARTS_ON, DY_ON, main (regenerates them:
+on the lesson MLP and notebook 08's LLM-like model), split() (the fc1 split: fc1's forward against its weight
+gradient in high precision, fp8lab.training.parts.FC1_SPLIT), means(frame), PARTS_ON, DY_ON, SPLIT_ON, main
+(regenerates them:
 `python -m fp8lab.training.measured_fp4 --write`, or one part with --part; --jobs runs seeds side by side).
 Every row: final loss (mean of the last 10 training steps), the held-out loss as trained, and the held-out loss of
 the trained weights with a high-precision forward (fp8lab.training.parts.train_parts). tests/test_fp4_lessons.py
@@ -15,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["DY_ON", "PARTS_ON", "dy_runs", "layer_runs", "main", "means", "parts"]
+__all__ = ["DY_ON", "PARTS_ON", "SPLIT_ON", "dy_runs", "layer_runs", "main", "means", "parts", "split"]
 
 COLUMNS = ["model", "seed", "run", "final loss", "heldout as trained", "heldout high precision"]
 
@@ -126,6 +128,26 @@ DY_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
     ('llm_like', 2, 'dy E4M3 1x128', 0.833878, 0.807382, 0.810044),
 ]
 # END GENERATED DY
+# BEGIN GENERATED SPLIT
+SPLIT_ON = '2026-12-02, AMD EPYC, 1 threads, no GPU, torch 2.13.0+cpu, fused CPU kernels on'
+SPLIT_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
+    ('mlp', 0, 'bf16', 0.0387629, 0.0404176, 0.0404162),
+    ('mlp', 0, 'nvfp4 1x16', 0.0422858, 0.0429499, 0.0392709),
+    ('mlp', 0, 'nvfp4 1x16, fc1 in high precision', 0.0389359, 0.0408689, 0.0403253),
+    ('mlp', 0, "nvfp4 1x16, fc1's forward in high precision", 0.0389376, 0.0406013, 0.0402916),
+    ('mlp', 0, "nvfp4 1x16, fc1's weight gradient in high precision", 0.0425569, 0.0435917, 0.0395788),
+    ('mlp', 1, 'bf16', 0.0399485, 0.041475, 0.0414632),
+    ('mlp', 1, 'nvfp4 1x16', 0.0441228, 0.0455038, 0.0427712),
+    ('mlp', 1, 'nvfp4 1x16, fc1 in high precision', 0.0404141, 0.0418374, 0.0415647),
+    ('mlp', 1, "nvfp4 1x16, fc1's forward in high precision", 0.0404601, 0.0420123, 0.0416647),
+    ('mlp', 1, "nvfp4 1x16, fc1's weight gradient in high precision", 0.0443411, 0.046015, 0.0430737),
+    ('mlp', 2, 'bf16', 0.0419607, 0.0427918, 0.0427771),
+    ('mlp', 2, 'nvfp4 1x16', 0.0466761, 0.0468732, 0.0440878),
+    ('mlp', 2, 'nvfp4 1x16, fc1 in high precision', 0.0425283, 0.0430732, 0.0430535),
+    ('mlp', 2, "nvfp4 1x16, fc1's forward in high precision", 0.0428598, 0.0433443, 0.0434908),
+    ('mlp', 2, "nvfp4 1x16, fc1's weight gradient in high precision", 0.0462665, 0.046933, 0.044236),
+]
+# END GENERATED SPLIT
 
 
 def _frame(rows):
@@ -140,6 +162,11 @@ def _frame(rows):
 def parts():
     """The parts runs: DataFrame with COLUMNS (model "mlp", seeds 0-2)."""
     return _frame(PARTS_ROWS)
+
+
+def split():
+    """The fc1 split (fp8lab.training.parts.FC1_SPLIT on the lesson MLP, seeds 0-2): DataFrame with COLUMNS."""
+    return _frame(SPLIT_ROWS)
 
 
 def dy_runs():
@@ -172,17 +199,19 @@ def _task(part: str, model: str, seed: int) -> list[tuple]:
     import torch
 
     from fp8lab.training.gradients import grad_recipes
-    from fp8lab.training.parts import PART_SETS, REFERENCES, train_parts
+    from fp8lab.training.parts import FC1_SPLIT, PART_SETS, REFERENCES, train_parts
 
     torch.set_num_threads(1)  # jobs side by side, one core each (MKL_CBWR: the same bits on any thread count)
-    runs = [*REFERENCES, *PART_SETS, *_layer_runs()] if part == "parts" else ["fp32", *grad_recipes()]
+    runs = {"parts": [*REFERENCES, *PART_SETS, *_layer_runs()], "split": list(FC1_SPLIT)}.get(
+        part, ["fp32", *grad_recipes()])
     res = train_parts(runs, model=model, seed=seed)
     return [(model, seed, run, *(float(v) for v in row)) for run, row in zip(res.table.index, res.table.to_numpy(),
                                                                              strict=True)]
 
 
 PARTS = {"parts": ("# BEGIN GENERATED PARTS\n", "# END GENERATED PARTS\n", "PARTS", ("mlp",)),
-         "dy": ("# BEGIN GENERATED DY\n", "# END GENERATED DY\n", "DY", ("mlp", "llm_like"))}
+         "dy": ("# BEGIN GENERATED DY\n", "# END GENERATED DY\n", "DY", ("mlp", "llm_like")),
+         "split": ("# BEGIN GENERATED SPLIT\n", "# END GENERATED SPLIT\n", "SPLIT", ("mlp",))}
 
 
 def _block(name: str, rows: list[tuple]) -> str:
@@ -213,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.write:
         for name in PARTS:
-            frame = parts() if name == "parts" else dy_runs()
-            print(f"{name}, measured on: {PARTS_ON if name == 'parts' else DY_ON}\n{means(frame).to_string()}")
+            frame, on = {"parts": (parts, PARTS_ON), "dy": (dy_runs, DY_ON), "split": (split, SPLIT_ON)}[name]
+            print(f"{name}, measured on: {on}\n{means(frame()).to_string()}")
         return 0
     import multiprocessing
 

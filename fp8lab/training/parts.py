@@ -3,9 +3,10 @@ high precision.
 
 Public: train_parts(runs, model, seed, steps) -> PartsResult (per run: the final training loss, the held-out loss
 as trained, and the held-out loss of the trained weights with a high-precision forward), PART_SETS (every subset
-of NVFP4_PARTS, in a fixed order), REFERENCES, part_label, layer_costs(model) (each linear layer's share of the
-GEMM work, and the layers a recipe keeps), flops_speedup. Notebook 09 shows these runs (shipped in
-fp8lab.training.measured_fp4); tests/test_fp4_lessons.py trains seed 0 again and checks the notebook's claims.
+of NVFP4_PARTS, in a fixed order), REFERENCES, KeepLayers / KeepGemm (a run with layers, or one GEMM of a layer,
+in high precision), FC1_SPLIT / fc1_split / split_gaps (notebook 09's fc1 split), part_label, layer_costs(model)
+(each linear layer's share of the GEMM work, and the layers a recipe keeps), flops_speedup. Notebook 09 shows these
+runs (shipped in fp8lab.training.measured_fp4); tests/test_fp4_lessons.py trains seed 0 again and checks its claims.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from fp8lab.training.convert import convert, fp8_layers, unwrap
 from fp8lab.training.models import MarkovTask, TeacherTask, make_model
 from fp8lab.training.train import LESSON, train_step
 
-__all__ = ["MODELS", "PART_SETS", "REFERENCES", "KeepLayers", "PartsResult", "flops_speedup", "layer_costs",
-           "part_label", "train_parts"]
+__all__ = ["FC1_SPLIT", "MODELS", "PART_SETS", "REFERENCES", "KeepGemm", "KeepLayers", "PartsResult", "fc1_split",
+           "flops_speedup", "layer_costs", "part_label", "split_gaps", "train_parts"]
 
 # every subset of the parts, fewest first: () is NVFP4 with 1x16 blocks everywhere and none of them
 PART_SETS: tuple[tuple[str, ...], ...] = tuple(
@@ -42,6 +43,45 @@ class KeepLayers:
     label: str
     recipe: str | Recipe
     layers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KeepGemm:
+    """A run of `recipe` with one GEMM of one linear layer kept in high precision, named `label`: `gemm` "fprop"
+    (that layer's forward) or "wgrad" (its weight gradient), the layer's other GEMMs and every other layer as the
+    recipe says (convert's overrides, Recipe.with_gemm_in_high_precision)."""
+
+    label: str
+    recipe: str | Recipe
+    layer: str
+    gemm: str
+
+
+# notebook 09's fc1 split: NVFP4 (1x16, no part) with fc1 whole, fc1's forward alone, or fc1's weight gradient
+# alone in high precision, beside bf16 and NVFP4 itself
+FC1_SPLIT: tuple[str | KeepLayers | KeepGemm, ...] = (
+    "bf16",
+    (),
+    KeepLayers("nvfp4 1x16, fc1 in high precision", nvfp4_with([]), ("fc1",)),
+    KeepGemm("nvfp4 1x16, fc1's forward in high precision", nvfp4_with([]), "fc1", "fprop"),
+    KeepGemm("nvfp4 1x16, fc1's weight gradient in high precision", nvfp4_with([]), "fc1", "wgrad"),
+)
+
+
+def fc1_split(seed: int = 0, steps: int | None = None) -> PartsResult:
+    """Train notebook 09's fc1 split (FC1_SPLIT: bf16, NVFP4 1x16, and NVFP4 with fc1 whole / its forward / its
+    weight gradient in high precision) on the lesson MLP, seed `seed`: about a minute on 2 cores at 150 steps."""
+    return train_parts(FC1_SPLIT, model="mlp", seed=seed, steps=steps)
+
+
+def split_gaps(table) -> dict[str, float]:
+    """From a split's table (PartsResult.table, or a mean of them): the share of NVFP4's final-loss gap to bf16
+    that each fc1 run closes, (nvfp4 - run) / (nvfp4 - bf16): 1 closes it, 0 leaves it, negative widens it. Keys
+    "whole", "forward", "wgrad"."""
+    loss = table["final loss"]
+    nv, bf = float(loss["nvfp4 1x16"]), float(loss["bf16"])
+    runs = {"whole": FC1_SPLIT[2].label, "forward": FC1_SPLIT[3].label, "wgrad": FC1_SPLIT[4].label}
+    return {k: (nv - float(loss[label])) / (nv - bf) for k, label in runs.items()}
 
 
 def part_label(parts: Sequence[str]) -> str:
@@ -82,13 +122,13 @@ def _setup(model: str, seed: int, sink_magnitude: float):
             task.batch(torch.Generator().manual_seed(77_000 + seed), heldout), LESSON.steps)
 
 
-def train_parts(runs: Sequence[str | Recipe | KeepLayers | Sequence[str]] = (*REFERENCES, *PART_SETS),
+def train_parts(runs: Sequence[str | Recipe | KeepLayers | KeepGemm | Sequence[str]] = (*REFERENCES, *PART_SETS),
                 model: str = "mlp", seed: int = 0, steps: int | None = None, sink_magnitude: float = 0.0,
                 backend: str = "emulated") -> PartsResult:
     """Train one model per run from the same weights on the same batches (LESSON settings: Adam 2e-3, batch 128 for
     the mlp, 32 sequences for the transformer; notebook 08's for "llm_like", whose sinks are its own, 1e6;
     steps None: the model's lesson steps): runs are "fp32", "bf16" (autocast), recipe names or Recipes, a
-    tuple of NVFP4_PARTS (nvfp4_with), or KeepLayers. A run's high-precision layers (a recipe's
+    tuple of NVFP4_PARTS (nvfp4_with), KeepLayers or KeepGemm. A run's high-precision layers (a recipe's
     high_precision_share, KeepLayers' layers) are convert's.
     Then each run is judged on one held-out batch, as trained and with its layers back in high precision."""
     import pandas as pd
@@ -101,6 +141,11 @@ def train_parts(runs: Sequence[str | Recipe | KeepLayers | Sequence[str]] = (*RE
             net, label, autocast = copy.deepcopy(base), r, r == "bf16"
         elif isinstance(r, KeepLayers):
             net, label, autocast = convert(base, r.recipe, skip=r.layers, backend=backend), r.label, False
+        elif isinstance(r, KeepGemm):
+            recipe = get_recipe(r.recipe)
+            kept = recipe.with_gemm_in_high_precision(r.gemm).replace(name=r.label)
+            net = convert(base, recipe, overrides={r.layer: kept}, backend=backend)
+            label, autocast = r.label, False
         else:
             recipe = nvfp4_with(r) if isinstance(r, tuple | list) else get_recipe(r)
             net, label, autocast = convert(base, recipe, backend=backend), recipe.name, False

@@ -71,6 +71,7 @@ def _q02_cliff() -> Answer:
     cl = d["cliffs"]
     nv = nvfp4_collapse(shape=p.shape).set_index("outliers")  # on this panel's tensor
     low = float(nv.loc[[m for m in nv.index if 0 < m <= 1e4], "clean_flushed"].max())
+    below = next(m for m in nv.index if nv.loc[m, "below_subnormals"] == 1)  # no E4M3 scale, subnormal or not
     tokens = p.update(placement="tokens")  # massive activations sit in a few tokens' channels: measured there
     pub = tokens["published"][tokens["published"].ratio == 1e5].set_index("recipe")
     massive = float(pub["outliers"].iloc[0])
@@ -90,10 +91,14 @@ def _q02_cliff() -> Answer:
         "two reasons. First its block-mates: E2M1 spans 0.5 to 6 (3.6 binades), so a 16-value block that holds an "
         "outlier channel flushes the ordinary values beside it once the outlier is a few dozen times larger. Then "
         "the blocks without an outlier: NVFP4's per-tensor scale, amax / (448 x 6), grows with the outliers until "
-        "those blocks need E4M3 scales below E4M3's smallest normal, 2^-6, where fp8lab (as torchao) clamps them: "
-        f"their values flush {_pct(low)} at 1e4x and below (E2M1's own range), {_pct(nv.loc[1e5, 'clean_flushed'])} "
-        f"at 1e5x, {_pct(nv.loc[1e6, 'clean_flushed'])} at 1e6x (notebook 04's NVFP4 panel shows the scales "
-        "against the floor). The massive activations' published example, 100,000 times the other values' median, "
+        "those blocks need E4M3 scales below E4M3's smallest normal, 2^-6, and then below 2^-10, where even an E4M3 "
+        "subnormal scale rounds to 0. fp8lab's recipes follow the training engines (TransformerEngine, torchao's "
+        "NVFP4 training path), which store subnormal scales: those blocks flush "
+        f"{_pct(low)} of their values at 1e4x and below (E2M1's own range), {_pct(nv.loc[1e5, 'clean_flushed'])} at "
+        f"1e5x, {_pct(nv.loc[below, 'clean_flushed'])} at {magnitude(below)}x; torchao's inference NVFP4Tensor, which "
+        f"clamps them at 2^-6, flushes {_pct(nv.loc[1e5, 'clean_flushed_min_normal'])} already at 1e5x (notebook "
+        "04's NVFP4 panel shows the scales against both floors). The massive activations' published example, "
+        "100,000 times the other values' median, "
         f"is {massive:,.0f}x here, with the outliers where massive activations sit (the first 2 tokens' channels): " +
         ", ".join(f"{r} {pub.loc[r, 'ordinary_sqnr_db']:.1f} dB ({_pct(pub.loc[r, 'ordinary_underflow'])} flushed)"
                   for r in pub.index) +
@@ -108,8 +113,10 @@ def _q02_cliff() -> Answer:
          "rowwise, blockwise and mxfp8 within 3 dB": bool(pub.loc["tensorwise", "ordinary_sqnr_db"]
                                                           < clean_db["tensorwise"] - 3)
          and all(pub.loc[r, "ordinary_sqnr_db"] > clean_db[r] - 3 for r in ("rowwise", "blockwise", "mxfp8")),
-         "nvfp4's blocks without an outlier flush under 10% up to 1e4x, over 20% at 1e5x, over 99% at 1e6x":
-             bool(low < 0.1 and nv.loc[1e5, "clean_flushed"] > 0.2 and nv.loc[1e6, "clean_flushed"] > 0.99)},
+         "nvfp4's blocks without an outlier flush under 10% up to 1e5x and over 99% from 1e6x with the training "
+         "engines' floor; over 20% already at 1e5x with torchao's inference floor":
+             bool(low < 0.1 and nv.loc[1e5, "clean_flushed"] < 0.1 and below == 1e6
+                  and nv.loc[1e6, "clean_flushed"] > 0.99 and nv.loc[1e5, "clean_flushed_min_normal"] > 0.2)},
     )
 
 
@@ -341,34 +348,40 @@ def _q04_nvfp4() -> Answer:
     p = _panel("nvfp4")
     c = p.curve.set_index("outliers")
     base = float(c.loc[0.0, "clean_flushed"])
-    first = next(m for m in c.index if m > 0 and c.loc[m, "clean_flushed"] > 2 * base)
-    ts = float(c.loc[first, "tensor_scale"])
+    first = {key: next(m for m in c.index if m > 0 and c.loc[m, key] > 2 * base)
+             for key in ("clean_flushed_min_normal", "clean_flushed")}
+    inf, train = first["clean_flushed_min_normal"], first["clean_flushed"]
+    ts = float(c.loc[inf, "tensor_scale"])
     return Answer(
         "04_per_block_scaling",
-        "From which outlier magnitude on do the blocks *without* an outlier lose their values, and why there?",
-        f"From {magnitude(first)}x: up to 1e4x they flush {_pct(base)} of their values, E2M1's own range (a block's "
-        "values below about a 24th of its largest round to 0); at "
-        f"{magnitude(first)}x, {_pct(c.loc[first, 'clean_flushed'])}; at 1e6x, {_pct(c.loc[1e6, 'clean_flushed'])}. "
-        "NVFP4's tensor scale is amax / (448 x 6), so a block's E4M3 scale is 448 x its largest value / the tensor's "
-        "largest. A block without an outlier holds values ~1 against outliers ~4.5 x the magnitude: past "
-        "448 / 2^-6 = 28,672 times its largest, its scale falls below E4M3's smallest normal, 2^-6, where fp8lab "
-        f"(as torchao) clamps it: at {magnitude(first)}x {_pct(c.loc[first, 'at_floor'])} of these blocks sit at the "
-        f"floor (tensor scale {ts:.3g}), a scale larger than they need, so their small values round to 0. "
-        "TransformerEngine clamps only the top: at "
-        f"{magnitude(first)}x those blocks need scales between 2^-10 and 2^-6 ({_pct(c.loc[first, 'below_subnormals'])}"
-        " below 2^-10), which it stores as E4M3 subnormals, on a coarse grid (steps of 2^-9) but near what they "
-        f"need; at 1e6x {_pct(c.loc[1e6, 'below_subnormals'])} need less than 2^-10, where even a subnormal scale "
-        "rounds to 0: lost in either engine. The collapse is the two-level scale's range, not E2M1's.",
-        {"blocks without an outlier flush under 10% up to 1e4x": bool(c.loc[[m for m in c.index if m <= 1e4],
-                                                                             "clean_flushed"].max() < 0.1),
-         "at 1e5x every block without an outlier sits at E4M3's floor and over 20% of their values flush":
-             bool(first == 1e5 and c.loc[1e5, "at_floor"] == 1 and c.loc[1e5, "clean_flushed"] > 0.2),
-         "at 1e5x none needs a scale below 2^-10; at 1e6x all do, and over 99% of their values flush":
-             bool(c.loc[1e5, "below_subnormals"] == 0 and c.loc[1e6, "below_subnormals"] == 1
-                  and c.loc[1e6, "clean_flushed"] > 0.99)},
+        "From which outlier magnitude on do the blocks *without* an outlier lose their values under torchao's "
+        "inference floor (2^-6), from which under the training engines' subnormal scales, and why there?",
+        f"Up to 1e4x they flush {_pct(base)} of their values, E2M1's own range (a block's values below about a 24th "
+        "of its largest round to 0). NVFP4's tensor scale is amax / (448 x 6), so a block's E4M3 scale is 448 x its "
+        "largest value / the tensor's largest. A block without an outlier holds values ~1 against outliers ~4.5 x "
+        "the magnitude: past 448 / 2^-6 = 28,672 times its largest, the scale it needs falls below E4M3's smallest "
+        f"normal, 2^-6 (at {magnitude(inf)}x, {_pct(c.loc[inf, 'at_floor'])} of these blocks; tensor scale "
+        f"{ts:.3g}). torchao's inference NVFP4Tensor clamps it there, a scale larger than the block needs, so its "
+        f"small values round to 0: from {magnitude(inf)}x, {_pct(c.loc[inf, 'clean_flushed_min_normal'])} flushed. "
+        "The training engines (TransformerEngine, torchao's NVFP4 training path, fp8lab's recipes) clamp only the "
+        "top and store it as an E4M3 subnormal, on a coarse grid (steps of 2^-9) but near what the block needs: at "
+        f"{magnitude(inf)}x they flush {_pct(c.loc[inf, 'clean_flushed'])}, E2M1's own share "
+        f"({_pct(c.loc[inf, 'below_subnormals'])} of the blocks need a scale below 2^-10). From {magnitude(train)}x "
+        f"{_pct(c.loc[train, 'below_subnormals'])} need less than 2^-10, where even a subnormal scale rounds to 0: "
+        f"{_pct(c.loc[train, 'clean_flushed'])} flushed with the training engines, "
+        f"{_pct(c.loc[train, 'clean_flushed_min_normal'])} with torchao's inference floor. The collapse is the "
+        "two-level scale's range, not E2M1's.",
+        {"blocks without an outlier flush under 10% up to 1e4x under either floor":
+             bool(c.loc[[m for m in c.index if m <= 1e4], ["clean_flushed", "clean_flushed_min_normal"]].max().max()
+                  < 0.1),
+         "at 1e5x every block without an outlier needs a scale below 2^-6: torchao's inference floor flushes over "
+         "20% of their values, the training engines under 10%":
+             bool(inf == 1e5 and c.loc[1e5, "at_floor"] == 1 and c.loc[1e5, "clean_flushed_min_normal"] > 0.2
+                  and c.loc[1e5, "clean_flushed"] < 0.1),
+         "at 1e5x none needs a scale below 2^-10; at 1e6x all do, and over 99% of their values flush under either "
+         "floor": bool(train == 1e6 and c.loc[1e5, "below_subnormals"] == 0 and c.loc[1e6, "below_subnormals"] == 1
+                       and c.loc[1e6, ["clean_flushed", "clean_flushed_min_normal"]].min() > 0.99)},
     )
-
-
 
 
 ANSWERS = (_q02_window, _q02_cliff, _q02_placement, _q03_delayed, _q03_loop, _q04_blocks, _q04_sweep, _q04_nvfp4)

@@ -13,7 +13,7 @@ One module per notebook; every name is importable from here (`from fp8lab.lab im
                06c does step 30 predict 150?    check_ranking, hint_ranking, solution_ranking
   capstone.py  08 a recipe for your model       check_capstone, hint_capstone, solution_capstone
   fp4.py       09 stochastic rounding by hand   check_stochastic_round, hint_stochastic_round, ...
-               09b the layer to keep in bf16     check_keep_layer, hint_keep_layer, solution_keep_layer
+               09b fc1's forward or its wgrad    check_fc1_split, hint_fc1_split, solution_fc1_split
 Solutions are printed only when a learner asks for them.
 """
 
@@ -31,13 +31,13 @@ from fp8lab.lab.exercises.blocks import (
 from fp8lab.lab.exercises.capstone import MONITORS, check_capstone, hint_capstone, solution_capstone
 from fp8lab.lab.exercises.formats import check_decode, hint_decode, solution_decode
 from fp8lab.lab.exercises.fp4 import (
-    KEEP_BUDGET,
-    check_keep_layer,
+    SPLIT_TOLERANCE,
+    check_fc1_split,
     check_stochastic_round,
-    hint_keep_layer,
+    fc1_split_answer,
+    hint_fc1_split,
     hint_stochastic_round,
-    keep_layer_answer,
-    solution_keep_layer,
+    solution_fc1_split,
     solution_stochastic_round,
 )
 from fp8lab.lab.exercises.gemm import GemmOperand, check_scaled_gemm, hint_scaled_gemm, solution_scaled_gemm
@@ -68,9 +68,9 @@ from fp8lab.lab.exercises.training import (
 
 __all__ = [
     "CHOICE_BLOCKS",
-    "KEEP_BUDGET",
     "MONITORS",
     "RECOVER_WITHIN",
+    "SPLIT_TOLERANCE",
     "SURVIVAL_LIMIT",
     "SURVIVAL_SINKS",
     "Feedback",
@@ -81,35 +81,35 @@ __all__ = [
     "check_capstone",
     "check_decode",
     "check_delayed_amax",
+    "check_fc1_split",
     "check_history",
-    "check_keep_layer",
     "check_ranking",
     "check_scale",
     "check_scaled_gemm",
     "check_stochastic_round",
     "check_survivors",
+    "fc1_split_answer",
     "hint_block_amax",
     "hint_block_choice",
     "hint_capstone",
     "hint_decode",
     "hint_delayed_amax",
+    "hint_fc1_split",
     "hint_history",
-    "hint_keep_layer",
     "hint_ranking",
     "hint_scale",
     "hint_scaled_gemm",
     "hint_stochastic_round",
     "hint_survivors",
     "history_answer",
-    "keep_layer_answer",
     "ranking_answer",
     "solution_block_amax",
     "solution_block_choice",
     "solution_capstone",
     "solution_decode",
     "solution_delayed_amax",
+    "solution_fc1_split",
     "solution_history",
-    "solution_keep_layer",
     "solution_ranking",
     "solution_scale",
     "solution_scaled_gemm",

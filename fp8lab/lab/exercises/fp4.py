@@ -1,8 +1,9 @@
 """Exercise 09 (notebook 09): stochastic rounding to E2M1, written by hand, checked against fp8lab's float64 reference
-and for bias; 09b: which layer of the lesson MLP to keep in high precision, from the shipped runs.
+and for bias; 09b: which of fc1's GEMMs closes NVFP4's gap on the lesson MLP, measured by the learner (the fc1 split)
+and graded against the shipped run.
 
-Public: check_stochastic_round, hint_stochastic_round, solution_stochastic_round, check_keep_layer,
-hint_keep_layer, solution_keep_layer, keep_layer_answer, KEEP_BUDGET.
+Public: check_stochastic_round, hint_stochastic_round, solution_stochastic_round, check_fc1_split, hint_fc1_split,
+solution_fc1_split, fc1_split_answer, SPLIT_TOLERANCE.
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ from collections.abc import Callable
 
 import torch
 
-from fp8lab.lab.exercises.base import Feedback, _as_tensor, _call, _function, _one_name_not_a_list, describe
+from fp8lab.lab.exercises.base import Feedback, _as_tensor, _call, _function, _number
 from fp8lab.numerics.formats import E2M1, cast, stochastic_reference
 
 __all__ = [
-    "KEEP_BUDGET",
-    "check_keep_layer",
+    "SPLIT_TOLERANCE",
+    "check_fc1_split",
     "check_stochastic_round",
-    "hint_keep_layer",
+    "fc1_split_answer",
+    "hint_fc1_split",
     "hint_stochastic_round",
-    "keep_layer_answer",
-    "solution_keep_layer",
+    "solution_fc1_split",
     "solution_stochastic_round",
 ]
 
@@ -106,52 +107,66 @@ def solution_stochastic_round() -> str:
     return torch.copysign(torch.where(up, hi, lo), x.double()).float()'''
 
 
-# ---- 09b: which layer to keep in high precision --------------------------------------------------------------------
+# ---- 09b: which of fc1's GEMMs closes NVFP4's gap: a measurement ----------------------------------------------------
 
-KEEP_BUDGET = 0.25  # at most this share of the GEMM work kept in bf16
-
-
-def keep_layer_answer() -> tuple[str, dict[str, float], dict[str, float]]:
-    """The layer of the lesson MLP that, kept in bf16 alone within KEEP_BUDGET of the GEMM work, brings NVFP4's final
-    loss (no parts; shipped runs, mean of 3 seeds) closest to bf16's: (layer, each layer's change vs bf16, each
-    layer's share of the work)."""
-    from fp8lab.training.measured_fp4 import parts
-    from fp8lab.training.parts import layer_costs
-
-    t = parts()
-    t = t[t.model == "mlp"].pivot_table(index="seed", columns="run", values="final loss")
-    costs = layer_costs("mlp")["share of flops"].to_dict()
-    change = {layer: float((t[f"nvfp4 1x16, {layer} in bf16"] / t["bf16"] - 1).mean()) for layer in costs}
-    allowed = [layer for layer in costs if costs[layer] <= KEEP_BUDGET]
-    return min(allowed, key=lambda layer: change[layer]), change, costs
+SPLIT_TOLERANCE = 0.1  # a reported share of the gap may be this far from the shipped seed-0 run's
 
 
-def check_keep_layer(layer: str) -> Feedback:
-    """Which one layer of the lesson MLP (fc1, fc2, fc3) kept in bf16, within KEEP_BUDGET of the GEMM work, brings
-    NVFP4's final loss closest to bf16's?"""
-    best, change, costs = keep_layer_answer()
-    if not isinstance(layer, str):
-        return Feedback(False, f"answer with one layer's name, a string (one of {', '.join(costs)}); got "
-                               f"{describe(layer)}" + _one_name_not_a_list(layer))
-    layer = layer.strip()
-    if layer not in costs:
-        return Feedback(False, f"pick one of the lesson MLP's layers: {', '.join(costs)}; got {layer!r}")
-    where = ", ".join(f"{n} {100 * change[n]:+.1f}% ({100 * costs[n]:.1f}% of the work)" for n in costs)
-    if costs[layer] > KEEP_BUDGET:
-        return Feedback(False, f"{layer} is {100 * costs[layer]:.0f}% of the GEMM work: over the budget of "
-                               f"{100 * KEEP_BUDGET:.0f}% (keeping it in bf16 gives up most of FP4's speed). {where}.")
-    if layer != best:
-        return Feedback(False, f"{layer} fits the budget, but another layer within it does better. {where}.")
-    return Feedback(True, f"{layer}. Final loss against bf16, mean of 3 seeds: {where}.")
+def fc1_split_answer() -> dict[str, float]:
+    """The share of NVFP4's final-loss gap to bf16 that fc1's forward and fc1's weight gradient, each kept in high
+    precision alone, close on the lesson MLP, seed 0 (the shipped split, fp8lab.training.measured_fp4.split(), as
+    fp8lab.training.parts.split_gaps reads it): keys "whole", "forward", "wgrad"."""
+    from fp8lab.training.measured_fp4 import split
+    from fp8lab.training.parts import split_gaps
+
+    t = split()
+    return split_gaps(t[t.seed == 0].set_index("run"))
 
 
-def hint_keep_layer() -> str:
-    return ("The HighPrecisionPanel gives each layer's share of the GEMM work; the PartsPanel's shipped runs include "
-            "NVFP4 with each single layer in bf16 (fp8lab.training.measured_fp4.parts(): the runs named "
-            "'nvfp4 1x16, fcN in bf16').")
+def check_fc1_split(forward: float, wgrad: float) -> Feedback:
+    """The shares of NVFP4's gap to bf16 that fc1's forward in high precision, and fc1's weight gradient in high
+    precision, each close (split_gaps of your fc1_split(seed=0)): graded against the shipped seed-0 run within
+    SPLIT_TOLERANCE."""
+    want = fc1_split_answer()
+    got = {}
+    for name, value in (("forward", forward), ("wgrad", wgrad)):
+        if value is None:
+            return Feedback(False, "measure first: result = fc1_split(seed=0), then split_gaps(result.table) gives "
+                                   "the share of the gap each run closes; fill in forward and wgrad with those two "
+                                   "numbers (None is the blank)")
+        number, err = _number(value, f"{name}: the share of the gap it closes, one number (1 closes it, 0 leaves it)")
+        if err:
+            return Feedback(False, err + ".")
+        if number != number or abs(number) == float("inf"):
+            return Feedback(False, f"{name} is {number}: a share of the gap is a finite number (1 closes it, 0 "
+                                   "leaves it, below 0 widens it)")
+        got[name] = number
+    if any(abs(v) > 2 for v in got.values()) and all(abs(v / 100 - want[k]) <= SPLIT_TOLERANCE for k, v in got.items()):
+        return Feedback(False, "those look like percentages: give shares (0.95 for 95%)")
+    close = {k: abs(got[k] - want[k]) <= SPLIT_TOLERANCE for k in got}
+    if all(close.values()):
+        return Feedback(True, f"fc1's forward in high precision closes {100 * want['forward']:.0f}% of the gap, its "
+                              f"weight gradient {100 * want['wgrad']:+.0f}% (fc1 whole: {100 * want['whole']:.0f}%; "
+                              "shipped seed 0). fc1's gain is its forward pass: the 4-bit noise on every input it "
+                              "reads, not the error of its weight gradient, large as that is.")
+    tol = SPLIT_TOLERANCE
+    if abs(got["forward"] - want["wgrad"]) <= tol and abs(got["wgrad"] - want["forward"]) <= tol:
+        return Feedback(False, "the two are swapped: forward is the run named \"fc1's forward in high precision\", "
+                               "wgrad the one named \"fc1's weight gradient in high precision\"")
+    wrong = [k for k, ok in close.items() if not ok]
+    return Feedback(False, f"{' and '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} more than "
+                           f"{SPLIT_TOLERANCE:g} from the shipped run (seed 0): did you train seed 0, 150 steps, and "
+                           "read split_gaps(result.table)? A share is (nvfp4 - run) / (nvfp4 - bf16) in final loss.")
 
 
-def solution_keep_layer() -> str:
-    best, change, costs = keep_layer_answer()
-    return (f"{best}: " + ", ".join(f"{n} {100 * change[n]:+.1f}% vs bf16 ({100 * costs[n]:.1f}% of the work)"
-                                    for n in costs))
+def hint_fc1_split() -> str:
+    return ("from fp8lab.training.parts import fc1_split, split_gaps; result = fc1_split(seed=0) trains bf16, NVFP4 "
+            "1x16 and NVFP4 with fc1 whole, fc1's forward, or fc1's weight gradient in high precision (about a "
+            "minute); split_gaps(result.table) gives each its share of NVFP4's gap to bf16: pass the 'forward' and "
+            "'wgrad' ones.")
+
+
+def solution_fc1_split() -> str:
+    want = fc1_split_answer()
+    return (f"forward, wgrad = {want['forward']:.2f}, {want['wgrad']:.2f}   # shipped seed 0; fc1 whole closes "
+            f"{want['whole']:.2f}: the gain is fc1's forward pass, not its weight gradient")

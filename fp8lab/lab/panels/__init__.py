@@ -10,7 +10,7 @@
   distributed.py  07: DistributedPanel, ExportPanel
   cost.py         05, 08: CostPanel
   gradients.py    09: GradientPanel             fp4.py       09: TwoDWeightPanel, HadamardPanel, RoundingPanel,
-                                                             HighPrecisionPanel, PartsPanel
+  split.py        09: fc1_split_table                        HighPrecisionPanel, PartsPanel
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute, redraw;
 returns the data it plotted, so tests drive it without a browser) and `widget` (what the notebook shows).
 """
@@ -35,6 +35,7 @@ from fp8lab.lab.panels.nvfp4 import Nvfp4ScalesPanel
 from fp8lab.lab.panels.per_tensor import CliffPanel, PerTensorPanel
 from fp8lab.lab.panels.placement import PlacementPanel
 from fp8lab.lab.panels.setup_check import TimingPanel
+from fp8lab.lab.panels.split import fc1_split_table
 from fp8lab.lab.panels.training import TrainingCliffPanel, TrainingPanel
 from fp8lab.lab.panels.weights import WeightCopiesPanel
 
@@ -68,6 +69,7 @@ __all__ = [
     "TrainingPanel",
     "TwoDWeightPanel",
     "WeightCopiesPanel",
+    "fc1_split_table",
     "sweep_values",
 ]
 

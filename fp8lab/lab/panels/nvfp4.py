@@ -1,14 +1,18 @@
 """Notebook 04's NVFP4 panel: the E4M3 block scales NVFP4's blocks need, under its per-tensor scale, against E4M3's
-floor, per outlier magnitude (Nvfp4ScalesPanel).
+range and the two floors engines put under it, per outlier magnitude (Nvfp4ScalesPanel).
 
 Public: Nvfp4ScalesPanel, nvfp4_blocks_of (a tensor's blocks: the scales they need, the floor, what flushes),
 nvfp4_blocks (the same for notebook 04's tensor),
 nvfp4_collapse (those shares at every outlier magnitude). Wiring only: the numbers come from fp8lab's quantize.
 NVFP4 (fp8lab.RECIPES["nvfp4"]): E2M1 values in 1x16 blocks, each with an E4M3 scale, under one float32 tensor
-scale amax / (448 * 6). fp8lab keeps the block scales within E4M3's normal range [2^-6, 448], as torchao does.
+scale amax / (448 * 6). Below, the block scales stop where the engine says (scaling.SCALE_FLOORS): the training
+engines (TransformerEngine, torchao's NVFP4 training path; fp8lab's recipes) clamp only the top, so a scale reaches
+E4M3's subnormals and rounds to 0 below 2^-10; torchao's inference NVFP4Tensor clamps it at 2^-6.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pandas as pd
 import torch
@@ -23,6 +27,7 @@ from fp8lab.numerics.recipes import RECIPES
 __all__ = ["Nvfp4ScalesPanel", "nvfp4_blocks", "nvfp4_blocks_of", "nvfp4_collapse"]
 
 BLOCK = 16  # NVFP4's block: 16 consecutive values along K
+SHARES = ("clean_flushed", "clean_flushed_min_normal", "at_floor", "below_subnormals", "tensor_scale")
 
 
 def nvfp4_blocks(outliers: float, seed: int = 0, shape: tuple[int, int] | None = None) -> dict:
@@ -32,15 +37,20 @@ def nvfp4_blocks(outliers: float, seed: int = 0, shape: tuple[int, int] | None =
 
 
 def nvfp4_blocks_of(x: torch.Tensor, outlier_channels: torch.Tensor | list[int]) -> dict:
-    """x[M, K] (K a multiple of 16) quantized as NVFP4's activations are. Per 1x16 block: "ideal" (block amax / 6 /
-    tensor scale: the E4M3 scale the block needs, before E4M3 rounds it), "stored" (the E4M3 scale it gets),
+    """x[M, K] (K a multiple of 16) quantized as NVFP4's activations are, under each floor. Per 1x16 block: "ideal"
+    (block amax / 6 / tensor scale: the E4M3 scale the block needs, before E4M3 rounds it), "stored" (the E4M3
+    scale the training engines give it: no lower clamp), "stored_min_normal" (torchao's inference floor, 2^-6),
     "clean" (the block holds no outlier channel). Shares over the clean blocks: "clean_flushed" (of their nonzero
-    values, flushed to 0), "at_floor" (of the blocks, needing a scale below E4M3's smallest normal, 2^-6: clamped
-    up to it), "below_subnormals" (needing one below 2^-10, where even an E4M3 subnormal scale rounds to 0). Also
-    "tensor_scale", "x" and "outlier_channels"."""
+    values, flushed to 0 under the training engines' floor), "clean_flushed_min_normal" (the same under torchao's
+    inference floor), "at_floor" (of the blocks, needing a scale below E4M3's smallest normal, 2^-6: torchao's
+    inference tensor clamps them up to it, the training engines store an E4M3 subnormal), "below_subnormals"
+    (needing one below 2^-10, where even an E4M3 subnormal scale rounds to 0). Also "tensor_scale", "x" and
+    "outlier_channels"."""
     idx = torch.as_tensor(outlier_channels, dtype=torch.long)
     x = x.detach().float()
-    q = RECIPES["nvfp4"].input.quantize(x)
+    scaling = RECIPES["nvfp4"].input  # scale_floor "zero": the training engines'
+    q = scaling.quantize(x)
+    q_inference = replace(scaling, scale_floor="min_normal").quantize(x)
     deq = q.dequantize()
     m, k = x.shape
     nb = k // BLOCK
@@ -50,27 +60,33 @@ def nvfp4_blocks_of(x: torch.Tensor, outlier_channels: torch.Tensor | list[int])
     holds = torch.zeros(k, dtype=torch.bool)
     holds[idx] = True
     clean = (~holds.reshape(nb, BLOCK).any(-1)).expand(m, nb)  # (M, K/16)
-    flushed = ((x != 0) & (deq == 0)).reshape(m, nb, BLOCK)
     nonzero = (x != 0).reshape(m, nb, BLOCK)
+
+    def share_flushed(d: torch.Tensor) -> float:
+        flushed = ((x != 0) & (d == 0)).reshape(m, nb, BLOCK)
+        return float(flushed[clean].sum() / nonzero[clean].sum().clamp(min=1))
+
     return {"x": x, "outlier_channels": idx.tolist(), "ideal": ideal, "stored": q.scale.reshape(m, nb),
-            "clean": clean, "tensor_scale": tensor_scale,
-            "clean_flushed": float(flushed[clean].sum() / nonzero[clean].sum().clamp(min=1)),
+            "stored_min_normal": q_inference.scale.reshape(m, nb), "clean": clean, "tensor_scale": tensor_scale,
+            "clean_flushed": share_flushed(deq), "clean_flushed_min_normal": share_flushed(q_inference.dequantize()),
             "at_floor": float((ideal[clean] < E4M3.min_normal).float().mean()),
             "below_subnormals": float((ideal[clean] < E4M3.min_subnormal / 2).float().mean())}
 
 
 def nvfp4_collapse(seed: int = 0, shape: tuple[int, int] | None = None) -> pd.DataFrame:
     """nvfp4_blocks' shares at every outlier magnitude of the panels (0: none): columns outliers, clean_flushed,
-    at_floor, below_subnormals, tensor_scale."""
-    keys = ("clean_flushed", "at_floor", "below_subnormals", "tensor_scale")
+    clean_flushed_min_normal, at_floor, below_subnormals, tensor_scale."""
+    keys = SHARES
     return pd.DataFrame([{"outliers": m, **{k: nvfp4_blocks(m, seed, shape)[k] for k in keys}} for m in OUTLIERS])
 
 
 class Nvfp4ScalesPanel(Panel):
     """NVFP4's collapse: as the outlier channels grow, the per-tensor scale amax / (448 * 6) grows with them, and
-    the blocks without an outlier need E4M3 scales below E4M3's smallest normal: clamped there, their values flush."""
+    the blocks without an outlier need E4M3 scales below E4M3's smallest normal: clamped there (torchao's inference
+    tensor), their values flush; stored as E4M3 subnormals (the training engines), they flush only once the scale
+    they need falls below 2^-10, where even a subnormal rounds to 0."""
 
-    title = "NVFP4: the block scales each block needs, against E4M3's floor"
+    title = "NVFP4: the block scales each block needs, against E4M3's range"
     ncols, width, height, right = 2, 4.4, 3.2, 0.3
     keep_axes = True
 
@@ -79,8 +95,7 @@ class Nvfp4ScalesPanel(Panel):
         self.blocks = {m: nvfp4_blocks(m) for m in OUTLIERS}  # every magnitude, once: a drag only draws
         for b in self.blocks.values():
             b["counts"] = scales.scale_histogram(b["ideal"], b["clean"])
-        keys = ("clean_flushed", "at_floor", "below_subnormals", "tensor_scale")
-        self.curve = pd.DataFrame([{"outliers": m, **{k: b[k] for k in keys}} for m, b in self.blocks.items()])
+        self.curve = pd.DataFrame([{"outliers": m, **{k: b[k] for k in SHARES}} for m, b in self.blocks.items()])
         self.ymax = int(1.05 * max(max(c.max() for c in b["counts"]) for b in self.blocks.values()))
 
     def compute(self, outliers) -> dict:
@@ -88,8 +103,10 @@ class Nvfp4ScalesPanel(Panel):
 
     def draw(self, data, axes) -> None:
         scales.nvfp4_block_scales(data["counts"], axes[0], ymax=self.ymax)
-        scales.shares_vs_magnitude(data["curve"], {"clean_flushed": "their values flushed to 0",
-                                                   "at_floor": "clamped to E4M3's floor, 2^-6",
+        scales.shares_vs_magnitude(data["curve"], {"clean_flushed": "values flushed: training engines (no floor)",
+                                                   "clean_flushed_min_normal": "values flushed: torchao inference "
+                                                                               "(floor 2^-6)",
+                                                   "at_floor": "needing a scale under 2^-6",
                                                    "below_subnormals": "needing a scale under 2^-10"},
                                    axes[1], mark=data["outliers"], title="blocks without an outlier channel")
 
@@ -99,6 +116,8 @@ class Nvfp4ScalesPanel(Panel):
             "tensor scale, amax / (448 x 6)": f"{ts:.4g}",
             "a clean block's largest value that still gets a normal E4M3 scale": f"{6 * E4M3.min_normal * ts:.3g} "
             "(6 x 2^-6 x the tensor scale)",
-            "clean blocks clamped to E4M3's smallest normal, 2^-6": _pct(data["at_floor"]),
+            "clean blocks needing a scale below 2^-6 (torchao's inference tensor clamps them there; the training "
+            "engines store an E4M3 subnormal)": _pct(data["at_floor"]),
             "clean blocks needing a scale below 2^-10 (0 even as an E4M3 subnormal)": _pct(data["below_subnormals"]),
-            "clean blocks' values flushed to 0": _pct(data["clean_flushed"])})
+            "clean blocks' values flushed to 0, training engines (no floor)": _pct(data["clean_flushed"]),
+            "the same, torchao's inference NVFP4Tensor (floor 2^-6)": _pct(data["clean_flushed_min_normal"])})
