@@ -192,6 +192,8 @@ class Recipe:
 
     weight_for_dgrad      a different scaling for the weight in the dgrad GEMM
     wgrad_high_precision  run the wgrad GEMM unquantized (torchao rowwise_with_gw_hp)
+    fprop_high_precision  run the forward GEMM unquantized, as nn.Linear does (the backward GEMMs stay
+                          quantized: a backward-only run, which shows what the backward's parts do)
     delayed               per-tensor scales from an amax history instead of the current amax
     wgrad_hadamard        a RandomHadamard applied to both wgrad operands along their contraction
                           (the tokens, M) before they are scaled: NVFP4's random Hadamard transform
@@ -211,8 +213,11 @@ class Recipe:
     tags: tuple[str, ...] = field(default=())
     wgrad_hadamard: RandomHadamard | None = None
     high_precision_share: float = 0.0
+    fprop_high_precision: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fprop_high_precision, bool):
+            raise ValueError(f"fprop_high_precision is True or False, got {self.fprop_high_precision!r}")
         if self.delayed is not None:
             for role in ROLES:
                 if not isinstance(getattr(self, role).granularity, PerTensor):
@@ -235,6 +240,8 @@ class Recipe:
         if role not in GEMMS[gemm]:
             raise ValueError(f"{gemm} takes {' and '.join(GEMMS[gemm])}, not {role!r}")
         if gemm == "wgrad" and self.wgrad_high_precision:
+            return None
+        if gemm == "fprop" and self.fprop_high_precision:
             return None
         if gemm == "dgrad" and role == "weight" and self.weight_for_dgrad is not None:
             return self.weight_for_dgrad
@@ -277,6 +284,12 @@ class Recipe:
     def with_stochastic_gradients(self, on: bool = True) -> Recipe:
         """grad_output (dgrad's and wgrad's dy) rounded stochastically (on) or to nearest."""
         return replace(self, grad_output=replace(self.grad_output, rounding="stochastic" if on else "nearest"))
+
+    def with_backward_only(self, on: bool = True) -> Recipe:
+        """The forward GEMM in high precision (as nn.Linear computes it), dgrad and wgrad quantized as before (on),
+        or every GEMM quantized (off); named with " backward" added or taken off."""
+        name = self.name.removesuffix(" backward") + (" backward" if on else "")
+        return replace(self, fprop_high_precision=on, name=name)
 
     def with_high_precision_layers(self, share: float = 0.15) -> Recipe:
         """The last ceil(share * layers) linear layers kept in high precision by convert (0: none)."""

@@ -230,7 +230,8 @@ def _same_numerics(q: Operand, s: TensorScaling) -> bool:
 
 
 def _fprop_operands(state: _LayerState, x2: torch.Tensor, weight: torch.Tensor):
-    """fprop y[M, N] = x[M, K] @ w[N, K]^T: x and w both quantized along K."""
+    """fprop y[M, N] = x[M, K] @ w[N, K]^T: x and w both quantized along K (None, None where the recipe keeps
+    this GEMM in high precision)."""
     return _operand(state, x2, "input", "fprop"), _operand(state, weight, "weight", "fprop")
 
 
@@ -254,7 +255,7 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     """The three GEMMs of a linear layer, operands quantized exactly as FP8Linear builds them.
 
     x[..., K], weight[N, K], grad_output[..., N] (batch dims are flattened into M) ->
-    {"fprop": (x_q[M, K], w_q[N, K]), "dgrad": (dy_q[M, N], wT_q[K, N]),
+    {"fprop": (x_q[M, K], w_q[N, K]) or None, "dgrad": (dy_q[M, N], wT_q[K, N]),
      "wgrad": (dyT_q[N, M], xT_q[K, M]) or None}: each pair is ready for a @ b.T (so
     fp8lab.gemm.emulated_mm(*pair) or real_mm(*pair)); None where the recipe runs that GEMM
     in high precision. Transposed operands are transposed views sharing the codes of a
@@ -282,7 +283,8 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     q_x, q_w = _fprop_operands(state, x2, w)
     q_g, q_wt = _dgrad_operands(state, g, w, q_w)
     q_gt, q_xt = _wgrad_operands(state, g, x2, q_g, q_x)
-    return {"fprop": (q_x, q_w), "dgrad": (q_g, q_wt), "wgrad": None if q_gt is None or q_xt is None else (q_gt, q_xt)}
+    return {"fprop": None if q_x is None or q_w is None else (q_x, q_w), "dgrad": (q_g, q_wt),
+            "wgrad": None if q_gt is None or q_xt is None else (q_gt, q_xt)}
 
 
 def _mm(state: _LayerState, a_q: QuantizedTensor, b_q: QuantizedTensor, gemm: str) -> torch.Tensor:
@@ -307,7 +309,8 @@ class _FP8LinearFunction(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1])  # (M, K)
         m = x2.shape[0]
         state.fprop = None
-        if state.recipe is None or weight.numel() == 0:  # (N or K of 0: nothing to quantize, nothing to sum)
+        if state.recipe is None or weight.numel() == 0 or state.recipe.fprop_high_precision:
+            # (no recipe; N or K of 0: nothing to quantize, nothing to sum; or a forward kept in high precision)
             out = F.linear(x2, weight, bias)
         else:
             state.fprop = _fprop_operands(state, _rows(x2, m), weight)

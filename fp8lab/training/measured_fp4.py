@@ -1,8 +1,9 @@
 """Training runs shipped with notebook 09: too slow to train while it runs.
 
 Public: parts() (the lesson MLP with NVFP4 and every subset of its training recipe's parts, beside fp32, bf16 and
-MXFP8; and NVFP4 with one chosen layer kept in high precision), dy_runs() (the four FP8 choices for the gradients,
-on the lesson MLP and notebook 08's LLM-like model), means(frame), PARTS_ON, DY_ON, main (regenerates them:
+MXFP8; and NVFP4 with one chosen layer kept in high precision), backward_runs() (NVFP4 in the backward GEMMs only,
+with and without the parts), dy_runs() (the four FP8 choices for the gradients, on the lesson MLP and notebook 08's
+LLM-like model), means(frame), PARTS_ON, BACKWARD_ON, DY_ON, main (regenerates them:
 `python -m fp8lab.training.measured_fp4 --write`, or one part with --part; --jobs runs seeds side by side).
 Every row: final loss (mean of the last 10 training steps), the held-out loss as trained, and the held-out loss of
 the trained weights with a high-precision forward (fp8lab.training.parts.train_parts). tests/test_fp4_lessons.py
@@ -15,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["DY_ON", "PARTS_ON", "dy_runs", "layer_runs", "main", "means", "parts"]
+__all__ = ["BACKWARD_ON", "DY_ON", "PARTS_ON", "backward_runs", "dy_runs", "layer_runs", "main", "means", "parts"]
 
 COLUMNS = ["model", "seed", "run", "final loss", "heldout as trained", "heldout high precision"]
 
@@ -126,6 +127,11 @@ DY_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
     ('llm_like', 2, 'dy E4M3 1x128', 0.833878, 0.807382, 0.810044),
 ]
 # END GENERATED DY
+# BEGIN GENERATED BACKWARD
+BACKWARD_ON = ''
+BACKWARD_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
+]
+# END GENERATED BACKWARD
 
 
 def _frame(rows):
@@ -140,6 +146,19 @@ def _frame(rows):
 def parts():
     """The parts runs: DataFrame with COLUMNS (model "mlp", seeds 0-2)."""
     return _frame(PARTS_ROWS)
+
+
+def backward_runs():
+    """The backward-only runs (NVFP4 in dgrad and wgrad, the forward GEMM in high precision; no parts, each part
+    alone, all four) beside bf16: DataFrame with COLUMNS (model "mlp", seeds 0-2)."""
+    return _frame(BACKWARD_ROWS)
+
+
+def _backward_runs():
+    from fp8lab.numerics.recipes import NVFP4_PARTS, nvfp4_with
+
+    sets = ((), *((p,) for p in NVFP4_PARTS), tuple(NVFP4_PARTS))
+    return tuple(nvfp4_with(s).with_backward_only() for s in sets)
 
 
 def dy_runs():
@@ -175,14 +194,16 @@ def _task(part: str, model: str, seed: int) -> list[tuple]:
     from fp8lab.training.parts import PART_SETS, REFERENCES, train_parts
 
     torch.set_num_threads(1)  # jobs side by side, one core each (MKL_CBWR: the same bits on any thread count)
-    runs = [*REFERENCES, *PART_SETS, *_layer_runs()] if part == "parts" else ["fp32", *grad_recipes()]
+    runs = {"parts": lambda: [*REFERENCES, *PART_SETS, *_layer_runs()], "dy": lambda: ["fp32", *grad_recipes()],
+            "backward": lambda: ["bf16", *_backward_runs()]}[part]()
     res = train_parts(runs, model=model, seed=seed)
     return [(model, seed, run, *(float(v) for v in row)) for run, row in zip(res.table.index, res.table.to_numpy(),
                                                                              strict=True)]
 
 
 PARTS = {"parts": ("# BEGIN GENERATED PARTS\n", "# END GENERATED PARTS\n", "PARTS", ("mlp",)),
-         "dy": ("# BEGIN GENERATED DY\n", "# END GENERATED DY\n", "DY", ("mlp", "llm_like"))}
+         "dy": ("# BEGIN GENERATED DY\n", "# END GENERATED DY\n", "DY", ("mlp", "llm_like")),
+         "backward": ("# BEGIN GENERATED BACKWARD\n", "# END GENERATED BACKWARD\n", "BACKWARD", ("mlp",))}
 
 
 def _block(name: str, rows: list[tuple]) -> str:
@@ -212,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="processes side by side, one thread each")
     args = p.parse_args(argv)
     if not args.write:
-        for name in PARTS:
-            frame = parts() if name == "parts" else dy_runs()
-            print(f"{name}, measured on: {PARTS_ON if name == 'parts' else DY_ON}\n{means(frame).to_string()}")
+        for name, (frame, on) in {"parts": (parts, PARTS_ON), "dy": (dy_runs, DY_ON),
+                                  "backward": (backward_runs, BACKWARD_ON)}.items():
+            print(f"{name}, measured on: {on}\n{means(frame()).to_string()}")
         return 0
     import multiprocessing
 
