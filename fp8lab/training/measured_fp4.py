@@ -128,8 +128,29 @@ DY_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
 ]
 # END GENERATED DY
 # BEGIN GENERATED BACKWARD
-BACKWARD_ON = ''
+BACKWARD_ON = '2026-12-02, AMD EPYC, 1 threads, no GPU, torch 2.13.0+cpu, fused CPU kernels on'
 BACKWARD_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
+    ('mlp', 0, 'bf16', 0.0387629, 0.0404176, 0.0404162),
+    ('mlp', 0, 'nvfp4 1x16 backward', 0.0387428, 0.0404268, 0.0404268),
+    ('mlp', 0, 'nvfp4 2D backward', 0.0388103, 0.04043, 0.04043),
+    ('mlp', 0, 'nvfp4 RHT backward', 0.0389969, 0.0406736, 0.0406736),
+    ('mlp', 0, 'nvfp4 SR backward', 0.0388626, 0.0405265, 0.0405265),
+    ('mlp', 0, 'nvfp4 HP backward', 0.038747, 0.0403779, 0.0403779),
+    ('mlp', 0, 'nvfp4 2D+RHT+SR+HP backward', 0.0387481, 0.0405112, 0.0405112),
+    ('mlp', 1, 'bf16', 0.0399485, 0.041475, 0.0414632),
+    ('mlp', 1, 'nvfp4 1x16 backward', 0.0399607, 0.0414132, 0.0414132),
+    ('mlp', 1, 'nvfp4 2D backward', 0.0399992, 0.0414237, 0.0414237),
+    ('mlp', 1, 'nvfp4 RHT backward', 0.0398932, 0.0414037, 0.0414037),
+    ('mlp', 1, 'nvfp4 SR backward', 0.0401401, 0.0416557, 0.0416557),
+    ('mlp', 1, 'nvfp4 HP backward', 0.0398455, 0.0414644, 0.0414644),
+    ('mlp', 1, 'nvfp4 2D+RHT+SR+HP backward', 0.0398349, 0.0414065, 0.0414065),
+    ('mlp', 2, 'bf16', 0.0419607, 0.0427918, 0.0427771),
+    ('mlp', 2, 'nvfp4 1x16 backward', 0.0421441, 0.0429256, 0.0429256),
+    ('mlp', 2, 'nvfp4 2D backward', 0.042055, 0.0427186, 0.0427186),
+    ('mlp', 2, 'nvfp4 RHT backward', 0.0418878, 0.0424971, 0.0424971),
+    ('mlp', 2, 'nvfp4 SR backward', 0.042165, 0.0430559, 0.0430559),
+    ('mlp', 2, 'nvfp4 HP backward', 0.0421092, 0.0428144, 0.0428144),
+    ('mlp', 2, 'nvfp4 2D+RHT+SR+HP backward', 0.0418818, 0.0425765, 0.0425765),
 ]
 # END GENERATED BACKWARD
 
