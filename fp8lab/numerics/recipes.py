@@ -194,6 +194,8 @@ class Recipe:
     wgrad_high_precision  run the wgrad GEMM unquantized (torchao rowwise_with_gw_hp)
     fprop_high_precision  run the forward GEMM unquantized, as nn.Linear does (the backward GEMMs stay
                           quantized: a backward-only run, which shows what the backward's parts do)
+    dgrad_high_precision  run the dgrad GEMM unquantized (with wgrad_high_precision: the backward pass in high
+                          precision, dy never quantized: the control for a recipe's choice of dy)
     delayed               per-tensor scales from an amax history instead of the current amax
     wgrad_hadamard        a RandomHadamard applied to both wgrad operands along their contraction
                           (the tokens, M) before they are scaled: NVFP4's random Hadamard transform
@@ -214,10 +216,12 @@ class Recipe:
     wgrad_hadamard: RandomHadamard | None = None
     high_precision_share: float = 0.0
     fprop_high_precision: bool = False
+    dgrad_high_precision: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.fprop_high_precision, bool):
-            raise ValueError(f"fprop_high_precision is True or False, got {self.fprop_high_precision!r}")
+        for flag in ("fprop_high_precision", "dgrad_high_precision"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} is True or False, got {getattr(self, flag)!r}")
         if self.delayed is not None:
             for role in ROLES:
                 if not isinstance(getattr(self, role).granularity, PerTensor):
@@ -242,6 +246,8 @@ class Recipe:
         if gemm == "wgrad" and self.wgrad_high_precision:
             return None
         if gemm == "fprop" and self.fprop_high_precision:
+            return None
+        if gemm == "dgrad" and self.dgrad_high_precision:
             return None
         if gemm == "dgrad" and role == "weight" and self.weight_for_dgrad is not None:
             return self.weight_for_dgrad

@@ -236,7 +236,8 @@ def _fprop_operands(state: _LayerState, x2: torch.Tensor, weight: torch.Tensor):
 
 
 def _dgrad_operands(state: _LayerState, g: torch.Tensor, weight: torch.Tensor, q_w: QuantizedTensor | None):
-    """dgrad dx[M, K] = dy[M, N] @ w[N, K]: contraction N; dy along N, w^T[K, N] along N."""
+    """dgrad dx[M, K] = dy[M, N] @ w[N, K]: contraction N; dy along N, w^T[K, N] along N (None, None where the
+    recipe keeps this GEMM in high precision)."""
     q_g = _operand(state, g, "grad_output", "dgrad")
     return q_g, _operand(state, weight, "weight", "dgrad", reuse=q_w, transpose=True)
 
@@ -255,7 +256,7 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     """The three GEMMs of a linear layer, operands quantized exactly as FP8Linear builds them.
 
     x[..., K], weight[N, K], grad_output[..., N] (batch dims are flattened into M) ->
-    {"fprop": (x_q[M, K], w_q[N, K]) or None, "dgrad": (dy_q[M, N], wT_q[K, N]),
+    {"fprop": (x_q[M, K], w_q[N, K]) or None, "dgrad": (dy_q[M, N], wT_q[K, N]) or None,
      "wgrad": (dyT_q[N, M], xT_q[K, M]) or None}: each pair is ready for a @ b.T (so
     fp8lab.gemm.emulated_mm(*pair) or real_mm(*pair)); None where the recipe runs that GEMM
     in high precision. Transposed operands are transposed views sharing the codes of a
@@ -283,7 +284,8 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     q_x, q_w = _fprop_operands(state, x2, w)
     q_g, q_wt = _dgrad_operands(state, g, w, q_w)
     q_gt, q_xt = _wgrad_operands(state, g, x2, q_g, q_x)
-    return {"fprop": None if q_x is None or q_w is None else (q_x, q_w), "dgrad": (q_g, q_wt),
+    return {"fprop": None if q_x is None or q_w is None else (q_x, q_w),
+            "dgrad": None if q_g is None or q_wt is None else (q_g, q_wt),
             "wgrad": None if q_gt is None or q_xt is None else (q_gt, q_xt)}
 
 
@@ -355,7 +357,8 @@ class _FP8LinearFunction(torch.autograd.Function):
             with _no_autocast(g.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
                 if ctx.needs_input_grad[0]:
                     q_g, q_wt = _dgrad_operands(state, gq, weight, ctx.q_w)
-                    if isinstance(q_g, NonFiniteGradient):  # dy holds an inf or NaN: dy @ w in high precision
+                    if q_g is None or isinstance(q_g, NonFiniteGradient):
+                        # (the recipe keeps dgrad in high precision, or dy holds an inf or NaN: dy @ w as it is)
                         grad_x = g.float().mm(weight.float()).to(x2.dtype)
                     else:
                         grad_x = _mm(state, q_g, q_wt, "dgrad")[:m].to(x2.dtype)

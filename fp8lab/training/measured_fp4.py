@@ -3,7 +3,8 @@
 Public: parts() (the lesson MLP with NVFP4 and every subset of its training recipe's parts, beside fp32, bf16 and
 MXFP8; and NVFP4 with one chosen layer kept in high precision), backward_runs() (NVFP4 in the backward GEMMs only,
 with and without the parts), dy_runs() (the four FP8 choices for the gradients, on the lesson MLP and notebook 08's
-LLM-like model), means(frame), PARTS_ON, BACKWARD_ON, DY_ON, main (regenerates them:
+LLM-like model), dy_control_runs() (their control: blockwise's forward, dy unquantized), means(frame), PARTS_ON,
+BACKWARD_ON, DY_ON, DY_CONTROL_ON, main (regenerates them:
 `python -m fp8lab.training.measured_fp4 --write`, or one part with --part; --jobs runs seeds side by side).
 Every row: final loss (mean of the last 10 training steps), the held-out loss as trained, and the held-out loss of
 the trained weights with a high-precision forward (fp8lab.training.parts.train_parts). tests/test_fp4_lessons.py
@@ -16,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["BACKWARD_ON", "DY_ON", "PARTS_ON", "backward_runs", "dy_runs", "layer_runs", "main", "means", "parts"]
+__all__ = ["BACKWARD_ON", "DY_CONTROL_ON", "DY_ON", "PARTS_ON", "backward_runs", "dy_control_runs", "dy_runs", "layer_runs", "main", "means", "parts"]
 
 COLUMNS = ["model", "seed", "run", "final loss", "heldout as trained", "heldout high precision"]
 
@@ -153,6 +154,11 @@ BACKWARD_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
     ('mlp', 2, 'nvfp4 2D+RHT+SR+HP backward', 0.0418818, 0.0425765, 0.0425765),
 ]
 # END GENERATED BACKWARD
+# BEGIN GENERATED DY_CONTROL
+DY_CONTROL_ON = ''
+DY_CONTROL_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
+]
+# END GENERATED DY_CONTROL
 
 
 def _frame(rows):
@@ -173,6 +179,12 @@ def backward_runs():
     """The backward-only runs (NVFP4 in dgrad and wgrad, the forward GEMM in high precision; no parts, each part
     alone, all four) beside bf16: DataFrame with COLUMNS (model "mlp", seeds 0-2)."""
     return _frame(BACKWARD_ROWS)
+
+
+def dy_control_runs():
+    """The control for the gradient runs: blockwise's forward, dgrad and wgrad in high precision (dy unquantized),
+    on the lesson MLP and notebook 08's LLM-like model: DataFrame with COLUMNS."""
+    return _frame(DY_CONTROL_ROWS)
 
 
 def _backward_runs():
@@ -211,12 +223,12 @@ def _task(part: str, model: str, seed: int) -> list[tuple]:
     """One (part, model, seed) of the sweep, trained now: its rows."""
     import torch
 
-    from fp8lab.training.gradients import grad_recipes
+    from fp8lab.training.gradients import dy_control, grad_recipes
     from fp8lab.training.parts import PART_SETS, REFERENCES, train_parts
 
     torch.set_num_threads(1)  # jobs side by side, one core each (MKL_CBWR: the same bits on any thread count)
     runs = {"parts": lambda: [*REFERENCES, *PART_SETS, *_layer_runs()], "dy": lambda: ["fp32", *grad_recipes()],
-            "backward": lambda: ["bf16", *_backward_runs()]}[part]()
+            "backward": lambda: ["bf16", *_backward_runs()], "dy_control": lambda: [dy_control()]}[part]()
     res = train_parts(runs, model=model, seed=seed)
     return [(model, seed, run, *(float(v) for v in row)) for run, row in zip(res.table.index, res.table.to_numpy(),
                                                                              strict=True)]
@@ -224,7 +236,9 @@ def _task(part: str, model: str, seed: int) -> list[tuple]:
 
 PARTS = {"parts": ("# BEGIN GENERATED PARTS\n", "# END GENERATED PARTS\n", "PARTS", ("mlp",)),
          "dy": ("# BEGIN GENERATED DY\n", "# END GENERATED DY\n", "DY", ("mlp", "llm_like")),
-         "backward": ("# BEGIN GENERATED BACKWARD\n", "# END GENERATED BACKWARD\n", "BACKWARD", ("mlp",))}
+         "backward": ("# BEGIN GENERATED BACKWARD\n", "# END GENERATED BACKWARD\n", "BACKWARD", ("mlp",)),
+         "dy_control": ("# BEGIN GENERATED DY_CONTROL\n", "# END GENERATED DY_CONTROL\n", "DY_CONTROL",
+                        ("mlp", "llm_like"))}
 
 
 def _block(name: str, rows: list[tuple]) -> str:
@@ -255,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.write:
         for name, (frame, on) in {"parts": (parts, PARTS_ON), "dy": (dy_runs, DY_ON),
-                                  "backward": (backward_runs, BACKWARD_ON)}.items():
+                                  "backward": (backward_runs, BACKWARD_ON),
+                                  "dy_control": (dy_control_runs, DY_CONTROL_ON)}.items():
             print(f"{name}, measured on: {on}\n{means(frame()).to_string()}")
         return 0
     import multiprocessing
