@@ -17,7 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["BACKWARD_ON", "DY_CONTROL_ON", "DY_ON", "PARTS_ON", "backward_runs", "dy_control_runs", "dy_runs", "layer_runs", "main", "means", "parts"]
+__all__ = ["BACKWARD_ON", "DY_CONTROL_ON", "DY_ON", "PARTS_ON", "backward_runs", "dy_control_runs",
+           "dy_runs", "layer_runs", "main", "means", "parts"]
 
 COLUMNS = ["model", "seed", "run", "final loss", "heldout as trained", "heldout high precision"]
 
