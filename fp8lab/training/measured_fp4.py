@@ -156,8 +156,14 @@ BACKWARD_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
 ]
 # END GENERATED BACKWARD
 # BEGIN GENERATED DY_CONTROL
-DY_CONTROL_ON = ''
+DY_CONTROL_ON = '2026-12-02, AMD EPYC, 1 threads, no GPU, torch 2.13.0+cpu, fused CPU kernels on'
 DY_CONTROL_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
+    ('mlp', 0, 'dy unquantized', 0.0390402, 0.0406658, 0.040315),
+    ('mlp', 1, 'dy unquantized', 0.0404546, 0.0422252, 0.0418308),
+    ('mlp', 2, 'dy unquantized', 0.042161, 0.0431151, 0.0428636),
+    ('llm_like', 0, 'dy unquantized', 0.940594, 0.917745, 0.922758),
+    ('llm_like', 1, 'dy unquantized', 0.734202, 0.76992, 0.771125),
+    ('llm_like', 2, 'dy unquantized', 0.834793, 0.805953, 0.811504),
 ]
 # END GENERATED DY_CONTROL
 

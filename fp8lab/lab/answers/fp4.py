@@ -148,7 +148,10 @@ def _q09_rounding() -> Answer:
         NB,
         "(1) In one step, which rounding gives fc2's weight gradient the smaller error?",
         f"(1) Round to nearest: relative error {gemm['nearest']:.3g}, one stochastic step {gemm['means'][1]:.3g}: "
-        "stochastic rounding adds the variance of its draws, up to half a step per value. (2) Averaged over "
+        "stochastic rounding adds the variance of its draws, up to half a step per value, and fc2's dy is of both "
+        f"signs ({_pct(gemm['positive'])} positive), so round to nearest's errors cancel in the sum. Where a GEMM "
+        "sums values mostly of one sign, they do not: round to nearest is biased there (the next panel). "
+        "(2) Averaged over "
         f"{n} draws, stochastic rounding: {gemm['means'][n]:.3g}. Its mean is the exact dy, so averaging removes "
         "the rounding noise of dy; what stays is the rest of the error, fc2's input x rounded to nearest. Over "
         f"x from 0 to 6, the mean of 1024 draws lies {d['bias_sr']:.3f} from x on average, round to nearest "
