@@ -44,8 +44,9 @@ def _q09_sum_rounding() -> Answer:
         f"{mm['stochastic'][-1]:.3g}; at 98% positive, round to nearest's stays at {sm['nearest'][-1]:.3g} while "
         f"stochastic's falls to {sm['stochastic'][-1]:.3g}: a bias does not shrink with k, noise does. (3) An update "
         f"{u['ratio']:g} of its block's largest is under NVFP4's flush threshold ({head['threshold']:.4f}): round "
-        f"to nearest sends 0 every step and the weight stays at {float(u['nearest'][-1]) + 0.0:.3g}; stochastic rounding "
-        f"moves it to {float(u['stochastic'][-1]):.3g} in {u['steps']} steps (exact: {float(u['exact'][-1]):.3g}), "
+        f"to nearest sends 0 every step and the weight stays at {float(u['nearest'][-1]) + 0.0:.3g}; stochastic "
+        f"rounding moves it to {float(u['stochastic'][-1]):.3g} in {u['steps']} steps "
+        f"(exact: {float(u['exact'][-1]):.3g}), "
         f"{u['rate']['stochastic']:.3g} of the right rate. At 0.05, just over the threshold, round to nearest rounds "
         f"every update up to the grid's smallest value: {above['rate']['nearest']:.3g} times the right rate.",
         {"the head's per-value error is smaller to nearest": s["per_value"]["nearest"] < s["per_value"]["stochastic"],
@@ -80,7 +81,8 @@ def _q09_hadamard_contrast() -> Answer:
         "NVFP4's blocks are 16 values under an E4M3 scale that puts the largest value right at the top: the transform "
         "has little left to fix. With stochastic rounding the errors are larger in both formats, and the transform "
         "changes them in the same direction as to nearest.",
-        {"the transform raises NVFP4's error on blocks.0.qkv, both roundings": bool((t.loc["NVFP4", "change"] > 0).all()),
+        {"the transform raises NVFP4's error on blocks.0.qkv, both roundings":
+             bool((t.loc["NVFP4", "change"] > 0).all()),
          "... and lowers MXFP4's by over 10%, both roundings": bool((t.loc["MXFP4", "change"] < -0.1).all()),
          "MXFP4 as it is has a larger error than NVFP4": bool((t.loc["MXFP4", "without"] > t.loc["NVFP4", "without"])
                                                               .all())},
@@ -122,7 +124,8 @@ def _q09_backward_only() -> Answer:
     moves = (back.drop("none") - back["none"]).abs()
     return Answer(
         NB,
-        "(1) With NVFP4 in the backward GEMMs only, how far from bf16 does the toy end, with no part and with all four?",
+        "(1) With NVFP4 in the backward GEMMs only, how far from bf16 does the toy end, with no part and with all "
+        "four?",
         f"(1) {100 * back['none']:+.2f}% with no part and {100 * back['all four']:+.2f}% with all four (mean of 3 "
         f"seeds; each part alone between {100 * singles.min():+.2f}% and {100 * singles.max():+.2f}%), against "
         f"{100 * full['none']:+.1f}% and {100 * full['all four']:+.1f}% with NVFP4 in every GEMM. The seeds spread "
