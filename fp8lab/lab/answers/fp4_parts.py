@@ -65,6 +65,7 @@ def _q09_hadamard_contrast() -> Answer:
     every = {layer: panel.update(layer=layer, when=3)["table"] for layer in panel.record.layers}
     mx_helped = sum(bool((tab.loc["MXFP4", "change"] < 0).all()) for tab in every.values())
     nv_helped = sum(bool((tab.loc["NVFP4", "change"] < 0).all()) for tab in every.values())
+    nv_raised = sum(bool((tab.loc["NVFP4", "change"] > 0).all()) for tab in every.values())
 
     def pair(fmt: str, rounding: str) -> str:
         return f"{t.loc[(fmt, rounding), 'without']:.3f} -> {t.loc[(fmt, rounding), 'with']:.3f}"
@@ -84,6 +85,8 @@ def _q09_hadamard_contrast() -> Answer:
         {"the transform raises NVFP4's error on blocks.0.qkv, both roundings":
              bool((t.loc["NVFP4", "change"] > 0).all()),
          "... and lowers MXFP4's by over 10%, both roundings": bool((t.loc["MXFP4", "change"] < -0.1).all()),
+         "at the last step the transform lowers MXFP4's error on every layer, both roundings": mx_helped == len(every),
+         "... and raises NVFP4's on every layer, both roundings": nv_raised == len(every),
          "MXFP4 as it is has a larger error than NVFP4": bool((t.loc["MXFP4", "without"] > t.loc["NVFP4", "without"])
                                                               .all())},
     )
