@@ -146,9 +146,9 @@ def depth_drift(depth: int = 32, two_d: bool = False, recipe: Recipe | str = "nv
     quantized by `recipe` with 1 x c blocks (two_d False: fprop's copy along K, dgrad's along N) or c x c blocks
     (two_d True: one copy). The chain rule of the forward that ran sends dy back through fprop's copies,
     dx = dy @ wf_L @ ... @ wf_1; dgrad sends it through its own copies. For d = 1..depth (the last d layers):
-    "drift" (||dx_dgrad - dx_chain|| / ||dx_chain||) and "cosine" (between them), for one dy; and "drift_mean"
-    (the same for the sum of `steps` gradients with other dy and the same weights: a bias stays, noise would
-    shrink), all lists indexed d - 1."""
+    "drift" (||dx_dgrad - dx_chain|| / ||dx_chain||) and "cosine" (between them), each the mean over `steps` dy;
+    and "drift_mean" (the drift of the sum of those steps' gradients, the weights the same: a bias stays as large
+    as one step's, independent noise would shrink by sqrt(steps)), all lists indexed d - 1."""
     if depth < 1:
         raise ValueError(f"depth is a positive number of layers, got {depth!r}")
     r = get_recipe(recipe).with_2d_weight(two_d)
@@ -161,7 +161,8 @@ def depth_drift(depth: int = 32, two_d: bool = False, recipe: Recipe | str = "nv
     for w in reversed(weights):  # from the last layer back
         wf, wd = _copies(w, r)
         chain, dgrad = chain @ wf.double(), dgrad @ wd.double()  # (steps, width): dx = dy @ w
-        out["drift"].append(_rel(dgrad[0], chain[0]))
-        out["cosine"].append(float(torch.nn.functional.cosine_similarity(dgrad[:1], chain[:1])[0]))
+        per_step = (dgrad - chain).norm(dim=1) / chain.norm(dim=1)  # (steps,)
+        out["drift"].append(float(per_step.mean()))
+        out["cosine"].append(float(torch.nn.functional.cosine_similarity(dgrad, chain).mean()))
         out["drift_mean"].append(_rel(dgrad.sum(0), chain.sum(0)))
     return out
