@@ -223,3 +223,35 @@ def test_the_shipped_dy_control_is_what_the_code_trains_now():
     for column in live.columns:
         want, got = shipped.loc["dy unquantized", column], live.loc["dy unquantized", column]
         assert abs(got - want) <= SHIPPED_LOW_PRECISION * want, (column, got, want)
+
+
+# ---- what notebook 09 says about them --------------------------------------------------------------------------------
+
+
+def _notebook_text() -> str:
+    import nbformat
+
+    from fp8lab.lab.answers.base import KEY_PATH
+
+    cells = nbformat.read(KEY_PATH.parent / "09_below_eight_bits.ipynb", as_version=4).cells
+    return " ".join(" ".join(c.source.split()) for c in cells if c.cell_type == "markdown")
+
+
+def test_09_teaches_stochastic_rounding_by_the_sign_of_a_sum_and_shows_the_transform_by_contrast():
+    text = _notebook_text()
+    assert "at the cost of more noise per value" not in text and "noisier in one step)" not in text
+    assert "mostly of one sign" in text
+    assert "a benefit of large runs these tensors do not show" not in text
+    assert "the transform pays where blocks are coarse and scales powers of two" in text
+    for panel in ("SumRoundingPanel", "HadamardContrastPanel", "DepthPanel", "BackwardOnlyPanel"):
+        assert f"{panel}()" in _notebook_code(), panel
+    assert "dy unquantized" in text
+
+
+def _notebook_code() -> str:
+    import nbformat
+
+    from fp8lab.lab.answers.base import KEY_PATH
+
+    cells = nbformat.read(KEY_PATH.parent / "09_below_eight_bits.ipynb", as_version=4).cells
+    return " ".join(c.source for c in cells if c.cell_type == "code")
