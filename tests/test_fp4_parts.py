@@ -60,7 +60,7 @@ def test_the_sum_view_draws_nearest_as_nearest():
     from fp8lab.lab.panels.fp4_parts import KS
 
     panel = SumRoundingPanel()
-    data = panel.update(source="synthetic", positive=0.98, k=4096)
+    data = panel.update(source=0.98, k=1024)
     values = signed_values(64, KS[-1], 0.98)
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in panel._figure[1][0].get_lines()}
     for rounding, label in (("nearest", "round to nearest: the sum"), ("stochastic", "stochastic (one draw): the sum")):

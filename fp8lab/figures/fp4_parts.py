@@ -95,5 +95,5 @@ def pair_bars(groups, first, second, names: tuple[str, str], ax=None, ylabel: st
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6, loc="upper right")
+    ax.legend(fontsize=6, loc="center right")
     return ax

@@ -19,12 +19,12 @@ from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
 __all__ = ["BackwardOnlyPanel", "DepthPanel", "HadamardContrastPanel", "SumRoundingPanel"]
 
 POSITIVE = (0.5, 0.75, 0.9, 0.98, 1.0)  # the share of one sign (the synthetic values)
-KS = (16, 64, 256, 1024, 4096)  # the sums' lengths
+KS = (16, 64, 256, 1024)  # the sums' lengths (the LLM-like model's batch holds 1024 tokens)
 RATIOS = (0.01, 0.02, 0.03, 0.05, 0.1)  # an update over its block's largest value
 STEPS = (50, 200, 1000)
-SUM_SOURCES = {"synthetic: heavy-tailed values, a share of them positive": "synthetic",
-               "the LLM-like model's head: dy at the first step": "head_first",
-               "the LLM-like model's head: dy at the last step": "head_last"}
+SUM_SOURCES = {"the LLM-like model's head: dy at the first step": "head_first",
+               "the LLM-like model's head: dy at the last step": "head_last",
+               **{f"synthetic, heavy-tailed, {100 * p:g}% positive": p for p in POSITIVE}}
 
 
 def _head_dy(when: str) -> torch.Tensor:
@@ -48,31 +48,30 @@ class SumRoundingPanel(Panel):
     keep_axes = True
 
     def __init__(self) -> None:
-        self._sums: dict[tuple[str, float], dict] = {}
+        self._sums: dict[str | float, dict] = {}
         super().__init__(
             source=_select(list(SUM_SOURCES.items()), "head_first", "values"),
-            positive=_slider([(f"{100 * p:g}%", p) for p in POSITIVE], 0.98, "share positive (synthetic)"),
             k=_slider(list(KS), 1024, "k marked"),
             ratio=_slider([(f"{r:g}", r) for r in RATIOS], 0.03, "update / its block's largest"),
             steps=_slider(list(STEPS), 200, "steps"),
         )
 
-    def _sum(self, source: str, positive: float) -> dict:
+    def _sum(self, source: str | float) -> dict:
+        """source: "head_first", "head_last", or the share of positive synthetic values."""
         from fp8lab.training.fp4_effects import signed_values, sum_rounding
 
-        key = (source, positive if source == "synthetic" else 0.0)
-        if key not in self._sums:
-            if source == "synthetic":
-                values = signed_values(64, KS[-1], positive)
+        if source not in self._sums:
+            if isinstance(source, float):
+                values = signed_values(64, KS[-1], source)
             else:  # wgrad's layout: dy^T[classes, tokens], each class's sum over the tokens
                 values = _head_dy("first" if source == "head_first" else "last").t().contiguous()
-            self._sums[key] = sum_rounding(values, [k for k in KS if k <= values.shape[1]])
-        return self._sums[key]
+            self._sums[source] = sum_rounding(values, [k for k in KS if k <= values.shape[1]])
+        return self._sums[source]
 
-    def compute(self, source, positive, k, ratio, steps) -> dict:
+    def compute(self, source, k, ratio, steps) -> dict:
         from fp8lab.training.fp4_effects import flush_threshold, small_update
 
-        s = self._sum(source, positive)
+        s = self._sum(source)
         mark = min(s["ks"], key=lambda x: abs(x - k))
         at = s["ks"].index(mark)
         return {"sum": s, "k": mark, "at": {r: s["sum"][r][at] for r in ("nearest", "stochastic")},
@@ -106,7 +105,6 @@ class HadamardContrastPanel(Panel):
     title = "the Hadamard transform by contrast: NVFP4 against MXFP4, on trained gradients"
     live_sliders = False
     ncols, width, height = 1, 6.5, 3.2
-    keep_axes = True
 
     def __init__(self) -> None:
         from fp8lab.settings import smoke
@@ -223,7 +221,6 @@ class BackwardOnlyPanel(Panel):
     title = "the parts act in the backward pass: NVFP4 everywhere, and in the backward GEMMs only"
     live_sliders = False
     ncols, width, height = 1, 6.5, 3.2
-    keep_axes = True
 
     def __init__(self) -> None:
         super().__init__(measure=_select(list(BACKWARD_MEASURES.items()), "final loss", "measure"))
