@@ -292,8 +292,8 @@ class Recipe:
         return replace(self, grad_output=replace(self.grad_output, rounding="stochastic" if on else "nearest"))
 
     def with_backward_only(self, on: bool = True) -> Recipe:
-        """The forward GEMM in high precision (as nn.Linear computes it), dgrad and wgrad quantized as before (on),
-        or every GEMM quantized (off); named with " backward" added or taken off."""
+        """The forward GEMM in high precision (as nn.Linear computes it) and dgrad and wgrad quantized as this recipe
+        says (on), or every GEMM quantized (off); named with " backward" added or taken off."""
         name = self.name.removesuffix(" backward") + (" backward" if on else "")
         return replace(self, fprop_high_precision=on, name=name)
 
