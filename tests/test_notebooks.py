@@ -210,7 +210,8 @@ def test_06_exercise_comes_before_the_cell_that_answers_it():
     ("06_training_live", 'Prediction("sink_break")', "panel"),
     ("07_beyond_one_machine", 'Prediction("step0_ranks")', "reduced = compare"),
     ("09_below_eight_bits", 'Prediction("dy_flush")', "GradientPanel()"),
-    ("09_below_eight_bits", 'Prediction("fp4_gap")', "PartsPanel()")])
+    ("09_below_eight_bits", 'Prediction("fp4_gap")', "PartsPanel()"),
+    ("09_below_eight_bits", 'Prediction("sum_bias")', "SumRoundingPanel()")])
 def test_a_prediction_comes_before_the_panel_that_reveals_it(stem, prediction, panel):
     cells = _cells(stem)
     p = next(i for i, c in enumerate(cells) if prediction in c.source)
@@ -233,6 +234,7 @@ SOURCES = {
     "TransformerEngine": ("nvidia.github.io/TransformerEngine", "github.com/NVIDIA/TransformerEngine"),
     "Pretraining Large Language Models with NVFP4": ("arxiv.org/abs/2509.25149",),
     "NVFP4 paper": ("arxiv.org/abs/2509.25149",),
+    "Microscaling FP4 Quantization": ("arxiv.org/abs/2509.23202",),
 }
 
 

@@ -68,6 +68,7 @@ HARD = T + "test_hardening.py"
 TRUTH = T + "test_convert_truthfully.py"
 MODELS, CACHE, REAL = T + "test_hardening_models.py", T + "test_kernel_cache.py", T + "test_real_path.py"
 FP4 = T + "test_fp4_numerics.py"
+PARTS = T + "test_fp4_parts.py"
 DRAG = T + "test_sync_drawing.py::test_a_drag_on_a_loaded_machine_never_queues_stale_frames"
 
 MUTATIONS = [
@@ -441,6 +442,20 @@ MUTATIONS = [
     m("export spells nvfp4_training with the Hadamard transform off", EX,
       '"NVFP4BlockScaling(disable_rht=False, disable_stochastic_rounding=False, "',
       '"NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=False, "', T + "test_export.py"),
+    m("the GEMM-sum view swaps its nearest and stochastic curves", "fp8lab/lab/panels/fp4_parts.py",
+      'figs.sum_error(s["ks"], s["sum"]["nearest"], s["sum"]["stochastic"],',
+      'figs.sum_error(s["ks"], s["sum"]["stochastic"], s["sum"]["nearest"],',
+      PARTS + "::test_the_sum_view_draws_nearest_as_nearest"),
+    m("the depth view's 2-D weight blocks fall back to 1-D", "fp8lab/lab/panels/fp4_parts.py",
+      '"2d": depth_drift(DEPTHS[-1], two_d=True,', '"2d": depth_drift(DEPTHS[-1], two_d=False,',
+      PARTS + "::test_the_depth_view_draws_2d_blocks_as_2d"),
+    m("a backward-only recipe's forward quantized all the same", N,
+      "if state.recipe is None or weight.numel() == 0 or state.recipe.fprop_high_precision:",
+      "if state.recipe is None or weight.numel() == 0:", PARTS),
+    m("the dy control quantizes dgrad all the same", R,
+      '        if gemm == "dgrad" and self.dgrad_high_precision:\n            return None\n', "", PARTS),
+    m("the high-precision switches take any value", R, "            if not isinstance(getattr(self, flag), bool):",
+      "            if False:", PARTS),
     m("exercise 09 accepts round to nearest", "fp8lab/lab/exercises/fp4.py", "    if torch.equal(got, want):",
       "    if torch.equal(got, want) or torch.equal(got, cast(x, E2M1)):", T + "test_fp4_panels.py"),
     m("panels: per_tensor's left margin as matplotlib's defaults need, not the lab's theme",

@@ -5,6 +5,7 @@
   gemms.py   a linear layer's GEMMs: one activation as two GEMMs quantize it; rowwise's mismatch (notebooks 05, 06)
   scales.py  where scales land: NVFP4's block scales against E4M3's range and floors (04); a weight's two copies (06)
   fp4.py     the gradient side and the 4-bit recipe's parts (notebook 09)
+  fp4_parts.py each backward part at work: sums, small updates, the transform by contrast, depth (09)
   render.py  Agg that keeps rendered glyphs: the same PNG bytes in half the time
 The panels (fp8lab.lab.panels) show them; their in-place redraws are fp8lab.lab.redraw.
 """

@@ -3,7 +3,7 @@
 Public: Prediction(name) (commit to an option, then Reveal shows the measured answer beside it),
 PREDICTIONS (each prediction's notebook, question, options and how to measure the answer from
 the panels' own data), PredictionSpec, MARGIN, token_spans (which tokens each recipe's scales cover:
-notebook 07). Notebooks 01 to 07 ask one each (06 two), notebook 09 two.
+notebook 07). Notebooks 01 to 07 ask one each (06 two), notebook 09 three.
 An answer must not hang on a detail: each spec also measures its answer on other seeds of the same
 data (at(seed) -> (option, margin)), and tests require the same option on every seed with the
 measured value at least MARGIN (a factor) away from the nearest bin edge.
@@ -315,6 +315,29 @@ def _p09_fp4() -> tuple[str, str]:
                     f"weights with a high-precision forward: {100 * high:+.1f}% on held-out data.")
 
 
+SUM_EDGES, SUM_OPTIONS = (0.5, 2.0), ("stochastic, by over 2x", "about the same (within 2x)",
+                                       "round to nearest, by over 2x")
+
+
+def _sum_ratio(seed: int) -> tuple[float, float, float]:
+    """The LLM-like model's head dy at the first step (seed `seed`), NVFP4 along the tokens: (round to nearest's
+    error of the per-class sums over 1024 tokens / one stochastic draw's, the share positive, nearest's error)."""
+    from fp8lab.training.fp4_effects import sum_rounding
+    from fp8lab.training.gradients import record_dy
+
+    dy = record_dy("llm_like", steps=1, at=(0,), seed=seed).snapshots[0, "head"]
+    s = sum_rounding(dy.t().contiguous(), [dy.shape[0]])
+    return s["sum"]["nearest"][0] / s["sum"]["stochastic"][0], s["positive"], s["sum"]["nearest"][0]
+
+
+def _p09_sum() -> tuple[str, str]:
+    ratio, positive, nearest = _sum_ratio(0)
+    option, _ = _binned(ratio, SUM_EDGES, SUM_OPTIONS)
+    return option, (f"{_pct(positive)} of the head's dy is positive; the per-class sums are off by {_pct(nearest)} "
+                    f"rounding to nearest, {ratio:.1f} times one stochastic draw's error: per value round to "
+                    "nearest is closer, but its errors share a sign and add up.")
+
+
 PREDICTIONS: dict[str, PredictionSpec] = {
     "format_binades": PredictionSpec(
         "01_fp8_formats",
@@ -365,6 +388,11 @@ PREDICTIONS: dict[str, PredictionSpec] = {
         "The lesson MLP, 150 steps, NVFP4 with all four parts of its training recipe: how far above bf16's does its "
         "final loss end?", FP4_OPTIONS, _p09_fp4,
         lambda seed: _binned(_fp4_gap(seed), FP4_EDGES, FP4_OPTIONS)),
+    "sum_bias": PredictionSpec(
+        "09_below_eight_bits",
+        "The LLM-like model's head gradient (most of its dy positive) in NVFP4, summed over 1024 tokens per class: "
+        "which rounding leaves the sums further from the exact ones, round to nearest or one stochastic draw?",
+        SUM_OPTIONS, _p09_sum, lambda seed: _binned(_sum_ratio(seed)[0], SUM_EDGES, SUM_OPTIONS)),
 }
 
 

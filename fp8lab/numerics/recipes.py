@@ -196,9 +196,12 @@ class Recipe:
 
     weight_for_dgrad      a different scaling for the weight in the dgrad GEMM
     wgrad_high_precision  run the wgrad GEMM unquantized (torchao rowwise_with_gw_hp)
-    fprop_high_precision  run the fprop GEMM unquantized (dgrad and wgrad still quantized): with
-                          wgrad_high_precision, what splits a layer's forward from its weight gradient
-                          (notebook 09's fc1 split; Recipe.with_gemm_in_high_precision)
+    fprop_high_precision  run the forward GEMM unquantized, as nn.Linear does (dgrad and wgrad still quantized):
+                          a backward-only run, which shows what the backward's parts do (with_backward_only); with
+                          wgrad_high_precision, what splits a layer's forward from its weight gradient (notebook
+                          09's fc1 split; with_gemm_in_high_precision)
+    dgrad_high_precision  run the dgrad GEMM unquantized (with wgrad_high_precision: the backward pass in high
+                          precision, dy never quantized: the control for a recipe's choice of dy)
     delayed               per-tensor scales from an amax history instead of the current amax
     wgrad_hadamard        a RandomHadamard applied to both wgrad operands along their contraction
                           (the tokens, M) before they are scaled: NVFP4's random Hadamard transform
@@ -222,8 +225,12 @@ class Recipe:
     wgrad_hadamard: RandomHadamard | None = None
     high_precision_share: float = 0.0
     fprop_high_precision: bool = False
+    dgrad_high_precision: bool = False
 
     def __post_init__(self) -> None:
+        for flag in ("fprop_high_precision", "dgrad_high_precision"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} is True or False, got {getattr(self, flag)!r}")
         if self.delayed is not None:
             for role in ROLES:
                 if not isinstance(getattr(self, role).granularity, PerTensor):
@@ -235,8 +242,6 @@ class Recipe:
         if self.wgrad_hadamard is not None and (self.wgrad_high_precision or self.delayed is not None):
             raise ValueError("a Hadamard transform on the wgrad GEMM needs that GEMM quantized with current scales "
                              "(not wgrad_high_precision, not delayed scaling)")
-        if not isinstance(self.fprop_high_precision, bool):
-            raise TypeError(f"fprop_high_precision is True or False, got {self.fprop_high_precision!r}")
         if self.fprop_high_precision and self.delayed is not None:
             raise ValueError("delayed scaling records the input's amax in the fprop GEMM: it cannot run with "
                              "fprop_high_precision (use a current-scaling recipe)")
@@ -253,6 +258,8 @@ class Recipe:
         if gemm == "wgrad" and self.wgrad_high_precision:
             return None
         if gemm == "fprop" and self.fprop_high_precision:
+            return None
+        if gemm == "dgrad" and self.dgrad_high_precision:
             return None
         if gemm == "dgrad" and role == "weight" and self.weight_for_dgrad is not None:
             return self.weight_for_dgrad
@@ -307,6 +314,12 @@ class Recipe:
             return replace(self, wgrad_high_precision=True)
         raise ValueError(f"with_gemm_in_high_precision takes 'fprop' or 'wgrad', not {gemm!r} (dgrad's gradient "
                          "flows on to the layers before: keep the whole layer instead, convert(skip=...))")
+
+    def with_backward_only(self, on: bool = True) -> Recipe:
+        """The forward GEMM in high precision (as nn.Linear computes it) and dgrad and wgrad quantized as this recipe
+        says (on), or every GEMM quantized (off); named with " backward" added or taken off."""
+        name = self.name.removesuffix(" backward") + (" backward" if on else "")
+        return replace(self, fprop_high_precision=on, name=name)
 
     def with_high_precision_layers(self, share: float = 0.15) -> Recipe:
         """The last ceil(share * layers) linear layers kept in high precision by convert (0: none)."""

@@ -21,6 +21,7 @@
   capstone.py     notebook 08's three models and the article's claims tested
   gradients.py    dy over a high-precision run, and what each FP8 choice for it keeps (notebook 09)
   parts.py        the NVFP4 training recipe's parts trained on the toys, judged as trained and in high precision
-  measured_fp4.py notebook 09's shipped runs (the parts, the choices for dy)
+  measured_fp4.py notebook 09's shipped runs (the parts, the choices for dy, the backward pass alone)
+  fp4_effects.py  each backward part at work: stochastic rounding in a sum, the transform by contrast, depth
 Notebooks 06-09 introduce them.
 """

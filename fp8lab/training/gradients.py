@@ -3,7 +3,8 @@
 Public: record_dy(model, steps, at, seed) -> DyRecord (each linear layer's dy at chosen steps of a high-precision
 run, and its range at every step), DY_CHOICES (E4M3 / E5M2 x per-tensor / 1x128, as dgrad reads dy[M, N] along
 N), dy_choice_table(dy) (per choice: the share flushed to zero, the share clipped, SQNR, the binades used),
-grad_recipes() (the four choices as training recipes, forward as blockwise's), DY_MODELS.
+grad_recipes() (the four choices as training recipes, forward as blockwise's), dy_control() (blockwise's forward,
+dy unquantized: their control), DY_MODELS.
 Notebook 09's first part: "E4M3 for weight and activation tensors, and E5M2 for gradient tensors" (arXiv
 2209.05433) against DeepSeek-V3's E4M3 everywhere with 1x128 tiles (arXiv 2412.19437).
 """
@@ -23,7 +24,8 @@ from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import RECIPES, Recipe, TensorScaling
 from fp8lab.numerics.scaling import PerBlock, PerTensor, amax_per_block
 
-__all__ = ["DY_CHOICES", "DY_MODELS", "WHEN", "DyRecord", "block_amaxes", "dy_choice_table", "grad_recipes",
+__all__ = ["DY_CHOICES", "DY_MODELS", "WHEN", "DyRecord", "block_amaxes", "dy_choice_table", "dy_control",
+           "grad_recipes",
            "lesson_records", "record_dy", "when_steps"]
 
 # (label, format, granularity of dy[M, N] along N, as the dgrad GEMM reads it)
@@ -157,6 +159,14 @@ def grad_recipes(forward: Recipe = RECIPES["blockwise"]) -> list[Recipe]:
     return [forward.replace(name=f"dy {label}", grad_output=TensorScaling(fmt, granularity),
                             description=f"{forward.name}'s forward; gradients {label}")
             for label, fmt, granularity in DY_CHOICES]
+
+
+def dy_control(forward: Recipe = RECIPES["blockwise"]) -> Recipe:
+    """The control for grad_recipes: `forward`'s forward GEMM, both backward GEMMs in high precision (dy never
+    quantized). Against it, each choice for dy shows what quantizing the backward pass costs; against fp32, the
+    forward's share is mixed in. Named "dy unquantized"."""
+    return forward.replace(name="dy unquantized", wgrad_high_precision=True, dgrad_high_precision=True,
+                           description=f"{forward.name}'s forward; dgrad and wgrad in high precision")
 
 
 WHEN = ("first step", "early", "middle", "last step")  # the steps record_dy keeps, as notebook 09 names them

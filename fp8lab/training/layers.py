@@ -230,12 +230,14 @@ def _same_numerics(q: Operand, s: TensorScaling) -> bool:
 
 
 def _fprop_operands(state: _LayerState, x2: torch.Tensor, weight: torch.Tensor):
-    """fprop y[M, N] = x[M, K] @ w[N, K]^T: x and w both quantized along K."""
+    """fprop y[M, N] = x[M, K] @ w[N, K]^T: x and w both quantized along K (None, None where the recipe keeps
+    this GEMM in high precision)."""
     return _operand(state, x2, "input", "fprop"), _operand(state, weight, "weight", "fprop")
 
 
 def _dgrad_operands(state: _LayerState, g: torch.Tensor, weight: torch.Tensor, q_w: QuantizedTensor | None):
-    """dgrad dx[M, K] = dy[M, N] @ w[N, K]: contraction N; dy along N, w^T[K, N] along N."""
+    """dgrad dx[M, K] = dy[M, N] @ w[N, K]: contraction N; dy along N, w^T[K, N] along N (None, None where the
+    recipe keeps this GEMM in high precision)."""
     q_g = _operand(state, g, "grad_output", "dgrad")
     return q_g, _operand(state, weight, "weight", "dgrad", reuse=q_w, transpose=True)
 
@@ -254,9 +256,9 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     """The three GEMMs of a linear layer, operands quantized exactly as FP8Linear builds them.
 
     x[..., K], weight[N, K], grad_output[..., N] (batch dims are flattened into M) ->
-    {"fprop": (x_q[M, K], w_q[N, K]), "dgrad": (dy_q[M, N], wT_q[K, N]),
-     "wgrad": (dyT_q[N, M], xT_q[K, M]) or None} ("fprop" None too where the recipe keeps it in high
-    precision): each pair is ready for a @ b.T (so
+    {"fprop": (x_q[M, K], w_q[N, K]) or None, "dgrad": (dy_q[M, N], wT_q[K, N]) or None,
+     "wgrad": (dyT_q[N, M], xT_q[K, M]) or None} (None where the recipe keeps that GEMM in high precision):
+     each pair is ready for a @ b.T (so
     fp8lab.gemm.emulated_mm(*pair) or real_mm(*pair)); None where the recipe runs that GEMM
     in high precision. Transposed operands are transposed views sharing the codes of a
     quantization down the columns (or reusing the other GEMM's codes where they are
@@ -283,7 +285,8 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
     q_x, q_w = _fprop_operands(state, x2, w)
     q_g, q_wt = _dgrad_operands(state, g, w, q_w)
     q_gt, q_xt = _wgrad_operands(state, g, x2, q_g, q_x)
-    return {"fprop": None if q_x is None or q_w is None else (q_x, q_w), "dgrad": (q_g, q_wt),
+    return {"fprop": None if q_x is None or q_w is None else (q_x, q_w),
+            "dgrad": None if q_g is None or q_wt is None else (q_g, q_wt),
             "wgrad": None if q_gt is None or q_xt is None else (q_gt, q_xt)}
 
 
@@ -356,7 +359,8 @@ class _FP8LinearFunction(torch.autograd.Function):
             with _no_autocast(g.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
                 if ctx.needs_input_grad[0]:
                     q_g, q_wt = _dgrad_operands(state, gq, weight, ctx.q_w)
-                    if isinstance(q_g, NonFiniteGradient):  # dy holds an inf or NaN: dy @ w in high precision
+                    if q_g is None or isinstance(q_g, NonFiniteGradient):
+                        # (the recipe keeps dgrad in high precision, or dy holds an inf or NaN: dy @ w as it is)
                         grad_x = g.float().mm(weight.float()).to(x2.dtype)
                     else:
                         grad_x = _mm(state, q_g, q_wt, "dgrad")[:m].to(x2.dtype)

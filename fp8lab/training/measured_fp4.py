@@ -1,10 +1,11 @@
 """Training runs shipped with notebook 09: too slow to train while it runs.
 
 Public: parts() (the lesson MLP with NVFP4 and every subset of its training recipe's parts, beside fp32, bf16 and
-MXFP8; and NVFP4 with one chosen layer kept in high precision), dy_runs() (the four FP8 choices for the gradients,
-on the lesson MLP and notebook 08's LLM-like model), split() (the fc1 split: fc1's forward against its weight
-gradient in high precision, fp8lab.training.parts.FC1_SPLIT), means(frame), PARTS_ON, DY_ON, SPLIT_ON, main
-(regenerates them:
+MXFP8; and NVFP4 with one chosen layer kept in high precision), backward_runs() (NVFP4 in the backward GEMMs only,
+with and without the parts), dy_runs() (the four FP8 choices for the gradients, on the lesson MLP and notebook 08's
+LLM-like model), dy_control_runs() (their control: blockwise's forward, dy unquantized), split() (the fc1 split:
+fc1's forward against its weight gradient in high precision, fp8lab.training.parts.FC1_SPLIT), means(frame),
+PARTS_ON, BACKWARD_ON, DY_ON, DY_CONTROL_ON, SPLIT_ON, main (regenerates them:
 `python -m fp8lab.training.measured_fp4 --write`, or one part with --part; --jobs runs seeds side by side).
 Every row: final loss (mean of the last 10 training steps), the held-out loss as trained, and the held-out loss of
 the trained weights with a high-precision forward (fp8lab.training.parts.train_parts). tests/test_fp4_lessons.py
@@ -17,7 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["DY_ON", "PARTS_ON", "SPLIT_ON", "dy_runs", "layer_runs", "main", "means", "parts", "split"]
+__all__ = ["BACKWARD_ON", "DY_CONTROL_ON", "DY_ON", "PARTS_ON", "SPLIT_ON", "backward_runs", "dy_control_runs",
+           "dy_runs", "layer_runs", "main", "means", "parts", "split"]
 
 COLUMNS = ["model", "seed", "run", "final loss", "heldout as trained", "heldout high precision"]
 
@@ -148,6 +150,43 @@ SPLIT_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
     ('mlp', 2, "nvfp4 1x16, fc1's weight gradient in high precision", 0.0462665, 0.046933, 0.044236),
 ]
 # END GENERATED SPLIT
+# BEGIN GENERATED BACKWARD
+BACKWARD_ON = '2026-12-02, AMD EPYC, 1 threads, no GPU, torch 2.13.0+cpu, fused CPU kernels on'
+BACKWARD_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
+    ('mlp', 0, 'bf16', 0.0387629, 0.0404176, 0.0404162),
+    ('mlp', 0, 'nvfp4 1x16 backward', 0.0387428, 0.0404268, 0.0404268),
+    ('mlp', 0, 'nvfp4 2D backward', 0.0388103, 0.04043, 0.04043),
+    ('mlp', 0, 'nvfp4 RHT backward', 0.0389969, 0.0406736, 0.0406736),
+    ('mlp', 0, 'nvfp4 SR backward', 0.0388626, 0.0405265, 0.0405265),
+    ('mlp', 0, 'nvfp4 HP backward', 0.038747, 0.0403779, 0.0403779),
+    ('mlp', 0, 'nvfp4 2D+RHT+SR+HP backward', 0.0387481, 0.0405112, 0.0405112),
+    ('mlp', 1, 'bf16', 0.0399485, 0.041475, 0.0414632),
+    ('mlp', 1, 'nvfp4 1x16 backward', 0.0399607, 0.0414132, 0.0414132),
+    ('mlp', 1, 'nvfp4 2D backward', 0.0399992, 0.0414237, 0.0414237),
+    ('mlp', 1, 'nvfp4 RHT backward', 0.0398932, 0.0414037, 0.0414037),
+    ('mlp', 1, 'nvfp4 SR backward', 0.0401401, 0.0416557, 0.0416557),
+    ('mlp', 1, 'nvfp4 HP backward', 0.0398455, 0.0414644, 0.0414644),
+    ('mlp', 1, 'nvfp4 2D+RHT+SR+HP backward', 0.0398349, 0.0414065, 0.0414065),
+    ('mlp', 2, 'bf16', 0.0419607, 0.0427918, 0.0427771),
+    ('mlp', 2, 'nvfp4 1x16 backward', 0.0421441, 0.0429256, 0.0429256),
+    ('mlp', 2, 'nvfp4 2D backward', 0.042055, 0.0427186, 0.0427186),
+    ('mlp', 2, 'nvfp4 RHT backward', 0.0418878, 0.0424971, 0.0424971),
+    ('mlp', 2, 'nvfp4 SR backward', 0.042165, 0.0430559, 0.0430559),
+    ('mlp', 2, 'nvfp4 HP backward', 0.0421092, 0.0428144, 0.0428144),
+    ('mlp', 2, 'nvfp4 2D+RHT+SR+HP backward', 0.0418818, 0.0425765, 0.0425765),
+]
+# END GENERATED BACKWARD
+# BEGIN GENERATED DY_CONTROL
+DY_CONTROL_ON = '2026-12-02, AMD EPYC, 1 threads, no GPU, torch 2.13.0+cpu, fused CPU kernels on'
+DY_CONTROL_ROWS: list[tuple[str, int, str, float, float, float]] = [  # COLUMNS
+    ('mlp', 0, 'dy unquantized', 0.0390402, 0.0406658, 0.040315),
+    ('mlp', 1, 'dy unquantized', 0.0404546, 0.0422252, 0.0418308),
+    ('mlp', 2, 'dy unquantized', 0.042161, 0.0431151, 0.0428636),
+    ('llm_like', 0, 'dy unquantized', 0.940594, 0.917745, 0.922758),
+    ('llm_like', 1, 'dy unquantized', 0.734202, 0.76992, 0.771125),
+    ('llm_like', 2, 'dy unquantized', 0.834793, 0.805953, 0.811504),
+]
+# END GENERATED DY_CONTROL
 
 
 def _frame(rows):
@@ -167,6 +206,25 @@ def parts():
 def split():
     """The fc1 split (fp8lab.training.parts.FC1_SPLIT on the lesson MLP, seeds 0-2): DataFrame with COLUMNS."""
     return _frame(SPLIT_ROWS)
+
+
+def backward_runs():
+    """The backward-only runs (NVFP4 in dgrad and wgrad, the forward GEMM in high precision; no parts, each part
+    alone, all four) beside bf16: DataFrame with COLUMNS (model "mlp", seeds 0-2)."""
+    return _frame(BACKWARD_ROWS)
+
+
+def dy_control_runs():
+    """The control for the gradient runs: blockwise's forward, dgrad and wgrad in high precision (dy unquantized),
+    on the lesson MLP and notebook 08's LLM-like model: DataFrame with COLUMNS."""
+    return _frame(DY_CONTROL_ROWS)
+
+
+def _backward_runs():
+    from fp8lab.numerics.recipes import NVFP4_PARTS, nvfp4_with
+
+    sets = ((), *((p,) for p in NVFP4_PARTS), tuple(NVFP4_PARTS))
+    return tuple(nvfp4_with(s).with_backward_only() for s in sets)
 
 
 def dy_runs():
@@ -198,12 +256,13 @@ def _task(part: str, model: str, seed: int) -> list[tuple]:
     """One (part, model, seed) of the sweep, trained now: its rows."""
     import torch
 
-    from fp8lab.training.gradients import grad_recipes
+    from fp8lab.training.gradients import dy_control, grad_recipes
     from fp8lab.training.parts import FC1_SPLIT, PART_SETS, REFERENCES, train_parts
 
     torch.set_num_threads(1)  # jobs side by side, one core each (MKL_CBWR: the same bits on any thread count)
-    runs = {"parts": [*REFERENCES, *PART_SETS, *_layer_runs()], "split": list(FC1_SPLIT)}.get(
-        part, ["fp32", *grad_recipes()])
+    runs = {"parts": lambda: [*REFERENCES, *PART_SETS, *_layer_runs()], "dy": lambda: ["fp32", *grad_recipes()],
+            "backward": lambda: ["bf16", *_backward_runs()], "dy_control": lambda: [dy_control()],
+            "split": lambda: list(FC1_SPLIT)}[part]()
     res = train_parts(runs, model=model, seed=seed)
     return [(model, seed, run, *(float(v) for v in row)) for run, row in zip(res.table.index, res.table.to_numpy(),
                                                                              strict=True)]
@@ -211,6 +270,9 @@ def _task(part: str, model: str, seed: int) -> list[tuple]:
 
 PARTS = {"parts": ("# BEGIN GENERATED PARTS\n", "# END GENERATED PARTS\n", "PARTS", ("mlp",)),
          "dy": ("# BEGIN GENERATED DY\n", "# END GENERATED DY\n", "DY", ("mlp", "llm_like")),
+         "backward": ("# BEGIN GENERATED BACKWARD\n", "# END GENERATED BACKWARD\n", "BACKWARD", ("mlp",)),
+         "dy_control": ("# BEGIN GENERATED DY_CONTROL\n", "# END GENERATED DY_CONTROL\n", "DY_CONTROL",
+                        ("mlp", "llm_like")),
          "split": ("# BEGIN GENERATED SPLIT\n", "# END GENERATED SPLIT\n", "SPLIT", ("mlp",))}
 
 
@@ -241,8 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="processes side by side, one thread each")
     args = p.parse_args(argv)
     if not args.write:
-        for name in PARTS:
-            frame, on = {"parts": (parts, PARTS_ON), "dy": (dy_runs, DY_ON), "split": (split, SPLIT_ON)}[name]
+        for name, (frame, on) in {"parts": (parts, PARTS_ON), "dy": (dy_runs, DY_ON),
+                                  "backward": (backward_runs, BACKWARD_ON),
+                                  "dy_control": (dy_control_runs, DY_CONTROL_ON), "split": (split, SPLIT_ON)}.items():
             print(f"{name}, measured on: {on}\n{means(frame()).to_string()}")
         return 0
     import multiprocessing

@@ -24,7 +24,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from fp8lab.lab.answers import formats, fp4, gemm, scale_out, scaling, training
+from fp8lab.lab.answers import formats, fp4, fp4_parts, gemm, scale_out, scaling, training
 from fp8lab.lab.answers.base import KEY_PATH, Answer
 from fp8lab.lab.answers.gemm import _q05_gemm
 from fp8lab.lab.predictions import PREDICTIONS
@@ -34,6 +34,7 @@ __all__ = ["ANSWERS", "KEY_PATH", "Answer", "_q05_gemm", "key", "main", "markdow
 
 ANSWERS: tuple[Callable[[], Answer], ...] = (
     *formats.ANSWERS, *scaling.ANSWERS, *gemm.ANSWERS, *training.ANSWERS, *scale_out.ANSWERS, *fp4.ANSWERS,
+    *fp4_parts.ANSWERS,
 )
 
 

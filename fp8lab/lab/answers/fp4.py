@@ -63,7 +63,7 @@ def _q09_gradients() -> Answer:
 
 
 def _q09_dy_losses() -> Answer:
-    from fp8lab.training.measured_fp4 import dy_runs, means
+    from fp8lab.training.measured_fp4 import dy_control_runs, dy_runs, means
 
     m = means(dy_runs())["final loss"]
     change = {(model, run): m[model, run] / m[model, "fp32"] - 1 for model, run in m.index if run != "fp32"}
@@ -71,6 +71,9 @@ def _q09_dy_losses() -> Answer:
     within = {model: max(v for (mo, _), v in change.items() if mo == model)
               - min(v for (mo, _), v in change.items() if mo == model) for model in ("mlp", "llm_like")}
     runs = ", ".join(f"{run[3:]} {100 * v:+.2f}%" for (model, run), v in change.items() if model == "llm_like")
+    control = means(dy_control_runs())["final loss"].xs("dy unquantized", level="run")
+    vs = {model: [m[model, run] / control[model] - 1 for mo, run in m.index if mo == model and run != "fp32"]
+          for model in ("mlp", "llm_like")}
     return Answer(
         NB,
         "Which of the four choices for dy ends measurably worse than fp32 on either model, and what does that say "
@@ -81,9 +84,16 @@ def _q09_dy_losses() -> Answer:
         f"{100 * within['llm_like']:.2f} on the LLM-like model ({runs}): which one flushes most of dy does not show "
         "in the loss. The values one E4M3 scale per tensor flushes are the smallest gradients, many binades below "
         "the largest: their share of the sums dgrad and wgrad make is tiny, so on these toys losing them costs "
-        "nothing measurable.",
+        "nothing measurable. (2) Against the control, blockwise's forward with dy unquantized (mean of 3 seeds): "
+        + "; ".join(f"{'the MLP' if model == 'mlp' else 'the LLM-like model'}: the control "
+                    f"{100 * (control[model] / m[model, 'fp32'] - 1):+.2f}% against fp32, the four choices between "
+                    f"{100 * min(vs[model]):+.2f}% and {100 * max(vs[model]):+.2f}% against the control"
+                    for model in ("mlp", "llm_like"))
+        + ". Most of what separates a choice from fp32 is the blockwise forward's, not dy's quantization.",
         {"every choice for dy ends within 2% of fp32 on both models": all(abs(v) < 0.02 for v in change.values()),
-         "the four choices end within half a point of each other on each model": max(within.values()) < 0.005},
+         "the four choices end within half a point of each other on each model": max(within.values()) < 0.005,
+         "against the control (dy unquantized) every choice ends within 1%":
+             all(abs(v) < 0.01 for model in vs for v in vs[model])},
     )
 
 
@@ -151,7 +161,10 @@ def _q09_rounding() -> Answer:
         NB,
         "(1) In one step, which rounding gives fc2's weight gradient the smaller error?",
         f"(1) Round to nearest: relative error {gemm['nearest']:.3g}, one stochastic step {gemm['means'][1]:.3g}: "
-        "stochastic rounding adds the variance of its draws, up to half a step per value. (2) Averaged over "
+        "stochastic rounding adds the variance of its draws, up to half a step per value, and fc2's dy is of both "
+        f"signs ({_pct(gemm['positive'])} positive), so round to nearest's errors cancel in the sum. Where a GEMM "
+        "sums values mostly of one sign, they do not: round to nearest is biased there (the next panel). "
+        "(2) Averaged over "
         f"{n} draws, stochastic rounding: {gemm['means'][n]:.3g}. Its mean is the exact dy, so averaging removes "
         "the rounding noise of dy; what stays is the rest of the error, fc2's input x rounded to nearest. Over "
         f"x from 0 to 6, the mean of 1024 draws lies {d['bias_sr']:.3f} from x on average, round to nearest "

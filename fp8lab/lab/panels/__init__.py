@@ -11,6 +11,7 @@
   cost.py         05, 08: CostPanel
   gradients.py    09: GradientPanel             fp4.py       09: TwoDWeightPanel, HadamardPanel, RoundingPanel,
   split.py        09: fc1_split_table                        HighPrecisionPanel, PartsPanel
+  fp4_parts.py    09: SumRoundingPanel, HadamardContrastPanel, DepthPanel, BackwardOnlyPanel
 A panel exposes `controls` (name -> widget), `update(**values)` (set controls, recompute, redraw;
 returns the data it plotted, so tests drive it without a browser) and `widget` (what the notebook shows).
 """
@@ -28,6 +29,7 @@ from fp8lab.lab.panels.delayed import DelayedPanel
 from fp8lab.lab.panels.distributed import DistributedPanel, ExportPanel
 from fp8lab.lab.panels.formats import BitsPanel, NumberLinePanel
 from fp8lab.lab.panels.fp4 import HadamardPanel, HighPrecisionPanel, PartsPanel, RoundingPanel, TwoDWeightPanel
+from fp8lab.lab.panels.fp4_parts import BackwardOnlyPanel, DepthPanel, HadamardContrastPanel, SumRoundingPanel
 from fp8lab.lab.panels.gemm import AccumulationPanel, GemmOperandsPanel, GemmPanel
 from fp8lab.lab.panels.gradients import GradientPanel
 from fp8lab.lab.panels.mismatch import MismatchPanel
@@ -43,17 +45,20 @@ __all__ = [
     "LIVE_PANELS",
     "PANELS",
     "AccumulationPanel",
+    "BackwardOnlyPanel",
     "BitsPanel",
     "BlockPanel",
     "BlockSweepPanel",
     "CliffPanel",
     "CostPanel",
     "DelayedPanel",
+    "DepthPanel",
     "DistributedPanel",
     "ExportPanel",
     "GemmOperandsPanel",
     "GemmPanel",
     "GradientPanel",
+    "HadamardContrastPanel",
     "HadamardPanel",
     "HighPrecisionPanel",
     "MismatchPanel",
@@ -64,6 +69,7 @@ __all__ = [
     "PerTensorPanel",
     "PlacementPanel",
     "RoundingPanel",
+    "SumRoundingPanel",
     "TimingPanel",
     "TrainingCliffPanel",
     "TrainingPanel",
@@ -85,6 +91,8 @@ PANELS: dict[str, Callable[[], Panel]] = {
     "cost": CostPanel,
     "gradients": GradientPanel, "two_d_weights": TwoDWeightPanel, "hadamard": HadamardPanel,
     "rounding": RoundingPanel, "high_precision": HighPrecisionPanel, "parts": PartsPanel,
+    "sum_rounding": SumRoundingPanel, "hadamard_contrast": HadamardContrastPanel, "depth": DepthPanel,
+    "backward_only": BackwardOnlyPanel,
 }
 
 

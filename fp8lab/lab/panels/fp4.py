@@ -218,7 +218,7 @@ class RoundingPanel(Panel):
     """Stochastic rounding against round to nearest, on E2M1: the rounded value's mean over n draws (left), and the
     lesson MLP's weight gradient (fc2's, one batch) in NVFP4, one draw against the mean of n (right)."""
 
-    title = "stochastic rounding: no bias on average, more noise in one step"
+    title = "stochastic rounding: no bias on average; per value, more noise in one step"
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = True
 
@@ -263,7 +263,7 @@ class RoundingPanel(Panel):
                 total += dw("stochastic", i)
                 if i + 1 in GEMM_DRAWS:
                     means[i + 1] = _rel(total / (i + 1), exact)
-            self._gemm = {"nearest": _rel(nearest, exact), "means": means}
+            self._gemm = {"nearest": _rel(nearest, exact), "means": means, "positive": float((dy > 0).double().mean())}
         return self._gemm
 
     def compute(self, draws) -> dict:
@@ -292,7 +292,8 @@ class RoundingPanel(Panel):
                 f"round to nearest {data['bias_rtn']:.3f}, stochastic {data['bias_sr']:.3f}",
                 "fc2's weight gradient, one step": f"round to nearest {gemm['nearest']:.3g}, stochastic "
                                                    f"{gemm['means'][1]:.3g} (relative error)",
-                f"... averaged over {GEMM_DRAWS[-1]} draws": f"stochastic {gemm['means'][GEMM_DRAWS[-1]]:.3g}"}
+                f"... averaged over {GEMM_DRAWS[-1]} draws": f"stochastic {gemm['means'][GEMM_DRAWS[-1]]:.3g}",
+                "fc2's dy values that are positive": _pct(gemm["positive"])}
         return _metrics_html(rows)
 
 

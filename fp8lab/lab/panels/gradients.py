@@ -104,13 +104,23 @@ class GradientPanel(Panel):
 
 def dy_loss_table():
     """The shipped gradient runs (fp8lab.training.measured_fp4.dy_runs: fp32 and the four choices for dy, forward as
-    blockwise's), mean of the seeds, each loss also as its change against fp32's: a DataFrame per (model, run)."""
-    from fp8lab.training.measured_fp4 import dy_runs, means
+    blockwise's; dy_control_runs: blockwise's forward with dy unquantized), mean of the seeds, each loss also as its
+    change against fp32's, and the final loss against the control's (what quantizing the backward pass costs, the
+    forward's share taken out): a DataFrame per (model, run)."""
+    import pandas as pd
 
-    m = means(dy_runs())
+    from fp8lab.training.measured_fp4 import dy_control_runs, dy_runs, means
+
+    runs = pd.concat([dy_runs(), dy_control_runs()])
+    order = ["fp32", "dy unquantized", *[r for r in dict.fromkeys(dy_runs().run) if r != "fp32"]]
+    m = means(runs).reindex([(model, r) for model in dict.fromkeys(runs.model) for r in order])
     out = m.copy()
     for col in m.columns:
         fp32 = m[col].xs("fp32", level="run")
         out[f"{col} vs fp32"] = [f"{100 * (v / fp32[model] - 1):+.2f}%" for (model, _), v in m[col].items()]
+    control = m["final loss"].xs("dy unquantized", level="run")
+    out["final loss vs dy unquantized"] = [f"{100 * (v / control[model] - 1):+.2f}%" if r != "fp32" else "-"
+                                           for (model, r), v in m["final loss"].items()]
     out = out.rename(index={"mlp": "lesson MLP", "llm_like": "LLM-like"}, level="model")
-    return out[[c for pair in zip(m.columns, [f"{c} vs fp32" for c in m.columns], strict=True) for c in pair]]
+    return out[[c for pair in zip(m.columns, [f"{c} vs fp32" for c in m.columns], strict=True) for c in pair]
+               + ["final loss vs dy unquantized"]]
