@@ -316,3 +316,20 @@ def test_09_quotes_its_sources_exactly_and_says_where_the_toy_differs():
         assert link in t, link
     assert "high-precision forward" in t and "forward pass's 4-bit noise" in t
 
+
+
+def test_09_says_what_the_paper_and_transformer_engine_keep_and_labels_fp8labs_share_as_its_own():
+    """The layers kept in high precision: the NVFP4 paper quoted as its abstract writes it, TransformerEngine's switch
+    quoted with its link, fp8lab's 15%-last labelled as fp8lab's choice; convert's keep_first_last names its source;
+    the text credits fc1's gain to its forward pass (the split), not to its weight-gradient error."""
+    import inspect
+
+    from fp8lab.nn import convert
+
+    t = _text("09_below_eight_bits")
+    assert '"incorporates selective high-precision layers"' in t and "**fp8lab's own choice**" in t
+    assert '"Use bf16 for first and last N layers."' in t and "tests/pytorch/distributed/run_layer_with_overlap.py" in t
+    assert "fp8lab's setting" not in t and "points at fc1 here" not in t
+    assert "fc1's forward in high precision closes nearly all of it" in t and "ex.check_fc1_split(forward, wgrad)" in t
+    doc = inspect.getdoc(convert)
+    assert "as practitioners do" not in doc and '"Use bf16 for first and last N layers."' in doc

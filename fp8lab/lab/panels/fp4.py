@@ -331,7 +331,7 @@ def _wgrad_errors(model: str) -> dict[str, float]:
 
 
 class HighPrecisionPanel(Panel):
-    """Which linear layers a share kept in high precision means (the last ones, as the NVFP4 recipe keeps them),
+    """Which linear layers a share kept in high precision means (the last ones: fp8lab's choice for nvfp4_training),
     their weight-gradient error in NVFP4 and their share of the GEMM work, and the speed-up left (Amdahl, with
     NVFP4's published GEMM speed-up)."""
 
