@@ -575,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         print(recovery().to_string(index=False))
         print(f"mismatch runs, measured on: {MISMATCH_ON}\n{mismatch().to_string(index=False)}")
         print(f"runs at the published ratio, measured on: {PUBLISHED_ON}\n{published_means().to_string()}")
+        tokens = cliff_rows("tokens").groupby(["sinks", "run"], sort=False).loss.mean().unstack()
+        print(f"the sinks in the first 2 tokens, measured on: {TOKENS_ON}\n{tokens}")
         return 0
     path = Path(__file__)
     for name, (begin, end, generate) in PARTS.items():
