@@ -22,7 +22,10 @@ TOP_LEVEL = {"__init__.py", "__main__.py", "nn.py", "settings.py", "threads.py",
              "extras.py", "progress.py"}
 # modules allowed past MAX_LINES, with the reason
 MAX_LINES = 600
-LONG: dict[str, str] = {}
+LONG: dict[str, str] = {
+    "training/measured.py": "over half of it is the shipped runs' generated rows (the channel and token sink "
+                            "cliffs), data written as code until they move to a data file",
+}
 
 
 def _lint(package_parent: Path) -> subprocess.CompletedProcess:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import ipywidgets as W
 
+from fp8lab.lab.panels.base import percent
 from fp8lab.training.measured import cliff, cliff_means
 
 __all__ = ["MARGIN", "PREDICTIONS", "Prediction", "PredictionSpec", "magnitude", "share", "token_spans"]
@@ -40,15 +41,11 @@ class PredictionSpec:
     at: Callable[[int], tuple[str, float]]
 
 
-def _pct(v: float) -> str:
-    return f"{100 * v:.3g}%"
-
-
 def share(v: float, floor: float = 1e-4) -> str:
     """A share as the answer key prints it: 3 significant digits, or "under 0.01%" below `floor`.
     The digits of a share that small follow the training trajectory, which moves with the machine
     (threads, instruction sets); the claim it supports does not."""
-    return f"under {_pct(floor)}" if v < floor else _pct(v)
+    return f"under {percent(floor)}" if v < floor else percent(v)
 
 
 def magnitude(v: float) -> str:
@@ -110,7 +107,7 @@ def _flush(seed: int) -> dict:
 def _p02_flush() -> tuple[str, str]:
     r = _panel("per_tensor").update(outliers=FLUSH_AT)["report"]
     option, _ = _binned(r["ordinary_underflow"], FLUSH_EDGES, FLUSH_OPTIONS)
-    return option, (f"{_pct(r['ordinary_underflow'])} of the ordinary values flush to zero, while the whole-tensor "
+    return option, (f"{percent(r['ordinary_underflow'])} of the ordinary values flush to zero, while the whole-tensor "
                     f"SQNR reads {r['sqnr_db']:.1f} dB: the outliers' energy hides the damage.")
 
 
@@ -173,7 +170,7 @@ def _p05_gemm() -> tuple[str, str]:
     e = _panel("gemm").update(outliers=1e5, weights="zero rows")["errors"]
     ratio = e["tensorwise"] / e["blockwise"]
     option, _ = _binned(ratio, GEMM_EDGES, GEMM_OPTIONS)
-    return option, (f"tensorwise {_pct(e['tensorwise'])}, blockwise {_pct(e['blockwise'])}: {ratio:.2g}x. The "
+    return option, (f"tensorwise {percent(e['tensorwise'])}, blockwise {percent(e['blockwise'])}: {ratio:.2g}x. The "
                     "output is made of the ordinary channels only, and per tensor they flush.")
 
 
@@ -221,7 +218,7 @@ def _placed(seed: int) -> dict[str, float]:
 def _p06_placement() -> tuple[str, str]:
     f = _placed(0)
     option, _ = _binned(f["tokens"], PLACE_EDGES, PLACE_OPTIONS)
-    return option, (f"{_pct(f['tokens'])} with the sinks in 2 tokens, against {_pct(f['channels'])} with them in "
+    return option, (f"{percent(f['tokens'])} with the sinks in 2 tokens, against {percent(f['channels'])} with them in "
                     "every token. One scale per token: only the 2 tokens that hold the sinks lose their small values.")
 
 
@@ -282,7 +279,8 @@ def _p09_dy() -> tuple[str, str]:
     option, _ = _binned(t.loc["E4M3 per-tensor", "flushed"], DY_EDGES, DY_OPTIONS)
     a = dy.abs()
     span = float(torch.log2(a.max() / a[a > 0].min()))
-    return option, (f"E4M3 per tensor flushes about {_pct(t.loc['E4M3 per-tensor', 'flushed'])} of it, E5M2 per tensor "
+    return option, (f"E4M3 per tensor flushes about {percent(t.loc['E4M3 per-tensor', 'flushed'])} of it, "
+                    "E5M2 per tensor "
                     f"{share(t.loc['E5M2 per-tensor', 'flushed'], 1e-3)}, E4M3 in 1x128 tiles "
                     f"{share(t.loc['E4M3 1x128', 'flushed'], 1e-5)}: the gradient spans about {span:.1f} binades, "
                     "and its tokens differ by most of them.")
@@ -333,7 +331,8 @@ def _sum_ratio(seed: int) -> tuple[float, float, float]:
 def _p09_sum() -> tuple[str, str]:
     ratio, positive, nearest = _sum_ratio(0)
     option, _ = _binned(ratio, SUM_EDGES, SUM_OPTIONS)
-    return option, (f"{_pct(positive)} of the head's dy is positive; the per-class sums are off by {_pct(nearest)} "
+    return option, (f"{percent(positive)} of the head's dy is positive; the per-class sums are off by "
+                    f"{percent(nearest)} "
                     f"rounding to nearest, {ratio:.1f} times one stochastic draw's error: per value round to "
                     "nearest is closer, but its errors share a sign and add up.")
 

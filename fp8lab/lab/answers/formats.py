@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from fp8lab.lab.answers.base import Answer
-from fp8lab.lab.predictions import _panel, _pct
+from fp8lab.lab.predictions import _panel, percent
 
 __all__ = ['ANSWERS']
 
@@ -86,8 +86,8 @@ def _q01_bits() -> Answer:
         f"460 -> {r460.rounded:g} (0x{c460['code']:02X}, {r460.status}: it is nearer 448 than the next step, 480, "
         f"would be). (3) E5M2 0x7C is {e5}: E5M2 keeps IEEE infinities. (4) {tiny:g} = 2^{math.log2(tiny):g} "
         f"(code 0x01, a subnormal). (5) At 1.0: E4M3's neighbours are {one4.below:g} and {one4.above:g}, the gap "
-        f"{one4.gap:g} and the relative step {_pct(one4.relative_step)} (2^-3); E5M2's {one5.below:g} and "
-        f"{one5.above:g}, gap {one5.gap:g}, step {_pct(one5.relative_step)} (2^-2).",
+        f"{one4.gap:g} and the relative step {percent(one4.relative_step)} (2^-3); E5M2's {one5.below:g} and "
+        f"{one5.above:g}, gap {one5.gap:g}, step {percent(one5.relative_step)} (2^-2).",
         {"the largest E4M3 value is 448": top["value"] == 448.0, "0x7F is NaN": math.isnan(nan),
          "500 saturates in E4M3": r500.status == "saturated", "460 rounds to 448 without saturating":
              r460.status == "rounded" and r460.rounded == 448.0,

@@ -6,7 +6,7 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 from __future__ import annotations
 
 from fp8lab.lab.answers.base import Answer, decibels
-from fp8lab.lab.predictions import _pct, share
+from fp8lab.lab.predictions import percent, share
 
 __all__ = ["ANSWERS"]
 
@@ -42,7 +42,7 @@ def _q09_gradients() -> Answer:
         f"(1) The LLM-like model's attention projections ({', '.join(projections)}): at the last step the widest "
         f"of their dys spans about "
         f"{spans[widest]:.1f} binades (largest over smallest nonzero), more than E5M2's 31.8. E4M3 per tensor "
-        f"flushes about {_pct(t.loc['E4M3 per-tensor', 'flushed'])} of its nonzero values, E5M2 per tensor "
+        f"flushes about {percent(t.loc['E4M3 per-tensor', 'flushed'])} of its nonzero values, E5M2 per tensor "
         f"about {share(t.loc['E5M2 per-tensor', 'flushed'], 1e-5)}, E4M3 in 1x128 tiles "
         f"{share(t.loc['E4M3 1x128', 'flushed'])}. The lesson MLP's gradients span fewer binades: E4M3 per "
         f"tensor flushes no more than about {share(mlp_worst, 1e-5)} of any of its layers'. (2) The range lies "
@@ -106,12 +106,12 @@ def _q09_two_d() -> Answer:
         NB,
         "(1) With 1x16 NVFP4 blocks, what share of the weights have two different copies, and how far is dgrad's dx "
         "from the chain rule's?",
-        f"(1) {_pct(one['differ'])} of the weights: dgrad's copy lies {one['copies']:.3g} (relative) from fprop's, "
+        f"(1) {percent(one['differ'])} of the weights: dgrad's copy lies {one['copies']:.3g} (relative) from fprop's, "
         f"and dgrad's dx {one['dx']:.3g} from dy times the weight the forward used, about as far as each copy from "
-        f"the weight itself ({one['err_f']:.3g}). With 16x16 blocks: {_pct(two['differ'])}, and dx is the chain "
+        f"the weight itself ({one['err_f']:.3g}). With 16x16 blocks: {percent(two['differ'])}, and dx is the chain "
         f"rule's exactly. (2) MXFP8's scales are powers of two, and E4M3 keeps 3 mantissa bits whatever the power: "
         f"a weight rounds to the same value under either block's scale unless one of them pushes it into E4M3's "
-        f"subnormals ({_pct(mx['differ'])} of them differ). E2M1 has 1 mantissa bit and 8 values: under scales that "
+        f"subnormals ({percent(mx['differ'])} of them differ). E2M1 has 1 mantissa bit and 8 values: under scales that "
         "are not powers of two, and 16 values to a block, the same weight lands on different grid points.",
         {"with 1x16 NVFP4 blocks most weights have two copies": one["differ"] > 0.3,
          "16x16 blocks give one copy: dgrad's dx is the chain rule's": two["differ"] == 0 and two["dx"] == 0,
@@ -133,17 +133,18 @@ def _q09_hadamard() -> Answer:
         f"(1) It lowers it: {decibels(g['sqnr_plain'])} dB as it is, {decibels(g['sqnr_rot'])} dB transformed "
         f"(ordinary values {decibels(g['ordinary_plain'])} against {decibels(g['ordinary_rot'])} dB), and a GEMM's "
         f"error rises from {g['gemm_plain']:.3g} to {g['gemm_rot']:.3g}. As it is, the outlier takes E2M1's top and "
-        f"{_pct(g['flushed_plain'])} of the values flush; transformed, the outlier is spread over all 16 values "
-        f"({_pct(g['flushed_rot'])} flush), but each now carries a share of it, rounded on a grid that share sets: "
+        f"{percent(g['flushed_plain'])} of the values flush; transformed, the outlier is spread over all 16 values "
+        f"({percent(g['flushed_rot'])} flush), but each now carries a share of it, rounded on a grid that share sets: "
         "the rounding noise lands on every value. NVFP4's E4M3 block scale fits one outlier per 16 values well "
         "already; on every tensor of this panel the transform lowers the SQNR. TransformerEngine applies it to the "
         "weight-gradient GEMM, which its documentation calls \"particularly sensitive to quantization errors\", and "
         "the paper measured it on long runs of large models: a benefit this panel's tensors do not show. (2) With "
         "the sinks at 1000x: in fprop's layout a block holds 4 sinks and 12 ordinary channels "
-        f"({_pct(fprop['flushed_plain'])} of the values flush; transformed {_pct(fprop['flushed_rot'])}); in wgrad's "
+        f"({percent(fprop['flushed_plain'])} of the values flush; transformed {percent(fprop['flushed_rot'])}); "
+        f"in wgrad's "
         "layout a block runs along tokens within one channel: a sink channel is constant in its blocks, and an "
         "ordinary channel's blocks hold no sink, so the transform has nothing to spread there "
-        f"({_pct(wgrad['flushed_plain'])} flushed as it is, {_pct(wgrad['flushed_rot'])} "
+        f"({percent(wgrad['flushed_plain'])} flushed as it is, {percent(wgrad['flushed_rot'])} "
         "transformed). The sinks are channel outliers; a transform along tokens does not reach them.",
         {"one outlier per block: the transform lowers the tensor's SQNR": g["sqnr_rot"] < g["sqnr_plain"],
          "... and flushes fewer values": g["flushed_rot"] < g["flushed_plain"],
@@ -162,7 +163,7 @@ def _q09_rounding() -> Answer:
         "(1) In one step, which rounding gives fc2's weight gradient the smaller error?",
         f"(1) Round to nearest: relative error {gemm['nearest']:.3g}, one stochastic step {gemm['means'][1]:.3g}: "
         "stochastic rounding adds the variance of its draws, up to half a step per value, and fc2's dy is of both "
-        f"signs ({_pct(gemm['positive'])} positive), so round to nearest's errors cancel in the sum. Where a GEMM "
+        f"signs ({percent(gemm['positive'])} positive), so round to nearest's errors cancel in the sum. Where a GEMM "
         "sums values mostly of one sign, they do not: round to nearest is biased there (the next panel). "
         "(2) Averaged over "
         f"{n} draws, stochastic rounding: {gemm['means'][n]:.3g}. Its mean is the exact dy, so averaging removes "
@@ -182,12 +183,12 @@ def _q09_high_precision() -> Answer:
     return Answer(
         NB,
         "(1) In the LLM-like model, which layers does 15% keep, and which layer has the largest weight-gradient error?",
-        f"(1) {', '.join(llm['kept'])}: the last two of its nine linear layers, {_pct(llm['high'])} of the GEMM "
+        f"(1) {', '.join(llm['kept'])}: the last two of its nine linear layers, {percent(llm['high'])} of the GEMM "
         f"work, which leaves {llm['speedup']:.2f}x of NVFP4's {llm['all']:.2f}x. The largest weight-gradient error "
         f"is {llm['worst']}'s ({llm['df']['error'].max():.3g}), the last layer, one of those the share keeps. (2) 15% "
-        f"of three layers keeps fc3, {_pct(mlp['high'])} of the work ({mlp['speedup']:.2f}x left). The largest "
+        f"of three layers keeps fc3, {percent(mlp['high'])} of the work ({mlp['speedup']:.2f}x left). The largest "
         f"weight-gradient error is {mlp['worst']}'s ({mlp['df']['error'].max():.3g}), the first layer, "
-        f"{_pct(float(mlp['df'].loc[mlp['worst'], 'share of flops']))} of the work; fc2 is {_pct(fc2)} of it.",
+        f"{percent(float(mlp['df'].loc[mlp['worst'], 'share of flops']))} of the work; fc2 is {percent(fc2)} of it.",
         {"the LLM-like model's largest wgrad error is its head's": llm["worst"] == "head",
          "15% of the LLM-like model keeps its last two layers": llm["kept"] == ["blocks.1.down", "head"],
          "the lesson MLP's largest wgrad error is fc1's, and 15% keeps fc3": mlp["worst"] == "fc1"

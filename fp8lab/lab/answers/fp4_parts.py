@@ -6,7 +6,7 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 from __future__ import annotations
 
 from fp8lab.lab.answers.base import Answer
-from fp8lab.lab.predictions import _pct
+from fp8lab.lab.predictions import percent
 
 __all__ = ["ANSWERS"]
 
@@ -35,7 +35,7 @@ def _q09_sum_rounding() -> Answer:
         "per-class sums over 1024 tokens?",
         f"(1) Per value round to nearest ({s['per_value']['nearest']:.3g} against one stochastic draw's "
         f"{s['per_value']['stochastic']:.3g}); in the sums one stochastic draw: {at['stochastic']:.3g} against round "
-        f"to nearest's {at['nearest']:.3g}. {_pct(s['positive'])} of the head's dy is positive (every class but the "
+        f"to nearest's {at['nearest']:.3g}. {percent(s['positive'])} of the head's dy is positive (every class but the "
         "right one gets a small positive gradient): round to nearest flushes or rounds down the small ones in the "
         "same direction in every block, and 1024 errors of one sign add up; stochastic rounding's errors have mean "
         f"zero and cancel. At the last step: round to nearest {last['at']['nearest']:.3g}, stochastic "
@@ -98,7 +98,7 @@ def _q09_depth() -> Answer:
     d = panel.update(recipe="nvfp4", depth=32)
     one, two = d["one_d"], d["two_d"]
     mx = panel.update(recipe="mxfp8")["one_d"]
-    at = ", ".join(f"{_pct(one['drift'][n - 1])} after {n}" for n in (1, 4, 16, 32))
+    at = ", ".join(f"{percent(one['drift'][n - 1])} after {n}" for n in (1, 4, 16, 32))
     return Answer(
         NB,
         "(1) With 1x16 blocks, how far is dgrad's dx from the chain rule's after 1, 4, 16 and 32 layers, and with "
@@ -106,9 +106,9 @@ def _q09_depth() -> Answer:
         f"(1) {at} (the mean over 16 dy; cosine {one['cosine'][31]:.2f} at 32); with 16x16 blocks 0 at every "
         "depth: dgrad multiplies by the codes the forward used. Each layer's dgrad copy differs from its forward "
         "copy, and the differences compound through the chain. (MXFP8's 1x32 copies drift "
-        f"{_pct(mx['drift'][31])} after 32 layers.) (2) No: the sum of 16 steps' gradients (other dy, the same "
-        f"weights) drifts {_pct(one['drift_mean'][31])} after 32 layers, against one step's "
-        f"{_pct(one['drift'][31])} (independent noise would shrink by sqrt(16) = 4). Every step multiplies by the "
+        f"{percent(mx['drift'][31])} after 32 layers.) (2) No: the sum of 16 steps' gradients (other dy, the same "
+        f"weights) drifts {percent(one['drift_mean'][31])} after 32 layers, against one step's "
+        f"{percent(one['drift'][31])} (independent noise would shrink by sqrt(16) = 4). Every step multiplies by the "
         "same wrong copies: the error is a bias of the backward pass, which averaging over steps does not remove, "
         "unlike stochastic rounding's noise.",
         {"1-D copies: the drift grows with depth (1 < 4 < 16 layers)":

@@ -6,7 +6,7 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 from __future__ import annotations
 
 from fp8lab.lab.answers.base import Answer, decibels
-from fp8lab.lab.predictions import _panel, _pct
+from fp8lab.lab.predictions import _panel, percent
 
 __all__ = ['ANSWERS']
 
@@ -22,8 +22,8 @@ def _q05_operands() -> Answer:
     db = {r: {g: v[g]["ordinary_sqnr_db"] for g in ("fprop", "wgrad")} for r, v in views.items()}
 
     def both(r: str) -> str:
-        return (f"fprop, scaled {views[r]['fprop']['label']}: {_pct(fl[r]['fprop'])} flushed; wgrad, scaled "
-                f"{views[r]['wgrad']['label']}: {_pct(fl[r]['wgrad'])} flushed")
+        return (f"fprop, scaled {views[r]['fprop']['label']}: {percent(fl[r]['fprop'])} flushed; wgrad, scaled "
+                f"{views[r]['wgrad']['label']}: {percent(fl[r]['wgrad'])} flushed")
 
     return Answer(
         "05_fp8_gemm",
@@ -54,13 +54,15 @@ def _q05_gemm() -> Answer:
     return Answer(
         "05_fp8_gemm",
         "At 1e5 with random weight rows the recipes barely differ; with zero rows they do. Why?",
-        f"K=1024, normal inputs. Random rows at 1e5: tensorwise {_pct(r['tensorwise'])}, blockwise "
-        f"{_pct(r['blockwise'])}: the outlier channels' own products dominate the output, and they are quantized "
+        f"K=1024, normal inputs. Random rows at 1e5: tensorwise {percent(r['tensorwise'])}, blockwise "
+        f"{percent(r['blockwise'])}: the outlier channels' own products dominate the output, and they are quantized "
         f"well by every recipe. Zero rows at 1e5 (as LLMs' sink channels meet weights that ignore them): the output "
-        f"is made of the ordinary channels only; tensorwise {_pct(z['tensorwise'])}, rowwise {_pct(z['rowwise'])}, "
-        f"blockwise {_pct(z['blockwise'])}, mxfp8 {_pct(z['mxfp8'])}. At 100x the ordinary values stay inside E4M3's "
-        f"normal range under any scale (tensorwise {_pct(e[100.0, 'zero rows']['tensorwise'])}, blockwise "
-        f"{_pct(e[100.0, 'zero rows']['blockwise'])}).",
+        f"is made of the ordinary channels only; tensorwise {percent(z['tensorwise'])}, rowwise "
+        f"{percent(z['rowwise'])}, "
+        f"blockwise {percent(z['blockwise'])}, mxfp8 {percent(z['mxfp8'])}. At 100x the ordinary values stay "
+        f"inside E4M3's "
+        f"normal range under any scale (tensorwise {percent(e[100.0, 'zero rows']['tensorwise'])}, blockwise "
+        f"{percent(e[100.0, 'zero rows']['blockwise'])}).",
         {"with zero rows at 1e5, blockwise's error is under a third of tensorwise's":
              z["blockwise"] < z["tensorwise"] / 3,
          "with random rows at 1e5, tensorwise and blockwise are within 2x of each other":
@@ -116,25 +118,28 @@ def _q05_accumulation() -> Answer:
     def vs(alignment: str, inputs: str, measure: str) -> str:
         r = cell[alignment, inputs, measure]
         how = f"{r.vs_deepseek:.2g}x above" if r.vs_deepseek > 1 else f"{1 / r.vs_deepseek:.2g}x below"
-        return f"{_pct(r.error)} ({how})"
+        return f"{percent(r.error)} ({how})"
 
     return Answer(
         "05_fp8_gemm",
         "(1) How many accumulator bits make the no-promotion error at K=4096 drop below 0.1%?",
         f"(1) {enough} bits (uniform inputs, the accumulator aligned with the running sum). (2) At K={k} with 14 "
-        f"bits and no promotion: uniform [0, 1) inputs {_pct(none_u)}, normal inputs {_pct(none_n)}. With one sign "
+        f"bits and no promotion: uniform [0, 1) inputs {percent(none_u)}, normal inputs {percent(none_n)}. With "
+        f"one sign "
         "the truncated bits all push the same way and add up; with both signs the partial sums stay small and the "
-        f"errors partly cancel. (3) Promotion every 128: {_pct(prom_u)} aligned with the running sum, "
-        f"{_pct(prom_ug)} with each group aligned alone; every 32: {_pct(prom32)} (uniform inputs, running sum). "
+        f"errors partly cancel. (3) Promotion every 128: {percent(prom_u)} aligned with the running sum, "
+        f"{percent(prom_ug)} with each group aligned alone; every 32: {percent(prom32)} (uniform inputs, running sum). "
         "Each promotion is an extra fp32 add per output (on Hopper, work moved off the tensor cores), so every 32 "
         "costs 4x as many. Against what rounding the same inputs to E4M3 costs (the dashed line): uniform inputs "
-        f"{_pct(rounding_u)}, so promoted every 128 the running-sum reading still adds "
+        f"{percent(rounding_u)}, so promoted every 128 the running-sum reading still adds "
         f"{prom_u / rounding_u:.2g}x that and the group reading {prom_ug / rounding_u:.2g}x; normal inputs "
-        f"{_pct(rounding_n)}, where both promoted errors ({_pct(n['promoted to fp32'])}, "
-        f"{_pct(ng['promoted to fp32'])}) are small beside it. Promoting more often buys little once the rounding of "
-        f"the inputs dominates. (4) The worst output element at K={k}, no promotion: uniform inputs {_pct(max_u)} "
-        f"against {_pct(none_u)} for the whole output: with one sign every output is about as large, and the two "
-        f"measures agree. Normal inputs {_pct(max_n)} against {_pct(none_n)}: the worst element is an output near "
+        f"{percent(rounding_n)}, where both promoted errors ({percent(n['promoted to fp32'])}, "
+        f"{percent(ng['promoted to fp32'])}) are small beside it. Promoting more often buys little once the "
+        f"rounding of "
+        f"the inputs dominates. (4) The worst output element at K={k}, no promotion: uniform inputs {percent(max_u)} "
+        f"against {percent(none_u)} for the whole output: with one sign every output is about as large, and the two "
+        f"measures agree. Normal inputs {percent(max_n)} against {percent(none_n)}: the worst element is an "
+        f"output near "
         f"zero (|exact| {near_zero:.2g}, where the median output is {median:.2g}), whose small error is large "
         f"relative to it. (5) None, within 1.5x, at K=4096 with 14 bits and no promotion. Aligned with the running "
         f"sum: uniform inputs {vs('running', 'uniform', 'frobenius')} over the whole output, "
@@ -143,7 +148,7 @@ def _q05_accumulation() -> Answer:
         f"from either side. Normal inputs: over the whole output {vs('running', 'normal', 'frobenius')} and "
         f"{vs('group', 'normal', 'frobenius')}; at the worst element {vs('running', 'normal', 'max')} and "
         f"{vs('group', 'normal', 'max')}, decided by an output near zero, where rounding the inputs alone costs "
-        f"{_pct(worst_rounding)}. The model shows the mechanism and its fix; it does not reproduce DeepSeek-V3's "
+        f"{percent(worst_rounding)}. The model shows the mechanism and its fix; it does not reproduce DeepSeek-V3's "
         "number, whose inputs and output size the report does not give.",
         {"uniform inputs, 14 bits, no promotion: error between 5% and 12% at K=4096":
              0.05 < none_u < 0.12,

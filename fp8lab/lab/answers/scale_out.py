@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 from fp8lab.lab.answers.base import Answer, decibels
-from fp8lab.lab.predictions import _pct, token_spans
+from fp8lab.lab.predictions import percent, token_spans
 
 __all__ = ["ANSWERS"]
 
@@ -56,10 +56,11 @@ def _q07_gather() -> Answer:
         "scale cost? With it?",
         "Without it, one scale per rank (" + ", ".join(f"{n} for {n} ranks" for n in own.ranks) + "): the gathered "
         "codes are not the ones one process would cast, and read with one scale (rank 0's) the weight is off by " +
-        ", ".join(f"{_pct(e)}" for e in own["relative error, one scale"]) + " (relative error). With the all-reduced "
+        ", "
+        "".join(f"{percent(e)}" for e in own["relative error, one scale"]) + " (relative error). With the all-reduced "
         "amax every rank casts with the one scale a single process would use: the gathered codes are that "
         "process's, code for code, and the error is E4M3's rounding alone "
-        f"({_pct(agreed['relative error, one scale'].max())}). One number per weight is enough because a "
+        f"({percent(agreed['relative error, one scale'].max())}). One number per weight is enough because a "
         "per-tensor scale depends only on the amax, and the amax of the whole weight is the largest of its "
         "shards' amaxes: an all-reduce (max) of one float per weight.",
         {"without the agreed amax the shards carry one scale per rank": bool((own["distinct scales"] == own.ranks)
@@ -97,7 +98,7 @@ def _q08_dashboard() -> Answer:
         "The report flags the `down` layers long before any training. Compare the whole-tensor SQNR of "
         "`blocks.0.down`'s fprop input under tensorwise with its ordinary-channel SQNR and its underflow",
         f"blocks.0.down's fprop input under tensorwise: whole-tensor SQNR {decibels(d['sqnr_db'])} dB, "
-        f"ordinary-channel SQNR {decibels(d['sqnr_ordinary_db'])} dB, underflow {_pct(d['underflow'])}. The "
+        f"ordinary-channel SQNR {decibels(d['sqnr_ordinary_db'])} dB, underflow {percent(d['underflow'])}. The "
         "whole-tensor SQNR is decided by the sink channels' energy and looks healthy; the other two show that "
         "nearly everything else flushed to zero. On a dashboard: the underflow (cheap to count, per layer, every "
         "step), or the ordinary-channel SQNR; not the whole-tensor SQNR.",
@@ -115,7 +116,7 @@ def _q08_carry() -> Answer:
         "carry over to your model, and which would you re-measure",
         "What inspect measures is a property of one forward and backward pass: which layers have outlier channels "
         "and what each recipe flushes there. It does not depend on the run's length and barely on the batch "
-        f"(blocks.0.down's flushed share under tensorwise: {_pct(a)} on one batch, {_pct(b)} on another); "
+        f"(blocks.0.down's flushed share under tensorwise: {percent(a)} on one batch, {percent(b)} on another); "
         "measure it on your model, it carries over as a method. The loss gaps do not: they rest on 60 steps of "
         "seed 0 (150 for the digits), on toy sizes, against a 1% budget. Re-measure them at scale, for longer, on "
         "more than one seed, before you trust a \"fails\" or a \"suits\"; and the modality verdict (images vs text) "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 
 from fp8lab.lab.answers.base import Answer, decibels
-from fp8lab.lab.predictions import _panel, _pct, magnitude
+from fp8lab.lab.predictions import _panel, magnitude, percent
 
 __all__ = ['ANSWERS']
 
@@ -42,9 +42,10 @@ def _q02_window() -> Answer:
         "helps when the amax is stale (delayed scaling, notebook 03): headroom for a tensor that grows. "
         f"(3) Channel scales: dividing each channel by its amax raises the ordinary SQNR from "
         f"{raw['ordinary_sqnr_db']:.1f} to {norm['ordinary_sqnr_db']:.1f} dB, and the flushed share falls from "
-        f"{_pct(raw['ordinary_underflow'])} to {_pct(norm['ordinary_underflow'])}. Normal data with outlier channels "
-        f"at 1e6: the flushed share falls from {_pct(sinks[False]['ordinary_underflow'])} to "
-        f"{_pct(sinks[True]['ordinary_underflow'])} (SQNR {decibels(sinks[False]['ordinary_sqnr_db'])} -> "
+        f"{percent(raw['ordinary_underflow'])} to {percent(norm['ordinary_underflow'])}. Normal data with "
+        f"outlier channels "
+        f"at 1e6: the flushed share falls from {percent(sinks[False]['ordinary_underflow'])} to "
+        f"{percent(sinks[True]['ordinary_underflow'])} (SQNR {decibels(sinks[False]['ordinary_sqnr_db'])} -> "
         f"{decibels(sinks[True]['ordinary_sqnr_db'])} dB): the outlier channels are divided by their own factor "
         "too. For input features that is normalization, nothing to undo; for a hidden activation the factors must go "
         "somewhere: into the next layer's weights, as SmoothQuant folds them.",
@@ -84,7 +85,7 @@ def _q02_cliff() -> Answer:
         ". Per tensor, the scale maps the outliers (~4.5 x magnitude) onto 448: ordinary values (~1) leave E4M3's "
         "normal range (15 binades below 448) once the outliers are ~10^4 times larger, and flush to zero past all 18 "
         "binades, ~10^5 and beyond. At 1e6x: " +
-        ", ".join(f"{r} {at[r]:.1f} dB ({_pct(flushed[r])} flushed)" for r in at) +
+        ", ".join(f"{r} {at[r]:.1f} dB ({percent(flushed[r])} flushed)" for r in at) +
         ". For the E4M3 block recipes a block only loses the ordinary values that share it with an outlier, so "
         f"smaller blocks lose less. nvfp4 starts lower ({clean['nvfp4']:.1f} dB against tensorwise's "
         f"{clean['tensorwise']:.1f} dB without outliers: E2M1 keeps 1 mantissa bit, E4M3 3) and falls off first for "
@@ -94,13 +95,15 @@ def _q02_cliff() -> Answer:
         "those blocks need E4M3 scales below E4M3's smallest normal, 2^-6, and then below 2^-10, where even an E4M3 "
         "subnormal scale rounds to 0. fp8lab's recipes follow the training engines (TransformerEngine, torchao's "
         "NVFP4 training path), which store subnormal scales: those blocks flush "
-        f"{_pct(low)} of their values at 1e4x and below (E2M1's own range), {_pct(nv.loc[1e5, 'clean_flushed'])} at "
-        f"1e5x, {_pct(nv.loc[below, 'clean_flushed'])} at {magnitude(below)}x; torchao's inference NVFP4Tensor, which "
-        f"clamps them at 2^-6, flushes {_pct(nv.loc[1e5, 'clean_flushed_min_normal'])} already at 1e5x (notebook "
+        f"{percent(low)} of their values at 1e4x and below (E2M1's own range), "
+        f"{percent(nv.loc[1e5, 'clean_flushed'])} at "
+        f"1e5x, {percent(nv.loc[below, 'clean_flushed'])} at {magnitude(below)}x; torchao's inference "
+        f"NVFP4Tensor, which "
+        f"clamps them at 2^-6, flushes {percent(nv.loc[1e5, 'clean_flushed_min_normal'])} already at 1e5x (notebook "
         "04's NVFP4 panel shows the scales against both floors). The massive activations' published example, "
         "100,000 times the other values' median, "
         f"is {massive:,.0f}x here, with the outliers where massive activations sit (the first 2 tokens' channels): " +
-        ", ".join(f"{r} {pub.loc[r, 'ordinary_sqnr_db']:.1f} dB ({_pct(pub.loc[r, 'ordinary_underflow'])} flushed)"
+        ", ".join(f"{r} {pub.loc[r, 'ordinary_sqnr_db']:.1f} dB ({percent(pub.loc[r, 'ordinary_underflow'])} flushed)"
                   for r in pub.index) +
         ": per tensor past the start of the cliff, per row and blocks along K within 3 dB of their clean SQNR (the "
         "next question says why per row holds there).",
@@ -132,7 +135,7 @@ def _q02_placement() -> Answer:
             at[placement, gemm] = df[df.outliers == 1e5].set_index("recipe")["ordinary_underflow"]
 
     def shares(placement: str, gemm: str) -> str:
-        return ", ".join(f"{r} {_pct(v)}" for r, v in at[placement, gemm].items() if r != "nvfp4")
+        return ", ".join(f"{r} {percent(v)}" for r, v in at[placement, gemm].items() if r != "nvfp4")
 
     return Answer(
         "02_per_tensor_scaling",
@@ -282,8 +285,8 @@ def _q04_blocks() -> Answer:
         "scale overhead?",
         f"(1) {best} ({sq[best]:.1f} dB; 1x128 {sq['1x128']:.1f}, per-tensor {sq['per-tensor']:.1f}); the lowest "
         f"overhead is {cheapest} ({bits[cheapest]:.2g} bits/element): quality and cost pull opposite ways. "
-        f"(2) E8M0 1x32, normal data: rceil {e8['rceil']['sqnr_db']:.1f} dB and {_pct(e8['rceil']['overflow'])} "
-        f"clipped; floor {e8['floor']['sqnr_db']:.1f} dB and {_pct(e8['floor']['overflow'])} clipped. E8M0 holds "
+        f"(2) E8M0 1x32, normal data: rceil {e8['rceil']['sqnr_db']:.1f} dB and {percent(e8['rceil']['overflow'])} "
+        f"clipped; floor {e8['floor']['sqnr_db']:.1f} dB and {percent(e8['floor']['overflow'])} clipped. E8M0 holds "
         "only powers of two, so the exact rule (amax / 448) cannot be stored: the panel offers rceil and floor. "
         f"(3) E2M1 without outliers: 1x16 {fp4['1x16']:.1f} dB, 1x128 {fp4['1x128']:.1f} dB, per-tensor "
         f"{fp4['per-tensor']:.1f} dB: 1x16 gains {gain['e2m1', 'normal']:.1f} dB where E4M3 gains "
@@ -319,8 +322,9 @@ def _q04_sweep() -> Answer:
         f"the ordinary channels: 1x32 {o['1x32']:.1f} dB vs per-tensor {o['per-tensor']:.1f} dB. There (the panel's "
         f"default) the OCP floor rule scores the higher SQNR at {len(higher)} of {out.block.nunique()} block sizes "
         f"(1x32: {floor['sqnr_db']:.1f} dB against rceil's {rceil['sqnr_db']:.1f}) but clips "
-        f"{_pct(floor['overflow'])} of the values at 1x32 (rceil {_pct(rceil['overflow'])}). The two rules give the "
-        f"same scale in {_pct(same)} of the 1x32 blocks (those whose amax mantissa is at most 1.75); in the others "
+        f"{percent(floor['overflow'])} of the values at 1x32 (rceil {percent(rceil['overflow'])}). The two "
+        f"rules give the "
+        f"same scale in {percent(same)} of the 1x32 blocks (those whose amax mantissa is at most 1.75); in the others "
         "floor's scale is half rceil's, which keeps small values further from the bottom of the window and clips "
         "those blocks' largest values, the harm NVIDIA reports in pre-training.",
         {"without outliers 1x32 gains less than 1 dB over per-tensor": c["1x32"] - c["per-tensor"] < 1,
@@ -356,20 +360,20 @@ def _q04_nvfp4() -> Answer:
         "04_per_block_scaling",
         "From which outlier magnitude on do the blocks *without* an outlier lose their values under torchao's "
         "inference floor (2^-6), from which under the training engines' subnormal scales, and why there?",
-        f"Up to 1e4x they flush {_pct(base)} of their values, E2M1's own range (a block's values below about a 24th "
+        f"Up to 1e4x they flush {percent(base)} of their values, E2M1's own range (a block's values below about a 24th "
         "of its largest round to 0). NVFP4's tensor scale is amax / (448 x 6), so a block's E4M3 scale is 448 x its "
         "largest value / the tensor's largest. A block without an outlier holds values ~1 against outliers ~4.5 x "
         "the magnitude: past 448 / 2^-6 = 28,672 times its largest, the scale it needs falls below E4M3's smallest "
-        f"normal, 2^-6 (at {magnitude(inf)}x, {_pct(c.loc[inf, 'at_floor'])} of these blocks; tensor scale "
+        f"normal, 2^-6 (at {magnitude(inf)}x, {percent(c.loc[inf, 'at_floor'])} of these blocks; tensor scale "
         f"{ts:.3g}). torchao's inference NVFP4Tensor clamps it there, a scale larger than the block needs, so its "
-        f"small values round to 0: from {magnitude(inf)}x, {_pct(c.loc[inf, 'clean_flushed_min_normal'])} flushed. "
+        f"small values round to 0: from {magnitude(inf)}x, {percent(c.loc[inf, 'clean_flushed_min_normal'])} flushed. "
         "The training engines (TransformerEngine, torchao's NVFP4 training path, fp8lab's recipes) clamp only the "
         "top and store it as an E4M3 subnormal, on a coarse grid (steps of 2^-9) but near what the block needs: at "
-        f"{magnitude(inf)}x they flush {_pct(c.loc[inf, 'clean_flushed'])}, E2M1's own share "
-        f"({_pct(c.loc[inf, 'below_subnormals'])} of the blocks need a scale below 2^-10). From {magnitude(train)}x "
-        f"{_pct(c.loc[train, 'below_subnormals'])} need less than 2^-10, where even a subnormal scale rounds to 0: "
-        f"{_pct(c.loc[train, 'clean_flushed'])} flushed with the training engines, "
-        f"{_pct(c.loc[train, 'clean_flushed_min_normal'])} with torchao's inference floor. The collapse is the "
+        f"{magnitude(inf)}x they flush {percent(c.loc[inf, 'clean_flushed'])}, E2M1's own share "
+        f"({percent(c.loc[inf, 'below_subnormals'])} of the blocks need a scale below 2^-10). From {magnitude(train)}x "
+        f"{percent(c.loc[train, 'below_subnormals'])} need less than 2^-10, where even a subnormal scale rounds to 0: "
+        f"{percent(c.loc[train, 'clean_flushed'])} flushed with the training engines, "
+        f"{percent(c.loc[train, 'clean_flushed_min_normal'])} with torchao's inference floor. The collapse is the "
         "two-level scale's range, not E2M1's.",
         {"blocks without an outlier flush under 10% up to 1e4x under either floor":
              bool(c.loc[[m for m in c.index if m <= 1e4], ["clean_flushed", "clean_flushed_min_normal"]].max().max()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from fp8lab.lab.answers.base import Answer
-from fp8lab.lab.predictions import _panel, _pct, magnitude, share
+from fp8lab.lab.predictions import _panel, magnitude, percent, share
 from fp8lab.training.measured import cliff_means, first_break, survivors
 
 __all__ = ['ANSWERS']
@@ -32,10 +32,10 @@ def _q06_live() -> Answer:
         "(1) Set the sinks to 1e6 and train fp32, tensorwise, rowwise, blockwise and mxfp8. Which recipes fall behind?",
         "(1) " + ", ".join(behind) + " (final loss vs its own no-sink run, mean of 3 seeds: " +
         ", ".join(f"{r} {100 * change[r, 1e6]:+.0f}%" for r in ("tensorwise", "rowwise", "blockwise", "mxfp8")) +
-        f"). (2) fc2's input holds the sinks: under tensorwise {_pct(fp['tensorwise'])} of it flushes to zero, "
+        f"). (2) fc2's input holds the sinks: under tensorwise {percent(fp['tensorwise'])} of it flushes to zero, "
         "and the same codes feed fc2's weight-gradient GEMM (per tensor the transposed quantization is reused), so "
         "fc2's weight gradient sees only what its forward pass saw (rowwise: the next section). Under blockwise "
-        f"{_pct(fp['blockwise'])} flushes in the forward GEMM (the sinks' own 1x128 block) and {share(wg)} in the "
+        f"{percent(fp['blockwise'])} flushes in the forward GEMM (the sinks' own 1x128 block) and {share(wg)} in the "
         "weight-gradient GEMM, whose blocks run along the tokens: a sink channel fills its own blocks there. "
         f"grad_output: {share(grads)} of it flushed in either recipe; the sinks do not reach the gradients. "
         "(3) The transformer puts sinks in each block's MLP; this key does not train it (a step costs ~2-3x the "
@@ -68,10 +68,11 @@ def _q06_mismatch() -> Answer:
         "Rowwise flushes fc2's forward input as tensorwise does, yet ends worse than predicting the mean. Which GEMM "
         "differs between the two?",
         f"The weight-gradient GEMM. fc2's input, sinks at 1e6, one batch at the initial weights: the forward GEMM "
-        f"flushes {_pct(fl['tensorwise', 'fprop'])} of it under tensorwise and {_pct(fl['rowwise', 'fprop'])} under "
+        f"flushes {percent(fl['tensorwise', 'fprop'])} of it under tensorwise and "
+        f"{percent(fl['rowwise', 'fprop'])} under "
         "rowwise (all but the 4 sink channels and, per tensor, a handful of values: each token's row holds the "
         "sinks, so each row's scale is theirs). The weight-gradient GEMM flushes "
-        f"{_pct(fl['tensorwise', 'wgrad'])} under tensorwise (the same codes, reused) and "
+        f"{percent(fl['tensorwise', 'wgrad'])} under tensorwise (the same codes, reused) and "
         f"{share(fl['rowwise', 'wgrad'])} under rowwise (one scale per channel: the ordinary "
         "channels keep theirs). So tensorwise learns fc2's weights from what its forward pass saw, and rowwise from "
         "inputs its forward pass dropped. Final losses after 150 steps, mean of 3 seeds: tensorwise "
@@ -103,17 +104,19 @@ def _q06_placement() -> Answer:
         "inputs, and where does rowwise's damage go in each GEMM?",
         "With the sinks in the first 2 tokens (fc2's input at the initial weights, the sinks 1e5x its median "
         "ordinary value): " + "; ".join(
-            f"{g} " + ", ".join(f"{r} {_pct(tok.loc[(g, r), 'flushed'])}" for r in recipes) for g in ("fprop", "wgrad"))
+            f"{g} "
+            f"" + ", ".join(f"{r} {percent(tok.loc[(g, r), 'flushed'])}" for r in recipes) for g in ("fprop", "wgrad"))
         + f" of the ordinary values flushed. {most['fprop']} flushes the most: one scale for the whole tensor, set by "
-        f"the same amax as with the sinks in every token ({_pct(ch.loc[('fprop', 'tensorwise'), 'flushed'])} there). "
+        f"the same amax as with the sinks in every token ({percent(ch.loc[('fprop', 'tensorwise'), 'flushed'])} "
+        f"there). "
         "Rowwise's damage stays where the sinks are: in fprop (one scale per token) the two tokens that hold them "
-        f"lose their small values (the worst token {_pct(tok.loc[('fprop', 'rowwise'), 'worst'])}); in wgrad (one "
+        f"lose their small values (the worst token {percent(tok.loc[('fprop', 'rowwise'), 'worst'])}); in wgrad (one "
         "scale per channel, dW = dy^T x sums over the tokens) a token's sink sets the scale of its whole channel, "
-        f"and the sink channels lose theirs (the worst channel {_pct(tok.loc[('wgrad', 'rowwise'), 'worst'])}). "
-        f"With the sinks in every token rowwise flushes {_pct(ch.loc[('fprop', 'rowwise'), 'flushed'])} in fprop "
+        f"and the sink channels lose theirs (the worst channel {percent(tok.loc[('wgrad', 'rowwise'), 'worst'])}). "
+        f"With the sinks in every token rowwise flushes {percent(ch.loc[('fprop', 'rowwise'), 'flushed'])} in fprop "
         f"(every token's scale is theirs) and {share(ch.loc[('wgrad', 'rowwise'), 'flushed'])} in wgrad. So channel "
         "outliers break per-token scales in fprop, token outliers break per-channel scales in wgrad, one scale per "
-        f"tensor breaks under both, and blocks along K confine both: blockwise flushes at most {_pct(block)} in any "
+        f"tensor breaks under both, and blocks along K confine both: blockwise flushes at most {percent(block)} in any "
         "placement and GEMM. In a real model the token outliers' channels also carry the other tokens' values, which "
         "their wgrad scale flushes; in this toy fc2's weights for those channels are held at zero.",
         {"with token sinks tensorwise flushes the most in both GEMMs": most == {"fprop": "tensorwise",
@@ -191,13 +194,15 @@ def _q06_flush() -> Answer:
         "06_training_live",
         "Tensorwise flushes most of fc2's ordinary inputs at 1e5. Why does it end only a few percent behind its clean "
         "run, when the same flushing costs the fp32-trained model far more?",
-        f"At sinks 1e5 one scale per tensor flushes {_pct(tw['flushed'])} of fc2's ordinary inputs, but they are the "
-        f"smallest: {_pct(tw['energy'])} of the input's sum of squares, and fc2's output moves by "
-        f"{_pct(tw['fc2_error'])}. The model trained in fp32 learned with them: fed the flushed input, it loses "
+        f"At sinks 1e5 one scale per tensor flushes {percent(tw['flushed'])} of fc2's ordinary inputs, but they "
+        f"are the "
+        f"smallest: {percent(tw['energy'])} of the input's sum of squares, and fc2's output moves by "
+        f"{percent(tw['fc2_error'])}. The model trained in fp32 learned with them: fed the flushed input, it loses "
         f"{100 * tw['fp32_model_loss']:+.0f}%. Tensorwise trains with them flushed from its first step, and its "
         "weight-gradient GEMM reads the same flushed codes, so fc2 learns its function from the values that survive: "
         f"it ends {100 * tw['trained_loss']:+.1f}% against its clean run. Rowwise flushes as much in its forward GEMM "
-        f"({_pct(rw['flushed'])}) and ends {100 * rw['trained_loss']:+.1f}%: its weight-gradient GEMM keeps what its "
+        f"({percent(rw['flushed'])}) and ends {100 * rw['trained_loss']:+.1f}%: its weight-gradient GEMM keeps "
+        f"what its "
         "forward GEMM dropped (the next section). A flushed share measures what a pass drops, not what training "
         "loses; what it costs depends on whether the model can learn around it, and whether both passes agree.",
         {"at 1e5 tensorwise flushes over half of fc2's ordinary inputs, carrying under 20% of its energy":
@@ -224,17 +229,19 @@ def _q06_copies() -> Answer:
         "rowwise's two GEMMs read different copies of fc2's input. Why does the first cost little and the second "
         "wreck training?",
         f"Because of how far apart the copies are. With 1x128 weight blocks and float32 scales the two copies of fc2's "
-        f"weight differ in {_pct(c[one_d]['share'])} of their elements, but only by rounding: "
-        f"{_pct(c[one_d]['gap'])} of the weight's norm (each copy is itself {_pct(c[one_d]['fprop_error'])} off w). "
-        f"With 128x128 blocks they are the same ({_pct(c[two_d]['share'])}), as per tensor; nvfp4 with 1x16 weight "
-        f"blocks: {_pct(c[fp4_1d]['share'])} differ, by {_pct(c[fp4_1d]['gap'])}, with its 16x16 blocks "
-        f"{_pct(c[fp4_2d]['share'])}. Power-of-two scales (rowwise, mxfp8) shift whole binades: on this weight the "
-        f"copies agree ({_pct(c['rowwise']['share'])}, {_pct(c['mxfp8 (1x32)']['share'])}), and on one whose rows and "
-        f"columns differ in size only where a value reaches the subnormals ({_pct(u['rowwise']['share'])}, "
-        f"{_pct(u['mxfp8 (1x32)']['share'])}). Rowwise's input copies differ by whole values: its forward GEMM "
-        f"flushes {_pct(rw['fprop'])} of fc2's input, its weight-gradient GEMM {_pct(rw['wgrad'])}, and it ends "
-        f"{100 * rw['loss']:+.0f}%. Blockwise's input copies differ too ({_pct(bw['fprop'])} against "
-        f"{_pct(bw['wgrad'])}) and it ends {100 * bw['loss']:+.1f}%: the size of the mismatch decides.",
+        f"weight differ in {percent(c[one_d]['share'])} of their elements, but only by rounding: "
+        f"{percent(c[one_d]['gap'])} of the weight's norm (each copy is itself "
+        f"{percent(c[one_d]['fprop_error'])} off w). "
+        f"With 128x128 blocks they are the same ({percent(c[two_d]['share'])}), as per tensor; nvfp4 with 1x16 weight "
+        f"blocks: {percent(c[fp4_1d]['share'])} differ, by {percent(c[fp4_1d]['gap'])}, with its 16x16 blocks "
+        f"{percent(c[fp4_2d]['share'])}. Power-of-two scales (rowwise, mxfp8) shift whole binades: on this weight the "
+        f"copies agree ({percent(c['rowwise']['share'])}, {percent(c['mxfp8 (1x32)']['share'])}), and on one "
+        f"whose rows and "
+        f"columns differ in size only where a value reaches the subnormals ({percent(u['rowwise']['share'])}, "
+        f"{percent(u['mxfp8 (1x32)']['share'])}). Rowwise's input copies differ by whole values: its forward GEMM "
+        f"flushes {percent(rw['fprop'])} of fc2's input, its weight-gradient GEMM {percent(rw['wgrad'])}, and it ends "
+        f"{100 * rw['loss']:+.0f}%. Blockwise's input copies differ too ({percent(bw['fprop'])} against "
+        f"{percent(bw['wgrad'])}) and it ends {100 * bw['loss']:+.1f}%: the size of the mismatch decides.",
         {"2-D weight blocks give both GEMMs the same weight, 1-D blocks do not":
              c[two_d]["share"] == 0 == c[fp4_2d]["share"] and c[one_d]["share"] > 0.5 and c[fp4_1d]["share"] > 0.5,
          "1-D float32 scales make the copies differ by rounding only: under 5% of the weight's norm":

@@ -1,7 +1,8 @@
 """The Panel base class: controls, a figure and a text; redraws coalesced on one drawing thread.
 
-Public: Panel, and the control choices the panels share (OUTLIERS, BLOCKS, ELEMENT_FORMATS,
-RULES, SCALES). A panel's plots are PNGs in an ipywidgets.Image, rendered without pyplot at 2x
+Public: Panel, the control choices the panels share (OUTLIERS, BLOCKS, ELEMENT_FORMATS,
+RULES, SCALES), and the controls and formatting they build with (dropdown, selection_slider,
+outlier_options, metrics_html, percent). A panel's plots are PNGs in an ipywidgets.Image, rendered without pyplot at 2x
 device pixels, so a background thread (notebook 06's live training) can redraw them and high-DPI
 screens show them sharp. Live panels (`Panel.live_sliders`) redraw while a slider is dragged;
 the expensive ones redraw on release and time or train on a button. A change from the browser
@@ -44,6 +45,11 @@ __all__ = [
     "TORCH_THREADS",
     "Panel",
     "draw_mode",
+    "dropdown",
+    "metrics_html",
+    "outlier_options",
+    "percent",
+    "selection_slider",
 ]
 
 OUTLIERS = (0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
@@ -86,13 +92,15 @@ def _torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _metrics_html(rows: dict[str, str]) -> str:
+def metrics_html(rows: dict[str, str]) -> str:
+    """A panel's metrics as a small HTML table: one row per (label, value), the value in bold."""
     cells = "".join(f"<tr><td style='padding-right:12px'>{html.escape(k)}</td><td><b>{html.escape(v)}</b></td></tr>"
                     for k, v in rows.items())
     return f"<table style='font-size:13px'>{cells}</table>"
 
 
-def _pct(v: float) -> str:
+def percent(v: float) -> str:
+    """A share (0-1) as the panels print it: 3 significant digits and a % sign (0.0123 -> "1.23%")."""
     return f"{100 * v:.3g}%"
 
 
@@ -308,15 +316,18 @@ class Panel:
                 return False
 
 
-def _select(options, value, description: str) -> W.Dropdown:
+def dropdown(options, value, description: str) -> W.Dropdown:
+    """A Dropdown of `options` (values, or (label, value) pairs) set to `value`."""
     return W.Dropdown(options=list(options), value=value, description=description)
 
 
-def _slider(options, value, description: str) -> W.SelectionSlider:
+def selection_slider(options, value, description: str) -> W.SelectionSlider:
+    """A SelectionSlider over `options` (values, or (label, value) pairs) set to `value`."""
     return W.SelectionSlider(options=list(options), value=value, description=description)
 
 
-def _outlier_options():
+def outlier_options():
+    """OUTLIERS as (label, value) pairs: "none", then "10x", "100x", ... for a slider or a dropdown."""
     return [(("none" if v == 0 else f"{plots.magnitude(v)}x"), v) for v in OUTLIERS]
 
 

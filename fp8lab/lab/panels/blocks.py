@@ -18,11 +18,11 @@ from fp8lab.lab.panels.base import (
     ELEMENT_FORMATS,
     SCALES,
     Panel,
-    _metrics_html,
-    _outlier_options,
-    _pct,
-    _select,
-    _slider,
+    dropdown,
+    metrics_html,
+    outlier_options,
+    percent,
+    selection_slider,
 )
 from fp8lab.numerics.metrics import (
     channel_sqnr,
@@ -67,11 +67,11 @@ class BlockPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__(
-            block=_slider(BLOCKS, "1x128", "block"),
-            fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
-            scales=_select(SCALES, "fp32, exact", "scales (format, rule)"),
-            distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
-            outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
+            block=selection_slider(BLOCKS, "1x128", "block"),
+            fmt=dropdown(ELEMENT_FORMATS, "e4m3", "format"),
+            scales=dropdown(SCALES, "fp32, exact", "scales (format, rule)"),
+            distribution=dropdown(DISTRIBUTIONS, "normal", "distribution"),
+            outliers=selection_slider(outlier_options(), 1e5, "outlier channels"),
         )
         self.shape = activation_shape()
 
@@ -87,10 +87,10 @@ class BlockPanel(Panel):
 
     def describe(self, data) -> str:
         r = data["report"]
-        return _metrics_html({"SQNR of ordinary channels (each alike)": f"{r['ordinary_sqnr_db']:.1f} dB",
-                              "ordinary values flushed to 0": _pct(r["ordinary_underflow"]),
+        return metrics_html({"SQNR of ordinary channels (each alike)": f"{r['ordinary_sqnr_db']:.1f} dB",
+                              "ordinary values flushed to 0": percent(r["ordinary_underflow"]),
                               "SQNR, whole tensor": f"{r['sqnr_db']:.1f} dB",
-                              "overflow (clipped)": _pct(r["overflow"]),
+                              "overflow (clipped)": percent(r["overflow"]),
                               "scale overhead": f"{r['scale_bits_per_element']:.3g} bits / element",
                               "scales": str(tuple(data["q"].scale.shape))})
 
@@ -104,10 +104,10 @@ class BlockSweepPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__(
-            fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
-            distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
-            outliers=_slider(_outlier_options(), 1e5, "outlier channels"),
-            measure=_select(("ordinary channels", "all values"), "ordinary channels", "SQNR of"),
+            fmt=dropdown(ELEMENT_FORMATS, "e4m3", "format"),
+            distribution=dropdown(DISTRIBUTIONS, "normal", "distribution"),
+            outliers=selection_slider(outlier_options(), 1e5, "outlier channels"),
+            measure=dropdown(("ordinary channels", "all values"), "ordinary channels", "SQNR of"),
             threshold=W.IntSlider(value=20, min=5, max=45, description="target SQNR (dB)"),
         )
         self.shape = activation_shape()
@@ -151,7 +151,7 @@ class BlockSweepPanel(Panel):
     def describe(self, data) -> str:
         df = data["df"].set_index(["strategy", "block"])
         mx = {s: df.loc[(s, "1x32")] for s in ("E8M0 scales, rceil", "E8M0 scales, floor (OCP)")}
-        return _metrics_html({
+        return metrics_html({
             f"cheapest block with fp32 scales >= {data['threshold']} dB": str(data["cheapest"] or "none reaches it"),
-            "MX 1x32, rceil vs floor": " vs ".join(f"{r['sqnr_db']:.1f} dB, {_pct(r['overflow'])} clipped"
+            "MX 1x32, rceil vs floor": " vs ".join(f"{r['sqnr_db']:.1f} dB, {percent(r['overflow'])} clipped"
                                                    for r in mx.values())})

@@ -11,8 +11,8 @@ import html
 from fp8lab.figures import plots
 from fp8lab.lab.panels.base import (
     Panel,
-    _select,
-    _slider,
+    dropdown,
+    selection_slider,
 )
 from fp8lab.settings import size
 from fp8lab.training.cost import PARALLEL
@@ -31,8 +31,8 @@ class CostPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__(
-            k=_slider([256, 1024, 4096, 16384], 4096, "K (contraction length)"),
-            parallel=_select(PARALLEL, PARALLEL[0], "parallelism"),
+            k=selection_slider([256, 1024, 4096, 16384], 4096, "K (contraction length)"),
+            parallel=dropdown(PARALLEL, PARALLEL[0], "parallelism"),
         )
         self.tokens = 4096  # M: rows of x in the GEMM x[M, K] @ w[K, K]^T
         self.size = size(512, 128)

@@ -14,10 +14,10 @@ from fp8lab.data.synthetic import activation_stream
 from fp8lab.figures import plots
 from fp8lab.lab.panels.base import (
     Panel,
-    _metrics_html,
-    _pct,
-    _select,
-    _slider,
+    dropdown,
+    metrics_html,
+    percent,
+    selection_slider,
 )
 from fp8lab.numerics.metrics import (
     row_overflow,
@@ -38,11 +38,12 @@ class DelayedPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__(
-            history=_slider([1, 2, 4, 8, 16, 32, 64], 16, "history length"),
-            algo=_select(AmaxHistory.ALGOS, "max", "amax algo"),
-            spike=_slider([(plots.magnitude(v), v) for v in (1, 2, 5, 20, 100, 1000, 1e4, 1e5)], 20, "spike (x)"),
-            drift=_slider([0.0, 0.02, 0.05, 0.1], 0.0, "drift per step"),
-            fmt=_select(("e4m3", "e5m2"), "e4m3", "format"),
+            history=selection_slider([1, 2, 4, 8, 16, 32, 64], 16, "history length"),
+            algo=dropdown(AmaxHistory.ALGOS, "max", "amax algo"),
+            spike=selection_slider([(plots.magnitude(v), v) for v in (1, 2, 5, 20, 100, 1000, 1e4, 1e5)], 20,
+                                   "spike (x)"),
+            drift=selection_slider([0.0, 0.02, 0.05, 0.1], 0.0, "drift per step"),
+            fmt=dropdown(("e4m3", "e5m2"), "e4m3", "format"),
             margin=W.IntSlider(value=0, min=0, max=4, description="margin"),
         )
         self.steps = 80  # longer than the longest history after the spike, so every length shows
@@ -81,8 +82,8 @@ class DelayedPanel(Panel):
         bad = df[df["overflow (delayed)"] > 0]
         low = df[df["sqnr delayed"] < df["sqnr current"] - 3]
         after = low[low.step > spike]
-        return _metrics_html({"steps that clipped": f"{len(bad)} ({len(bad[bad.step != spike])} besides the spike step "
+        return metrics_html({"steps that clipped": f"{len(bad)} ({len(bad[bad.step != spike])} besides the spike step "
                                                     f"{spike})",
-                              "share of values clipped, all steps": _pct(float(df["overflow (delayed)"].mean())),
+                              "share of values clipped, all steps": percent(float(df["overflow (delayed)"].mean())),
                               "steps > 3 dB worse than current scaling": f"{len(low)} ({len(after)} after the spike)",
                               "worst SQNR (delayed)": f"{df['sqnr delayed'].min():.1f} dB"})

@@ -15,7 +15,7 @@ import pandas as pd
 from fp8lab.figures import plots
 from fp8lab.lab.panels.base import (
     Panel,
-    _select,
+    dropdown,
 )
 from fp8lab.numerics.recipes import RECIPES
 from fp8lab.settings import size
@@ -32,8 +32,8 @@ class ExportPanel(Panel):
     def __init__(self) -> None:
         from fp8lab.training.export import TARGETS
 
-        super().__init__(recipe=_select([*RECIPES, "rowwise_with_gw_hp"], "mxfp8", "recipe"),
-                         target=_select(TARGETS, "torchao", "target"))
+        super().__init__(recipe=dropdown([*RECIPES, "rowwise_with_gw_hp"], "mxfp8", "recipe"),
+                         target=dropdown(TARGETS, "torchao", "target"))
 
     def compute(self, recipe, target) -> dict:
         from fp8lab.training.export import export
@@ -65,8 +65,8 @@ class DistributedPanel(Panel):
         self.run_button = W.Button(description="Run", button_style="success", icon="play")
         self.log = W.Textarea(value="", layout=W.Layout(width="100%", height="120px"), disabled=True)
         super().__init__(
-            recipe=_select([*RECIPES, "fp32"], "tensorwise", "recipe"),
-            engine=_select(("fp8lab", "torchao"), "fp8lab", "engine"),
+            recipe=dropdown([*RECIPES, "fp32"], "tensorwise", "recipe"),
+            engine=dropdown(("fp8lab", "torchao"), "fp8lab", "engine"),
             amax_all_reduce=W.Checkbox(value=False, description="all-reduce amax over ranks"),
             steps=W.IntSlider(value=size(12, 4), min=2, max=40, description="steps"),
         )

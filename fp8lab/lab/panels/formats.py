@@ -14,8 +14,8 @@ import ipywidgets as W
 from fp8lab.figures import plots
 from fp8lab.lab.panels.base import (
     Panel,
-    _metrics_html,
-    _select,
+    dropdown,
+    metrics_html,
 )
 from fp8lab.numerics.anatomy import anatomy, rounding
 from fp8lab.numerics.formats import FORMATS, get_format
@@ -35,7 +35,7 @@ class BitsPanel(Panel):
     def __init__(self, fmt: str = "e4m3") -> None:
         self.bits = [W.ToggleButton(value=False, description="0", layout=W.Layout(width="34px")) for _ in range(8)]
         super().__init__(
-            fmt=_select(("e4m3", "e5m2", "e2m1", "e8m0"), fmt, "format"),
+            fmt=dropdown(("e4m3", "e5m2", "e2m1", "e8m0"), fmt, "format"),
             code=W.BoundedIntText(value=0x38, min=0, max=255, description="code (0-255)"),
             value=W.FloatText(value=1.0, description="type a value"),
         )
@@ -153,7 +153,7 @@ class BitsPanel(Panel):
         rows[f"typed {r.typed:g} ->"] = (
             f"{r.rounded:.6g}: {r.status}" + ("" if r.status in ("exact", "NaN") else
                                               f", error {r.error:+.3g} ({100 * r.relative_error:.3g}%)"))
-        return _metrics_html(rows) + \
+        return metrics_html(rows) + \
             f"<div style='font-family:monospace;font-size:18px'>{colored}</div>"
 
 
@@ -185,5 +185,5 @@ class NumberLinePanel(Panel):
         plots.number_line(data["formats"], ax, lo=data["window"][0], hi=data["window"][1])
 
     def describe(self, data) -> str:
-        return _metrics_html({f: f"max {r['max']:g}, smallest {r['min subnormal']:g}, {r['binades']:.1f} binades"
+        return metrics_html({f: f"max {r['max']:g}, smallest {r['min subnormal']:g}, {r['binades']:.1f} binades"
                               for f, r in data["rows"].items()})

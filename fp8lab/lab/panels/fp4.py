@@ -18,7 +18,7 @@ import torch
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures.plots import PALETTE, _block_grid, _heatmap
 from fp8lab.lab import redraw
-from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
+from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
 
 __all__ = ["HadamardPanel", "HighPrecisionPanel", "PartsPanel", "RoundingPanel", "TwoDWeightPanel"]
 
@@ -62,11 +62,11 @@ class TwoDWeightPanel(Panel):
         spots = torch.randperm(self.weight.numel(), generator=g)[:8]  # where the outlier weights go
         self.spots = spots
         super().__init__(
-            recipe=_select([("NVFP4 (E2M1, blocks of 16)", "nvfp4"), ("MXFP8 (E4M3, blocks of 32)", "mxfp8")],
+            recipe=dropdown([("NVFP4 (E2M1, blocks of 16)", "nvfp4"), ("MXFP8 (E4M3, blocks of 32)", "mxfp8")],
                            "nvfp4", "format"),
-            blocks=_select([("1 x c: fprop's copy and dgrad's copy", False), ("c x c (2-D): one copy", True)], False,
+            blocks=dropdown([("1 x c: fprop's copy and dgrad's copy", False), ("c x c (2-D): one copy", True)], False,
                            "weight blocks"),
-            outliers=_slider([(f"{v:g}x" if v > 1 else "none", v) for v in OUTLIERS], 1.0, "8 weights grown"),
+            outliers=selection_slider([(f"{v:g}x" if v > 1 else "none", v) for v in OUTLIERS], 1.0, "8 weights grown"),
         )
 
     def compute(self, recipe, blocks, outliers) -> dict:
@@ -103,11 +103,11 @@ class TwoDWeightPanel(Panel):
         axes[1].set_title("each weight's two copies (off the diagonal: they differ)", fontsize=9)
 
     def describe(self, data) -> str:
-        rows = {"weights whose two copies differ": _pct(data["differ"]),
+        rows = {"weights whose two copies differ": percent(data["differ"]),
                 "dgrad's copy against fprop's (relative)": f"{data['copies']:.3g}",
                 "dgrad's dx against the chain rule's (dy @ fprop's copy)": f"{data['dx']:.3g}",
                 "each copy's error against the weight": f"fprop {data['err_f']:.3g}, dgrad {data['err_d']:.3g}"}
-        return _metrics_html(rows)
+        return metrics_html(rows)
 
 
 # ---- the random Hadamard transform ---------------------------------------------------------------------------------
@@ -146,9 +146,9 @@ class HadamardPanel(Panel):
         self.fc2_input = _fc2_input()  # (tokens, channels); the lesson's 4 sink channels are channels 0-3
         self.other = torch.randn(32, 256, generator=g)  # the GEMM's other operand
         super().__init__(
-            source=_select(list(SOURCES.items()), "outlier", "tensor"),
-            outlier=_slider([(f"{v:g}x", v) for v in OUTLIERS], 30.0, "outlier size"),
-            block=_slider(list(range(8)), 0, "block shown"),
+            source=dropdown(list(SOURCES.items()), "outlier", "tensor"),
+            outlier=selection_slider([(f"{v:g}x", v) for v in OUTLIERS], 30.0, "outlier size"),
+            block=selection_slider(list(range(8)), 0, "block shown"),
         )
 
     def _tensor(self, source: str, outlier: float) -> torch.Tensor:
@@ -201,11 +201,11 @@ class HadamardPanel(Panel):
                                                f"{data['sqnr_rot']:.1f} dB (measured back in the original values)",
                 "SQNR of its ordinary values (under 1/8 of their row's largest)":
                     f"as it is {data['ordinary_plain']:.1f} dB, transformed {data['ordinary_rot']:.1f} dB",
-                "elements whose NVFP4 code is 0 (nonzero before)": f"as it is {_pct(data['flushed_plain'])}, "
-                                                                   f"transformed {_pct(data['flushed_rot'])}",
+                "elements whose NVFP4 code is 0 (nonzero before)": f"as it is {percent(data['flushed_plain'])}, "
+                                                                   f"transformed {percent(data['flushed_rot'])}",
                 "a GEMM over these blocks, relative error": f"as it is {data['gemm_plain']:.3g}, both operands "
                                                            f"transformed {data['gemm_rot']:.3g}"}
-        return _metrics_html(rows)
+        return metrics_html(rows)
 
 
 # ---- stochastic rounding -------------------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ class RoundingPanel(Panel):
         g = torch.Generator().manual_seed(0)
         draws = cast(self.x.repeat(DRAWS[-1], 1), E2M1, rounding="stochastic", generator=g)  # (draws, x)
         self._sums = draws.double().cumsum(0)
-        super().__init__(draws=_slider(DRAWS, 16, "draws averaged"))
+        super().__init__(draws=selection_slider(DRAWS, 16, "draws averaged"))
 
     def _wgrad(self) -> dict:
         """fc2's weight gradient dW = dy^T x of the lesson MLP at its initial weights (its first 64 output channels),
@@ -293,8 +293,8 @@ class RoundingPanel(Panel):
                 "fc2's weight gradient, one step": f"round to nearest {gemm['nearest']:.3g}, stochastic "
                                                    f"{gemm['means'][1]:.3g} (relative error)",
                 f"... averaged over {GEMM_DRAWS[-1]} draws": f"stochastic {gemm['means'][GEMM_DRAWS[-1]]:.3g}",
-                "fc2's dy values that are positive": _pct(gemm["positive"])}
-        return _metrics_html(rows)
+                "fc2's dy values that are positive": percent(gemm["positive"])}
+        return metrics_html(rows)
 
 
 # ---- the layers kept in high precision -----------------------------------------------------------------------------
@@ -343,9 +343,9 @@ class HighPrecisionPanel(Panel):
     def __init__(self) -> None:
         self._errors: dict[str, dict[str, float]] = {}
         super().__init__(
-            model=_select([("lesson MLP (notebook 06)", "mlp"), ("LLM-like transformer (notebook 08)", "llm_like")],
+            model=dropdown([("lesson MLP (notebook 06)", "mlp"), ("LLM-like transformer (notebook 08)", "llm_like")],
                           "llm_like", "model"),
-            share=_slider([(f"{100 * s:g}%", s) for s in SHARES], 0.15, "share kept"),
+            share=selection_slider([(f"{100 * s:g}%", s) for s in SHARES], 0.15, "share kept"),
         )
 
     def compute(self, model, share) -> dict:
@@ -375,11 +375,11 @@ class HighPrecisionPanel(Panel):
 
         p = PUBLISHED["nvfp4"][0]
         kept = ", ".join(data["kept"]) or "none"
-        rows = {"kept in high precision": f"{kept} ({_pct(data['high'])} of the GEMM work)",
+        rows = {"kept in high precision": f"{kept} ({percent(data['high'])} of the GEMM work)",
                 "largest wgrad error in NVFP4": f"{data['worst']} ({data['df']['error'].max():.3g})",
                 "GEMM speed-up left over BF16": f"{data['speedup']:.2f}x of NVFP4's {data['all']:.2f}x "
                                                 f"({p.hardware}, {html.escape(p.what)})"}
-        return _metrics_html(rows) + f"<p style='font-size:11px'>speed-up: {html.escape(p.source)}</p>"
+        return metrics_html(rows) + f"<p style='font-size:11px'>speed-up: {html.escape(p.source)}</p>"
 
 
 # ---- the parts, trained --------------------------------------------------------------------------------------------
@@ -410,7 +410,7 @@ class PartsPanel(Panel):
             hadamard=W.Checkbox(value=False, description="Hadamard on wgrad"),
             stochastic=W.Checkbox(value=False, description="stochastic rounding of dy"),
             high=W.Checkbox(value=False, description="last 15% in high precision"),
-            measure=_select(list(MEASURES.items()), "final loss", "measure"),
+            measure=dropdown(list(MEASURES.items()), "final loss", "measure"),
         )
         self.train_button.on_click(lambda _: self.train(blocking=False))
         self.widget.children = (*self.widget.children[:-2], W.HBox([self.train_button]), *self.widget.children[-2:])
@@ -445,7 +445,7 @@ class PartsPanel(Panel):
         rows = {r: f"{data['mean'][r]:.4f} ({100 * data['values'][r]:+.1f}% vs bf16)" for r in data["values"]}
         if data["live"] is not None:
             rows[f"{data['label']}, trained now (seed 0)"] = f"{data['live']:+.1%} vs bf16"
-        return (_metrics_html(rows) + f"<p style='font-size:11px'>shipped runs measured on "
+        return (metrics_html(rows) + f"<p style='font-size:11px'>shipped runs measured on "
                 f"{html.escape(PARTS_ON)}</p>")
 
     def train(self, blocking: bool = True):

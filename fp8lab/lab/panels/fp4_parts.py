@@ -14,7 +14,7 @@ import html
 import torch
 
 from fp8lab.figures import fp4_parts as figs
-from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
+from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
 
 __all__ = ["BackwardOnlyPanel", "DepthPanel", "HadamardContrastPanel", "SumRoundingPanel"]
 
@@ -50,10 +50,10 @@ class SumRoundingPanel(Panel):
     def __init__(self) -> None:
         self._sums: dict[str | float, dict] = {}
         super().__init__(
-            source=_select(list(SUM_SOURCES.items()), "head_first", "values"),
-            k=_slider(list(KS), 1024, "k marked"),
-            ratio=_slider([(f"{r:g}", r) for r in RATIOS], 0.03, "update / its block's largest"),
-            steps=_slider(list(STEPS), 200, "steps"),
+            source=dropdown(list(SUM_SOURCES.items()), "head_first", "values"),
+            k=selection_slider(list(KS), 1024, "k marked"),
+            ratio=selection_slider([(f"{r:g}", r) for r in RATIOS], 0.03, "update / its block's largest"),
+            steps=selection_slider(list(STEPS), 200, "steps"),
         )
 
     def _sum(self, source: str | float) -> dict:
@@ -80,13 +80,13 @@ class SumRoundingPanel(Panel):
     def draw(self, data, axes) -> None:
         s, u = data["sum"], data["update"]
         figs.sum_error(s["ks"], s["sum"]["nearest"], s["sum"]["stochastic"], s["per_value"], data["k"], axes[0],
-                       f"sums of k values in NVFP4 ({_pct(s['positive'])} of them positive)")
+                       f"sums of k values in NVFP4 ({percent(s['positive'])} of them positive)")
         figs.weight_path(u["exact"].numpy(), u["nearest"].numpy(), u["stochastic"].numpy(), axes[1],
                          f"an update {u['ratio']:g} of its block's largest, each step")
 
     def describe(self, data) -> str:
         s, u, at = data["sum"], data["update"], data["at"]
-        rows = {"values positive": _pct(s["positive"]),
+        rows = {"values positive": percent(s["positive"]),
                 "error per value": f"round to nearest {s['per_value']['nearest']:.3g}, stochastic "
                                    f"{s['per_value']['stochastic']:.3g}",
                 f"error of the {s['rows']} sums of {data['k']} values": f"round to nearest {at['nearest']:.3g}, "
@@ -94,7 +94,7 @@ class SumRoundingPanel(Panel):
                 "NVFP4 flushes a value under this share of its block's largest": f"{data['threshold']:.4f} (0.25 / 6)",
                 f"the weight's mean update over {u['steps']} steps, over the exact one":
                     f"round to nearest {u['rate']['nearest']:.3g}, stochastic {u['rate']['stochastic']:.3g}"}
-        return _metrics_html(rows)
+        return metrics_html(rows)
 
 
 class HadamardContrastPanel(Panel):
@@ -113,8 +113,8 @@ class HadamardContrastPanel(Panel):
         self.record = lesson_records(0, smoke())["llm_like"]
         self._tables: dict = {}
         super().__init__(
-            layer=_select(list(self.record.layers), "blocks.0.qkv", "layer (LLM-like model)"),
-            when=_select([(w, i) for i, w in enumerate(WHEN)], len(WHEN) - 1, "when"),
+            layer=dropdown(list(self.record.layers), "blocks.0.qkv", "layer (LLM-like model)"),
+            when=dropdown([(w, i) for i, w in enumerate(WHEN)], len(WHEN) - 1, "when"),
         )
 
     def compute(self, layer, when) -> dict:
@@ -134,7 +134,7 @@ class HadamardContrastPanel(Panel):
         rows = {f"{f}, {'to nearest' if r == 'nearest' else 'stochastic'}":
                 f"{t.loc[(f, r), 'without']:.3f} as it is, {t.loc[(f, r), 'with']:.3f} transformed "
                 f"({100 * t.loc[(f, r), 'change']:+.0f}%)" for f, r in t.index}
-        return _metrics_html(rows)
+        return metrics_html(rows)
 
 
 DEPTHS = (1, 2, 4, 8, 16, 32)
@@ -153,9 +153,9 @@ class DepthPanel(Panel):
     def __init__(self) -> None:
         self._curves: dict[str, dict] = {}
         super().__init__(
-            recipe=_select([("NVFP4 (E2M1, blocks of 16)", "nvfp4"), ("MXFP8 (E4M3, blocks of 32)", "mxfp8")],
+            recipe=dropdown([("NVFP4 (E2M1, blocks of 16)", "nvfp4"), ("MXFP8 (E4M3, blocks of 32)", "mxfp8")],
                            "nvfp4", "format"),
-            depth=_slider(list(DEPTHS), 16, "depth marked"),
+            depth=selection_slider(list(DEPTHS), 16, "depth marked"),
         )
 
     def _both(self, recipe: str) -> dict:
@@ -179,11 +179,11 @@ class DepthPanel(Panel):
         i = data["depth"] - 1
         one, two = data["one_d"], data["two_d"]
         rows = {f"after {data['depth']} layers, {one['block']} weight blocks":
-                f"dx {_pct(one['drift'][i])} from the chain rule's (cosine {one['cosine'][i]:.3f})",
-                f"... {two['block']} weight blocks": f"{_pct(two['drift'][i])} (cosine {two['cosine'][i]:.3f})",
+                f"dx {percent(one['drift'][i])} from the chain rule's (cosine {one['cosine'][i]:.3f})",
+                f"... {two['block']} weight blocks": f"{percent(two['drift'][i])} (cosine {two['cosine'][i]:.3f})",
                 "the sum of 16 steps' gradients (same weights, other dy), 1-D blocks":
-                    f"{_pct(one['drift_mean'][i])} from the chain rule's: it does not average away"}
-        return _metrics_html(rows)
+                    f"{percent(one['drift_mean'][i])} from the chain rule's: it does not average away"}
+        return metrics_html(rows)
 
 
 BACKWARD_SETS = {"none": (), "2D": ("2d_weights",), "RHT": ("hadamard",), "SR": ("stochastic_rounding",),
@@ -223,7 +223,7 @@ class BackwardOnlyPanel(Panel):
     ncols, width, height = 1, 6.5, 3.2
 
     def __init__(self) -> None:
-        super().__init__(measure=_select(list(BACKWARD_MEASURES.items()), "final loss", "measure"))
+        super().__init__(measure=dropdown(list(BACKWARD_MEASURES.items()), "final loss", "measure"))
 
     def compute(self, measure) -> dict:
         t = backward_table(measure)
@@ -243,5 +243,5 @@ class BackwardOnlyPanel(Panel):
         rows = {p: f"every GEMM {100 * t.loc[p, ('vs bf16', 'full')]:+.2f}%, backward only "
                    f"{100 * t.loc[p, ('vs bf16', 'backward only')]:+.2f}% (seeds' spread "
                    f"+-{100 * t.loc[p, ('spread', 'backward only')]:.2f})" for p in t.index}
-        return _metrics_html(rows) + (f"<p style='font-size:11px'>backward-only runs measured on "
+        return metrics_html(rows) + (f"<p style='font-size:11px'>backward-only runs measured on "
                                       f"{html.escape(BACKWARD_ON)}</p>")

@@ -20,11 +20,11 @@ from fp8lab.gemm.accumulation import operand_rounding_error
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     Panel,
-    _metrics_html,
-    _outlier_options,
-    _pct,
-    _select,
-    _slider,
+    dropdown,
+    metrics_html,
+    outlier_options,
+    percent,
+    selection_slider,
 )
 from fp8lab.numerics.recipes import RECIPES, VARIANTS, get_recipe
 from fp8lab.settings import size, smoke
@@ -44,8 +44,8 @@ class GemmOperandsPanel(Panel):
     def __init__(self) -> None:
         super().__init__(
             # (delayed is left out: on one tensor its first step calibrates on the current amax, as tensorwise does)
-            recipe=_select([r for r in (*RECIPES, *VARIANTS) if r != "delayed"], "blockwise", "recipe"),
-            outliers=_slider(_outlier_options(), 1e6, "outlier channels"),
+            recipe=dropdown([r for r in (*RECIPES, *VARIANTS) if r != "delayed"], "blockwise", "recipe"),
+            outliers=selection_slider(outlier_options(), 1e6, "outlier channels"),
         )
         self.shape = (size(128, 64), size(1024, 256))
 
@@ -71,11 +71,11 @@ class GemmOperandsPanel(Panel):
             v = data["views"][gemm]
             rows[f"{gemm} ({what})"] = (
                 "high precision: nothing flushes" if v["values"] is None else
-                f"scaled {v['label']}, {v['format'].upper()}: {_pct(v['ordinary_flushed'])} of the ordinary values "
+                f"scaled {v['label']}, {v['format'].upper()}: {percent(v['ordinary_flushed'])} of the ordinary values "
                 f"flushed, SQNR {v['ordinary_sqnr_db']:.1f} dB")
         f = data["formats"]
         rows["formats by role"] = f"x {f['input']}, w {f['weight']}, dy {f['grad_output']}"
-        return _metrics_html(rows)
+        return metrics_html(rows)
 
 
 class GemmPanel(Panel):
@@ -87,10 +87,10 @@ class GemmPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__(
-            k=_slider([64, 256, 1024, 4096], 1024, "K"),
-            outliers=_slider(_outlier_options(), 0.0, "outlier channels in a"),
-            distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
-            weights=_select(list(self.WEIGHTS.items()), "random", "b's rows for those channels"),
+            k=selection_slider([64, 256, 1024, 4096], 1024, "K"),
+            outliers=selection_slider(outlier_options(), 0.0, "outlier channels in a"),
+            distribution=dropdown(DISTRIBUTIONS, "normal", "distribution"),
+            weights=dropdown(list(self.WEIGHTS.items()), "random", "b's rows for those channels"),
         )
         self.m = size(128, 32)
         self._backends: dict[str, str] | None = None
@@ -136,7 +136,7 @@ class GemmPanel(Panel):
             rows = "random: a's outlier channels' products dominate the output"
         else:
             rows = "random"
-        return head + _metrics_html({"b's rows": rows,
+        return head + metrics_html({"b's rows": rows,
                                      **{n: f"{100 * v:.2f}%  ({data['backend'][n]})" for n, v in e.items()}})
 
 
@@ -154,10 +154,10 @@ class AccumulationPanel(Panel):
     def __init__(self) -> None:
         super().__init__(
             bits=W.IntSlider(value=14, min=8, max=24, description="accumulator bits"),
-            promote=_slider([("never", 0), ("32", 32), ("64", 64), ("128", 128), ("256", 256), ("512", 512)], 128,
-                            "promote to fp32 every"),
-            distribution=_select(("uniform", "normal"), "uniform", "inputs"),
-            measure=_select(list(self.MEASURES.items()), "frobenius", "error of"),
+            promote=selection_slider([("never", 0), ("32", 32), ("64", 64), ("128", 128), ("256", 256), ("512", 512)],
+                                     128, "promote to fp32 every"),
+            distribution=dropdown(("uniform", "normal"), "uniform", "inputs"),
+            measure=dropdown(list(self.MEASURES.items()), "frobenius", "error of"),
         )
         self.ks = [128, 256, 512, 1024] if smoke() else [128, 256, 512, 1024, 2048, 4096]
         self._curves: dict[tuple, list[float]] = {}  # (model or None for fp32, distribution, measure) -> error per K
@@ -234,6 +234,6 @@ class AccumulationPanel(Panel):
             ratio = r.vs_deepseek
             how = "meets it" if r.meets else f"{ratio:.2g}x above it" if ratio > 1 else f"{1 / ratio:.2g}x below it"
             verdicts[head] = f"{100 * r.error:.3g}% ({how}; rounding the inputs: {100 * r.operand_rounding:.3g}%)"
-        table = _metrics_html(verdicts)
-        return (_metrics_html(rows) + "<p><b>Against DeepSeek-V3's \"nearly 2%\"</b> (K=4096, 14 bits, no promotion; "
+        table = metrics_html(verdicts)
+        return (metrics_html(rows) + "<p><b>Against DeepSeek-V3's \"nearly 2%\"</b> (K=4096, 14 bits, no promotion; "
                 "meets: within 1.5x of 2%)</p>" + table)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures import plots
-from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
+from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
 
 __all__ = ["GradientPanel", "dy_loss_table"]
 
@@ -33,10 +33,10 @@ class GradientPanel(Panel):
         layers = [(f"{MODEL_NAMES[m]}: {layer}", (m, layer)) for m, rec in self.records.items() for layer in rec.layers]
         self._tables: dict = {}  # per (model, layer, step): what every choice shares (_step)
         super().__init__(
-            layer=_select(layers, ("llm_like", "blocks.0.qkv") if "llm_like" in self.records else layers[0][1],
+            layer=dropdown(layers, ("llm_like", "blocks.0.qkv") if "llm_like" in self.records else layers[0][1],
                           "layer"),
-            when=_slider(WHEN, WHEN[-1], "when"),
-            choice=_select([c[0] for c in DY_CHOICES], "E4M3 per-tensor", "dy in"),
+            when=selection_slider(WHEN, WHEN[-1], "when"),
+            choice=dropdown([c[0] for c in DY_CHOICES], "E4M3 per-tensor", "dy in"),
         )
 
     SAMPLE_ROWS = 64  # rows of dy the histogram shows (all its columns): what a redraw bins
@@ -93,13 +93,13 @@ class GradientPanel(Panel):
 
     def describe(self, data) -> str:
         t = data["table"]
-        rows = {c: (f"{_pct(r['flushed'])} of dy's nonzero values flushed to 0, SQNR {r['sqnr_db']:.1f} dB, "
+        rows = {c: (f"{percent(r['flushed'])} of dy's nonzero values flushed to 0, SQNR {r['sqnr_db']:.1f} dB, "
                     f"{r['binades_used']:.0f} binades used") for c, r in t.iterrows()}
         where = f"{MODEL_NAMES[data['model']]} {data['layer']}, step {data['step']} of {data['steps']}"
         return (f"<p><b>{where}</b>: dy[{data['shape'][0]}, {data['shape'][1]}] spans {data['span']:.1f} binades "
                 f"(largest over smallest nonzero); E4M3 covers 17.8, E5M2 31.8. The scales of 1x128 tiles (one per "
                 f"token per 128 output channels) lie {data['tiles']:.1f} binades apart: that much of the range is "
-                "between tokens.</p>" + _metrics_html(rows))
+                "between tokens.</p>" + metrics_html(rows))
 
 
 def dy_loss_table():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipywidgets as W
 
 from fp8lab.figures import gemms
-from fp8lab.lab.panels.base import Panel, _metrics_html, _pct
+from fp8lab.lab.panels.base import Panel, metrics_html, percent
 
 __all__ = ["MismatchPanel"]
 
@@ -55,9 +55,9 @@ class MismatchPanel(Panel):
         rows = {}
         for recipe in dict.fromkeys(f.index.get_level_values(0)):
             fp, wg = f.loc[(recipe, "fprop")], f.loc[(recipe, "wgrad")]
-            wgrad = "high precision" if wg["format"] == "high precision" else f"{_pct(wg['underflow'])} flushed"
-            rows[recipe] = (f"fprop {_pct(fp['underflow'])} flushed, wgrad {wgrad}; final loss {mean[recipe]:.3g} "
+            wgrad = "high precision" if wg["format"] == "high precision" else f"{percent(wg['underflow'])} flushed"
+            rows[recipe] = (f"fprop {percent(fp['underflow'])} flushed, wgrad {wgrad}; final loss {mean[recipe]:.3g} "
                             "(mean of 3 seeds)")
         rows["predicting the mean target"] = f"final loss {df.groupby('seed')['constant'].first().mean():.3g}"
         rows["training runs measured on"] = data["measured_on"]
-        return _metrics_html(rows)
+        return metrics_html(rows)

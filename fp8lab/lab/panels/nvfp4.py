@@ -19,7 +19,7 @@ import torch
 
 from fp8lab.data.synthetic import sample
 from fp8lab.figures import scales
-from fp8lab.lab.panels.base import OUTLIERS, Panel, _metrics_html, _outlier_options, _pct, _slider
+from fp8lab.lab.panels.base import OUTLIERS, Panel, metrics_html, outlier_options, percent, selection_slider
 from fp8lab.lab.panels.blocks import activation_shape
 from fp8lab.numerics.formats import E2M1, E4M3
 from fp8lab.numerics.recipes import RECIPES
@@ -91,7 +91,7 @@ class Nvfp4ScalesPanel(Panel):
     keep_axes = True
 
     def __init__(self) -> None:
-        super().__init__(outliers=_slider(_outlier_options(), 1e5, "outlier channels"))
+        super().__init__(outliers=selection_slider(outlier_options(), 1e5, "outlier channels"))
         self.blocks = {m: nvfp4_blocks(m) for m in OUTLIERS}  # every magnitude, once: a drag only draws
         for b in self.blocks.values():
             b["counts"] = scales.scale_histogram(b["ideal"], b["clean"])
@@ -112,12 +112,12 @@ class Nvfp4ScalesPanel(Panel):
 
     def describe(self, data) -> str:
         ts = data["tensor_scale"]
-        return _metrics_html({
+        return metrics_html({
             "tensor scale, amax / (448 x 6)": f"{ts:.4g}",
             "a clean block's largest value that still gets a normal E4M3 scale": f"{6 * E4M3.min_normal * ts:.3g} "
             "(6 x 2^-6 x the tensor scale)",
             "clean blocks needing a scale below 2^-6 (torchao's inference tensor clamps them there; the training "
-            "engines store an E4M3 subnormal)": _pct(data["at_floor"]),
-            "clean blocks needing a scale below 2^-10 (0 even as an E4M3 subnormal)": _pct(data["below_subnormals"]),
-            "clean blocks' values flushed to 0, training engines (no floor)": _pct(data["clean_flushed"]),
-            "the same, torchao's inference NVFP4Tensor (floor 2^-6)": _pct(data["clean_flushed_min_normal"])})
+            "engines store an E4M3 subnormal)": percent(data["at_floor"]),
+            "clean blocks needing a scale below 2^-10 (0 even as an E4M3 subnormal)": percent(data["below_subnormals"]),
+            "clean blocks' values flushed to 0, training engines (no floor)": percent(data["clean_flushed"]),
+            "the same, torchao's inference NVFP4Tensor (floor 2^-6)": percent(data["clean_flushed_min_normal"])})

@@ -21,11 +21,11 @@ from fp8lab.lab.panels.base import (
     OUTLIERS,
     RULES,
     Panel,
-    _metrics_html,
-    _outlier_options,
-    _pct,
-    _select,
-    _slider,
+    dropdown,
+    metrics_html,
+    outlier_options,
+    percent,
+    selection_slider,
 )
 from fp8lab.numerics.metrics import (
     channel_sqnr,
@@ -54,11 +54,11 @@ class PerTensorPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__(
-            distribution=_select(DISTRIBUTIONS, "normal", "distribution"),
-            outliers=_slider(_outlier_options(), 0.0, "outlier channels"),
-            placement=_select(PLACED, "channels", "outliers in"),
-            fmt=_select(ELEMENT_FORMATS, "e4m3", "format"),
-            rule=_select(RULES, "exact", "scale rule"),
+            distribution=dropdown(DISTRIBUTIONS, "normal", "distribution"),
+            outliers=selection_slider(outlier_options(), 0.0, "outlier channels"),
+            placement=dropdown(PLACED, "channels", "outliers in"),
+            fmt=dropdown(ELEMENT_FORMATS, "e4m3", "format"),
+            rule=dropdown(RULES, "exact", "scale rule"),
             margin=W.IntSlider(value=0, min=0, max=6, description="margin (powers of 2)"),
             normalize=W.Checkbox(value=False, description="divide each channel by its amax first"),
         )
@@ -89,19 +89,19 @@ class PerTensorPanel(Panel):
         if data["normalized"]:
             ordinary += ", each channel divided by its amax"
         head = (f"<p style='font-size:14px'><b>{ordinary}: SQNR {r['ordinary_sqnr_db']:.1f} dB "
-                f"(each channel counts alike), {_pct(r['ordinary_underflow'])} flushed to 0</b></p>")
+                f"(each channel counts alike), {percent(r['ordinary_underflow'])} flushed to 0</b></p>")
         q = data["q"]
         fmt = q.fmt
         rule = {"exact": f"amax / {fmt.max_value:g}", "rceil": f"2^ceil(log2(amax / {fmt.max_value:g}))",
                 "floor": f"2^(floor(log2 amax) - {math.floor(math.log2(fmt.max_value))})"}[q.scale_rule]
         margin = f" x 2^{data['margin']}" if data["margin"] else ""  # what compute used, not the control
-        return head + _metrics_html({"amax": f"{r['amax']:.4g}",
+        return head + metrics_html({"amax": f"{r['amax']:.4g}",
                                      f"scale = {rule}{margin}": f"{float(q.scale):.4g}",
                                      "SQNR, whole tensor (energy-weighted: the largest values decide it)":
                                      f"{r['sqnr_db']:.1f} dB",
-                                     "overflow (clipped)": _pct(r["overflow"]),
-                                     "underflow, whole tensor (flushed to 0)": _pct(r["underflow"]),
-                                     "subnormal": _pct(r["subnormal"])})
+                                     "overflow (clipped)": percent(r["overflow"]),
+                                     "underflow, whole tensor (flushed to 0)": percent(r["underflow"]),
+                                     "subnormal": percent(r["subnormal"])})
 
 
 class CliffPanel(Panel):
@@ -116,12 +116,12 @@ class CliffPanel(Panel):
 
     def __init__(self) -> None:
         super().__init__(
-            measure=_select([("SQNR of ordinary channels", "ordinary_sqnr_db"),
+            measure=dropdown([("SQNR of ordinary channels", "ordinary_sqnr_db"),
                              ("share of ordinary values flushed", "ordinary_underflow")],
                             "ordinary_sqnr_db", "measure"),
-            distribution=_select(DISTRIBUTIONS[:4], "normal", "distribution"),
-            placement=_select(PLACED, "channels", "outliers in"),
-            gemm=_select([("forward (x along K)", "fprop"), ("weight gradient (x along M)", "wgrad")], "fprop",
+            distribution=dropdown(DISTRIBUTIONS[:4], "normal", "distribution"),
+            placement=dropdown(PLACED, "channels", "outliers in"),
+            gemm=dropdown([("forward (x along K)", "fprop"), ("weight gradient (x along M)", "wgrad")], "fprop",
                          "GEMM"),
             recipes=W.SelectMultiple(options=list(CLIFF_RECIPES), value=list(CLIFF_RECIPES), description="recipes",
                                      rows=5),
@@ -206,12 +206,12 @@ class CliffPanel(Panel):
             part = df[df.recipe == name].set_index("outliers")
             rows[name] = (f"3 dB below its clean SQNR from {plots.magnitude(at)}x on" if at is not None else
                           "within 3 dB of clean up to 1e7x") + \
-                f"; at 1e6x: {part.loc[1e6, 'ordinary_sqnr_db']:.1f} dB, {_pct(part.loc[1e6, 'ordinary_underflow'])} " \
-                "flushed"
+                f"; at 1e6x: {part.loc[1e6, 'ordinary_sqnr_db']:.1f} dB, " \
+                f"{percent(part.loc[1e6, 'ordinary_underflow'])} flushed"
         pub = data["published"]
         for label, part in pub.groupby("label", sort=False):
             where = (f"{label} (the largest outlier {part['ratio'].iloc[0]:g}x the others' median: "
                      f"{part['outliers'].iloc[0]:.3g}x here)")
-            rows[where] = ", ".join(f"{r.recipe} {r.ordinary_sqnr_db:.1f} dB ({_pct(r.ordinary_underflow)} flushed)"
+            rows[where] = ", ".join(f"{r.recipe} {r.ordinary_sqnr_db:.1f} dB ({percent(r.ordinary_underflow)} flushed)"
                                     for r in part.itertuples())
-        return _metrics_html(rows)
+        return metrics_html(rows)

@@ -12,7 +12,7 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from fp8lab.figures import gemms
 from fp8lab.figures.plots import magnitude
-from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select, _slider
+from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
 
 __all__ = ["PlacementPanel"]
 
@@ -36,8 +36,8 @@ class PlacementPanel(Panel):
         from fp8lab.training.models import PLACEMENTS
 
         super().__init__(
-            placement=_select([(WHERE[p].split(" (")[0], p) for p in PLACEMENTS], "channels", "sinks in"),
-            ratio=_slider([(f"{magnitude(r)}x", r) for r in RATIOS], 1e5, "sinks / median"),
+            placement=dropdown([(WHERE[p].split(" (")[0], p) for p in PLACEMENTS], "channels", "sinks in"),
+            ratio=selection_slider([(f"{magnitude(r)}x", r) for r in RATIOS], 1e5, "sinks / median"),
         )
         self._cache: dict[tuple[str, float], pd.DataFrame] = {}
 
@@ -73,7 +73,8 @@ class PlacementPanel(Panel):
                          f"{WHERE[data['placement']]}"}
         for recipe, part in df.groupby("recipe", sort=False):
             by = part.set_index("gemm")
-            rows[recipe] = "; ".join(f"{g} ({by.loc[g, 'scale']}): {_pct(by.loc[g, 'flushed'])} flushed, "
-                                     f"{_pct(by.loc[g, 'worst'])} of the worst {'token' if g == 'fprop' else 'channel'}"
+            rows[recipe] = "; ".join(f"{g} ({by.loc[g, 'scale']}): {percent(by.loc[g, 'flushed'])} flushed, "
+                                     f"{percent(by.loc[g, 'worst'])} of the worst "
+                                     f"{'token' if g == 'fprop' else 'channel'}"
                                      for g in ("fprop", "wgrad"))
-        return _metrics_html(rows)
+        return metrics_html(rows)

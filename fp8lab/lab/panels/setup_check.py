@@ -14,10 +14,10 @@ from fp8lab.gemm import matmul, quantize_operands, resolve_backend
 from fp8lab.lab.panels.base import (
     TORCH_THREADS,
     Panel,
-    _metrics_html,
-    _select,
-    _slider,
     _torch_threads,
+    dropdown,
+    metrics_html,
+    selection_slider,
 )
 from fp8lab.numerics.recipes import RECIPES
 from fp8lab.settings import smoke
@@ -41,8 +41,8 @@ class TimingPanel(Panel):
         sizes = [64, 128, 256] if smoke() else [128, 256, 512]
         self.time_button = W.Button(description="Time", button_style="success", icon="clock-o")
         super().__init__(
-            n=_slider(sizes, sizes[1], "matrix size n (n x n x n)"),
-            recipe=_select(RECIPES, "tensorwise", "recipe"),
+            n=selection_slider(sizes, sizes[1], "matrix size n (n x n x n)"),
+            recipe=dropdown(RECIPES, "tensorwise", "recipe"),
         )
         self.time_button.on_click(lambda _: self.run(blocking=False))
         self.widget.children = (*self.widget.children[:-2], W.HBox([self.time_button]), *self.widget.children[-2:])
@@ -103,4 +103,4 @@ class TimingPanel(Panel):
         rows = {"FP8 backend": data["reason"]}
         if data["pending"]:
             rows["press Time to time"] = ", ".join(f"{k} = {v}" for k, v in data["pending"].items())
-        return _metrics_html(rows)
+        return metrics_html(rows)

@@ -16,10 +16,10 @@ import pandas as pd
 from fp8lab.figures import plots
 from fp8lab.lab.panels.base import (
     Panel,
-    _metrics_html,
-    _outlier_options,
-    _select,
-    _slider,
+    dropdown,
+    metrics_html,
+    outlier_options,
+    selection_slider,
 )
 from fp8lab.numerics.recipes import RECIPES
 from fp8lab.settings import size
@@ -54,15 +54,15 @@ class TrainingPanel(Panel):
             recipes=W.SelectMultiple(options=["fp32", "bf16", *RECIPES], value=["fp32", "tensorwise", "blockwise",
                                                                                 "mxfp8"],
                                      description="recipes", rows=8),
-            model=_select(("mlp", "transformer"), model, "model"),
-            sinks=_slider(_outlier_options(), 0.0, "sinks (outlier knob)"),
-            placement=_select(PLACEMENT_OPTIONS, "channels", "sinks in"),
+            model=dropdown(("mlp", "transformer"), model, "model"),
+            sinks=selection_slider(outlier_options(), 0.0, "sinks (outlier knob)"),
+            placement=dropdown(PLACEMENT_OPTIONS, "channels", "sinks in"),
             steps=W.IntSlider(value=size(LESSON.steps, 20), min=10, max=400, step=10, description="steps"),
-            history=_slider([*HISTORIES, 1024], 16, "delayed: amax history"),
+            history=selection_slider([*HISTORIES, 1024], 16, "delayed: amax history"),
             margin=W.IntSlider(value=0, min=0, max=4, description="delayed: margin"),
             input_drop=W.Checkbox(value=False, description=f"input drops 1e5x at step {LESSON.gain_drop_step} (mlp)"),
-            metric=_select(("underflow", "overflow", "amax"), "underflow", "monitor"),
-            layer_input=_select(("input", "weight", "grad_output"), "input", "monitored tensor"),
+            metric=dropdown(("underflow", "overflow", "amax"), "underflow", "monitor"),
+            layer_input=dropdown(("input", "weight", "grad_output"), "input", "monitored tensor"),
         )
         self.start.on_click(lambda _: self.run(blocking=False))
         self.stop.on_click(lambda _: self._stop_event.set())
@@ -137,7 +137,7 @@ class TrainingPanel(Panel):
             rows.update(dict.fromkeys(self.result.backend_lines(), ""))
         for m in self.messages:
             rows[m] = ""
-        return _metrics_html(rows) if rows else "Press Start to train."
+        return metrics_html(rows) if rows else "Press Start to train."
 
     def run(self, blocking: bool = True):
         """Train with the current controls; blocking=False runs in a background thread so that
@@ -208,11 +208,11 @@ class TrainingCliffPanel(Panel):
         sinks = sorted({s for table in self.tables.values() for s in table["sinks"]}) or [0.0, 1e6]
         self.recompute_button = W.Button(description="Recompute this point", button_style="info", icon="refresh")
         super().__init__(
-            placement=_select(PLACEMENT_OPTIONS[:2], "channels", "sinks in"),
+            placement=dropdown(PLACEMENT_OPTIONS[:2], "channels", "sinks in"),
             recipes=W.SelectMultiple(options=runs, value=runs, description="recipes", rows=7),
-            measure=_select([("change vs its own no-sink run", "relative"), ("final loss", "loss")], "relative",
+            measure=dropdown([("change vs its own no-sink run", "relative"), ("final loss", "loss")], "relative",
                             "plot"),
-            sinks=_slider([(plots.magnitude(v), v) for v in sinks], 1e6 if 1e6 in sinks else sinks[-1],
+            sinks=selection_slider([(plots.magnitude(v), v) for v in sinks], 1e6 if 1e6 in sinks else sinks[-1],
                           "point to recompute"),
         )
         self.recompute_button.on_click(lambda _: self.recompute(blocking=False))
@@ -296,7 +296,7 @@ class TrainingCliffPanel(Panel):
         where = plots.magnitude(data["sinks"])
         placed = {v: k for k, v in PLACEMENT_OPTIONS}[data["placement"]]
         text = (f"<p><b>final loss at sinks {where}, in {placed}</b> (mean of {data['seeds']} seeds, and its change "
-                f"against the run's own no-sink loss)</p>" + _metrics_html(rows) +
+                f"against the run's own no-sink loss)</p>" + metrics_html(rows) +
                 f"<p style='font-size:11px'>measured on {html.escape(measured_on(data['placement']))}</p>")
         pub = data["published"]
         if len(pub):

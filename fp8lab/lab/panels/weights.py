@@ -13,7 +13,7 @@ import torch
 
 from fp8lab.figures import gemms, scales
 from fp8lab.lab import redraw
-from fp8lab.lab.panels.base import Panel, _metrics_html, _pct, _select
+from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent
 from fp8lab.numerics.formats import E2M1, E4M3
 from fp8lab.numerics.recipes import RECIPES, VARIANTS, Recipe, TensorScaling
 from fp8lab.numerics.scaling import PerBlock
@@ -98,8 +98,8 @@ class WeightCopiesPanel(Panel):
     keep_axes = True
 
     def __init__(self) -> None:
-        super().__init__(recipe=_select(list(WEIGHT_RECIPES), "blockwise, 1-D weight blocks (1x128)", "recipe"),
-                         weight=_select(list(WEIGHTS.items()), "lesson", "weight"))
+        super().__init__(recipe=dropdown(list(WEIGHT_RECIPES), "blockwise, 1-D weight blocks (1x128)", "recipe"),
+                         weight=dropdown(list(WEIGHTS.items()), "lesson", "weight"))
         self.weights = {"lesson": lesson_weight(), "uneven": uneven_weight()}
         self._copies: dict[str, dict] = {}  # per weight: every recipe's two copies, made once
         self._lesson = None  # fc2's input mismatch and the final losses, read once
@@ -145,13 +145,14 @@ class WeightCopiesPanel(Panel):
     def describe(self, data) -> str:
         rows = {}
         for name, c in data["copies"].items():
-            text = f"the copies differ in {_pct(c['share'])} of the elements, by {_pct(c['gap'])} of the weight's norm"
+            text = (f"the copies differ in {percent(c['share'])} of the elements, by {percent(c['gap'])} of the "
+                    "weight's norm")
             lesson = data["lesson"].get(name)
             if lesson is not None:
-                wg = "high precision" if lesson["wgrad"] is None else f"{_pct(lesson['wgrad'])} flushed"
-                text += f"; fc2's input at sinks 1e6: fprop {_pct(lesson['fprop'])} flushed, wgrad {wg}; "
+                wg = "high precision" if lesson["wgrad"] is None else f"{percent(lesson['wgrad'])} flushed"
+                text += f"; fc2's input at sinks 1e6: fprop {percent(lesson['fprop'])} flushed, wgrad {wg}; "
                 text += (f"final loss {lesson['final']:.3g} (predicting the mean: {lesson['constant']:.3g})"
                          if lesson["loss"] is None else
                          f"final loss {100 * lesson['loss']:+.0f}% against its own no-sink run")
             rows[name] = text
-        return _metrics_html(rows)
+        return metrics_html(rows)
