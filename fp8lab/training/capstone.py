@@ -2,8 +2,8 @@
 
 Public: CASES, Case, make_case(name), Run, train_case(case, runs, steps) -> CaseResult, claims(...),
 BUDGET, TRAINED, ARTICLE. The cases:
-    llm_like  the lab's transformer (fp8lab.training.models) on its Markov task, with sink channels (massive
-              activations) in every MLP
+    llm_like  the lab's transformer (fp8lab.training.models) on its Markov task, with sink channels (outlier
+              channels in every token, as LLM.int8()'s outlier features) in every MLP
     char_lm   the same transformer, no sinks, as a character model of Python's own documentation
     digits    an MLP on scikit-learn's 8x8 images of handwritten digits
 Every run of a case starts from the same weights and sees the same batches; FP8 runs are fp8lab's
@@ -284,7 +284,7 @@ def claims(results: dict[str, CaseResult], reports: dict | None = None):
          "evidence": r["char_lm"].evidence("tensorwise"), "holds": r["char_lm"].suits("tensorwise")},
         {"claim": "per-tensor scaling suits NLP", "model": "llm_like",
          "evidence": r["llm_like"].evidence("tensorwise"), "holds": r["llm_like"].suits("tensorwise")},
-        {"claim": "per-block scaling suits NLP with massive activations", "model": "llm_like",
+        {"claim": "per-block scaling suits NLP with outlier channels", "model": "llm_like",
          "evidence": r["llm_like"].evidence("blockwise"), "holds": r["llm_like"].suits("blockwise")},
     ]
     df = pd.DataFrame(rows)
@@ -304,13 +304,13 @@ def verdict(table) -> str:
     images_need_blocks = get[("image recognition needs per-block: per-tensor falls short", "digits")]
     text_ok = get[("per-tensor scaling suits NLP", "char_lm")]
     llm_ok = get[("per-tensor scaling suits NLP", "llm_like")]
-    blocks_llm = get[("per-block scaling suits NLP with massive activations", "llm_like")]
+    blocks_llm = get[("per-block scaling suits NLP with outlier channels", "llm_like")]
     digits = ("falls short and per-block is needed" if images_need_blocks
               else "does as well as per-block: images alone did not call for blocks")
     parts = [
         f"On the digits, per-tensor scaling {digits}.",
         "On real text, per-tensor scaling " + ("suits" if text_ok else "does not suit") + " the character model.",
-        "On the LLM-like model with massive activations, per-tensor scaling " + ("suits" if llm_ok else "fails")
+        "On the LLM-like model with outlier channels, per-tensor scaling " + ("suits" if llm_ok else "fails")
         + " and per-block " + ("holds" if blocks_llm else "fails too") + ".",
     ]
     if not images_need_blocks and text_ok and not llm_ok and blocks_llm:
