@@ -211,3 +211,58 @@ def test_the_outlier_cliff_per_placement_and_gemm():
     assert set(data["markers"]) == {"massive activations: e.g. 100,000x"}
     data = panel.update(placement="channels")
     assert set(data["markers"]) == {"LLM.int8(): up to 20x", "SmoothQuant: ~100x"}
+
+
+def test_both_kinds_of_outliers_sit_in_different_channels_and_keep_the_others_draws():
+    """placement "both": the channel outliers of placement "channels" (the same channels, every token) and token
+    outliers in as many other channels of the first OUTLIER_TOKENS tokens; every other value as drawn."""
+    x0 = sample("normal", (64, 256), 0.0, placement="both")
+    x, mask = sample("normal", (64, 256), 1e5, return_outliers=True, placement="both")
+    _, channels = sample("normal", (64, 256), 1e5, return_outliers=True, placement="channels")
+    every = mask.all(0)  # the channel outliers' columns
+    assert every.nonzero().flatten().tolist() == channels.tolist()
+    tokens_only = mask.any(0) & ~every
+    assert int(tokens_only.sum()) == 4 and bool(mask[:OUTLIER_TOKENS, tokens_only].all())
+    assert not bool(mask[OUTLIER_TOKENS:, tokens_only].any())
+    assert torch.equal(x[~mask], x0[~mask]) and torch.equal(x[mask], x0[mask] * 1e5)
+
+
+def test_the_outlier_cliff_with_both_kinds_breaks_what_each_breaks_and_marks_every_source():
+    """With both kinds at 1e5, per-row scales flush as with channel outliers in fprop (a token's channels hold
+    one) and flush a token outlier's channel in wgrad, where channel outliers alone flush nothing; every published
+    ratio is marked (each kind is there)."""
+    from fp8lab.lab.panels import CliffPanel
+    from fp8lab.training.published import PUBLISHED
+
+    panel = CliffPanel()
+    at = {}
+    for placement in ("channels", "tokens", "both"):
+        for gemm in ("fprop", "wgrad"):
+            t = panel.table("normal", placement, gemm)
+            at[placement, gemm] = t[t.outliers == 1e5].set_index("recipe")["ordinary_underflow"]
+    assert at["both", "fprop"]["rowwise"] > 0.1
+    assert at["both", "wgrad"]["rowwise"] > at["channels", "wgrad"]["rowwise"] == 0
+    assert at["both", "fprop"]["blockwise"] < 0.1 and at["both", "wgrad"]["blockwise"] < 0.1
+    data = panel.update(placement="both")
+    assert set(data["markers"]) == {p.label for p in PUBLISHED}
+
+
+def test_the_training_cliff_ships_every_placement_and_both_breaks_rowwise_as_channel_sinks_do():
+    """The training cliff offers every placement with shipped runs; with both kinds of sinks rowwise loses at 1e6
+    what it loses with channel sinks (over 100%), far more than with token sinks alone, and blockwise holds."""
+    from fp8lab.lab.panels import TrainingCliffPanel
+    from fp8lab.training.measured import BOTH_ON, TOKEN_RUNS, TOKEN_SEEDS, cliff_rows
+
+    panel = TrainingCliffPanel()
+    assert [v for _, v in panel.controls["placement"].options] == list(PLACEMENTS)
+    both = cliff_rows("both")
+    assert BOTH_ON and set(both.run) == set(TOKEN_RUNS) and set(both.seed) == set(range(TOKEN_SEEDS))
+    change = {}
+    for placement in PLACEMENTS:
+        mean = cliff_rows(placement).groupby(["run", "sinks"]).loss.mean()
+        change[placement] = {r: mean[r, 1e6] / mean[r, 0.0] - 1 for r in ("rowwise", "blockwise")}
+    assert change["both"]["rowwise"] > 1 and change["channels"]["rowwise"] > 1
+    assert change["both"]["rowwise"] > 5 * change["tokens"]["rowwise"]
+    assert abs(change["both"]["blockwise"]) < 0.05
+    data = panel.update(placement="both")
+    assert data["seeds"] == TOKEN_SEEDS and "error" not in panel.data

@@ -12,8 +12,9 @@ __all__ = ["DISTRIBUTIONS", "OUTLIER_PLACEMENTS", "OUTLIER_TOKENS", "activation_
 
 DISTRIBUTIONS: tuple[str, ...] = ("normal", "laplace", "lognormal", "uniform", "channel scales")
 # where the outliers sit in x[M, K] (rows: tokens): their channels in every token, or in the first OUTLIER_TOKENS
-# tokens only (as fp8lab.training.models.PLACEMENTS: outlier features, massive activations)
-OUTLIER_PLACEMENTS: tuple[str, ...] = ("channels", "tokens")
+# tokens only, or both kinds in different channels (as fp8lab.training.models.PLACEMENTS: outlier features,
+# massive activations, both)
+OUTLIER_PLACEMENTS: tuple[str, ...] = ("channels", "tokens", "both")
 OUTLIER_TOKENS = 2
 
 
@@ -35,8 +36,9 @@ def sample(
     (LLM activation outliers). normalize=True standardizes each channel (column) to mean 0,
     std 1 first - the "normalize your data" practice. return_outliers=True also returns the
     outlier channels' indices (empty without outliers), to measure the other channels alone.
-    placement "tokens" multiplies those channels in the first OUTLIER_TOKENS rows only, and return_outliers
-    returns a bool mask of x's shape (True at the outliers) instead: what fp8lab.metrics takes for them.
+    placement "tokens" multiplies those channels in the first OUTLIER_TOKENS rows only, "both" does both in
+    `outlier_channels` channels each (every token in some, the first tokens in others); for these two
+    return_outliers returns a bool mask of x's shape (True at the outliers) instead: what fp8lab.metrics takes.
     """
     if placement not in OUTLIER_PLACEMENTS:
         raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(OUTLIER_PLACEMENTS)}")
@@ -59,17 +61,26 @@ def sample(
         x = torch.randn(m, k, generator=g) * torch.logspace(-3, 3, k)[torch.randperm(k, generator=g)]
     if normalize:
         x = (x - x.mean(0)) / x.std(0).clamp(min=1e-12)
-    idx = torch.randperm(k, generator=g)[:outlier_channels].sort().values
+    perm = torch.randperm(k, generator=g)
+    idx = perm[:outlier_channels].sort().values  # the channel outliers' (or the token outliers') channels
+    other = perm[outlier_channels:2 * outlier_channels].sort().values  # "both": the token outliers' channels
     rows = slice(None) if placement == "channels" else slice(0, OUTLIER_TOKENS)
-    if outliers > 0 and outlier_channels > 0:
+    if not (outliers > 0 and outlier_channels > 0):
+        idx, other = idx[:0], other[:0]
+    if placement == "both":
+        x[:, idx] *= outliers  # channel outliers, every token
+        x[rows, other] *= outliers  # token outliers, the first tokens
+    elif len(idx):
         x[rows, idx] *= outliers
+    if placement == "channels":
+        return (x, idx) if return_outliers else x
+    mask = torch.zeros(m, k, dtype=torch.bool)  # the outliers' positions
+    if placement == "both":
+        mask[:, idx] = True
+        mask[rows, other] = True
     else:
-        idx = idx[:0]
-    if placement == "tokens":  # the outliers' positions: a few tokens' channels
-        mask = torch.zeros(m, k, dtype=torch.bool)
         mask[rows, idx] = True
-        return (x, mask) if return_outliers else x
-    return (x, idx) if return_outliers else x
+    return (x, mask) if return_outliers else x
 
 
 def activation_stream(

@@ -20,15 +20,16 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["FLUSH_ON", "MEASURED_ON", "MISMATCH_ON", "MISMATCH_RUNS", "PUBLISHED_ON", "PUBLISHED_RATIO", "TOKENS_ON",
-           "TOKEN_RUNS", "TOKEN_SEEDS", "cliff", "cliff_means", "cliff_rows", "first_break", "flush_costs", "main",
-           "measured_on", "mismatch", "published_means", "published_runs", "recovery", "survivors"]
+__all__ = ["BOTH_ON", "FLUSH_ON", "MEASURED_ON", "MISMATCH_ON", "MISMATCH_RUNS", "PUBLISHED_ON", "PUBLISHED_RATIO",
+           "TOKENS_ON", "TOKEN_RUNS", "TOKEN_SEEDS", "cliff", "cliff_means", "cliff_rows", "first_break", "flush_costs",
+           "main", "measured_on", "mismatch", "published_means", "published_runs", "recovery", "survivors"]
 
 MISMATCH_RUNS = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # notebook 06: why rowwise fails
 MISMATCH_SINKS = 1e6
 PUBLISHED_RATIO = 1e5  # Sun et al.'s "e.g., 100,000 times larger" (fp8lab.training.published): trained there
-# the token sinks' cliff (placement "tokens"): fewer seeds, sink values and runs than the channel cliff (delayed
-# scales as tensorwise does here; nvfp4 is left out), with the massive-activation ratio's sinks among the values
+# the token sinks' cliff (placement "tokens"), and both kinds of sinks' ("both"): fewer seeds, sink values and runs
+# than the channel cliff (delayed scales as tensorwise does here; nvfp4 is left out), with the massive-activation
+# ratio's sinks among the values
 TOKEN_SEEDS = 2
 TOKEN_RUNS = ("fp32", "tensorwise", "rowwise", "blockwise", "mxfp8")
 
@@ -370,6 +371,81 @@ TOKEN_ROWS: list[tuple[int, float, str, float, float]] = [  # (seed, sinks, run,
     (1, 10000000.0, 'mxfp8', 0.0403026, 0.0649067),
 ]
 # END GENERATED TOKENS
+# BEGIN GENERATED BOTH
+BOTH_ON = '2026-12-02, AMD EPYC, 2 threads, no GPU, torch 2.13.0+cpu, fused CPU kernels on'
+BOTH_ROWS: list[tuple[int, float, str, float, float]] = [  # (seed, sinks, run, loss, loss_short), placement "both"
+    (0, 0.0, 'fp32', 0.038802, 0.0609366),
+    (0, 0.0, 'tensorwise', 0.0391546, 0.0617202),
+    (0, 0.0, 'rowwise', 0.0392223, 0.0612521),
+    (0, 0.0, 'blockwise', 0.0390288, 0.0614091),
+    (0, 0.0, 'mxfp8', 0.0390979, 0.0611806),
+    (0, 1000.0, 'fp32', 0.038802, 0.0609366),
+    (0, 1000.0, 'tensorwise', 0.0391309, 0.0616882),
+    (0, 1000.0, 'rowwise', 0.0391388, 0.0612284),
+    (0, 1000.0, 'blockwise', 0.0389666, 0.0613128),
+    (0, 1000.0, 'mxfp8', 0.0391844, 0.0612867),
+    (0, 10000.0, 'fp32', 0.038802, 0.0609366),
+    (0, 10000.0, 'tensorwise', 0.0393141, 0.0614992),
+    (0, 10000.0, 'rowwise', 0.0391348, 0.0611184),
+    (0, 10000.0, 'blockwise', 0.0390338, 0.0614343),
+    (0, 10000.0, 'mxfp8', 0.0391222, 0.0612686),
+    (0, 15000.0, 'fp32', 0.038802, 0.0609366),
+    (0, 15000.0, 'tensorwise', 0.0392605, 0.0617648),
+    (0, 15000.0, 'rowwise', 0.039322, 0.0622361),
+    (0, 15000.0, 'blockwise', 0.0389635, 0.0613936),
+    (0, 15000.0, 'mxfp8', 0.0391419, 0.0612366),
+    (0, 100000.0, 'fp32', 0.038802, 0.0609366),
+    (0, 100000.0, 'tensorwise', 0.0402711, 0.0833578),
+    (0, 100000.0, 'rowwise', 0.043564, 0.0704596),
+    (0, 100000.0, 'blockwise', 0.0392097, 0.0621347),
+    (0, 100000.0, 'mxfp8', 0.0392652, 0.061361),
+    (0, 1000000.0, 'fp32', 0.038802, 0.0609366),
+    (0, 1000000.0, 'tensorwise', 0.0840912, 0.369539),
+    (0, 1000000.0, 'rowwise', 0.439406, 0.394728),
+    (0, 1000000.0, 'blockwise', 0.0392974, 0.0617029),
+    (0, 1000000.0, 'mxfp8', 0.0390604, 0.0613766),
+    (0, 10000000.0, 'fp32', 0.038802, 0.0609366),
+    (0, 10000000.0, 'tensorwise', 0.389026, 0.394698),
+    (0, 10000000.0, 'rowwise', 0.389009, 0.394728),
+    (0, 10000000.0, 'blockwise', 0.038753, 0.0615042),
+    (0, 10000000.0, 'mxfp8', 0.0390604, 0.0613766),
+    (1, 0.0, 'fp32', 0.0399182, 0.0641255),
+    (1, 0.0, 'tensorwise', 0.0403295, 0.0647242),
+    (1, 0.0, 'rowwise', 0.0402674, 0.0650331),
+    (1, 0.0, 'blockwise', 0.0404549, 0.0642962),
+    (1, 0.0, 'mxfp8', 0.0403416, 0.0650724),
+    (1, 1000.0, 'fp32', 0.0399182, 0.0641255),
+    (1, 1000.0, 'tensorwise', 0.0403637, 0.0648273),
+    (1, 1000.0, 'rowwise', 0.040317, 0.0651007),
+    (1, 1000.0, 'blockwise', 0.040471, 0.064562),
+    (1, 1000.0, 'mxfp8', 0.0402704, 0.0650083),
+    (1, 10000.0, 'fp32', 0.0399182, 0.0641255),
+    (1, 10000.0, 'tensorwise', 0.0402532, 0.0649482),
+    (1, 10000.0, 'rowwise', 0.0404024, 0.0650313),
+    (1, 10000.0, 'blockwise', 0.040478, 0.0645589),
+    (1, 10000.0, 'mxfp8', 0.0403282, 0.0651132),
+    (1, 15000.0, 'fp32', 0.0399182, 0.0641255),
+    (1, 15000.0, 'tensorwise', 0.0402275, 0.0652512),
+    (1, 15000.0, 'rowwise', 0.0404974, 0.0650995),
+    (1, 15000.0, 'blockwise', 0.040421, 0.0645321),
+    (1, 15000.0, 'mxfp8', 0.0404073, 0.0652268),
+    (1, 100000.0, 'fp32', 0.0399182, 0.0641255),
+    (1, 100000.0, 'tensorwise', 0.0422404, 0.0695054),
+    (1, 100000.0, 'rowwise', 0.044137, 0.0714194),
+    (1, 100000.0, 'blockwise', 0.0406661, 0.0648067),
+    (1, 100000.0, 'mxfp8', 0.0403311, 0.0653943),
+    (1, 1000000.0, 'fp32', 0.0399182, 0.0641255),
+    (1, 1000000.0, 'tensorwise', 0.0857471, 0.368173),
+    (1, 1000000.0, 'rowwise', 0.589867, 0.394856),
+    (1, 1000000.0, 'blockwise', 0.0404684, 0.0662273),
+    (1, 1000000.0, 'mxfp8', 0.0403063, 0.0650789),
+    (1, 10000000.0, 'fp32', 0.0399182, 0.0641255),
+    (1, 10000000.0, 'tensorwise', 0.397186, 0.394852),
+    (1, 10000000.0, 'rowwise', 0.397187, 0.394856),
+    (1, 10000000.0, 'blockwise', 0.0397681, 0.0661452),
+    (1, 10000000.0, 'mxfp8', 0.0403063, 0.0650789),
+]
+# END GENERATED BOTH
 
 
 def cliff():
@@ -383,7 +459,8 @@ def cliff():
 def cliff_rows(placement: str = "channels"):
     """cliff() for the sinks at `placement` (fp8lab.training.models.PLACEMENTS): "channels" is cliff() (3 seeds),
     "tokens" the token sinks' runs (TOKEN_SEEDS seeds, TOKEN_RUNS, TOKENS_ON; the massive-activation ratio's sink
-    value among them); "both" has no shipped runs: an empty frame. Columns as cliff()."""
+    value among them), "both" the runs with both kinds of sinks (as "tokens": TOKEN_SEEDS seeds, TOKEN_RUNS, BOTH_ON).
+    Columns as cliff()."""
     import pandas as pd
 
     from fp8lab.training.models import PLACEMENTS
@@ -392,13 +469,13 @@ def cliff_rows(placement: str = "channels"):
         raise ValueError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
     if placement == "channels":
         return cliff()
-    rows = TOKEN_ROWS if placement == "tokens" else []
+    rows = TOKEN_ROWS if placement == "tokens" else BOTH_ROWS
     return pd.DataFrame(rows, columns=["seed", "sinks", "run", "loss", "loss_short"])
 
 
 def measured_on(placement: str = "channels") -> str:
     """The machine line of the shipped runs at `placement` ("" where none are shipped)."""
-    return {"channels": MEASURED_ON, "tokens": TOKENS_ON}.get(placement, "")
+    return {"channels": MEASURED_ON, "tokens": TOKENS_ON, "both": BOTH_ON}.get(placement, "")
 
 
 def recovery():
@@ -524,20 +601,23 @@ def _generated_published(seeds: tuple[int, ...]) -> str:
     return "\n".join(lines)
 
 
-def _generated_tokens(seeds: tuple[int, ...]) -> str:
-    from fp8lab.numerics import kernels
-    from fp8lab.timing import machine_line
-    from fp8lab.training.published import sinks_for
-    from fp8lab.training.train import cliff_sweep
+def _generated_placement(placement: str, on: str, rows: str):
+    """The generator of a placement's cliff block (TOKEN_SEEDS seeds, TOKEN_RUNS, the sink values below)."""
+    def generate(seeds: tuple[int, ...]) -> str:
+        from fp8lab.numerics import kernels
+        from fp8lab.timing import machine_line
+        from fp8lab.training.published import sinks_for
+        from fp8lab.training.train import cliff_sweep
 
-    sinks = sorted({0.0, 1e3, 1e4, sinks_for(PUBLISHED_RATIO), 1e5, 1e6, 1e7})
-    df = cliff_sweep(sinks=sinks, seeds=seeds[:TOKEN_SEEDS], runs=TOKEN_RUNS, placement="tokens")
-    lines = [f"TOKENS_ON = {machine_line(kernels.state_label())!r}",
-             "TOKEN_ROWS: list[tuple[int, float, str, float, float]] = [  # (seed, sinks, run, loss, loss_short), "
-             'placement "tokens"']
-    lines += [f"    ({r.seed}, {r.sinks!r}, {r.run!r}, {r.loss:.6g}, {r.loss_short:.6g})," for r in df.itertuples()]
-    lines.append("]")
-    return "\n".join(lines)
+        sinks = sorted({0.0, 1e3, 1e4, sinks_for(PUBLISHED_RATIO), 1e5, 1e6, 1e7})
+        df = cliff_sweep(sinks=sinks, seeds=seeds[:TOKEN_SEEDS], runs=TOKEN_RUNS, placement=placement)
+        lines = [f"{on} = {machine_line(kernels.state_label())!r}",
+                 f"{rows}: list[tuple[int, float, str, float, float]] = [  # (seed, sinks, run, loss, loss_short), "
+                 f'placement "{placement}"']
+        lines += [f"    ({r.seed}, {r.sinks!r}, {r.run!r}, {r.loss:.6g}, {r.loss_short:.6g})," for r in df.itertuples()]
+        lines.append("]")
+        return "\n".join(lines)
+    return generate
 
 
 def _generated_flush(seeds: tuple[int, ...]) -> str:
@@ -559,7 +639,10 @@ PARTS = {"cliff": ("# BEGIN GENERATED\n", "# END GENERATED\n", _generated),
          "mismatch": ("# BEGIN GENERATED MISMATCH\n", "# END GENERATED MISMATCH\n", _generated_mismatch),
          "published": ("# BEGIN GENERATED PUBLISHED\n", "# END GENERATED PUBLISHED\n", _generated_published),
          "flush": ("# BEGIN GENERATED FLUSH\n", "# END GENERATED FLUSH\n", _generated_flush),
-         "tokens": ("# BEGIN GENERATED TOKENS\n", "# END GENERATED TOKENS\n", _generated_tokens)}
+         "tokens": ("# BEGIN GENERATED TOKENS\n", "# END GENERATED TOKENS\n",
+                    _generated_placement("tokens", "TOKENS_ON", "TOKEN_ROWS")),
+         "both": ("# BEGIN GENERATED BOTH\n", "# END GENERATED BOTH\n",
+                  _generated_placement("both", "BOTH_ON", "BOTH_ROWS"))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -567,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="rewrite this file's generated blocks (takes minutes)")
     p.add_argument("--part", choices=["all", *PARTS], default="all",
                    help="which block --write regenerates: the sink cliff and recovery, the mismatch runs, the runs at "
-                        "the published ratio, the flush costs, the token sinks' cliff, or all")
+                        "the published ratio, the flush costs, the token sinks' cliff, both sinks' cliff, or all")
     p.add_argument("--seeds", type=int, default=3)
     args = p.parse_args(argv)
     if not args.write:
@@ -577,6 +660,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"runs at the published ratio, measured on: {PUBLISHED_ON}\n{published_means().to_string()}")
         tokens = cliff_rows("tokens").groupby(["sinks", "run"], sort=False).loss.mean().unstack()
         print(f"the sinks in the first 2 tokens, measured on: {TOKENS_ON}\n{tokens}")
+        both = cliff_rows("both").groupby(["sinks", "run"], sort=False).loss.mean().unstack()
+        print(f"the sinks in every token's channels and the first 2 tokens', measured on: {BOTH_ON}\n{both}")
         return 0
     path = Path(__file__)
     for name, (begin, end, generate) in PARTS.items():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["PUBLISHED", "Published", "flush_cost", "lesson_fc2_input", "lesson_median", "marker_sinks",
-           "outlier_multiplier", "sinks_for", "with_trained_loss"]
+           "measured_at", "outlier_multiplier", "sinks_for", "with_trained_loss"]
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,16 @@ def sinks_for(ratio: float) -> float:
     return round(v, digits)
 
 
+def measured_at(source: Published, placement: str | None) -> bool:
+    """Whether `source` measured its ratio at `placement` (None: any; "both" holds both kinds of outliers, so every
+    source's ratio belongs on it)."""
+    return placement in (None, "both", source.placement)
+
+
 def marker_sinks(placement: str | None = None) -> dict[str, float]:
     """Each PUBLISHED label at the sink value of its ratio: where notebook 06's cliff marks it (only those measured
-    at `placement`, where given)."""
-    return {p.label: sinks_for(p.ratio) for p in PUBLISHED if placement in (None, p.placement)}
+    at `placement`, where given: measured_at)."""
+    return {p.label: sinks_for(p.ratio) for p in PUBLISHED if measured_at(p, placement)}
 
 
 def outlier_multiplier(ratio: float, distribution: str = "normal", shape: tuple[int, int] = (64, 1024),
@@ -100,15 +106,18 @@ def outlier_multiplier(ratio: float, distribution: str = "normal", shape: tuple[
     """The outlier magnitude m of fp8lab.data.synthetic.sample (its outlier channels multiplied by m) at which the
     largest outlier is `ratio` times the median |value| of the other channels: where notebook 02's cliff marks a
     published ratio (m = ratio * median / the outlier channels' largest |value| before they are multiplied; with
-    placement "tokens", their largest in the tokens that hold the outliers)."""
-    from fp8lab.data.synthetic import OUTLIER_TOKENS, sample
+    placement "tokens", their largest in the tokens that hold the outliers; "both", the largest of either kind)."""
+    from fp8lab.data.synthetic import sample
 
-    x, idx = sample(distribution, shape, 1.0, seed=seed, return_outliers=True)  # multiplied by 1: the base values
-    keep = torch.ones(shape[1], dtype=torch.bool)
-    keep[idx] = False
-    if placement == "tokens":  # the outliers multiply these channels of the first tokens only
-        return ratio * float(x[:, keep].abs().median()) / float(x[:OUTLIER_TOKENS, idx].abs().max())
-    return ratio * float(x[:, keep].abs().median()) / float(x[:, idx].abs().max())
+    # multiplied by 1: the base values, and where the outliers will be
+    x, where = sample(distribution, shape, 1.0, seed=seed, return_outliers=True, placement=placement)
+    if placement == "channels":  # the outlier channels' indices: every token of them
+        mask = torch.zeros(shape, dtype=torch.bool)
+        mask[:, where] = True
+    else:  # a mask of the outliers' positions
+        mask = where
+    keep = ~mask.any(0)  # the channels without an outlier
+    return ratio * float(x[:, keep].abs().median()) / float(x[mask].abs().max())
 
 
 @functools.cache

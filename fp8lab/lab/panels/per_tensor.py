@@ -41,7 +41,8 @@ from fp8lab.training.operands import operand_losses
 __all__ = ["CliffPanel", "PerTensorPanel"]
 
 # where the outliers sit (fp8lab.data.synthetic.OUTLIER_PLACEMENTS), as a control names them
-PLACED = (("4 channels, every token", "channels"), (f"4 channels, first {OUTLIER_TOKENS} tokens", "tokens"))
+PLACED = (("4 channels, every token", "channels"), (f"4 channels, first {OUTLIER_TOKENS} tokens", "tokens"),
+          ("both, in 4 channels each", "both"))
 
 
 class PerTensorPanel(Panel):
@@ -146,12 +147,12 @@ class CliffPanel(Panel):
         """Every recipe at the outlier magnitude of each published ratio measured at `placement` (fp8lab.training.
         published: the largest outlier that many times the median of the other channels): columns label, ratio,
         outliers, recipe, ordinary_sqnr_db, ordinary_underflow."""
-        from fp8lab.training.published import PUBLISHED, outlier_multiplier
+        from fp8lab.training.published import PUBLISHED, measured_at, outlier_multiplier
 
         key = (distribution, placement, gemm)
         if key not in self._published:
             rows = []
-            for pub in (p for p in PUBLISHED if p.placement == placement):
+            for pub in (p for p in PUBLISHED if measured_at(p, placement)):
                 magnitude = outlier_multiplier(pub.ratio, distribution, self.shape, placement=placement)
                 x, idx = sample(distribution, self.shape, magnitude, return_outliers=True, placement=placement)
                 for name in CLIFF_RECIPES:

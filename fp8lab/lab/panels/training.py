@@ -194,7 +194,7 @@ class TrainingCliffPanel(Panel):
     def __init__(self) -> None:
         from fp8lab.training.measured import cliff_rows
 
-        self.tables = {p: cliff_rows(p) for p in ("channels", "tokens")}  # the placements with shipped runs
+        self.tables = {placement: cliff_rows(placement) for _, placement in PLACEMENT_OPTIONS}  # the shipped runs
         self.table = self.tables["channels"]
         self._mark, self._drawn = None, ()  # the marked point's line and what else its drawing shows (draw)
         # the shipped tables do not change: their means over seeds and seed 0's runs, once per placement
@@ -208,7 +208,7 @@ class TrainingCliffPanel(Panel):
         sinks = sorted({s for table in self.tables.values() for s in table["sinks"]}) or [0.0, 1e6]
         self.recompute_button = W.Button(description="Recompute this point", button_style="info", icon="refresh")
         super().__init__(
-            placement=dropdown(PLACEMENT_OPTIONS[:2], "channels", "sinks in"),
+            placement=dropdown(PLACEMENT_OPTIONS, "channels", "sinks in"),
             recipes=W.SelectMultiple(options=runs, value=runs, description="recipes", rows=7),
             measure=dropdown([("change vs its own no-sink run", "relative"), ("final loss", "loss")], "relative",
                             "plot"),
@@ -245,7 +245,8 @@ class TrainingCliffPanel(Panel):
             raise ValueError("pick at least one recipe")
         if self.tables[placement].empty:
             raise ValueError(f"fp8lab.training.measured holds no runs with the sinks in {placement}: run "
-                             f"`python -m fp8lab measured --write{' --part tokens' if placement == 'tokens' else ''}`")
+                             "`python -m fp8lab measured --write --part "
+                             f"{'cliff' if placement == 'channels' else placement}`")
         mean, seed0 = self.means[placement], self.seed0s[placement]
         seeds = 3 if placement == "channels" else TOKEN_SEEDS
         df = mean[mean.run.isin(recipes)]
@@ -301,9 +302,11 @@ class TrainingCliffPanel(Panel):
         pub = data["published"]
         if len(pub):
             s = float(pub["sinks"].iloc[0])
-            head = ("at the massive-activation ratio, where massive activations sit" if data["placement"] == "tokens"
-                    else "at the massive-activation ratio, placed in every token (where massive activations do not "
-                         "sit)")
+            head = {"tokens": "at the massive-activation ratio, where massive activations sit",
+                    "channels": "at the massive-activation ratio, placed in every token (where massive activations do "
+                                "not sit)",
+                    "both": "at the massive-activation ratio, in every token's channels and the first tokens' "
+                            "others"}[data["placement"]]
             on = PUBLISHED_ON if data["placement"] == "channels" else measured_on(data["placement"])
             text += (f"<p><b>{head}</b> (sinks {s:g}: 100,000 x the median ordinary input of fc2, "
                      f"{lesson_median():.3g}; diamonds): " +
