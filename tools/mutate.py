@@ -335,7 +335,7 @@ MUTATIONS = [
       '              1e5, "the other activations", "channels"),',
       T + "test_explanations.py::test_the_published_ratios_are_their_sources_words_placed_at_ratio_times_the_median"),
     m("notebook 02's markers placed against the median alone", PUB,
-      "    return ratio * float(x[:, keep].abs().median()) / float(x[:, idx].abs().max())",
+      "    return ratio * float(x[:, keep].abs().median()) / float(x[mask].abs().max())",
       "    return ratio * float(x[:, keep].abs().median())",
       T + "test_explanations.py::test_the_published_ratios_are_their_sources_words_placed_at_ratio_times_the_median"),
     # ---- the sinks by placement: every token's channels, a few tokens' channels, both

@@ -96,7 +96,8 @@ class PerTensorPanel(Panel):
         rule = {"exact": f"amax / {fmt.max_value:g}", "rceil": f"2^ceil(log2(amax / {fmt.max_value:g}))",
                 "floor": f"2^(floor(log2 amax) - {math.floor(math.log2(fmt.max_value))})"}[q.scale_rule]
         margin = f" x 2^{data['margin']}" if data["margin"] else ""  # what compute used, not the control
-        return head + metrics_html({"amax": f"{r['amax']:.4g}",
+        return head + metrics_html({"outliers in": dict((v, k) for k, v in PLACED)[data["placement"]],
+                                     "amax": f"{r['amax']:.4g}",
                                      f"scale = {rule}{margin}": f"{float(q.scale):.4g}",
                                      "SQNR, whole tensor (energy-weighted: the largest values decide it)":
                                      f"{r['sqnr_db']:.1f} dB",
