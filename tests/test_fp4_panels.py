@@ -1,6 +1,7 @@
 """Notebook 09's exercises, panels and shipped runs: the checkers accept the solutions and name each mistake; the
 panels show what their prose says; the shipped runs hold every run the panels and the key read."""
 
+import pytest
 import torch
 
 import fp8lab
@@ -42,14 +43,19 @@ def test_the_solution_is_the_reference_on_any_draws():
         assert torch.equal(mine(x, u), stochastic_reference(x, E2M1, u))
 
 
-def test_exercise_09b_reads_the_shipped_runs():
-    best, change, costs = ex.keep_layer_answer()
-    assert change["fc1"] < change["fc3"] and best == "fc1" and costs["fc2"] > ex.KEEP_BUDGET >= costs["fc1"]
-    assert ex.check_keep_layer(best)
-    over = ex.check_keep_layer("fc2")
-    assert not over and "over the budget" in over.message
-    assert not ex.check_keep_layer("fc3") and not ex.check_keep_layer("fc4")
-    assert best in ex.solution_keep_layer()
+def test_exercise_09b_reads_the_shipped_split():
+    """09b's answer is the shipped seed-0 split, read as its shares of NVFP4's gap: (nvfp4 - run) / (nvfp4 - bf16)
+    from the final losses; the solution prints those shares."""
+    from fp8lab.training.measured_fp4 import split
+
+    loss = split().query("seed == 0").set_index("run")["final loss"]
+    nv, bf = loss["nvfp4 1x16"], loss["bf16"]
+    want = ex.fc1_split_answer()
+    forward, wgrad = (loss[f"nvfp4 1x16, fc1's {part} in high precision"] for part in ("forward", "weight gradient"))
+    assert want["forward"] == pytest.approx((nv - forward) / (nv - bf))
+    assert want["wgrad"] == pytest.approx((nv - wgrad) / (nv - bf))
+    assert ex.check_fc1_split(want["forward"], want["wgrad"])
+    assert f"{want['forward']:.2f}, {want['wgrad']:.2f}" in ex.solution_fc1_split()
 
 
 def test_the_shipped_runs_hold_every_run_the_panels_and_the_key_read():

@@ -186,7 +186,7 @@ def test_the_dy_control_runs_dgrad_and_wgrad_in_high_precision():
 
 @pytest.mark.parametrize("flag", ["fprop_high_precision", "dgrad_high_precision"])
 def test_the_high_precision_switches_take_true_or_false(flag):
-    with pytest.raises(ValueError, match=flag):
+    with pytest.raises(TypeError, match=flag):
         RECIPES["nvfp4"].replace(**{flag: "yes"})
 
 
