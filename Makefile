@@ -39,7 +39,7 @@ $(TEST_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
 	@$(BIN)/python -c "from fp8lab.numerics import kernels; print('fp8lab quantize:', kernels.status()[1])"
 	@touch $(LAB_STAMP) $(TEST_STAMP) $(BOOK_STAMP)  # the test extra brings the book extra
 
-# The browser test (tests/test_browser.py) drives Debian's chromium with Playwright (pinned in
+# The browser test (tests/notebooks/test_browser.py) drives Debian's chromium with Playwright (pinned in
 # the `test` extra; Playwright's own browser download is not used). apt-get only when missing.
 # `make test BROWSER=0` skips both the browser test and this install (a laptop without apt).
 BROWSER ?= 1
@@ -84,9 +84,10 @@ test-machines: setup
 # the distributed tests (FSDP2 under torchrun) and every notebook (smoke mode, then workshop size with its
 # claims) run there. torch from PyPI is a CUDA build: several GB on the first run.
 COMPAT_VENV := .venv-compat
-COMPAT_TESTS := tests/test_formats.py tests/test_quantize.py tests/test_gemm.py tests/test_scaling_metrics_recipes.py \
-                tests/test_nn.py tests/test_kernels.py tests/test_train.py tests/test_widgets.py
-COMPAT_RUNS  := tests/test_distributed.py tests/test_notebooks.py
+COMPAT_TESTS := tests/numerics/test_formats.py tests/numerics/test_quantize.py tests/gemm/test_gemm.py \
+                tests/numerics/test_scaling_metrics_recipes.py tests/test_nn.py tests/numerics/test_kernels.py \
+                tests/training/test_train.py tests/lab/test_widgets.py
+COMPAT_RUNS  := tests/training/test_distributed.py tests/notebooks/test_notebooks.py
 compat:
 	@[ -x $(COMPAT_VENV)/bin/python ] || $(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pip install --quiet -r compat.txt pytest hypothesis nbclient nbformat ipykernel

@@ -20,9 +20,9 @@ def has_fp8_gpu() -> bool:
 gpu = pytest.mark.skipif(not has_fp8_gpu(), reason="needs a CUDA GPU with compute capability >= 8.9")
 
 
-# tests/test_notebooks.py runs each notebook by nbclient twice: at workshop size and in smoke mode
+# tests/notebooks/test_notebooks.py runs each notebook by nbclient twice: at workshop size and in smoke mode
 NBCLIENT_RUNS = ("test_runs_at_workshop_size_under_1_5_gb_with_its_claims", "test_runs_top_to_bottom_in_smoke_mode")
-BROWSER_RUN = "test_notebook_in_the_browser"  # tests/test_browser.py, one per notebook
+BROWSER_RUN = "test_notebook_in_the_browser"  # tests/notebooks/test_browser.py, one per notebook
 
 
 # Tests whose numbers move with the machine: training runs and sums whose last bits follow the thread
@@ -30,15 +30,15 @@ BROWSER_RUN = "test_notebook_in_the_browser"  # tests/test_browser.py, one per n
 # across such settings (each states its own); `make test-machines` runs them again under two other
 # machines' settings. Matched against each test's node id.
 MACHINE_SENSITIVE = (
-    "tests/test_lessons.py::",
-    "tests/test_fp4_lessons.py::",
-    "tests/test_answers.py::test_the_committed_key_is_what_the_panels_say_now",
-    "tests/test_answers.py::test_every_claim_holds",
-    "tests/test_widgets.py::test_the_sink_cliff_recomputes_a_shipped_point_live",
-    "tests/test_explanations.py::test_the_flush_costs_measured_now_are_the_shipped_ones",
-    "tests/test_distributed.py::test_cli_blockwise_on_two_processes_matches_one",
-    "tests/test_distributed.py::test_fp32_reduction_order_floor",
-    *(f"tests/test_notebooks.py::test_runs_at_workshop_size_under_1_5_gb_with_its_claims[{nb}"
+    "tests/notebooks/test_lessons.py::",
+    "tests/notebooks/test_fp4_lessons.py::",
+    "tests/lab/answers/test_answers.py::test_the_committed_key_is_what_the_panels_say_now",
+    "tests/lab/answers/test_answers.py::test_every_claim_holds",
+    "tests/lab/test_widgets.py::test_the_sink_cliff_recomputes_a_shipped_point_live",
+    "tests/notebooks/test_explanations.py::test_the_flush_costs_measured_now_are_the_shipped_ones",
+    "tests/training/test_distributed.py::test_cli_blockwise_on_two_processes_matches_one",
+    "tests/training/test_distributed.py::test_fp32_reduction_order_floor",
+    *(f"tests/notebooks/test_notebooks.py::test_runs_at_workshop_size_under_1_5_gb_with_its_claims[{nb}"
       for nb in ("06", "07", "08")),
 )
 

@@ -3,8 +3,8 @@
 Public: Lab, isolated_jupyter(home), running_lab(home, env, extra).
 Config, data, runtime, workspaces, checkpoints and user settings live in `home` (a temporary
 directory), so nothing leaks into the venv, ~ or the checkout; the user settings turn off the
-news toast and autosave. The token stays on. Used by test_lab.py (the launcher over HTTP) and
-test_browser.py (chromium).
+news toast and autosave. The token stays on. Used by tests/lab/test_launcher.py (the launcher over HTTP) and
+tests/notebooks/test_browser.py (chromium).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What a notebook's workshop-size run must show, wherever it runs: in JupyterLab (tests/test_browser.py)
-or, without chromium, by nbclient (tests/test_notebooks.py). Each notebook runs once per `make test`.
+"""What a notebook's workshop-size run must show, wherever it runs: in JupyterLab (tests/notebooks/test_browser.py)
+or, without chromium, by nbclient (tests/notebooks/test_notebooks.py). Each notebook runs once per `make test`.
 
 After the last cell, `after_run_code(stem)` runs in the notebook's own kernel: it prints the kernel's peak
 memory and, for a notebook with claims of its own (`CLAIMS`: 07's amax all-reduce, 08's verdicts),
@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from .test_distributed import CURVE, FLOOR
+from tests.training.test_distributed import CURVE, FLOOR
 
 # How long a notebook takes is a benchmark's question (`python -m fp8lab bench notebooks`: the table in
 # docs/performance.md); here the run only has to finish, and a hang fails it (the runners' guards).

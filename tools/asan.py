@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["tests/test_kernels.py", "tests/test_hardening.py", "tests/test_formats.py", "tests/test_fuzz.py"]
+TESTS = [f"tests/numerics/test_{name}.py" for name in ("kernels", "hardening", "formats", "fuzz")]
 # the two tests that build or load other libraries (no compiler, the portable build): not this one's business
 SKIP = "not unbuildable and not portable_build"
 ASAN = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")

@@ -7,7 +7,7 @@
   cycles              import cycles between fp8lab modules, counting function-level and TYPE_CHECKING imports
   named_tests         modules with logic that have a test file of their name (tests/**/test_<module>.py, or
                       test_<folder>_<module>.py)
-tests/test_architecture.py holds these to ceilings, so that a change that makes one worse fails.
+tests/hygiene/test_architecture.py holds these to ceilings, so that a change that makes one worse fails.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 cliff table (the shipped runs) and the speed table (docs/performance.md's measured tables).
 
     python tools/readme.py           write them
-    python tools/readme.py --check   exit 1 where the README differs (tests/test_docs.py runs it)
+    python tools/readme.py --check   exit 1 where the README differs (tests/hygiene/test_docs.py runs it)
 
 Each block sits between `<!-- NAME:begin -->` and `<!-- NAME:end -->`. The map's minutes are the
 "solo" column of FACILITATOR.md's learner-minutes table, the one place they live; the cliff is the

@@ -1,0 +1,345 @@
+"""fp8lab.numerics.kernels: the fused C loops give the torch code's numbers bit for bit (and did run), and
+fall back cleanly."""
+
+import contextlib
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fp8lab
+from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, quantize
+from fp8lab.gemm import emulated_mm
+from fp8lab.numerics import kernels, kernels_build, scaling
+from fp8lab.numerics.quantize import quantize_spec, quantize_with
+from fp8lab.numerics.recipes import RECIPES, get_recipe
+from fp8lab.training.layers import _LayerState, _operand
+
+pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
+
+GRANULARITIES = [PerTensor(), PerRow(), PerBlock(1, 16), PerBlock(1, 32), PerBlock(1, 128), PerBlock(128, 128),
+                 PerBlock(3, 5), PerBlock(16, 1), PerBlock(32, 1), PerBlock(100, 1)]
+SHAPES = [(256, 256), (100, 300), (1, 7), (257, 129)]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """Bit patterns, so that -0 vs 0 and NaN payloads count."""
+    t = t.contiguous()
+    return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int32)
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Same dtype, shape and bits, except that any NaN equals any NaN (payloads are not numbers)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        nan = torch.isnan(a.float())
+        if not torch.equal(nan, torch.isnan(b.float())):
+            return False
+        return torch.equal(_bits(a)[~nan], _bits(b)[~nan])  # torch < 2.9 cannot boolean-index float8 on the CPU
+    return torch.equal(_bits(a), _bits(b))
+
+
+def _nasty(shape, seed):
+    """Normal data over many binades, with zeros, -0, tiny, huge (clipping) and NaN values."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * torch.exp2(torch.randint(-30, 30, shape, generator=g).float())
+    flat = x.view(-1)
+    n = flat.numel()
+    idx = torch.randperm(n, generator=g)
+    specials = [0.0, -0.0, 1e-30, -1e-38, 3e38, -3e38, 2.0**-140]
+    for i, v in zip(idx[: len(specials)].tolist(), specials, strict=False):
+        flat[i] = v
+    return x
+
+
+@contextlib.contextmanager
+def _c_calls():
+    """The names of the C entry points called inside the block (proof that the C path ran, or did not)."""
+    calls, run = [], kernels._run
+
+    def counting(name, p):
+        calls.append(name)
+        return run(name, p)
+
+    kernels._run = counting
+    try:
+        yield calls
+    finally:
+        kernels._run = run
+
+
+def _compare(x, **kw):
+    with _c_calls() as calls:
+        got = quantize(x, **kw)
+    assert calls == ["fp8lab_quantize"], f"the C kernel did not run for {kw}: {calls}"
+    with kernels.disabled(), _c_calls() as calls:
+        want = quantize(x, **kw)
+        want_values = want.values()
+        want_dequantized = want.dequantize()
+    assert not calls, "kernels.disabled() still ran C"
+    assert _same(got.data, want.data), f"codes differ for {kw}"
+    assert _same(got.scale, want.scale), f"scales differ for {kw}"
+    assert torch.equal(got.amax.nan_to_num(-1.0), want.amax.nan_to_num(-1.0))  # by value: torch's max gives -0 too
+    assert _same(got.tensor_scale, want.tensor_scale)
+    assert _same(got.values(), want_values), f"values differ for {kw}"
+    assert _same(got.dequantize(), want_dequantized), f"dequantized values differ for {kw}"
+    # the kernel's (smallest, largest) scale, as torch.aminmax finds it (NaN if a scale is NaN)
+    assert str(got.scale_range()) == str(want.scale_range()), f"scale range differs for {kw}"
+    return got
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2, E2M1])
+@pytest.mark.parametrize("granularity", GRANULARITIES, ids=lambda g: g.label)
+def test_quantize_matches_the_torch_code_bit_for_bit(fmt, granularity):
+    for seed, shape in enumerate(SHAPES):
+        if not isinstance(granularity, PerTensor) and len(shape) != 2:
+            continue
+        x = _nasty(shape, seed)
+        for rule in ("exact", "rceil", "floor"):
+            _compare(x, fmt=fmt, granularity=granularity, scale_rule=rule)
+        _compare(x, fmt=fmt, granularity=granularity, scale_rule="floor", scale_fmt=E8M0)
+        _compare(x, fmt=fmt, granularity=granularity, margin=2)
+        _compare(x, fmt=fmt, granularity=granularity, scale_fmt=E4M3, two_level=True)
+        _compare(x, fmt=fmt, granularity=granularity, scale_fmt=E4M3, two_level=True, scale_floor="min_normal")
+        _compare(x, fmt=fmt, granularity=granularity, scale_fmt=E4M3, margin=1)
+
+
+def test_nan_blocks_and_amax_overrides_match():
+    x = _nasty((64, 256), 7)
+    x[3, 5] = float("nan")
+    x[40, 200] = -float("nan")
+    q = _compare(x, fmt=E4M3, granularity=PerBlock(1, 32), scale_rule="rceil", scale_fmt=E8M0)
+    assert torch.isnan(q.values()[3, 5]) and torch.isnan(q.scale[3, 0])
+    _compare(x, fmt=E5M2, granularity=PerBlock(32, 1))
+    y = torch.randn(64, 256)
+    _compare(y, fmt=E4M3, amax=torch.tensor(0.5))  # delayed: a stale amax that clips
+    _compare(y, fmt=E4M3, granularity=PerRow(), amax=torch.full((64, 1), 2.0))
+
+
+_AMAXES = torch.cat([
+    torch.tensor([0.0, float("nan"), float("inf"), 1e-40, 1e-45, 2.0**-126, 3e38, 448.0, 448.0 * 1.0001]),
+    torch.randn(2000, generator=torch.Generator().manual_seed(0)).exp()
+    * torch.exp2(torch.randint(-140, 120, (2000,), generator=torch.Generator().manual_seed(1)).float()),  # finite
+])
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2, E2M1], ids=lambda f: f.name)
+def test_scale_from_amax_twins_agree_on_every_kind_of_amax(fmt):
+    """scaling.scale_from_amax (the definition) and kernels.scale_from_amax (its twin): one signature, same bits."""
+    for margin in (0, 3, scaling._largest_margin(fmt)):
+        for rule, scale_fmt, two_level, floor in (
+                ("exact", None, False, "zero"), ("rceil", None, False, "zero"), ("floor", None, False, "zero"),
+                ("rceil", E8M0, False, "zero"), ("floor", E8M0, False, "zero"), ("exact", E4M3, False, "zero"),
+                ("exact", E4M3, True, "zero"), ("exact", E4M3, False, "min_normal"),
+                ("exact", E4M3, True, "min_normal")):
+            # with NaN and inf (NVFP4: tensor scale 1); all finite, normal, tiny; all zero
+            for amax in (_AMAXES, _AMAXES[3:], _AMAXES[9:], _AMAXES[9:] * 1e-37, torch.zeros(3)):
+                want = scaling.scale_from_amax(amax, fmt, rule, margin, scale_fmt, two_level, floor)
+                got = kernels.scale_from_amax(amax, fmt, rule, margin, scale_fmt, two_level, floor)
+                assert all(_same(a, b) for a, b in zip(got, want, strict=True)), (fmt.name, margin, rule, scale_fmt,
+                                                                                 floor)
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES, ids=lambda g: g.label)
+def test_block_amax_twins_agree(granularity):
+    for seed, shape in enumerate(SHAPES):
+        x = _nasty(shape, seed)
+        x.view(-1)[seed] = float("nan")
+        got = kernels.amax_per_block(x, granularity)
+        want = scaling.amax_per_block(x, granularity)
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_emulated_gemm_matches_with_and_without_kernels(recipe):
+    r = get_recipe(recipe)
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(96, 320, generator=g), torch.randn(80, 320, generator=g)
+    sa, sb = r.scaling("input", "fprop"), r.scaling("weight", "fprop")
+    got = emulated_mm(sa.quantize(a), sb.quantize(b))
+    with kernels.disabled():
+        want = emulated_mm(sa.quantize(a), sb.quantize(b))
+    assert _same(got, want)
+
+
+def test_matmul_of_transposed_weights_matches_with_and_without_kernels():
+    """b[K, N] is quantized down its columns and used as a transposed view: the torch code folds its
+    scales in that layout too, as the kernel writes them (a GEMM's summation order follows the layout:
+    folded in another, 9 in 200 such products differ in the last bit, as tests/numerics/test_fuzz.py finds)."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        m, k, n = torch.randint(1, 60, (3,), generator=g).tolist()
+        a = torch.randn(m, k, generator=g).sign()
+        b = torch.randn(k, n, generator=g) * torch.exp2(torch.randint(0, 25, (k, n), generator=g).float())
+        for recipe in ("mxfp8", "blockwise"):
+            got = fp8lab.matmul(a, b, recipe, backend="emulated", verbose=False)
+            with kernels.disabled():
+                want = fp8lab.matmul(a, b, recipe, backend="emulated", verbose=False)
+            assert _same(got, want), (m, k, n, recipe)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "blockwise", "mxfp8", "nvfp4"])
+@pytest.mark.parametrize("layout", ["b[K, N]", "w.t()"])
+def test_gemm_operands_get_their_values_in_the_quantize_pass_at_any_size(monkeypatch, recipe, layout):
+    """Beyond kernels.EAGER_VALUES elements plain quantize writes codes only, but a GEMM's operands
+    are read next as float32 values (scale-folded where the GEMM folds): quantize_operands has the
+    kernel write them in the same pass (widening 1536x3072 activations from their codes in torch takes
+    ~15% of the natural matmul's time), and the product is the torch code's, bit for bit."""
+    from fp8lab.gemm import quantize_operands
+
+    monkeypatch.setattr(kernels, "EAGER_VALUES", 100)  # every operand below is beyond it
+    g = torch.Generator().manual_seed(5)
+    a, w = torch.randn(64, 96, generator=g), torch.randn(48, 96, generator=g) * 3
+    b = w.t().contiguous() if layout == "b[K, N]" else w.t()
+    assert quantize(a).derived.values is None  # plain quantize: codes only, at this size
+    with _c_calls() as calls:
+        a_q, b_q = quantize_operands(a, b, recipe)
+    assert calls == ["fp8lab_quantize"] * 2
+    for q in (a_q, b_q):
+        assert (q.derived.values is not None) or (q.derived.scaled is not None), (recipe, layout)
+    got = emulated_mm(a_q, b_q)
+    with kernels.disabled():
+        want = emulated_mm(*quantize_operands(a, b, recipe))
+    assert _same(got, want)
+
+
+def test_per_row_scales_of_both_operands_match_with_and_without_kernels():
+    """The kernel's epilogue out *= a[m] * b[n] rounds the factor first, as torch's outer product:
+    float32 (not power-of-two) per-row scales make any other order visible."""
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(64, 96, generator=g) * 3, torch.randn(48, 96, generator=g) / 7
+    a_q, b_q = quantize(a, E4M3, PerRow()), quantize(b, E5M2, PerRow())
+    got = emulated_mm(a_q, b_q)
+    with kernels.disabled():
+        want = emulated_mm(a_q, b_q)
+    assert _same(got, want)
+
+
+@pytest.mark.parametrize("recipe", [*RECIPES, "rowwise_with_gw_hp"])
+def test_transposed_operands_equal_quantizing_the_transposed_copy(recipe):
+    """wgrad and dgrad operands are quantized down source's columns, not from a copy of source^T."""
+    r = get_recipe(recipe)
+    state = _LayerState("fc", r, None, None, "emulated")
+    x = _nasty((160, 96), 3)
+    for role, gemm in (("input", "wgrad"), ("grad_output", "wgrad"), ("weight", "dgrad")):
+        scaling = r.scaling(role, gemm)
+        got = _operand(state, x, role, gemm, transpose=True)
+        if scaling is None:
+            assert got is None
+            continue
+        want = scaling.quantize(x.t().contiguous())
+        assert got.granularity == want.granularity and got.shape == want.shape
+        assert _same(got.data, want.data) and _same(got.scale, want.scale), (role, gemm)
+        assert _same(got.values(), want.values()) and _same(got.dequantize(), want.dequantize())
+
+
+def test_fold_of_a_transposed_operand_matches():
+    x = _nasty((128, 96), 4)
+    q = quantize(x, fmt=E4M3, granularity=PerBlock(32, 1), scale_rule="rceil", scale_fmt=E8M0).t()
+    w = quantize(torch.randn(40, 128), fmt=E4M3, granularity=PerBlock(1, 32), scale_rule="rceil", scale_fmt=E8M0)
+    got = emulated_mm(q, w)
+    with kernels.disabled():
+        want = emulated_mm(q, w)
+    assert _same(got, want)
+
+
+def _python(code: str, **env) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env}, check=True)
+    return out.stdout.strip()
+
+
+def test_switched_off_or_unbuildable_kernels_fall_back_to_torch_with_a_reason(tmp_path):
+    code = ("import torch; from fp8lab import quantize; from fp8lab.numerics import kernels; "
+            "ok, why = kernels.status(); "
+            "q = quantize(torch.randn(64, 64)); print(ok, '|', why, '|', q.values().abs().max().item())")
+    off = _python(code, FP8LAB_KERNELS="0")
+    assert off.startswith("False | off (FP8LAB_KERNELS=0)") and off.endswith("448.0")
+    broken = _python(code, CC=str(tmp_path / "no-such-cc"), XDG_CACHE_HOME=str(tmp_path))
+    assert broken.startswith("False | building the CPU kernels failed") and broken.endswith("448.0")
+    fresh = _python(code, XDG_CACHE_HOME=str(tmp_path))  # an empty cache: builds, then uses them
+    assert fresh.startswith("True | fused CPU kernels") and list((tmp_path / "fp8lab").glob("kernels-*.so"))
+
+
+@pytest.mark.parametrize("granularity", [PerTensor(), PerRow(), PerBlock(1, 32), PerBlock(128, 128), PerBlock(32, 1)],
+                         ids=lambda g: g.label)
+def test_large_tensors_split_over_threads_give_the_same_bits(granularity):
+    """Millions of elements run on several threads, and beyond EAGER_VALUES values come lazily."""
+    for shape in ((1500, 1500), (2304, 2048)):  # threaded with eager values; threaded, lazy values
+        x = _nasty(shape, 11)
+        x[777, 5] = float("nan")
+        q = quantize(x, fmt=E4M3, granularity=granularity)
+        assert (q.derived.values is None and q.derived.scaled is None) == (x.numel() > kernels.EAGER_VALUES)
+        _compare(x, fmt=E4M3, granularity=granularity, scale_rule="rceil")
+        _compare(x, fmt=E5M2, granularity=granularity)
+
+
+@pytest.mark.parametrize("granularity", [PerBlock(32, 1), PerBlock(128, 128), PerBlock(3, 5), PerBlock(1000, 1),
+                                         PerRow(), PerTensor()], ids=lambda g: g.label)
+def test_parts_may_split_a_block_row_and_any_thread_count_gives_the_same_bits(granularity):
+    """Beyond 32768 elements the casts split by rows (torch's OpenMP threads); 1000 rows over 2
+    or 3 threads cut through a block row of 32, 128 or 3 rows, whose scale both parts use."""
+    x = _nasty((1000, 96), 3)
+    for kw in ({"fmt": E4M3}, {"fmt": E5M2, "scale_rule": "rceil"}, {"fmt": E2M1, "scale_fmt": E4M3}):
+        got = _compare(x, granularity=granularity, **kw)
+        threads = torch.get_num_threads()
+        try:
+            for n in (1, 3):
+                torch.set_num_threads(n)
+                again = quantize(x, granularity=granularity, **kw)
+                assert _same(again.data, got.data) and _same(again.values(), got.values()), (n, kw)
+        finally:
+            torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("granularity", [PerTensor(), PerRow(), PerBlock(1, 32), PerBlock(128, 128), PerBlock(32, 1)],
+                         ids=lambda g: g.label)
+def test_monitor_counts_match_the_metrics(granularity):
+    """quantize(count=True) counts clipped and flushed elements in the kernel's pass: the metrics' numbers."""
+    from fp8lab.numerics.metrics import overflow_fraction, overflow_underflow, underflow_fraction
+
+    clean = _nasty((300, 256), 5)
+    with_nan = clean.clone()
+    with_nan[7, 9] = float("nan")
+    for x in (clean, with_nan):
+        for kw in ({"fmt": E4M3}, {"fmt": E5M2, "margin": 3}, {"fmt": E2M1, "scale_fmt": E4M3, "two_level": True},
+                   {"fmt": E2M1, "scale_fmt": E4M3, "two_level": True, "scale_floor": "min_normal"},
+                   {"fmt": E4M3, "scale_rule": "floor", "scale_fmt": E8M0}):
+            spec = quantize_spec(granularity=granularity, **kw)
+            q = quantize_with(x, spec, count=True)
+            want = (overflow_fraction(x, q), underflow_fraction(x, q))
+            assert q.counts is not None and overflow_underflow(x, q) == want, kw
+            assert want[1] > 0 or x is with_nan  # values 2^30 below a block's amax flush
+            delayed = quantize_with(x, spec, amax=q.amax * 0.01, count=True)  # a stale amax: most values clip
+            assert overflow_underflow(x, delayed) == (overflow_fraction(x, delayed), underflow_fraction(x, delayed))
+            with kernels.disabled():
+                assert quantize_with(x, spec, count=True).counts is None  # the torch code leaves them to metrics
+
+
+def test_the_portable_build_without_openmp_or_native_code_gives_the_same_bits(tmp_path, monkeypatch):
+    """What a machine without torch's libgomp (or without -march=native) runs: the plain C
+    loops, large tensors split over POSIX threads. Built here into an empty cache."""
+    import ctypes
+
+    monkeypatch.setattr(kernels_build, "cache_dir", lambda: tmp_path)
+    portable = kernels._bind(ctypes.CDLL(str(kernels_build.build(kernels_build.compiler(), kernels_build.FLAGS))))
+    assert portable.fp8lab_openmp() == 0
+    portable.fp8lab_set_threads(2)
+    ours = kernels._load()
+    monkeypatch.setattr(kernels, "_load", lambda: (portable, "portable build"))
+    for shape, granularity in (((300, 256), PerBlock(1, 32)), ((257, 129), PerBlock(3, 5)),
+                               ((300, 256), PerBlock(32, 1)), ((1500, 1500), PerTensor()),
+                               ((1500, 1500), PerBlock(32, 1))):  # the last two: split over 2 threads
+        x = _nasty(shape, 4)
+        for kw in ({"fmt": E4M3}, {"fmt": E5M2, "scale_rule": "rceil"}, {"fmt": E2M1, "scale_fmt": E4M3}):
+            got = _compare(x, granularity=granularity, **kw)
+            monkeypatch.setattr(kernels, "_load", lambda: ours)
+            native = quantize(x, granularity=granularity, **kw)
+            monkeypatch.setattr(kernels, "_load", lambda: (portable, "portable build"))
+            assert _same(got.data, native.data) and _same(got.values(), native.values()), (shape, kw)
