@@ -5,8 +5,9 @@
   function_imports    imports of fp8lab modules inside functions (the dependency a reader does not see at the top)
   granularity_checks  `isinstance(..., PerTensor | PerRow | PerBlock)` switches (behaviour that belongs on the types)
   cycles              import cycles between fp8lab modules, counting function-level and TYPE_CHECKING imports
-  named_tests         modules with logic that have a test file of their name (tests/**/test_<module>.py, or
-                      test_<folder>_<module>.py)
+  named_tests         modules with logic that have their mirrored test file: fp8lab/<folder>/<module>.py ->
+                      tests/<folder>/test_<module>.py (a leading underscore dropped), a package's __init__.py
+                      with logic -> tests/<folder>/test_<package>.py (fp8lab/__init__.py -> tests/test_fp8lab.py)
 tests/hygiene/test_architecture.py holds these to ceilings, so that a change that makes one worse fails.
 """
 
@@ -81,6 +82,16 @@ def _granularity_check(node: ast.Call) -> bool:
     return bool(names & GRANULARITY_TYPES)
 
 
+def mirrored_test(package: Path, path: Path) -> Path:
+    """The test file a module's tests live in, relative to the tests folder: the package's layout, mirrored.
+
+    fp8lab/lab/panels/fp4.py -> lab/panels/test_fp4.py; fp8lab/bench/__init__.py -> bench/test_bench.py;
+    fp8lab/__init__.py -> test_fp8lab.py; fp8lab/training/_watchdog.py -> training/test_watchdog.py."""
+    rel = path.relative_to(package)
+    stem = (rel.parent.name or package.name) if path.name == "__init__.py" else path.stem.lstrip("_")
+    return rel.parent / f"test_{stem}.py"
+
+
 def _has_logic(tree: ast.Module) -> bool:
     return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) for n in tree.body)
 
@@ -125,7 +136,6 @@ def measure(package: Path, tests: Path) -> Metrics:
     """Count the package's metrics (see the module docstring); `tests` is the folder searched for test files."""
     paths = sorted(package.rglob("*.py"))
     modules = {module_name(package, p) for p in paths}
-    test_stems = {p.stem for p in tests.rglob("test_*.py")}
     m = Metrics()
     graph: dict[str, set[str]] = {}
     for path in paths:
@@ -149,10 +159,9 @@ def measure(package: Path, tests: Path) -> Metrics:
                     m.function_imports.append(f"{rel}:{node.lineno}: {', '.join(t for t, _ in reached)}")
             elif isinstance(node, ast.Call) and _granularity_check(node):
                 m.granularity_checks.append(f"{rel}:{node.lineno}")
-        if path.name not in ("__init__.py", "__main__.py") and _has_logic(tree):
+        if path.name != "__main__.py" and _has_logic(tree):  # the command line: tests/test_cli.py
             m.with_logic.append(rel)
-            stem = path.stem.lstrip("_")
-            if {f"test_{stem}", f"test_{path.parent.name}_{stem}"} & test_stems:
+            if (tests / mirrored_test(package, path)).is_file():
                 m.named_tests.append(rel)
     m.cycles = _cycles(graph)
     return m
