@@ -41,7 +41,7 @@ def test_a_room_that_cannot_fit_says_the_arithmetic_and_how_many_fit():
                    "has 20.5 GB available (MemAvailable in /proc/meminfo): they cannot all fit. Ask for at most 35 "
                    "kernel(s) here, or pass --ignore-memory to start them anyway")
     assert room_fits(35, 600, "x", (21_000, "m")) is None
-    assert room_fits(36, 600, "x", (21_000, "m")) is not None
+    assert "Ask for at most 35 kernel(s) here" in room_fits(36, 600, "x", (21_000, "m"))  # one more: refused
     assert room_fits(10_000, 600, "x", (None, "no /proc/meminfo here")) is None  # nothing known: nothing refused
 
 
