@@ -77,3 +77,13 @@ def test_the_share_of_modules_with_a_test_file_of_their_name_does_not_fall():
     missing = sorted(f"{rel} -> tests/{module_metrics.mirrored_test(ROOT / 'fp8lab', ROOT / rel)}"
                      for rel in set(m.with_logic) - set(m.named_tests))
     assert len(m.named_tests) >= NAMED_TESTS_FLOOR, f"{len(m.named_tests)} named; without one: {missing}"
+
+
+def test_the_tests_folders_mirror_the_package():
+    """A test file sits in a folder of the package's shape (or hygiene/, notebooks/), each folder a package:
+    tests/lab/panels/ for fp8lab/lab/panels/, so that two folders may hold files of one name."""
+    tests = ROOT / "tests"
+    package_folders = {p.parent.relative_to(ROOT / "fp8lab") for p in (ROOT / "fp8lab").rglob("__init__.py")}
+    folders = {p.parent.relative_to(tests) for p in tests.rglob("test_*.py") if "fixtures" not in p.parts}
+    assert folders <= package_folders | {Path("hygiene"), Path("notebooks")}, sorted(map(str, folders))
+    assert [str(f) for f in sorted(folders) if not (tests / f / "__init__.py").is_file()] == []
