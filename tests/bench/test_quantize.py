@@ -9,7 +9,6 @@ import fp8lab.bench.table
 from fp8lab.bench.quantize import bench_quantize
 
 
-
 @pytest.fixture(scope="module")
 def rows():
     with pytest.MonkeyPatch.context() as mp:  # the table's reference matmul (seconds) is not what this checks
