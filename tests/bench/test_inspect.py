@@ -3,7 +3,6 @@ what inspect returned (inspect replaced by a recorder: what inspect computes is 
 
 import types
 
-import pytest
 from torch import nn
 
 import fp8lab.bench.table
@@ -31,8 +30,8 @@ def test_models_and_rows(monkeypatch):
     assert [r["model"] for r in default] == ["100 linears, width 64", "100 linears, width 128"]
 
 
-@pytest.mark.parametrize("width", [8])
-def test_each_block_is_fused_in_out_and_an_mlp(monkeypatch, width):
+def test_each_block_is_fused_in_out_and_an_mlp(monkeypatch):
+    width = 8
     models = []
     monkeypatch.setattr(fp8lab.training.readiness, "inspect", lambda model, x: models.append(model) or
                         types.SimpleNamespace(layers=[], recipes=[], frame=[]))

@@ -33,9 +33,10 @@ def test_token_and_both_placements_return_a_mask_of_the_outliers():
     assert mask.dtype == torch.bool and mask.shape == (16, 64)
     assert int(mask.sum()) == 4 * OUTLIER_TOKENS and not mask[OUTLIER_TOKENS:].any()
     assert torch.equal(x[mask], base[mask] * 50.0) and torch.equal(x[~mask], base[~mask])
-    _, both = sample("normal", (16, 64), outliers=50.0, outlier_channels=4, seed=2, return_outliers=True,
+    y, both = sample("normal", (16, 64), outliers=50.0, outlier_channels=4, seed=2, return_outliers=True,
                      placement="both")
     assert int(both.sum()) == 4 * 16 + 4 * OUTLIER_TOKENS  # 4 whole channels, 4 channels in the first tokens
+    assert torch.equal(y[both], base[both] * 50.0) and torch.equal(y[~both], base[~both])
 
 
 def test_normalize_standardizes_each_channel_and_bad_arguments_are_refused():

@@ -15,8 +15,10 @@ def test_running_alignment_truncates_small_products_by_hand():
     p = torch.tensor([[1.0, 2.0**-5]])
     assert AccumulatorModel(3, group=2, promote_every=None).accumulate(p).tolist() == [1.0]
     assert AccumulatorModel(5, group=2, promote_every=None).accumulate(p).tolist() == [1.0 + 2.0**-5]
-    # truncation is toward zero, for negative products too
-    assert AccumulatorModel(3, group=2, promote_every=None).accumulate(-p).tolist() == [-1.0]
+    # truncation, not rounding: 3 * 2^-5 is 0.75 of an ulp of 2^-3 and is dropped; toward zero for negatives too
+    q = torch.tensor([[1.0, 3 * 2.0**-5]])
+    assert AccumulatorModel(3, group=2, promote_every=None).accumulate(q).tolist() == [1.0]
+    assert AccumulatorModel(3, group=2, promote_every=None).accumulate(-q).tolist() == [-1.0]
 
 
 def test_the_running_sum_takes_part_in_the_alignment_and_promotion_resets_it():
