@@ -33,6 +33,19 @@ def test_both_emulations_are_the_dequantized_product_within_the_higham_bound(rec
     assert bool(((out.double() - exact).abs() <= bound).all())
 
 
+@pytest.mark.parametrize("emulation", EMULATIONS)
+def test_operands_of_different_block_widths_sum_over_segments_where_both_scales_hold(emulation):
+    # a's scales change every 32 along K, b's every 64: the definition sums over the 32-wide segments
+    g = torch.Generator().manual_seed(2)
+    a_q = quantize(torch.randn(6, 128, generator=g) * torch.logspace(-2, 2, 128), E4M3, PerBlock(1, 32))
+    b_q = quantize(torch.randn(5, 128, generator=g), E4M3, PerBlock(1, 64))
+    out = emulated_mm(a_q, b_q, emulation=emulation).double()
+    exact = _exact(a_q, b_q)
+    u = 2.0**-24
+    magnitude = a_q.dequantize().double().abs() @ b_q.dequantize().double().abs().T
+    assert bool(((out - exact).abs() <= 140 * u * magnitude).all())
+
+
 def test_small_integers_with_power_of_two_scales_are_bit_exact_in_both():
     # values in E4M3 with power-of-two scales: every product and every partial sum is exact in fp32
     g = torch.Generator().manual_seed(1)
