@@ -15,7 +15,6 @@ from fp8lab.lab.redraw import clear_data, kept_colorbar
 
 def _draw(ax) -> None:
     ax.plot([1, 2, 3], [1, 4, 9], label="y")
-    ax.set_yscale("log")
     ax.set_xlabel("x")
     ax.legend()
 
@@ -31,6 +30,8 @@ def test_a_cleared_axes_redraws_as_a_new_one():
     _draw(ax_new)
     fig_old, ax_old = plt.subplots()
     ax_old.imshow([[1, 2], [3, 4]])
+    ax_old.set_yscale("log")  # what the next drawing does not set
+    ax_old.set_ylabel("old")
     ax_old.text(0, 0, "old")
     ax_old.set_xlim(5, 6)
     clear_data(ax_old)
