@@ -1,0 +1,33 @@
+"""fp8lab.lab.panels.delayed: notebook 03's stream under delayed scaling, computed without drawing."""
+
+from __future__ import annotations
+
+from fp8lab.lab.panels.delayed import DelayedPanel
+
+
+def _run(**kw):
+    panel = DelayedPanel()
+    values = {"history": 16, "algo": "max", "spike": 20, "drift": 0.0, "fmt": "e4m3", "margin": 0, **kw}
+    return panel, panel.compute(**values)["df"]
+
+
+def test_history_one_scales_each_step_with_the_previous_steps_amax():
+    _, df = _run(history=1)
+    assert df["scale amax (delayed)"].iloc[0] == df["amax"].iloc[0]  # an empty history: the current amax
+    assert df["scale amax (delayed)"].iloc[1:].tolist() == df["amax"].iloc[:-1].tolist()
+
+
+def test_the_spike_clips_on_its_own_step_and_max_keeps_it_for_the_history_length():
+    panel, df = _run(history=8, spike=100)
+    spike = panel.steps // 4
+    assert df.loc[spike, "overflow (delayed)"] == df["overflow (delayed)"].max() > 0.5  # scaled for a 100x smaller amax
+    assert (df["overflow (delayed)"].iloc[spike + 1:spike + 9] == 0).all()  # while the spike's amax is in the history
+    held = df["scale amax (delayed)"].iloc[spike + 1:spike + 9]
+    assert (held == df.loc[spike, "amax"]).all()  # the spike's amax rules the next 8 steps
+    assert df.loc[spike + 9, "scale amax (delayed)"] < df.loc[spike, "amax"]
+
+
+def test_the_description_counts_the_steps_that_clipped():
+    panel, df = _run(history=4, spike=100)
+    clipped = int((df["overflow (delayed)"] > 0).sum())
+    assert f"{clipped} ({clipped - 1} besides the spike step {panel.steps // 4})" in panel.describe({"df": df})

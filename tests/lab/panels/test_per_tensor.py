@@ -1,0 +1,38 @@
+"""fp8lab.lab.panels.per_tensor: notebook 02's per-tensor panel computed without drawing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp8lab.lab.panels.per_tensor import PerTensorPanel
+
+
+def _compute(panel, **kw):
+    values = {"distribution": "normal", "outliers": 0.0, "placement": "channels", "fmt": "e4m3", "rule": "exact",
+              "margin": 0, "normalize": False, **kw}
+    return panel.compute(**values)
+
+
+def test_the_scale_is_amax_over_448_times_the_margin():
+    panel = PerTensorPanel()
+    d = _compute(panel)
+    amax = float(d["x"].abs().max())
+    assert float(d["q"].scale) == pytest.approx(amax / 448, rel=1e-6)
+    d2 = _compute(panel, margin=2)
+    assert float(d2["q"].scale) == pytest.approx(4 * amax / 448, rel=1e-6)
+    assert "x 2^2" in panel.describe(d2)
+
+
+def test_outliers_flush_the_ordinary_channels_and_dividing_by_each_channels_amax_saves_them():
+    panel = PerTensorPanel()
+    d = _compute(panel, outliers=1e5)
+    saved = _compute(panel, outliers=1e5, normalize=True)
+    keep = torch.ones(d["x"].shape[1], dtype=torch.bool)
+    keep[d["outlier_channels"]] = False
+    # E4M3 flushes what lies under half its smallest subnormal: 2^-10 of the scale's unit amax / 448
+    under = float(d["x"].abs().max()) / 448 * 2.0 ** -10
+    expected = float((d["x"][:, keep].abs() < under).double().mean())
+    assert d["report"]["ordinary_underflow"] == pytest.approx(expected, abs=0.01) and expected > 0.3
+    assert saved["report"]["ordinary_underflow"] < 0.01
+    assert torch.all(saved["x"].abs().amax(0) == 1.0)  # every channel divided by its own amax
