@@ -17,7 +17,7 @@ from fp8lab import E2M1, E4M3, E5M2, E8M0, AmaxHistory, PerBlock, PerRow, PerTen
 from fp8lab.gemm import AccumulatorModel, emulated_mm
 from fp8lab.numerics import kernels
 from fp8lab.numerics.metrics import overflow_fraction
-from fp8lab.numerics.quantize import QuantizedTensor, quantize_spec
+from fp8lab.numerics.quantize import QuantizedTensor, kernel_parameters, quantize_spec
 
 needs_kernels = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
 BOTH_PATHS = pytest.mark.parametrize("path", ["kernels", "torch"])
@@ -68,7 +68,7 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
     """A block outside the tensor, or a parameter block of another layout, raises instead of
     reading past a buffer (mutation: the C size check removed)."""
     x = torch.randn(8, 64)
-    template = quantize_spec().kernel
+    template = kernel_parameters(quantize_spec())
     with pytest.raises(ValueError, match="blocks must lie within x"):
         kernels.quantize(x, (9, 64), template)
     with pytest.raises(ValueError, match="2-D float32"):

@@ -133,7 +133,7 @@ MUTATIONS = [
     m("amax history drops or keeps NaN by its place", S,
       "return math.nan if any(math.isnan(a) for a in self._history) else max(self._history)",
       "return max(self._history)", T + "test_scaling_metrics_recipes.py", HARD),
-    m("blocks not clamped to the tensor", S,
+    m("blocks not clamped to the tensor", NUM + "granularity.py",
       "return (min(self.rows, max(shape[0], 1)), min(self.cols, max(shape[1], 1)))", "return (self.rows, self.cols)",
       T + "test_quantize.py", HARD),
     m("margin not bounded by the format", S, "    if margin > _largest_margin(fmt):", "    if False:",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from fp8lab.numerics import kernels
-from fp8lab.numerics.quantize import QuantizedTensor
+from fp8lab.numerics.quantize import QuantizedTensor, quantize_transposed, quantize_with
 from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.numerics.scaling import PerBlock, PerRow, PerTensor
 
@@ -90,7 +90,7 @@ def quantize_operands(
 ) -> tuple[QuantizedTensor, QuantizedTensor]:
     """Quantize a[M, K] as the recipe's input and b[K, N] as its weight, in b^T[N, K] layout.
 
-    b is quantized down its columns in place (TensorScaling.quantize_transposed): b_q is the
+    b is quantized down its columns in place (quantize.quantize_transposed): b_q is the
     QuantizedTensor of b^T as a transposed view, so no copy of b^T is made and the GEMM reads
     b in its own row-major layout. A b given as a transposed [N, K] tensor's view is contiguous
     as b^T: it is quantized as it lies. On the CPU the kernel writes each operand's float32
@@ -99,8 +99,8 @@ def quantize_operands(
     recipe = get_recipe(recipe)
     _check_matmul_shapes(a, b)
     if b.t().is_contiguous() and not b.is_contiguous():  # b = w.t() of a contiguous w[N, K]
-        return recipe.input.quantize(a, values=True), recipe.weight.quantize(b.t(), values=True)
-    return recipe.input.quantize(a, values=True), recipe.weight.quantize_transposed(b, values=True)
+        return quantize_with(a, recipe.input, values=True), quantize_with(b.t(), recipe.weight, values=True)
+    return quantize_with(a, recipe.input, values=True), quantize_transposed(b, recipe.weight, values=True)
 
 
 def _check_matmul_shapes(a: torch.Tensor, b: torch.Tensor) -> None:

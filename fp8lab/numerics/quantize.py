@@ -16,7 +16,6 @@ Notebook 02 introduces quantize; 04 the block shapes; 01 the codes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import torch
 
@@ -25,11 +24,9 @@ from fp8lab.numerics.formats import (
     E2M1,
     E4M3,
     FloatFormat,
-    _check_float,
-    _check_rounding,
     cast,
+    check_float,
     e8m0_codes,
-    get_format,
     round_stochastic,
     uniform_draws,
     widen,
@@ -39,15 +36,14 @@ from fp8lab.numerics.scaling import (
     Granularity,
     PerBlock,
     PerTensor,
+    TensorScaling,
     amax_per_block,
     as_2d,
-    check_scale_args,
     padded_blocks,
-    parse_granularity,
     scale_from_amax,
 )
 
-__all__ = ["QuantizeSpec", "QuantizedTensor", "quantize", "quantize_delayed", "quantize_spec", "quantize_with"]
+__all__ = ["QuantizedTensor", "quantize", "quantize_delayed", "quantize_spec", "quantize_transposed", "quantize_with"]
 
 # rows of blocks handled per step of the scale-and-cast loop: ~1 MiB of float32 at a time
 # stays in cache, so x is read once and the fp8 result written once
@@ -92,6 +88,8 @@ class QuantizedTensor:
         derived: the float32 and scale-folded values, computed once from the codes (a cache: see Derived).
         rounding: how the cast rounded, "nearest" or "stochastic" (formats.ROUNDINGS).
         scale_floor: where E4M3 block scales stopped at the bottom (scaling.SCALE_FLOORS).
+        scaling: all of these settings in one TensorScaling (quantize passes the one it used; a hand-built
+            QuantizedTensor gets one made, and so checked, from the fields above).
 
     Checked on construction: a wrong dtype, device or scale shape raises ValueError, never garbage later.
     Frozen: no field is reassigned and no tensor written after construction; only the cache fills in.
@@ -110,6 +108,7 @@ class QuantizedTensor:
     derived: Derived = field(default_factory=Derived, repr=False)
     rounding: str = "nearest"
     scale_floor: str = "zero"
+    scaling: TensorScaling | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, torch.Tensor) or not isinstance(self.scale, torch.Tensor):
@@ -117,9 +116,10 @@ class QuantizedTensor:
         if not isinstance(self.fmt, FloatFormat) or not isinstance(self.granularity, Granularity):
             raise TypeError("QuantizedTensor: fmt must be a FloatFormat and granularity a Granularity "
                             "(fp8lab.get_format, fp8lab.parse_granularity)")
-        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.tensor_scale is not None,
-                         self.scale_floor)
-        _check_rounding(self.fmt, self.rounding)
+        if self.scaling is None:  # built by hand: its settings checked once, as a TensorScaling
+            object.__setattr__(self, "scaling", TensorScaling(
+                self.fmt, self.granularity, self.scale_rule, self.scale_fmt, self.tensor_scale is not None,
+                self.margin, self.rounding, scale_floor=self.scale_floor))
         if self.data.dtype != self.fmt.storage_dtype:
             raise ValueError(f"QuantizedTensor: {self.fmt.name} data is stored as {self.fmt.storage_dtype}, "
                              f"got {self.data.dtype}")
@@ -195,7 +195,7 @@ class QuantizedTensor:
             gran = granularity
         return QuantizedTensor(self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt,
                                self.tensor_scale, amax, self.margin, self.counts, self.derived.t(), self.rounding,
-                               self.scale_floor)
+                               self.scale_floor, self.scaling.with_granularity(gran))
 
     def to(self, device: torch.device | str) -> QuantizedTensor:
         """The same codes and scales on another device (cached float32 copies are not moved)."""
@@ -208,7 +208,8 @@ class QuantizedTensor:
 
         return QuantizedTensor(move(self.data), move(self.scale), self.fmt, self.granularity, self.scale_rule,
                                self.scale_fmt, move(self.tensor_scale), move(self.amax), self.margin, self.counts,
-                               Derived(scale_range=self.derived.scale_range), self.rounding, self.scale_floor)
+                               Derived(scale_range=self.derived.scale_range), self.rounding, self.scale_floor,
+                               self.scaling)
 
     @property
     def shape(self) -> torch.Size:
@@ -361,7 +362,7 @@ def _refuse_inf(x: torch.Tensor) -> None:
 def _input_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     """x as the [M, K] the granularity talks about, checked (detached: no autograd graph): float32,
     bfloat16 or float16 as given (every value exact in float32), float64 rounded to float32."""
-    _check_float(x)
+    check_float(x)
     if x.dtype == torch.float64 and x.numel():  # values float32 cannot hold would read as infinities
         beyond = (x.abs() > _FLOAT32_MAX) & torch.isfinite(x)
         if bool(beyond.any()):
@@ -394,26 +395,6 @@ def _given_amax(amax: torch.Tensor | float, blocks: tuple[int, int], granularity
     return a.reshape(blocks)
 
 
-@dataclass(frozen=True)
-class QuantizeSpec:
-    """quantize()'s settings, checked: what every call with them shares.
-
-    kernel: fp8lab.numerics.kernels' parameter block for these settings (the formats and the rule as
-    data), or None where the kernels don't store this format or round stochastically (the torch
-    code runs). TensorScaling (recipes.py) keeps one spec, so a training step checks nothing twice.
-    """
-
-    fmt: FloatFormat
-    granularity: Granularity
-    scale_rule: str
-    margin: int
-    scale_fmt: FloatFormat | None
-    two_level: bool
-    rounding: str = "nearest"
-    kernel: bytes | None = field(default=None, compare=False, repr=False)
-    scale_floor: str = "zero"
-
-
 def quantize_spec(
     fmt: FloatFormat | str = E4M3,
     granularity: Granularity | str = PerTensor(),
@@ -423,27 +404,24 @@ def quantize_spec(
     two_level: bool = False,
     rounding: str = "nearest",
     scale_floor: str = "zero",
-) -> QuantizeSpec:
-    """quantize()'s arguments checked once (a clear error names the valid choices)."""
-    try:
-        return _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding, scale_floor)
-    except TypeError:  # an unhashable argument: check it uncached, for the error that explains it
-        return _spec_cached.__wrapped__(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding,
-                                        scale_floor)
+) -> TensorScaling:
+    """quantize()'s settings, in quantize's order, as the TensorScaling that checks them once."""
+    return TensorScaling(fmt, granularity, scale_rule, scale_fmt, two_level, margin, rounding, scale_floor=scale_floor)
 
 
-@lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
-def _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding, scale_floor) -> QuantizeSpec:
-    args = check_scale_args(get_format(fmt), scale_rule, margin, scale_fmt, two_level, scale_floor)
-    # stochastic rounding runs in the torch code: the C kernels round to nearest only
-    kernel = kernels.parameters(args) if _check_rounding(args.fmt, rounding) == "nearest" else None
-    return QuantizeSpec(args.fmt, parse_granularity(granularity), args.scale_rule, args.margin, args.scale_fmt,
-                        args.two_level, rounding, kernel, args.scale_floor)
+def kernel_parameters(spec: TensorScaling) -> bytes | None:
+    """fp8lab.numerics.kernels' parameter block for these settings (the formats and the rule as data),
+    made once and kept on the spec; None where the kernels don't store this format or round stochastically
+    (the torch code runs: the C kernels round to nearest only)."""
+    memo = spec.__dict__  # a frozen dataclass's own dict: a cache beside its fields, as cached_property keeps
+    if "kernel_parameters" not in memo:
+        memo["kernel_parameters"] = kernels.parameters(spec) if spec.rounding == "nearest" else None
+    return memo["kernel_parameters"]
 
 
 def quantize(
     x: torch.Tensor,
-    fmt: FloatFormat | str = E4M3,
+    fmt: TensorScaling | FloatFormat | str = E4M3,
     granularity: Granularity | str = PerTensor(),
     scale_rule: str = "exact",
     margin: int = 0,
@@ -456,6 +434,9 @@ def quantize(
     scale_floor: str = "zero",
 ) -> QuantizedTensor:
     """Quantize x to `fmt` with one scale per block of `granularity`.
+
+    fmt may also be a TensorScaling, every setting at once (the other settings then stay at their
+    defaults): x goes through its transform (a Hadamard transform, where it has one) first.
 
     x[M, K] -> QuantizedTensor(data[M, K], scale[ceil(M/rows), ceil(K/cols)]), where
     scale = amax / (fmt.max_value / 2**margin) for "exact" (scaling.scale_from_amax has every
@@ -486,14 +467,17 @@ def quantize(
     clamped to it. x may have any float dtype; it is detached: the result carries no autograd
     graph (fp8lab.nn.FP8Linear defines the gradients of FP8 training).
     """
-    spec = quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding, scale_floor)
+    if isinstance(fmt, TensorScaling):
+        return quantize_with(fmt.transform(x), fmt, amax, generator=generator)
+    spec = TensorScaling(fmt, granularity, scale_rule, scale_fmt, two_level, margin, rounding, scale_floor=scale_floor)
     return quantize_with(x, spec, amax, generator=generator)
 
 
-def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | float | None = None, *,
+def quantize_with(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | float | None = None, *,
                   count: bool = False, values: bool | None = None,
                   generator: torch.Generator | None = None) -> QuantizedTensor:
-    """quantize(x, ...) with its settings checked beforehand (quantize_spec).
+    """quantize(x, ...) with its settings in one TensorScaling (checked when it was made); x is quantized
+    as given (spec's transform is the caller's: quantize(x, spec) applies it).
 
     The definition is the torch code at the end: the block amaxes, the scales
     (scaling.scale_from_amax) and the cast (formats.cast). On the CPU, fp8lab.numerics.kernels computes
@@ -513,10 +497,11 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     given = None if amax is None else _given_amax(amax, blocks, spec.granularity, (m, k), x2d.device)
     fold = _folds(spec.granularity, block, (m, k))
 
-    kernel = spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels
+    template = kernel_parameters(spec)
+    kernel = template is not None and x2d.device.type == "cpu" and kernels.engine().kernels
     x32 = x2d.to(torch.float32) if kernel else x2d  # (the kernel reads float32)
     if kernel and kernels.accepts(x32) and (given is None or kernels.accepts(given)):
-        fused = kernels.quantize(x32, block, spec.kernel, given, fold=fold, count=count, values=values)
+        fused = kernels.quantize(x32, block, template, given, fold=fold, count=count, values=values)
         if fused is None or (bool(torch.isnan(fused.own).any()) and bool(torch.isinf(x32).any())):
             _refuse_inf(x32)  # an infinite amax (or an infinity beside a NaN, whose amax is NaN)
         return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
@@ -528,8 +513,7 @@ def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | floa
     if bool(torch.isinf(own).any()) or (bool(torch.isnan(own).any()) and bool(torch.isinf(x2d).any())):
         _refuse_inf(x2d)
     block_amax = own if given is None else given
-    scale, inverse, tensor_scale = scale_from_amax(block_amax, spec.fmt, spec.scale_rule, spec.margin,
-                                                   spec.scale_fmt, spec.two_level, spec.scale_floor)
+    scale, inverse, tensor_scale = scale_from_amax(block_amax, spec)
     draws = uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None
     data = _scale_and_cast(x2d, block, inverse, spec.fmt, draws)
     return _quantized(x, spec, data, scale, tensor_scale, block_amax)
@@ -543,7 +527,7 @@ def _folds(granularity: Granularity, block: tuple[int, int], shape: tuple[int, i
     return isinstance(granularity, PerBlock) and block[0] < shape[0] and block[1] < shape[1]
 
 
-def _quantized(x, spec: QuantizeSpec, data, scale, tensor_scale, block_amax, values=None, folded=False,
+def _quantized(x, spec: TensorScaling, data, scale, tensor_scale, block_amax, values=None, folded=False,
                scale_range=None, counts=None) -> QuantizedTensor:
     if isinstance(spec.granularity, PerTensor):
         scale, block_amax = scale.reshape(()), block_amax.reshape(())
@@ -553,7 +537,20 @@ def _quantized(x, spec: QuantizeSpec, data, scale, tensor_scale, block_amax, val
     derived = Derived(None if folded else values, values if folded else None, scale_range)
     return QuantizedTensor(data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale,
                            block_amax, spec.margin, counts, derived, spec.rounding,
-                           spec.scale_floor)
+                           spec.scale_floor, spec)
+
+
+def quantize_transposed(x: torch.Tensor, spec: TensorScaling, values: bool | None = None) -> QuantizedTensor:
+    """Quantize the operand x^T[cols, rows] as `spec` says, from x[rows, cols], without copying x^T: x is
+    quantized down its columns (spec.down_columns) and the result is the QuantizedTensor of x^T, code for
+    code, as a transposed view (what a GEMM over x's rows needs: a weight b[K, N] for b^T[N, K], an
+    activation x[M, K] for wgrad's x^T[K, M]). With a Hadamard transform, x^T is copied and transformed
+    along its rows (its contraction)."""
+    if spec.hadamard is not None:
+        return quantize_with(spec.transform(x.t().contiguous()), spec, values=values)
+    if isinstance(spec.granularity, PerTensor):
+        return quantize_with(x, spec, values=values).t()
+    return quantize_with(x, spec.down_columns(x.shape[0]), values=values).t(spec.granularity)
 
 
 def quantize_delayed(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import GEMMS, Recipe, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import PerRow, PerTensor
 
@@ -195,7 +196,7 @@ def measure(recipes: Sequence[str] = COST_RECIPES, size: int = 512, rounds: int 
     for name in recipes:
         r = get_recipe(name)
         ops[r.name] = quantize_operands(a, b, r)
-        cands[f"q {r.name}"] = lambda r=r: r.input.quantize(a)
+        cands[f"q {r.name}"] = lambda r=r: quantize(a, r.input)
         cands[f"g {r.name}"] = lambda r=r: matmul(*ops[r.name], r, verbose=False)
     cands["g fp32"] = lambda: a @ b
     times = time_interleaved(cands, rounds=rounds, warmup=1)

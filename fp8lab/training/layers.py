@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8lab.gemm import GemmBackend, default_backend
-from fp8lab.numerics.quantize import QuantizedTensor
+from fp8lab.numerics.quantize import QuantizedTensor, quantize_with
 from fp8lab.numerics.recipes import Recipe, RoundingDraws, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
 from fp8lab.training import delayed as delayed_steps
@@ -156,7 +156,7 @@ def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str,
                 state.delayed.observe(role, current)
     monitoring = state.monitor is not None and state.monitor.active()
     draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
-    q = scaling.quantize(t, amax=amax, count=monitoring, generator=draws, transformed=True)  # (count: the Monitor's)
+    q = quantize_with(t, scaling, amax, count=monitoring, generator=draws)  # (count: the Monitor's)
     if monitoring:
         state.monitor.record(state.name, gemm, role, t, q)
     return q
