@@ -28,7 +28,8 @@ from fp8lab.numerics.formats import (
     uniform_draws,
 )
 from fp8lab.numerics.hadamard import SIZES, RandomHadamard, hadamard_matrix
-from fp8lab.numerics.quantize import kernel_parameters, quantize, quantize_spec
+from fp8lab.numerics.quantize import quantize, quantize_spec
+from fp8lab.numerics.quantize_fast import kernel_parameters
 from fp8lab.numerics.recipes import (
     NVFP4_HADAMARD,
     NVFP4_PARTS,

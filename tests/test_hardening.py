@@ -17,7 +17,8 @@ from fp8lab import E2M1, E4M3, E5M2, E8M0, AmaxHistory, PerBlock, PerRow, PerTen
 from fp8lab.gemm import AccumulatorModel, emulated_mm
 from fp8lab.numerics import kernels
 from fp8lab.numerics.metrics import overflow_fraction
-from fp8lab.numerics.quantize import QuantizedTensor, kernel_parameters, quantize_spec
+from fp8lab.numerics.quantize import QuantizedTensor, quantize_spec
+from fp8lab.numerics.quantize_fast import CHUNK_ELEMENTS, kernel_parameters
 
 needs_kernels = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
 BOTH_PATHS = pytest.mark.parametrize("path", ["kernels", "torch"])
@@ -443,8 +444,6 @@ def test_quantizing_a_bf16_operand_makes_no_full_size_float32_copy():
     """The torch code (what runs on a GPU) widens a bf16 operand to float32 a bounded chunk at a time:
     a full-size float32 copy (and more float32 temporaries of its size) before the cast takes 1-2 GB
     for one 8192^2 operand on a GPU."""
-    from fp8lab.numerics import quantize as quantize_module
-
     x = torch.randn(1024, 1024).to(torch.bfloat16)
     for granularity in (PerTensor(), PerBlock(1, 128), PerBlock(128, 128)):
         with kernels.disabled(), _Largest() as seen:
@@ -452,7 +451,7 @@ def test_quantizing_a_bf16_operand_makes_no_full_size_float32_copy():
         with kernels.disabled():
             want = quantize(x.float(), E4M3, granularity)
         assert torch.equal(q.data.view(torch.uint8), want.data.view(torch.uint8)) and torch.equal(q.scale, want.scale)
-        assert seen.largest.get(torch.float32, 0) <= quantize_module._CHUNK_ELEMENTS, granularity  # (CPU's chunk)
+        assert seen.largest.get(torch.float32, 0) <= CHUNK_ELEMENTS, granularity  # (CPU's chunk)
 
 
 def test_e2m1_codes_make_no_int64_index_per_element():

@@ -21,10 +21,45 @@ __all__ = ["MAX_BLOCK", "Granularity", "PerBlock", "PerRow", "PerTensor", "as_2d
 
 
 class Granularity:
-    """Which region of x[M, K] shares one scale. Subclasses are frozen dataclasses."""
+    """Which region of x[M, K] shares one scale. Subclasses are frozen dataclasses; what a granularity
+    means for a GEMM (its transpose, its scales along K, the tokens a scale covers) is a method here.
+
+    whole_tensor  one scale covers all of x (a reduction over the whole tensor; delayed scaling's kind)
+    whole_rows    each scale spans whole rows, all of K (per tensor or per row: no block width along K)
+    """
+
+    whole_tensor: bool = False
+    whole_rows: bool = False
 
     def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
         """(rows, cols) of one block for a 2-D tensor of `shape`, never larger than the tensor."""
+        raise NotImplementedError
+
+    def transposed(self) -> Granularity | None:
+        """The blocks of x^T[K, M] that these blocks of x[M, K] become (None: per-row scales would be
+        per column, which no granularity here describes)."""
+        return self
+
+    def down_columns(self, rows: int) -> Granularity:
+        """The granularity of x[rows, cols] whose transpose x^T[cols, rows] has these blocks: per row of
+        x^T is one block per column of x, PerBlock(rows, 1); a 1x32 block of x^T is a 32x1 block of x."""
+        return self
+
+    def row_scales(self, scale: torch.Tensor, shape: tuple[int, int]) -> tuple[torch.Tensor, int]:
+        """The scales of q[R, K] (shape) as (R, K blocks) float32, each row's own, and the block width
+        along K: per tensor and per row (R, 1) with width K; per block (r, c) (R, ceil(K/c)), each block's
+        scale repeated over its r rows, width min(c, K)."""
+        return scale.reshape(-1, 1).expand(shape[0], 1), shape[1]
+
+    def tokens_per_scale(self, gemm: str) -> int | None:
+        """How many tokens one scale of an activation or gradient operand covers in `gemm` (None: all of
+        them): tokens are the rows in fprop and dgrad and the contraction in wgrad."""
+        return None
+
+    @property
+    def scaled_mm_name(self) -> str:
+        """How torch's scaled_mm names this scaling (its float32-scale kinds): TensorWise, RowWise,
+        BlockWise{rows}x{cols}."""
         raise NotImplementedError
 
     def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -45,6 +80,10 @@ class Granularity:
 class PerTensor(Granularity):
     """One scale for the whole tensor: x[...] -> scale[] (a 0-d tensor)."""
 
+    whole_tensor = True
+    whole_rows = True
+    scaled_mm_name = "TensorWise"
+
     def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
         return (max(shape[0], 1), max(shape[1], 1))
 
@@ -60,8 +99,20 @@ class PerTensor(Granularity):
 class PerRow(Granularity):
     """One scale per row: x[M, K] -> scale[M, 1] (each row's amax over K)."""
 
+    whole_rows = True
+    scaled_mm_name = "RowWise"
+
     def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
         return (1, max(shape[1], 1))
+
+    def transposed(self) -> None:
+        return None
+
+    def down_columns(self, rows: int) -> PerBlock:
+        return PerBlock(rows, 1)
+
+    def tokens_per_scale(self, gemm: str) -> int | None:
+        return None if gemm == "wgrad" else 1
 
     @property
     def label(self) -> str:
@@ -97,6 +148,22 @@ class PerBlock(Granularity):
 
     def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
         return (min(self.rows, max(shape[0], 1)), min(self.cols, max(shape[1], 1)))
+
+    def transposed(self) -> PerBlock:
+        return PerBlock(self.cols, self.rows)
+
+    def down_columns(self, rows: int) -> PerBlock:
+        return self.transposed()
+
+    def row_scales(self, scale: torch.Tensor, shape: tuple[int, int]) -> tuple[torch.Tensor, int]:
+        return scale.repeat_interleave(self.rows, 0)[:shape[0]], min(self.cols, shape[1])  # (R, KB)
+
+    def tokens_per_scale(self, gemm: str) -> int:
+        return self.cols if gemm == "wgrad" else self.rows
+
+    @property
+    def scaled_mm_name(self) -> str:
+        return f"BlockWise{self.rows}x{self.cols}"
 
     @property
     def label(self) -> str:
@@ -143,7 +210,7 @@ def as_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     """
     if x.dim() == 2:
         return x
-    if isinstance(granularity, PerTensor):
+    if granularity.whole_tensor:
         return x.reshape(shape_2d(tuple(x.shape)))
     if x.dim() < 2:
         raise ValueError(

@@ -136,7 +136,7 @@ class Recipe:
                 raise TypeError(f"{flag} is True or False, got {getattr(self, flag)!r}")
         if self.delayed is not None:
             for role in ROLES:
-                if not isinstance(getattr(self, role).granularity, PerTensor):
+                if not getattr(self, role).granularity.whole_tensor:
                     raise ValueError(
                         "delayed scaling keeps one amax history per tensor: every role must be per-tensor"
                     )
@@ -189,9 +189,9 @@ class Recipe:
         (unchanged); a per-row weight has no block width along K (ValueError)."""
         w = self.weight
         g = w.granularity
-        if isinstance(g, PerTensor):
+        if g.whole_tensor:
             return self
-        if isinstance(g, PerRow):
+        if g.whole_rows:
             raise ValueError(f"{self.name}'s weight is scaled per row: one scale spans all of K, so it has no square "
                              "block; give the weight PerBlock(c, c) blocks instead")
         c = g.cols

@@ -213,9 +213,7 @@ class TensorScaling:
         """This scaling restated for x[rows, cols] when the operand is x^T[cols, rows]: the same
         blocks, down x's columns (per row of x^T is one block per column of x, PerBlock(rows, 1);
         a 1x32 block of x^T is a 32x1 block of x). Made once per `rows` and kept on this object."""
-        g = self.granularity
-        return self.with_granularity(PerBlock(rows, 1) if isinstance(g, PerRow) else PerBlock(g.cols, g.rows)
-                                     if isinstance(g, PerBlock) else g)
+        return self.with_granularity(self.granularity.down_columns(rows))
 
     def with_granularity(self, granularity: Granularity) -> TensorScaling:
         """These settings with another granularity (the same object where it is this one's), made once

@@ -18,7 +18,6 @@ import torch
 
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import GEMMS, Recipe, TensorScaling, get_recipe
-from fp8lab.numerics.scaling import PerRow, PerTensor
 
 __all__ = ["PARALLEL", "PUBLISHED", "Published", "answer", "cost_class", "cost_table", "measure",
            "per_tensor_vs_block", "scale_bits_per_element", "scale_multiplies"]
@@ -123,10 +122,10 @@ def _amax_text(recipe: Recipe, parallel: str = "one process") -> str:
     s = recipe.input
     if recipe.delayed is not None:
         text = "from the amax history of past steps: the tensor is read once, to cast it"
-    elif isinstance(s.granularity, PerTensor):
+    elif s.granularity.whole_tensor:
         text = ("a reduction over the whole tensor before any element can be cast: the tensor is read twice "
                 "(amax, then cast)")
-    elif isinstance(s.granularity, PerRow):
+    elif s.granularity.whole_rows:  # per row
         text = "per row (local), but wgrad's rows are columns of x and dy: a reduction over all tokens"
     else:
         r, c = s.granularity.block_shape((1 << 20, 1 << 20))
@@ -140,7 +139,7 @@ def _amax_text(recipe: Recipe, parallel: str = "one process") -> str:
                            "parallelism)")
         return text + "; data parallel: nothing to agree on (each rank's GEMMs read only its own tensors)"
     if parallel.startswith("FSDP"):
-        if isinstance(recipe.weight.granularity, PerTensor) or recipe.weight.two_level:
+        if recipe.weight.granularity.whole_tensor or recipe.weight.two_level:
             return text + "; FSDP: an all-reduce of each weight's amax before its shards are cast (a tensor scale)"
         return text + "; FSDP: no all-reduce (each weight row or block lies on one rank)"
     if parallel.startswith("sequence"):
@@ -283,8 +282,4 @@ def cost_class(recipe: Recipe | str) -> int:
     if r.input.fmt.bits <= 4:
         return 0
     g = r.input.granularity
-    if isinstance(g, PerTensor):
-        return 1
-    if isinstance(g, PerRow):
-        return 2
-    return 3
+    return 1 if g.whole_tensor else 2 if g.whole_rows else 3
