@@ -29,8 +29,15 @@ def kernel_parameters(spec: TensorScaling) -> bytes | None:
     (the torch code runs: the C kernels round to nearest only)."""
     memo = spec.__dict__  # a frozen dataclass's own dict: a cache beside its fields, as cached_property keeps
     if "kernel_parameters" not in memo:
-        memo["kernel_parameters"] = kernels.parameters(spec) if spec.rounding == "nearest" else None
+        # (one block per settings, shared by every spec that has them: quantize() makes a spec per call)
+        key = (spec.fmt, spec.scale_rule, spec.margin, spec.scale_fmt, spec.two_level, spec.scale_floor, spec.rounding)
+        if key not in _PARAMETERS:
+            _PARAMETERS[key] = kernels.parameters(spec) if spec.rounding == "nearest" else None
+        memo["kernel_parameters"] = _PARAMETERS[key]
     return memo["kernel_parameters"]
+
+
+_PARAMETERS: dict[tuple, bytes | None] = {}  # kernel_parameters' blocks, by settings (a few dozen at most)
 
 
 def kernel_input(x2d: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | None) -> torch.Tensor | None:
