@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import torch
 
-from fp8lab.gemm.emulation import _scale_output, _scaled_products, emulated_mm, quantize_operands
+from fp8lab.gemm.emulation import emulated_mm, quantize_operands, scale_output, scaled_products
 from fp8lab.numerics.quantize import QuantizedTensor
 
 __all__ = ["ALIGNMENTS", "DEEPSEEK_ERROR", "DEEPSEEK_K", "MEASURES", "NEAR", "AccumulatorModel", "accumulation_error",
@@ -152,11 +152,11 @@ def accumulation_errors(
               for k in ks if not aligned(k)}
     if together:
         operands = [_accumulation_operands(k, distribution, size) for k in together]
-        products = torch.stack([torch.nn.functional.pad(_scaled_products(a_q, b_q), (longest - k, 0))
+        products = torch.stack([torch.nn.functional.pad(scaled_products(a_q, b_q), (longest - k, 0))
                                 for k, (a_q, b_q, _) in zip(together, operands, strict=True)])
         outs = accumulation.accumulate(products)  # (len(together), M, N)
         for k, out, (a_q, b_q, exact) in zip(together, outs, operands, strict=True):
-            errors[k] = _relative_error(_scale_output(out, a_q, b_q), exact, measure)
+            errors[k] = _relative_error(scale_output(out, a_q, b_q), exact, measure)
     return [errors[k] for k in ks]
 
 

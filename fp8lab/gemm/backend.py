@@ -15,19 +15,19 @@ from functools import lru_cache
 import torch
 
 from fp8lab.gemm.accumulation import AccumulatorModel
-from fp8lab.gemm.emulation import EMULATIONS, _check_matmul_shapes, emulated_mm, quantize_operands
+from fp8lab.gemm.emulation import EMULATIONS, check_matmul_shapes, emulated_mm, quantize_operands
 from fp8lab.gemm.real import (
     Arch,
     KernelPlan,
     KernelUnavailable,
-    _pair_kind,
-    _sm,
-    _target,
     check_fast_accum,
+    pair_kind,
     plan_gemm,
     prepare_real_mm,
+    resolve_target,
+    sm_name,
 )
-from fp8lab.numerics.quantize import QuantizedTensor
+from fp8lab.numerics.quantize import QuantizedTensor, quantize
 from fp8lab.numerics.recipes import Recipe, get_recipe
 
 __all__ = [
@@ -72,8 +72,6 @@ def _probe_operand(q: QuantizedTensor, rows: int, k: int, g: torch.Generator, de
                    magnitude: float = 1.0) -> QuantizedTensor:
     """A small operand quantized as q is (its format, blocks, scale rule and scale format, tensor
     scale): what the kernel planned for q runs on in the probe."""
-    from fp8lab.numerics.quantize import quantize
-
     x = torch.randn(rows, k, generator=g) * magnitude
     return quantize(x.to(device), q.fmt, q.granularity, q.scale_rule, q.margin, scale_fmt=q.scale_fmt,
                     two_level=q.tensor_scale is not None)
@@ -109,7 +107,7 @@ class GemmBackend:
         self._announced: set[tuple] = set()
 
     def __repr__(self) -> str:
-        where = f", simulating {_sm(self.arch)} CUDA {self.cuda}" if self.arch is not None else ""
+        where = f", simulating {sm_name(self.arch)} CUDA {self.cuda}" if self.arch is not None else ""
         return f"GemmBackend({self.mode}{where})"
 
     def fresh(self) -> GemmBackend:
@@ -136,7 +134,7 @@ class GemmBackend:
         if self.arch is None and a_q.data.device.type != "cuda" and self.mode == "auto":
             return _cpu_choice()  # the common case on a laptop, answered without building a plan
         try:
-            arch, cuda, device = _target(a_q, self.arch, self.cuda)
+            arch, cuda, device = resolve_target(a_q, self.arch, self.cuda)
             plan = plan_gemm(a_q, b_q, arch, cuda)
             if self.probe and device.type == "cuda":
                 ok, why = self._probe(plan, device, a_q, b_q, cuda)
@@ -176,10 +174,10 @@ class GemmBackend:
         pair whose kernel refuses or ignores it, on any machine."""
         if use_fast_accum:
             with contextlib.suppress(KernelUnavailable):  # (no kernel at all: the emulation runs anyway)
-                check_fast_accum(_pair_kind(a_q, b_q))
+                check_fast_accum(pair_kind(a_q, b_q))
         choice = self.choose(a_q, b_q)
         if choice.plan is not None:
-            device = _target(a_q, self.arch, self.cuda)[2]
+            device = resolve_target(a_q, self.arch, self.cuda)[2]
             try:
                 out = prepare_real_mm(a_q, b_q, choice.plan, device, use_fast_accum).result().float()
             except Exception as exc:  # never stop a workshop: emulate this call, count it, say why once
@@ -322,7 +320,7 @@ def matmul(
         home = a.data.device
     else:
         home = a.device
-        _check_matmul_shapes(a, b)
+        check_matmul_shapes(a, b)
         if a.numel() == 0 or b.numel() == 0:  # (M, N or K of 0: nothing to quantize, as torch.matmul)
             return torch.zeros(a.shape[0], b.shape[1], device=home)
         a_q, b_q = quantize_operands(a.detach(), b.detach(), recipe)

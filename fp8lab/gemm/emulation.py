@@ -13,19 +13,24 @@ import contextlib
 import math
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from fp8lab.numerics import kernels
-from fp8lab.numerics.quantize import QuantizedTensor
+from fp8lab.numerics.quantize import QuantizedTensor, quantize_transposed, quantize_with
 from fp8lab.numerics.recipes import Recipe, get_recipe
-from fp8lab.numerics.scaling import PerBlock, PerRow, PerTensor
 
-if TYPE_CHECKING:
-    from fp8lab.gemm.accumulation import AccumulatorModel
+__all__ = ["EMULATIONS", "MAX_ACCUMULATED_PRODUCTS", "Accumulator", "check_matmul_shapes", "emulated_mm",
+           "ieee_fp32_matmul", "k_blocks", "quantize_operands", "scale_output", "scaled_products"]
 
-__all__ = ["EMULATIONS", "MAX_ACCUMULATED_PRODUCTS", "emulated_mm", "ieee_fp32_matmul", "quantize_operands"]
+
+class Accumulator(Protocol):
+    """What emulated_mm's `accumulation` does: sums products (..., K) along K as a tensor core would,
+    (...) float32 (gemm.accumulation.AccumulatorModel is one)."""
+
+    def accumulate(self, products: torch.Tensor) -> torch.Tensor: ...
+
 
 EMULATIONS: tuple[str, ...] = ("fast", "reference")
 
@@ -90,20 +95,20 @@ def quantize_operands(
 ) -> tuple[QuantizedTensor, QuantizedTensor]:
     """Quantize a[M, K] as the recipe's input and b[K, N] as its weight, in b^T[N, K] layout.
 
-    b is quantized down its columns in place (TensorScaling.quantize_transposed): b_q is the
+    b is quantized down its columns in place (quantize.quantize_transposed): b_q is the
     QuantizedTensor of b^T as a transposed view, so no copy of b^T is made and the GEMM reads
     b in its own row-major layout. A b given as a transposed [N, K] tensor's view is contiguous
     as b^T: it is quantized as it lies. On the CPU the kernel writes each operand's float32
     values (scale-folded where the GEMM folds them) in the same pass, whatever their size: the
     emulated GEMM reads them next."""
     recipe = get_recipe(recipe)
-    _check_matmul_shapes(a, b)
+    check_matmul_shapes(a, b)
     if b.t().is_contiguous() and not b.is_contiguous():  # b = w.t() of a contiguous w[N, K]
-        return recipe.input.quantize(a, values=True), recipe.weight.quantize(b.t(), values=True)
-    return recipe.input.quantize(a, values=True), recipe.weight.quantize_transposed(b, values=True)
+        return quantize_with(a, recipe.input, values=True), quantize_with(b.t(), recipe.weight, values=True)
+    return quantize_with(a, recipe.input, values=True), quantize_transposed(b, recipe.weight, values=True)
 
 
-def _check_matmul_shapes(a: torch.Tensor, b: torch.Tensor) -> None:
+def check_matmul_shapes(a: torch.Tensor, b: torch.Tensor) -> None:
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(
             f"matmul takes 2-D a[M, K] and b[K, N], got {tuple(a.shape)} and {tuple(b.shape)}; "
@@ -113,21 +118,13 @@ def _check_matmul_shapes(a: torch.Tensor, b: torch.Tensor) -> None:
         raise ValueError(f"a[M, K] @ b[K, N] needs a.shape[1] == b.shape[0], got {tuple(a.shape)} @ {tuple(b.shape)}")
 
 
-def _k_blocks(q: QuantizedTensor) -> tuple[torch.Tensor, int]:
+def k_blocks(q: QuantizedTensor) -> tuple[torch.Tensor, int]:
     """An operand's scales as (rows, K blocks) float32 and the block width along K.
 
     q[R, K] per tensor -> (R, 1) with width K; per row -> (R, 1); per block (r, c) ->
     (R, ceil(K/c)) with each block's scale repeated over its r rows.
     """
-    rows, k = q.shape
-    g = q.granularity
-    if isinstance(g, PerTensor):
-        return q.scale.reshape(1, 1).expand(rows, 1), k
-    if isinstance(g, PerRow):
-        return q.scale.reshape(rows, 1), k
-    assert isinstance(g, PerBlock)
-    s = q.scale.repeat_interleave(g.rows, 0)[:rows]  # (R, KB)
-    return s, min(g.cols, k)
+    return q.granularity.row_scales(q.scale, tuple(q.shape))
 
 
 def _tensor_factor(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor | None:
@@ -151,7 +148,7 @@ def emulated_mm(
     b_q: QuantizedTensor,
     *,
     emulation: str = "fast",
-    accumulation: AccumulatorModel | None = None,
+    accumulation: Accumulator | None = None,
 ) -> torch.Tensor:
     """Emulated FP8 GEMM of a_q[M, K] and b_q[N, K] (b in its [N, K] layout): out[M, N] float32.
 
@@ -178,7 +175,7 @@ def emulated_mm(
             "quantize b as b.t() (its [N, K] layout), e.g. with fp8lab.gemm.quantize_operands"
         )
     if accumulation is not None:
-        return _scale_output(_accumulate(accumulation, a_q, b_q), a_q, b_q)
+        return scale_output(_accumulate(accumulation, a_q, b_q), a_q, b_q)
     with ieee_fp32_matmul():
         return _emulated(a_q, b_q, emulation)
 
@@ -192,18 +189,18 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
     b = b_q.values()  # (N, K)
     m, k = a.shape
     n = b.shape[0]
-    sa, wa = _k_blocks(a_q)  # (M, KBa), block width along K
-    sb, wb = _k_blocks(b_q)  # (N, KBb)
+    sa, wa = k_blocks(a_q)  # (M, KBa), block width along K
+    sb, wb = k_blocks(b_q)  # (N, KBb)
     seg = _segments(k, wa, wb)
     out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
     for start in range(0, k, seg):
         part = a[:, start : start + seg] @ b[:, start : start + seg].t()  # (M, N), fp32 sums
         factor = sa[:, start // wa, None] * sb[None, :, start // wb]  # (M, N)
         out += part * factor
-    return _scale_output(out, a_q, b_q)
+    return scale_output(out, a_q, b_q)
 
 
-def _scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+def scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
     """out times the operands' tensor scales (NVFP4's two-level scaling), where they have them."""
     factor = _tensor_factor(a_q, b_q)
     return out if factor is None else out * factor
@@ -212,21 +209,21 @@ def _scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor)
 def _scaled_operands(a_q: QuantizedTensor, b_q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor]:
     """a[m, k] * sa[m, k] (M, K) and b[n, k] * sb[n, k] (N, K), exact in float64 (tensor scales excepted)."""
     k = a_q.shape[1]
-    sa, wa = _k_blocks(a_q)
-    sb, wb = _k_blocks(b_q)
+    sa, wa = k_blocks(a_q)
+    sb, wb = k_blocks(b_q)
     a_s = a_q.values().double() * sa.double().repeat_interleave(wa, 1)[:, :k]
     b_s = b_q.values().double() * sb.double().repeat_interleave(wb, 1)[:, :k]
     return a_s, b_s
 
 
-def _scaled_products(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+def scaled_products(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
     """Every product a[m, k] * sa[m, k] * b[n, k] * sb[n, k], exact in float64: (M, N, K), what
     the accumulator model sums (tensor scales excepted: they scale the output)."""
     a_s, b_s = _scaled_operands(a_q, b_q)
     return a_s[:, None, :] * b_s[None, :, :]
 
 
-def _accumulate(accumulation: AccumulatorModel, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
+def _accumulate(accumulation: Accumulator, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
     """The accumulation model's sums (M, N) float32 of the scaled products, a chunk of rows of a at a
     time (each output is its own walk: the same numbers as all at once); ValueError beyond
     MAX_ACCUMULATED_PRODUCTS products."""
@@ -269,11 +266,11 @@ def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor, scale_outer_=_sca
     """
     operands = []
     for q in (a_q, b_q):  # each as (values[R, K], scale per row or tensor or None, smallest, largest magnitude)
-        if isinstance(q.granularity, PerBlock) and q.block_shape[1] < q.shape[1]:
+        if q.block_shape[1] < q.shape[1]:  # (only blocks narrower than K)
             smallest, largest = q.scale_range()
             operands.append((q.scaled_values(), None, q.fmt.min_subnormal * smallest, q.fmt.max_value * largest))
         else:
-            post = q.scale.reshape(()) if isinstance(q.granularity, PerTensor) else _k_blocks(q)[0][:, 0]
+            post = q.scale.reshape(()) if q.scale.dim() == 0 else k_blocks(q)[0][:, 0]
             operands.append((q.values(), post, q.fmt.min_subnormal, q.fmt.max_value))
     (a, post_a, lo_a, hi_a), (b, post_b, lo_b, hi_b) = operands
     if not (lo_a * lo_b >= 2.0**-126 and hi_a * hi_b * a.shape[1] < 2.0**126):

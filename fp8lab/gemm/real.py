@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8lab.gemm.emulation import _k_blocks
+from fp8lab.gemm.emulation import k_blocks
 from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0, e8m0_codes
 from fp8lab.numerics.quantize import QuantizedTensor
-from fp8lab.numerics.scaling import PerRow, PerTensor
 
 __all__ = [
     "FAST_ACCUM_KINDS",
@@ -29,9 +28,12 @@ __all__ = [
     "PreparedGemm",
     "check_fast_accum",
     "operand_scaling",
+    "pair_kind",
     "plan_gemm",
     "prepare_real_mm",
     "real_mm",
+    "resolve_target",
+    "sm_name",
     "swizzle_scales",
 ]
 
@@ -91,10 +93,8 @@ def operand_scaling(q: QuantizedTensor) -> str | None:
     weight blocks, say) reach the kernel as one scale per row per K block: the same numbers.
     """
     g = q.granularity
-    if isinstance(g, PerTensor | PerRow):
-        if q.scale_fmt is None and q.tensor_scale is None:
-            return TENSORWISE if isinstance(g, PerTensor) else ROWWISE
-        return None
+    if g.whole_rows:  # per tensor or per row
+        return g.scaled_mm_name if q.scale_fmt is None and q.tensor_scale is None else None
     if q.scale_fmt is None and q.tensor_scale is None and q.fmt in (E4M3, E5M2) and g.cols == 128:
         return B128X128 if g.rows == 128 else B1X128
     if q.scale_fmt == E8M0 and q.tensor_scale is None and g.cols == 32 and q.fmt in (E4M3, E5M2):
@@ -104,7 +104,7 @@ def operand_scaling(q: QuantizedTensor) -> str | None:
     return None
 
 
-def _pair_kind(a_q: QuantizedTensor, b_q: QuantizedTensor) -> str:
+def pair_kind(a_q: QuantizedTensor, b_q: QuantizedTensor) -> str:
     """The kernel family for a pair, or KernelUnavailable naming both scalings.
 
     Where a coarser operand meets a finer one, its scales are restated at the finer grain, all
@@ -130,7 +130,7 @@ def _scales_along_k(q: QuantizedTensor, width: int) -> torch.Tensor:
     """q's scales as one per row per `width`-wide K block: (R, ceil(K/width)) float32. Valid where
     q's own scales are constant on each such block (per tensor, per row, blocks whose width is a
     multiple of `width` or spans K); rows of taller blocks repeat their block's scale."""
-    s, w = _k_blocks(q)  # (R, K blocks of q), q's block width along K
+    s, w = k_blocks(q)  # (R, K blocks of q), q's block width along K
     k = q.shape[1]
     if w < k and w % width:
         raise KernelUnavailable(f"{_describe(q)}: scales {w} wide cannot be restated {width} wide")
@@ -138,7 +138,8 @@ def _scales_along_k(q: QuantizedTensor, width: int) -> torch.Tensor:
     return s.float().repeat_interleave(reps, 1)[:, : -(-k // width)]
 
 
-def _sm(arch: Arch) -> str:
+def sm_name(arch: Arch) -> str:
+    """An architecture as CUDA names it: (9, 0) -> "sm_90"."""
     return f"sm_{arch[0]}{arch[1]}"
 
 
@@ -173,7 +174,7 @@ class KernelPlan:
 
     @property
     def label(self) -> str:
-        return f"{self.kind} {self.formats[0]} x {self.formats[1]} on {_sm(self.arch)} ({self.library})"
+        return f"{self.kind} {self.formats[0]} x {self.formats[1]} on {sm_name(self.arch)} ({self.library})"
 
 
 def check_fast_accum(kind: str) -> None:
@@ -197,8 +198,8 @@ def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str 
     if a_q.shape[1] != b_q.shape[1]:
         raise ValueError(f"operands must share K: a_q is {tuple(a_q.shape)} (M, K), b_q is {tuple(b_q.shape)} (N, K)")
     if arch < (8, 9):
-        raise KernelUnavailable(f"FP8 GEMMs need sm_89 or newer, this is {_sm(arch)}")
-    kind = _pair_kind(a_q, b_q)
+        raise KernelUnavailable(f"FP8 GEMMs need sm_89 or newer, this is {sm_name(arch)}")
+    kind = pair_kind(a_q, b_q)
     fa, fb = a_q.fmt, b_q.fmt
     formats = (fa.name, fb.name)
     if fa == E5M2 and fb == E5M2:
@@ -211,13 +212,13 @@ def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str 
     if kind == ROWWISE:
         cublas = arch[0] == 9 and cublas_129  # torch: cuBLAS from 12.9 on sm_90, CUTLASS elsewhere
         if not cublas and fb != E4M3:
-            raise KernelUnavailable(f"the CUTLASS rowwise kernel ({_sm(arch)}) needs an E4M3 b, got {fb.name}")
+            raise KernelUnavailable(f"the CUTLASS rowwise kernel ({sm_name(arch)}) needs an E4M3 b, got {fb.name}")
         out = torch.float32 if cublas or _cutlass_rowwise_float32() else torch.bfloat16
         return KernelPlan(kind, arch, "torch._scaled_mm", 16, out, True, "cuBLASLt" if cublas else "CUTLASS", formats)
     if kind in BLOCKWISE_KINDS:
         if arch[0] != 9:
             raise KernelUnavailable(
-                f"DeepSeek-style 1x128/128x128 scaling runs on sm_90 (Hopper) only, this is {_sm(arch)}")
+                f"DeepSeek-style 1x128/128x128 scaling runs on sm_90 (Hopper) only, this is {sm_name(arch)}")
         if not cublas_129:
             raise KernelUnavailable(f"1x128/128x128 scaling needs cuBLAS >= 12.9, this torch has CUDA {cuda}")
         if fa != E4M3 or fb != E4M3:
@@ -225,13 +226,13 @@ def plan_gemm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch, cuda: str 
     elif kind == B1X32:
         if arch < (10, 0):
             raise KernelUnavailable(
-                f"MX block scaling (1x32, E8M0) needs sm_100 (Blackwell) or newer, this is {_sm(arch)}")
+                f"MX block scaling (1x32, E8M0) needs sm_100 (Blackwell) or newer, this is {sm_name(arch)}")
         if fa != E4M3 or fb != E4M3:
             raise KernelUnavailable(f"torch's MXFP8 kernel takes E4M3 operands, got {fa.name} and {fb.name}")
     elif kind == B1X16:
         if arch < (10, 0):
             raise KernelUnavailable(f"NVFP4 block scaling (1x16, E4M3 scales) needs sm_100 (Blackwell) or newer, "
-                                    f"this is {_sm(arch)}")
+                                    f"this is {sm_name(arch)}")
         if (a_q.tensor_scale is None) != (b_q.tensor_scale is None):
             raise KernelUnavailable("torch's NVFP4 kernels take a tensor scale on both operands (two-level) or on "
                                     "neither; this pair has one on one operand only")
@@ -365,7 +366,8 @@ def prepare_real_mm(a_q: QuantizedTensor, b_q: QuantizedTensor, plan: KernelPlan
     return PreparedGemm(plan, F.scaled_mm, args, kwargs, m, n)
 
 
-def _target(a_q: QuantizedTensor, arch: Arch | None, cuda: str | None) -> tuple[Arch, str | None, torch.device]:
+def resolve_target(a_q: QuantizedTensor, arch: Arch | None, cuda: str | None) -> tuple[Arch, str | None, torch.device]:
+    """(arch, CUDA version, device) a real GEMM of a_q plans for: the given ones, else a_q's own GPU's."""
     device = a_q.data.device
     if arch is None:
         if device.type != "cuda":
@@ -385,7 +387,7 @@ def real_mm(a_q: QuantizedTensor, b_q: QuantizedTensor, arch: Arch | None = None
     KernelUnavailable, whose message is the reason doctor shows, where that architecture has no
     kernel for the pair. See plan_gemm for the choice and prepare_real_mm for the call.
     """
-    arch, cuda, device = _target(a_q, arch, cuda)
+    arch, cuda, device = resolve_target(a_q, arch, cuda)
     plan = plan_gemm(a_q, b_q, arch, cuda)
     return prepare_real_mm(a_q, b_q, plan, device, use_fast_accum).result()
 

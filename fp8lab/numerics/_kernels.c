@@ -60,7 +60,7 @@ typedef struct {
     double max_eff;                     /* element max / 2^margin */
     float min_inverse;                  /* "exact": the smallest inverse (its scale 1 / inverse stays finite) */
     float min_tensor_scale;             /* two-level: the smallest tensor scale (inverses stay finite) */
-    float scale_floor;                  /* round_scales: the smallest scale before rounding (ScaleArgs.floor) */
+    float scale_floor;                  /* round_scales: the smallest scale before rounding (TensorScaling.floor) */
     int32_t fold;                       /* values times their block's scale */
     int32_t count;                      /* count the clipped and the flushed elements */
     double clip_limit;                  /* |x| / scale beyond this clipped (FloatFormat.clip_threshold) */

@@ -30,6 +30,8 @@ __all__ = [
     "FloatFormat",
     "cast",
     "cast_reference",
+    "check_float",
+    "check_rounding",
     "e8m0_codes",
     "get_format",
     "widen",
@@ -294,7 +296,8 @@ def get_format(fmt: FloatFormat | str) -> FloatFormat:
 # ---- casting ------------------------------------------------------------------------------
 
 
-def _check_float(x: torch.Tensor) -> None:
+def check_float(x: torch.Tensor) -> None:
+    """Refuse what is not a real floating-point tensor (TypeError / ValueError naming what it is)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point() or x.is_complex():
@@ -348,9 +351,9 @@ def cast_reference(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype =
     rounding="stochastic": see stochastic_reference (the same draws as cast's, decided in float64).
     """
     fmt = get_format(fmt)
-    _check_float(x)
+    check_float(x)
     dtype = _out_dtype(fmt, dtype)
-    if _check_rounding(fmt, rounding) == "stochastic":
+    if check_rounding(fmt, rounding) == "stochastic":
         return stochastic_reference(x, fmt, uniform_draws(x, generator)).to(dtype)
     if fmt.mantissa_bits > 23 or fmt.exponent_bits > 8:
         raise ValueError(f"{fmt.name} is wider than float32; nothing to round")
@@ -404,9 +407,9 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
     element from `generator` (torch.rand; None: torch's default generator).
     """
     fmt = get_format(fmt)
-    _check_float(x)
+    check_float(x)
     dtype = _out_dtype(fmt, dtype)
-    if _check_rounding(fmt, rounding) == "stochastic":
+    if check_rounding(fmt, rounding) == "stochastic":
         return round_stochastic(x, fmt, uniform_draws(x, generator)).to(dtype)
     x = x.to(torch.float32)
     if fmt.name in _TORCH_ROUNDS:
@@ -429,7 +432,8 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
 ROUNDINGS: tuple[str, ...] = ("nearest", "stochastic")
 
 
-def _check_rounding(fmt: FloatFormat, rounding: str) -> str:
+def check_rounding(fmt: FloatFormat, rounding: str) -> str:
+    """`rounding` itself when it is one of ROUNDINGS and fits `fmt` (stochastic: element formats only)."""
     if rounding not in ROUNDINGS:
         raise ValueError(f"unknown rounding {rounding!r}; valid: {', '.join(ROUNDINGS)}")
     if rounding == "stochastic" and not (fmt.signed and fmt.has_subnormals):

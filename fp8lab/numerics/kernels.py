@@ -37,8 +37,8 @@ from typing import NamedTuple
 import torch
 
 from fp8lab.numerics import kernels_build
-from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, _check_float, get_format
-from fp8lab.numerics.scaling import SCALE_RULES, Granularity, ScaleArgs, Scales, as_2d, check_scale_args
+from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_format
+from fp8lab.numerics.scaling import SCALE_RULES, Granularity, Scales, TensorScaling, as_2d
 
 __all__ = [
     "EAGER_VALUES",
@@ -113,9 +113,9 @@ _REFUSED = {
 }
 
 
-def parameters(args: ScaleArgs) -> bytes | None:
-    """The parameter block for quantizing with these (checked) scale settings, as bytes (a
-    QuantizeSpec keeps them: immutable, copyable): the element format, the format its codes are
+def parameters(args: TensorScaling) -> bytes | None:
+    """The parameter block for quantizing with these scale settings, as bytes (immutable,
+    copyable): the element format, the format its codes are
     stored in, the scale rule and its constants, all from FloatFormat and SCALE_RULES. None
     where the kernels do not store the format (their codes are E4M3 or E5M2 bytes)."""
     fmt = args.fmt
@@ -357,7 +357,8 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
 
 def _template(fmt: FloatFormat | str, scale_rule: str = "exact", margin: int = 0,
               scale_fmt: FloatFormat | str | None = None, two_level: bool = False, scale_floor: str = "zero") -> bytes:
-    p = parameters(check_scale_args(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor))
+    p = parameters(TensorScaling(fmt, scale_rule=scale_rule, scale_fmt=scale_fmt, two_level=two_level, margin=margin,
+                                 scale_floor=scale_floor))
     if p is None:
         raise ValueError(f"the kernels store e4m3, e5m2 and e2m1 codes, not {get_format(fmt).name}")
     return p
@@ -394,7 +395,7 @@ def scale_from_amax(amax: torch.Tensor, fmt: FloatFormat | str = "e4m3", scale_r
 def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """formats.cast, by the kernel's cast (the one quantize runs), for e4m3, e5m2 and e2m1."""
     fmt = get_format(fmt)
-    _check_float(x)
+    check_float(x)
     if dtype not in (torch.float32, fmt.storage_dtype):
         raise ValueError(f"cast returns float32 values or {fmt.name}'s storage dtype {fmt.storage_dtype}, not {dtype}")
     flat = x.to(torch.float32).reshape(1, -1)

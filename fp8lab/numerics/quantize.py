@@ -1,35 +1,28 @@
-"""quantize(x, ...) -> QuantizedTensor, and back with .dequantize().
+"""quantize(x, ...) -> QuantizedTensor, and back with .dequantize(): the definition first.
 
-Public: quantize, quantize_delayed, QuantizedTensor; quantize_spec / quantize_with (the
-settings checked once, then applied: what a training step calls).
-x[M, K] -> data[M, K] (the format's codes) and scale[ceil(M/rows), ceil(K/cols)]
-(float32 dequantization multipliers): x ~= data.float() * scale, broadcast per block.
-NVFP4 adds a second, per-tensor float32 factor: x ~= data * scale * tensor_scale.
-rounding="stochastic" (seeded by a torch.Generator) rounds the cast without bias: the torch code
-runs it (the C kernels round to nearest only, and are not asked).
-The definition is three steps in torch (quantize_with): scaling.amax_per_block,
-scaling.scale_from_amax (every scale rule), formats.cast; on the CPU fp8lab.numerics.kernels does the
-same in one pass, chosen in one place (quantize_with's first lines).
+Public: quantize (the one a learner calls), quantize_definition (what quantization is, in torch, on one
+screen: each block's amax, its scale, the cast), quantize_with (the same with the settings already in a
+TensorScaling: the seam that picks a fast twin from quantize_fast, the C kernel or the chunked torch code,
+for the same bits), quantize_transposed, quantize_delayed, quantize_spec, QuantizedTensor.
+x[M, K] -> data[M, K] (the format's codes) and scale[ceil(M/rows), ceil(K/cols)] (float32 dequantization
+multipliers): x ~= data.float() * scale, broadcast per block; NVFP4 adds a per-tensor float32 factor.
 Notebook 02 introduces quantize; 04 the block shapes; 01 the codes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import torch
 
-from fp8lab.numerics import kernels
+from fp8lab.numerics import kernels, quantize_fast
 from fp8lab.numerics.formats import (
     E2M1,
     E4M3,
     FloatFormat,
-    _check_float,
-    _check_rounding,
     cast,
+    check_float,
     e8m0_codes,
-    get_format,
     round_stochastic,
     uniform_draws,
     widen,
@@ -37,22 +30,248 @@ from fp8lab.numerics.formats import (
 from fp8lab.numerics.scaling import (
     AmaxHistory,
     Granularity,
-    PerBlock,
     PerTensor,
+    TensorScaling,
     amax_per_block,
     as_2d,
-    check_scale_args,
     padded_blocks,
-    parse_granularity,
     scale_from_amax,
 )
 
-__all__ = ["QuantizeSpec", "QuantizedTensor", "quantize", "quantize_delayed", "quantize_spec", "quantize_with"]
+__all__ = ["QuantizedTensor", "quantize", "quantize_definition", "quantize_delayed", "quantize_spec",
+           "quantize_transposed", "quantize_with"]
 
-# rows of blocks handled per step of the scale-and-cast loop: ~1 MiB of float32 at a time
-# stays in cache, so x is read once and the fp8 result written once
-_CHUNK_ELEMENTS = 1 << 18
-_GPU_CHUNK_ELEMENTS = 1 << 24  # (64 MiB of float32 per temporary)
+
+def quantize(
+    x: torch.Tensor,
+    fmt: TensorScaling | FloatFormat | str = E4M3,
+    granularity: Granularity | str = PerTensor(),
+    scale_rule: str = "exact",
+    margin: int = 0,
+    *,
+    scale_fmt: FloatFormat | str | None = None,
+    two_level: bool = False,
+    amax: torch.Tensor | float | None = None,
+    rounding: str = "nearest",
+    generator: torch.Generator | None = None,
+    scale_floor: str = "zero",
+) -> QuantizedTensor:
+    """Quantize x to `fmt` with one scale per block of `granularity`.
+
+    fmt may also be a TensorScaling, every setting at once (the other settings then stay at their
+    defaults): x goes through its transform (a Hadamard transform, where it has one) first.
+
+    x[M, K] -> QuantizedTensor(data[M, K], scale[ceil(M/rows), ceil(K/cols)]), where
+    scale = amax / (fmt.max_value / 2**margin) for "exact" (scaling.scale_from_amax has every
+    rule) and data = cast(x / scale, fmt), saturating at +-max_value.
+
+    scale_fmt  None: float32 scales. E8M0: power-of-two scales (MX). E4M3: scales rounded
+               to E4M3 (NVFP4), with two_level=True adding a per-tensor float32 scale
+               amax / (448 * fmt.max_value) so the E4M3 block scales use their whole range.
+    scale_floor  E4M3 block scales only: "zero" (no lower clamp, subnormal scales and 0 below them: the
+               training engines, TransformerEngine and torchao's NVFP4 training path) or "min_normal"
+               (clamped at 2^-6: torchao's inference NVFP4Tensor); scaling.SCALE_FLOORS says which is whose.
+    amax       use this amax instead of x's own: a scalar for per-tensor scaling (delayed
+               scaling), or one per block, shaped like the scale (amaxes reduced across
+               data-parallel ranks, fp8lab.training.distributed); each finite and >= 0, or NaN. Values
+               beyond it clip, and metrics.overflow_fraction shows how many.
+    rounding   "nearest" (ties to even) or "stochastic": each scaled value rounds up or down to a
+               neighbouring code, up with probability its distance from the lower one over the gap,
+               so the mean over draws is x (formats.round_stochastic); one torch.rand draw per
+               element of x[M, K], in order, from `generator` (None: torch's default generator).
+               Scales are unchanged (amax and the scale rule decide them). The C kernels round to
+               nearest only: stochastic rounding runs the torch code, the same on every machine.
+    NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError, and
+    so does a float64 value beyond float32's range: a scale needs a finite amax, and quantize does not
+    guess one (torch.nan_to_num first, where an infinity is meant). fp8lab.nn.FP8Linear keeps that for
+    the forward's activations and weights, and passes a gradient's infinities on instead (its GEMM in
+    high precision): a loss scaler overflows gradients on purpose and must see the inf.
+    Per-row and per-block need a 2-D x (reshape batches to (-1, K)); a block larger than x is
+    clamped to it. x may have any float dtype; it is detached: the result carries no autograd
+    graph (fp8lab.nn.FP8Linear defines the gradients of FP8 training).
+    """
+    if isinstance(fmt, TensorScaling):
+        return quantize_with(fmt.transform(x), fmt, amax, generator=generator)
+    spec = TensorScaling(fmt, granularity, scale_rule, scale_fmt, two_level, margin, rounding, scale_floor=scale_floor)
+    return quantize_with(x, spec, amax, generator=generator)
+
+
+def quantize_definition(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | float | None = None,
+                        generator: torch.Generator | None = None) -> QuantizedTensor:
+    """What quantization is, in torch: each block's amax, its scale, the cast (quantize_with: the same bits).
+
+    x[M, K] -> data[M, K] = cast(x / scale, spec.fmt), scale[ceil(M/r), ceil(K/c)] = scale_from_amax(amax).
+    """
+    x2d = _input_2d(x, spec.granularity)  # (M, K)
+    m, k = x2d.shape
+    block = spec.granularity.block_shape((m, k))  # (r, c), never larger than x
+    own = amax_per_block(x2d, spec.granularity)  # (MB, KB): max|x| over each block
+    _check_amax(own, x2d)
+    block_amax = own if amax is None else _given_amax(amax, tuple(own.shape), spec.granularity, (m, k), x2d.device)
+    # every scale rule; NVFP4's two levels: E4M3 block scales under a float32 tensor scale
+    scale, inverse, tensor_scale = scale_from_amax(block_amax, spec)
+    scaled = padded_blocks(x2d.float(), block) * inverse[:, None, :, None]  # (MB, r, KB, c)
+    if spec.rounding == "stochastic":  # up or down, by one uniform draw per element of x[M, K]
+        draws = padded_blocks(uniform_draws(x2d, generator), block)
+        data = round_stochastic(scaled, spec.fmt, draws).to(spec.fmt.storage_dtype)
+    else:  # to nearest, ties to even, saturating at +-max
+        data = cast(scaled, spec.fmt, spec.fmt.storage_dtype)
+    data = data.reshape(scaled.shape[0] * block[0], -1)[:m, :k]  # (M, K)
+    return _quantized(x, spec, data.contiguous(), scale, tensor_scale, block_amax)
+
+
+def quantize_with(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | float | None = None, *,
+                  count: bool = False, values: bool | None = None,
+                  generator: torch.Generator | None = None) -> QuantizedTensor:
+    """quantize_definition's bits, fast: the one place that picks a twin (quantize_fast). x is quantized as
+    given (spec's transform is the caller's: quantize(x, spec) applies it).
+
+    On the CPU the C kernel computes them in one pass (kernels.engine(), decided once per process); elsewhere,
+    and for stochastic rounding, the definition's torch code runs a bounded chunk at a time. count=True also
+    counts, in the kernel's pass, the elements that clipped and flushed (QuantizedTensor.counts, for the
+    Monitor); the torch code leaves that to metrics. values=True has the kernel write the float32 values
+    (scale-folded where a GEMM folds them) in the same pass whatever the size, for an operand a GEMM reads
+    next (None: up to kernels.EAGER_VALUES elements). generator: stochastic rounding's draws (None: torch's
+    default generator), one per element of x[M, K] in order.
+    """
+    x2d = _input_2d(x, spec.granularity)
+    m, k = x2d.shape
+    block = spec.granularity.block_shape((m, k))  # never larger than x
+    blocks = (-(-m // block[0]), -(-k // block[1]))  # (MB, KB)
+    given = None if amax is None else _given_amax(amax, blocks, spec.granularity, (m, k), x2d.device)
+
+    x32 = quantize_fast.kernel_input(x2d, spec, given)
+    if x32 is not None:  # the C kernel
+        fold = quantize_fast.folds(block, (m, k))
+        fused = kernels.quantize(x32, block, quantize_fast.kernel_parameters(spec), given, fold=fold, count=count,
+                                 values=values)
+        if fused is None or (bool(torch.isnan(fused.own).any()) and bool(torch.isinf(x32).any())):
+            _refuse_inf(x32)  # an infinite amax (or an infinity beside a NaN, whose amax is NaN)
+        return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
+                          fused.scale_range, fused.counts)
+
+    own = amax_per_block(x2d, spec.granularity)  # the torch code, the cast a chunk at a time
+    _check_amax(own, x2d)
+    block_amax = own if given is None else given
+    scale, inverse, tensor_scale = scale_from_amax(block_amax, spec)
+    draws = uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None
+    data = quantize_fast.scale_and_cast(x2d, block, inverse, spec.fmt, draws)
+    return _quantized(x, spec, data, scale, tensor_scale, block_amax)
+
+
+# ---- what quantize checks on the way in, and the result ---------------------------------------------------
+
+
+def _check_amax(own: torch.Tensor, x2d: torch.Tensor) -> None:
+    # a NaN in a block makes its amax NaN, which would hide an infinity beside it
+    if bool(torch.isinf(own).any()) or (bool(torch.isnan(own).any()) and bool(torch.isinf(x2d).any())):
+        _refuse_inf(x2d)
+
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+_EXACT_IN_FLOAT32 = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _refuse_inf(x: torch.Tensor) -> None:
+    n = int(torch.isinf(x).sum())
+    raise ValueError(
+        f"x has {n} infinite value(s): a scale needs a finite amax. fp8lab does not guess "
+        "here; replace them first (e.g. torch.nan_to_num(x, posinf=..., neginf=...)) or "
+        "find where they came from. (NaN is allowed and propagates to its block.)"
+    )
+
+
+def _input_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
+    """x as the [M, K] the granularity talks about, checked (detached: no autograd graph): float32,
+    bfloat16 or float16 as given (every value exact in float32), float64 rounded to float32."""
+    check_float(x)
+    if x.dtype == torch.float64 and x.numel():  # values float32 cannot hold would read as infinities
+        beyond = (x.abs() > _FLOAT32_MAX) & torch.isfinite(x)
+        if bool(beyond.any()):
+            raise ValueError(
+                f"x has {int(beyond.sum())} value(s) beyond float32's range (largest |x| "
+                f"{float(x[beyond].abs().max()):.3g} > {_FLOAT32_MAX:.3g}): fp8lab quantizes in float32. "
+                "Divide x by a power of two first (and multiply the scales back), or clamp it.")
+    # float32, bfloat16 and float16 values are all exact in float32: kept as they are (the torch
+    # code widens them a chunk at a time, the kernel takes float32); float64 is rounded here
+    x32 = x.detach().to(torch.float32) if x.dtype not in _EXACT_IN_FLOAT32 else x.detach()
+    x2d = as_2d(x32, granularity)
+    if x2d.numel() == 0:
+        raise ValueError("cannot quantize an empty tensor")
+    return x2d
+
+
+def _given_amax(amax: torch.Tensor | float, blocks: tuple[int, int], granularity: Granularity,
+                shape: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """An amax passed to quantize, checked: one per block (MB, KB), float32, each >= 0 and finite or NaN."""
+    a = torch.as_tensor(amax, dtype=torch.float32, device=device)
+    if a.numel() != blocks[0] * blocks[1]:
+        raise ValueError(
+            f"amax has {a.numel()} value(s) but {granularity.label} scaling of shape {tuple(shape)} has "
+            f"{blocks[0] * blocks[1]} block(s): pass one amax per block, shaped {blocks} "
+            "(a single amax is for per-tensor scaling, as in delayed scaling)")
+    bad = (a < 0) | torch.isinf(a)
+    if bool(bad.any()):
+        raise ValueError(f"an amax is max|x| over its block: finite and >= 0, got {a[bad].flatten()[0].item()!r} "
+                         "(NaN is allowed: it propagates to its block)")
+    return a.reshape(blocks)
+
+
+def _quantized(x, spec: TensorScaling, data, scale, tensor_scale, block_amax, values=None, folded=False,
+               scale_range=None, counts=None) -> QuantizedTensor:
+    scale_shape = spec.granularity.scale_shape(tuple(data.shape))  # () per tensor
+    scale, block_amax = scale.reshape(scale_shape), block_amax.reshape(scale_shape)
+    if data.shape != x.shape:
+        data = data.reshape(x.shape)
+        values = None if values is None else values.reshape(x.shape)
+    derived = Derived(None if folded else values, values if folded else None, scale_range)
+    return QuantizedTensor(data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale,
+                           block_amax, spec.margin, counts, derived, spec.rounding,
+                           spec.scale_floor, spec)
+
+
+def quantize_spec(
+    fmt: FloatFormat | str = E4M3,
+    granularity: Granularity | str = PerTensor(),
+    scale_rule: str = "exact",
+    margin: int = 0,
+    scale_fmt: FloatFormat | str | None = None,
+    two_level: bool = False,
+    rounding: str = "nearest",
+    scale_floor: str = "zero",
+) -> TensorScaling:
+    """quantize()'s settings, in quantize's order, as the TensorScaling that checks them once."""
+    return TensorScaling(fmt, granularity, scale_rule, scale_fmt, two_level, margin, rounding, scale_floor=scale_floor)
+
+
+def quantize_transposed(x: torch.Tensor, spec: TensorScaling, values: bool | None = None) -> QuantizedTensor:
+    """Quantize the operand x^T[cols, rows] as `spec` says, from x[rows, cols], without copying x^T: x is
+    quantized down its columns (spec.down_columns) and the result is the QuantizedTensor of x^T, code for
+    code, as a transposed view (what a GEMM over x's rows needs: a weight b[K, N] for b^T[N, K], an
+    activation x[M, K] for wgrad's x^T[K, M]). With a Hadamard transform, x^T is copied and transformed
+    along its rows (its contraction)."""
+    if spec.hadamard is not None:
+        return quantize_with(spec.transform(x.t().contiguous()), spec, values=values)
+    return quantize_with(x, spec.down_columns(x.shape[0]), values=values).t(spec.granularity)
+
+
+def quantize_delayed(
+    x: torch.Tensor,
+    history: AmaxHistory,
+    fmt: FloatFormat | str = E4M3,
+    margin: int = 0,
+) -> QuantizedTensor:
+    """Delayed per-tensor scaling: quantize x with the scale from `history`, then record x's amax.
+
+    On a step where |x| jumps above every amax in the history, the excess clips to
+    +-max_value: `metrics.overflow_fraction(x, q)` is then > 0.
+    """
+    q = quantize(x, fmt, PerTensor(), "exact", margin, amax=history.amax_for_step(x))
+    history.record(x)
+    return q
+
+
+# ---- QuantizedTensor ------------------------------------------------------------------------------------
 
 
 @dataclass(eq=False)
@@ -92,6 +311,8 @@ class QuantizedTensor:
         derived: the float32 and scale-folded values, computed once from the codes (a cache: see Derived).
         rounding: how the cast rounded, "nearest" or "stochastic" (formats.ROUNDINGS).
         scale_floor: where E4M3 block scales stopped at the bottom (scaling.SCALE_FLOORS).
+        scaling: all of these settings in one TensorScaling (quantize passes the one it used; a hand-built
+            QuantizedTensor gets one made, and so checked, from the fields above).
 
     Checked on construction: a wrong dtype, device or scale shape raises ValueError, never garbage later.
     Frozen: no field is reassigned and no tensor written after construction; only the cache fills in.
@@ -110,6 +331,7 @@ class QuantizedTensor:
     derived: Derived = field(default_factory=Derived, repr=False)
     rounding: str = "nearest"
     scale_floor: str = "zero"
+    scaling: TensorScaling | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, torch.Tensor) or not isinstance(self.scale, torch.Tensor):
@@ -117,9 +339,10 @@ class QuantizedTensor:
         if not isinstance(self.fmt, FloatFormat) or not isinstance(self.granularity, Granularity):
             raise TypeError("QuantizedTensor: fmt must be a FloatFormat and granularity a Granularity "
                             "(fp8lab.get_format, fp8lab.parse_granularity)")
-        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.tensor_scale is not None,
-                         self.scale_floor)
-        _check_rounding(self.fmt, self.rounding)
+        if self.scaling is None:  # built by hand: its settings checked once, as a TensorScaling
+            object.__setattr__(self, "scaling", TensorScaling(
+                self.fmt, self.granularity, self.scale_rule, self.scale_fmt, self.tensor_scale is not None,
+                self.margin, self.rounding, scale_floor=self.scale_floor))
         if self.data.dtype != self.fmt.storage_dtype:
             raise ValueError(f"QuantizedTensor: {self.fmt.name} data is stored as {self.fmt.storage_dtype}, "
                              f"got {self.data.dtype}")
@@ -182,20 +405,17 @@ class QuantizedTensor:
         if self.data.dim() != 2:
             raise ValueError("t() needs a 2-D QuantizedTensor")
         g = self.granularity
-        if isinstance(g, PerTensor):
-            scale, amax, gran = self.scale, self.amax, g
-        elif isinstance(g, PerBlock):
-            amax = self.amax.t() if self.amax is not None else None
-            scale, gran = self.scale.t(), PerBlock(g.cols, g.rows)
-        else:
+        gran = g.transposed()
+        if gran is None:
             raise ValueError(f"{g.label} scales are not transposable; quantize the transposed tensor instead")
+        scale, amax = self.scale.t(), self.amax.t() if self.amax is not None else None  # (a 0-d t() is itself)
         if granularity is not None and granularity != gran:
             if gran.block_shape(tuple(self.shape[::-1])) != granularity.block_shape(tuple(self.shape[::-1])):
                 raise ValueError(f"the transpose's blocks are {gran.label}, not {granularity.label}")
             gran = granularity
         return QuantizedTensor(self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt,
                                self.tensor_scale, amax, self.margin, self.counts, self.derived.t(), self.rounding,
-                               self.scale_floor)
+                               self.scale_floor, self.scaling.with_granularity(gran))
 
     def to(self, device: torch.device | str) -> QuantizedTensor:
         """The same codes and scales on another device (cached float32 copies are not moved)."""
@@ -208,7 +428,8 @@ class QuantizedTensor:
 
         return QuantizedTensor(move(self.data), move(self.scale), self.fmt, self.granularity, self.scale_rule,
                                self.scale_fmt, move(self.tensor_scale), move(self.amax), self.margin, self.counts,
-                               Derived(scale_range=self.derived.scale_range), self.rounding, self.scale_floor)
+                               Derived(scale_range=self.derived.scale_range), self.rounding, self.scale_floor,
+                               self.scaling)
 
     @property
     def shape(self) -> torch.Size:
@@ -305,268 +526,3 @@ def _e2m1_codes(values: torch.Tensor) -> torch.Tensor:
 # of NaN did: to the largest magnitude with its sign bit)
 _E2M1_FROM_E4M3_BYTE = _e2m1_codes(torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float())
 _LOOKUP_CHUNK = 1 << 22  # codes(): elements looked up at a time (16 MiB of int32 indices)
-
-
-# ---- the scale-and-cast loop ------------------------------------------------------------------------
-
-
-def _scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt: FloatFormat,
-                    draws: torch.Tensor | None = None) -> torch.Tensor:
-    """data[M, K] = cast(x * inverse[block], fmt) in fmt.storage_dtype, in chunks of block rows.
-
-    x2d: [M, K] float32, bfloat16 or float16 (widened to float32 a chunk at a time: every value
-    is exact there); inverse: [ceil(M/r), ceil(K/c)] float32 (or one value). draws: None (round to
-    nearest) or [M, K] uniform draws for stochastic rounding, cut into chunks alongside x.
-    """
-    m, k = x2d.shape
-    if inverse.numel() == 1:  # one scale: any layout will do, so cut x into rows that chunk well
-        width = 1024 if x2d.numel() % 1024 == 0 else k
-        blocks, inv = x2d.reshape(-1, 1, 1, width), inverse.reshape(())  # (rows, 1, 1, width)
-        noise = None if draws is None else draws.reshape(-1, 1, 1, width)
-    else:
-        blocks, inv = padded_blocks(x2d, block), inverse[:, None, :, None]  # (MB, r, KB, c), (MB, 1, KB, 1)
-        noise = None if draws is None else padded_blocks(draws, block)
-    out = torch.empty(blocks.shape, dtype=fmt.storage_dtype, device=x2d.device)
-    mb, per_row = blocks.shape[0], max(blocks[0].numel(), 1)
-    # chunks bound the float32 temporaries (x widened, times the inverse, clamped): on the CPU to
-    # what stays in its cache, on a GPU to _GPU_CHUNK_ELEMENTS, whatever x's size and dtype
-    chunk = _CHUNK_ELEMENTS if blocks.device.type == "cpu" else _GPU_CHUNK_ELEMENTS
-    step = max(1, chunk // per_row)
-    for start in range(0, mb, step):
-        stop = min(start + step, mb)
-        scaled = blocks[start:stop].float() * (inv if inv.dim() == 0 else inv[start:stop])
-        out[start:stop] = (cast(scaled, fmt, fmt.storage_dtype) if noise is None
-                           else round_stochastic(scaled, fmt, noise[start:stop]).to(fmt.storage_dtype))
-    if inverse.numel() == 1:
-        return out.reshape(m, k)
-    data = out.reshape(blocks.shape[0] * blocks.shape[1], -1)  # (MB * r, KB * c)
-    return data if data.shape == (m, k) else data[:m, :k].contiguous()
-
-
-# ---- quantize -------------------------------------------------------------------------------------------
-
-_FLOAT32_MAX = torch.finfo(torch.float32).max
-_EXACT_IN_FLOAT32 = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def _refuse_inf(x: torch.Tensor) -> None:
-    n = int(torch.isinf(x).sum())
-    raise ValueError(
-        f"x has {n} infinite value(s): a scale needs a finite amax. fp8lab does not guess "
-        "here; replace them first (e.g. torch.nan_to_num(x, posinf=..., neginf=...)) or "
-        "find where they came from. (NaN is allowed and propagates to its block.)"
-    )
-
-
-def _input_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
-    """x as the [M, K] the granularity talks about, checked (detached: no autograd graph): float32,
-    bfloat16 or float16 as given (every value exact in float32), float64 rounded to float32."""
-    _check_float(x)
-    if x.dtype == torch.float64 and x.numel():  # values float32 cannot hold would read as infinities
-        beyond = (x.abs() > _FLOAT32_MAX) & torch.isfinite(x)
-        if bool(beyond.any()):
-            raise ValueError(
-                f"x has {int(beyond.sum())} value(s) beyond float32's range (largest |x| "
-                f"{float(x[beyond].abs().max()):.3g} > {_FLOAT32_MAX:.3g}): fp8lab quantizes in float32. "
-                "Divide x by a power of two first (and multiply the scales back), or clamp it.")
-    # float32, bfloat16 and float16 values are all exact in float32: kept as they are (the torch
-    # code widens them a chunk at a time, the kernel takes float32); float64 is rounded here
-    x32 = x.detach().to(torch.float32) if x.dtype not in _EXACT_IN_FLOAT32 else x.detach()
-    x2d = as_2d(x32, granularity)
-    if x2d.numel() == 0:
-        raise ValueError("cannot quantize an empty tensor")
-    return x2d
-
-
-def _given_amax(amax: torch.Tensor | float, blocks: tuple[int, int], granularity: Granularity,
-                shape: tuple[int, int], device: torch.device) -> torch.Tensor:
-    """An amax passed to quantize, checked: one per block (MB, KB), float32, each >= 0 and finite or NaN."""
-    a = torch.as_tensor(amax, dtype=torch.float32, device=device)
-    if a.numel() != blocks[0] * blocks[1]:
-        raise ValueError(
-            f"amax has {a.numel()} value(s) but {granularity.label} scaling of shape {tuple(shape)} has "
-            f"{blocks[0] * blocks[1]} block(s): pass one amax per block, shaped {blocks} "
-            "(a single amax is for per-tensor scaling, as in delayed scaling)")
-    bad = (a < 0) | torch.isinf(a)
-    if bool(bad.any()):
-        raise ValueError(f"an amax is max|x| over its block: finite and >= 0, got {a[bad].flatten()[0].item()!r} "
-                         "(NaN is allowed: it propagates to its block)")
-    return a.reshape(blocks)
-
-
-@dataclass(frozen=True)
-class QuantizeSpec:
-    """quantize()'s settings, checked: what every call with them shares.
-
-    kernel: fp8lab.numerics.kernels' parameter block for these settings (the formats and the rule as
-    data), or None where the kernels don't store this format or round stochastically (the torch
-    code runs). TensorScaling (recipes.py) keeps one spec, so a training step checks nothing twice.
-    """
-
-    fmt: FloatFormat
-    granularity: Granularity
-    scale_rule: str
-    margin: int
-    scale_fmt: FloatFormat | None
-    two_level: bool
-    rounding: str = "nearest"
-    kernel: bytes | None = field(default=None, compare=False, repr=False)
-    scale_floor: str = "zero"
-
-
-def quantize_spec(
-    fmt: FloatFormat | str = E4M3,
-    granularity: Granularity | str = PerTensor(),
-    scale_rule: str = "exact",
-    margin: int = 0,
-    scale_fmt: FloatFormat | str | None = None,
-    two_level: bool = False,
-    rounding: str = "nearest",
-    scale_floor: str = "zero",
-) -> QuantizeSpec:
-    """quantize()'s arguments checked once (a clear error names the valid choices)."""
-    try:
-        return _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding, scale_floor)
-    except TypeError:  # an unhashable argument: check it uncached, for the error that explains it
-        return _spec_cached.__wrapped__(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding,
-                                        scale_floor)
-
-
-@lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
-def _spec_cached(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding, scale_floor) -> QuantizeSpec:
-    args = check_scale_args(get_format(fmt), scale_rule, margin, scale_fmt, two_level, scale_floor)
-    # stochastic rounding runs in the torch code: the C kernels round to nearest only
-    kernel = kernels.parameters(args) if _check_rounding(args.fmt, rounding) == "nearest" else None
-    return QuantizeSpec(args.fmt, parse_granularity(granularity), args.scale_rule, args.margin, args.scale_fmt,
-                        args.two_level, rounding, kernel, args.scale_floor)
-
-
-def quantize(
-    x: torch.Tensor,
-    fmt: FloatFormat | str = E4M3,
-    granularity: Granularity | str = PerTensor(),
-    scale_rule: str = "exact",
-    margin: int = 0,
-    *,
-    scale_fmt: FloatFormat | str | None = None,
-    two_level: bool = False,
-    amax: torch.Tensor | float | None = None,
-    rounding: str = "nearest",
-    generator: torch.Generator | None = None,
-    scale_floor: str = "zero",
-) -> QuantizedTensor:
-    """Quantize x to `fmt` with one scale per block of `granularity`.
-
-    x[M, K] -> QuantizedTensor(data[M, K], scale[ceil(M/rows), ceil(K/cols)]), where
-    scale = amax / (fmt.max_value / 2**margin) for "exact" (scaling.scale_from_amax has every
-    rule) and data = cast(x / scale, fmt), saturating at +-max_value.
-
-    scale_fmt  None: float32 scales. E8M0: power-of-two scales (MX). E4M3: scales rounded
-               to E4M3 (NVFP4), with two_level=True adding a per-tensor float32 scale
-               amax / (448 * fmt.max_value) so the E4M3 block scales use their whole range.
-    scale_floor  E4M3 block scales only: "zero" (no lower clamp, subnormal scales and 0 below them: the
-               training engines, TransformerEngine and torchao's NVFP4 training path) or "min_normal"
-               (clamped at 2^-6: torchao's inference NVFP4Tensor); scaling.SCALE_FLOORS says which is whose.
-    amax       use this amax instead of x's own: a scalar for per-tensor scaling (delayed
-               scaling), or one per block, shaped like the scale (amaxes reduced across
-               data-parallel ranks, fp8lab.training.distributed); each finite and >= 0, or NaN. Values
-               beyond it clip, and metrics.overflow_fraction shows how many.
-    rounding   "nearest" (ties to even) or "stochastic": each scaled value rounds up or down to a
-               neighbouring code, up with probability its distance from the lower one over the gap,
-               so the mean over draws is x (formats.round_stochastic); one torch.rand draw per
-               element of x[M, K], in order, from `generator` (None: torch's default generator).
-               Scales are unchanged (amax and the scale rule decide them). The C kernels round to
-               nearest only: stochastic rounding runs the torch code, the same on every machine.
-    NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError, and
-    so does a float64 value beyond float32's range: a scale needs a finite amax, and quantize does not
-    guess one (torch.nan_to_num first, where an infinity is meant). fp8lab.nn.FP8Linear keeps that for
-    the forward's activations and weights, and passes a gradient's infinities on instead (its GEMM in
-    high precision): a loss scaler overflows gradients on purpose and must see the inf.
-    Per-row and per-block need a 2-D x (reshape batches to (-1, K)); a block larger than x is
-    clamped to it. x may have any float dtype; it is detached: the result carries no autograd
-    graph (fp8lab.nn.FP8Linear defines the gradients of FP8 training).
-    """
-    spec = quantize_spec(fmt, granularity, scale_rule, margin, scale_fmt, two_level, rounding, scale_floor)
-    return quantize_with(x, spec, amax, generator=generator)
-
-
-def quantize_with(x: torch.Tensor, spec: QuantizeSpec, amax: torch.Tensor | float | None = None, *,
-                  count: bool = False, values: bool | None = None,
-                  generator: torch.Generator | None = None) -> QuantizedTensor:
-    """quantize(x, ...) with its settings checked beforehand (quantize_spec).
-
-    The definition is the torch code at the end: the block amaxes, the scales
-    (scaling.scale_from_amax) and the cast (formats.cast). On the CPU, fp8lab.numerics.kernels computes
-    the same bits in one pass: this is the one place that chooses (kernels.engine(), decided
-    once per process). count=True also counts, in that pass, the elements that clipped and
-    flushed (QuantizedTensor.counts, for the Monitor); the torch code leaves that to metrics.
-    values=True has the kernel write the float32 values (scale-folded where a GEMM folds them)
-    in the same pass whatever the size, for an operand a GEMM reads next (None: up to
-    kernels.EAGER_VALUES elements; beyond, QuantizedTensor.values() widens the codes when asked).
-    generator: stochastic rounding's draws (spec.rounding "stochastic"; None: torch's default
-    generator), one per element of x[M, K] in order; unused when rounding to nearest.
-    """
-    x2d = _input_2d(x, spec.granularity)
-    m, k = x2d.shape
-    block = spec.granularity.block_shape((m, k))  # never larger than x
-    blocks = (-(-m // block[0]), -(-k // block[1]))  # (MB, KB)
-    given = None if amax is None else _given_amax(amax, blocks, spec.granularity, (m, k), x2d.device)
-    fold = _folds(spec.granularity, block, (m, k))
-
-    kernel = spec.kernel is not None and x2d.device.type == "cpu" and kernels.engine().kernels
-    x32 = x2d.to(torch.float32) if kernel else x2d  # (the kernel reads float32)
-    if kernel and kernels.accepts(x32) and (given is None or kernels.accepts(given)):
-        fused = kernels.quantize(x32, block, spec.kernel, given, fold=fold, count=count, values=values)
-        if fused is None or (bool(torch.isnan(fused.own).any()) and bool(torch.isinf(x32).any())):
-            _refuse_inf(x32)  # an infinite amax (or an infinity beside a NaN, whose amax is NaN)
-        return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
-                          fused.scale_range, fused.counts)
-
-    # the definition, in torch: each block's amax, its scale, the cast
-    own = amax_per_block(x2d, spec.granularity)  # (MB, KB)
-    # a NaN in a block makes its amax NaN, which would hide an infinity beside it
-    if bool(torch.isinf(own).any()) or (bool(torch.isnan(own).any()) and bool(torch.isinf(x2d).any())):
-        _refuse_inf(x2d)
-    block_amax = own if given is None else given
-    scale, inverse, tensor_scale = scale_from_amax(block_amax, spec.fmt, spec.scale_rule, spec.margin,
-                                                   spec.scale_fmt, spec.two_level, spec.scale_floor)
-    draws = uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None
-    data = _scale_and_cast(x2d, block, inverse, spec.fmt, draws)
-    return _quantized(x, spec, data, scale, tensor_scale, block_amax)
-
-
-def _folds(granularity: Granularity, block: tuple[int, int], shape: tuple[int, int]) -> bool:
-    """Whether the kernel writes values * block scale instead of the values: for blocks
-    smaller than the tensor both ways, whose scales vary along either dim a GEMM may
-    contract (1x32 along K, or 32x1 read transposed). A block spanning all rows or all
-    columns has one scale per row or column, which a GEMM applies to its output instead."""
-    return isinstance(granularity, PerBlock) and block[0] < shape[0] and block[1] < shape[1]
-
-
-def _quantized(x, spec: QuantizeSpec, data, scale, tensor_scale, block_amax, values=None, folded=False,
-               scale_range=None, counts=None) -> QuantizedTensor:
-    if isinstance(spec.granularity, PerTensor):
-        scale, block_amax = scale.reshape(()), block_amax.reshape(())
-    if data.shape != x.shape:
-        data = data.reshape(x.shape)
-        values = None if values is None else values.reshape(x.shape)
-    derived = Derived(None if folded else values, values if folded else None, scale_range)
-    return QuantizedTensor(data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale,
-                           block_amax, spec.margin, counts, derived, spec.rounding,
-                           spec.scale_floor)
-
-
-def quantize_delayed(
-    x: torch.Tensor,
-    history: AmaxHistory,
-    fmt: FloatFormat | str = E4M3,
-    margin: int = 0,
-) -> QuantizedTensor:
-    """Delayed per-tensor scaling: quantize x with the scale from `history`, then record x's amax.
-
-    On a step where |x| jumps above every amax in the history, the excess clips to
-    +-max_value: `metrics.overflow_fraction(x, q)` is then > 0.
-    """
-    q = quantize(x, fmt, PerTensor(), "exact", margin, amax=history.amax_for_step(x))
-    history.record(x)
-    return q

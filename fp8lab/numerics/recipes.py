@@ -24,18 +24,9 @@ from typing import Literal
 
 import torch
 
-from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0, FloatFormat, _check_rounding, get_format
+from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0
 from fp8lab.numerics.hadamard import RandomHadamard
-from fp8lab.numerics.quantize import QuantizedTensor, QuantizeSpec, quantize_spec, quantize_with
-from fp8lab.numerics.scaling import (
-    AmaxHistory,
-    Granularity,
-    PerBlock,
-    PerRow,
-    PerTensor,
-    check_scale_args,
-    parse_granularity,
-)
+from fp8lab.numerics.scaling import AmaxHistory, PerBlock, PerRow, PerTensor, TensorScaling
 
 __all__ = [
     "GEMMS", "NVFP4_HADAMARD", "NVFP4_PARTS", "RECIPES", "ROLES", "TORCHAO_RECIPES", "VARIANTS", "DelayedSpec",
@@ -53,94 +44,6 @@ GEMMS: dict[str, tuple[str, str]] = {
     "dgrad": ("grad_output", "weight"),
     "wgrad": ("grad_output", "input"),
 }
-
-
-@dataclass(frozen=True)
-class TensorScaling:
-    """How one GEMM operand is quantized, in its [rows, contraction] layout.
-
-    rounding: "nearest" or "stochastic" (the cast's rounding; quantize's `rounding`).
-    hadamard: a RandomHadamard applied along the contraction before the operand is scaled (both
-        operands of a GEMM get the same one, which cancels in their product), or None.
-    scale_floor: where E4M3 block scales (NVFP4) stop at the bottom, one of scaling.SCALE_FLOORS:
-        "zero" (the default: the training engines, TransformerEngine and torchao's NVFP4 training path)
-        or "min_normal" (2^-6: torchao's inference NVFP4Tensor).
-    Frozen; it caches two derived things on itself, both pure functions of its fields: `spec`
-    (the settings checked once) and down_columns(rows) (the same scaling restated for the
-    transposed operand, one per `rows`)."""
-
-    fmt: FloatFormat = E4M3
-    granularity: Granularity = PerTensor()
-    scale_rule: str = "exact"
-    scale_fmt: FloatFormat | None = None
-    two_level: bool = False
-    margin: int = 0
-    rounding: str = "nearest"
-    hadamard: RandomHadamard | None = None
-    scale_floor: str = "zero"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fmt", get_format(self.fmt))
-        object.__setattr__(self, "granularity", parse_granularity(self.granularity))
-        if self.scale_fmt is not None:
-            object.__setattr__(self, "scale_fmt", get_format(self.scale_fmt))
-        check_scale_args(self.fmt, self.scale_rule, self.margin, self.scale_fmt, self.two_level, self.scale_floor)
-        _check_rounding(self.fmt, self.rounding)
-        if self.hadamard is not None and not isinstance(self.hadamard, RandomHadamard):
-            raise TypeError(f"hadamard must be a RandomHadamard or None, got {type(self.hadamard).__name__}")
-
-    @cached_property
-    def spec(self) -> QuantizeSpec:
-        """These settings checked once, as quantize() takes them."""
-        return quantize_spec(self.fmt, self.granularity, self.scale_rule, self.margin, self.scale_fmt,
-                             self.two_level, self.rounding, self.scale_floor)
-
-    def transform(self, x: torch.Tensor) -> torch.Tensor:
-        """The operand x[rows, contraction] as its GEMM reads it: hadamard.apply(x) along the
-        contraction (float32, padded to a multiple of its size), or x itself without a transform."""
-        return x if self.hadamard is None else self.hadamard.apply(x)
-
-    def quantize(self, x: torch.Tensor, amax: torch.Tensor | None = None, count: bool = False,
-                 values: bool | None = None, generator: torch.Generator | None = None,
-                 transformed: bool = False) -> QuantizedTensor:
-        """Quantize an operand x[rows, contraction] as this scaling says (count, values: see quantize_with):
-        transform(x) first (transformed=True: x is transform's output already), then quantize, drawing
-        stochastic rounding's draws from `generator` (None: torch's default generator)."""
-        if not transformed:
-            x = self.transform(x)
-        return quantize_with(x, self.spec, amax, count=count, values=values, generator=generator)
-
-    def down_columns(self, rows: int) -> TensorScaling:
-        """This scaling restated for x[rows, cols] when the operand is x^T[cols, rows]: the same
-        blocks, down x's columns (per row of x^T is one block per column of x, PerBlock(rows, 1);
-        a 1x32 block of x^T is a 32x1 block of x). Made once per `rows` and kept on this object."""
-        cache = self.__dict__.setdefault("_down_columns", {})  # per instance (a frozen dataclass's dict)
-        if rows not in cache:
-            g = self.granularity
-            down = PerBlock(rows, 1) if isinstance(g, PerRow) else PerBlock(g.cols, g.rows) \
-                if isinstance(g, PerBlock) else g
-            cache[rows] = replace(self, granularity=down)
-        return cache[rows]
-
-    def quantize_transposed(self, x: torch.Tensor, values: bool | None = None) -> QuantizedTensor:
-        """Quantize the operand x^T[cols, rows] as this scaling says, from x[rows, cols], without
-        copying x^T: x is quantized down its columns (down_columns) and the result is the
-        QuantizedTensor of x^T, code for code, as a transposed view (what a GEMM over x's rows
-        needs: a weight b[K, N] for b^T[N, K], an activation x[M, K] for wgrad's x^T[K, M]).
-        With a Hadamard transform, x^T is copied and transformed along its rows (its contraction)."""
-        if self.hadamard is not None:
-            return self.quantize(x.t().contiguous(), values=values)
-        if isinstance(self.granularity, PerTensor):
-            return self.quantize(x, values=values).t()
-        return self.down_columns(x.shape[0]).quantize(x, values=values).t(self.granularity)
-
-    @property
-    def label(self) -> str:
-        scale = self.scale_fmt.name if self.scale_fmt else "fp32"
-        extra = (" +tensor" if self.two_level else "") + (", floor 2^-6" if self.scale_floor == "min_normal" else "")
-        parts = (", stochastic rounding" if self.rounding == "stochastic" else "") + (
-            f", after a {self.hadamard.label}" if self.hadamard is not None else "")
-        return f"{self.fmt.name} {self.granularity.label} {self.scale_rule} ({scale} scales{extra}){parts}"
 
 
 class RoundingDraws:
@@ -233,7 +136,7 @@ class Recipe:
                 raise TypeError(f"{flag} is True or False, got {getattr(self, flag)!r}")
         if self.delayed is not None:
             for role in ROLES:
-                if not isinstance(getattr(self, role).granularity, PerTensor):
+                if not getattr(self, role).granularity.whole_tensor:
                     raise ValueError(
                         "delayed scaling keeps one amax history per tensor: every role must be per-tensor"
                     )
@@ -286,9 +189,9 @@ class Recipe:
         (unchanged); a per-row weight has no block width along K (ValueError)."""
         w = self.weight
         g = w.granularity
-        if isinstance(g, PerTensor):
+        if g.whole_tensor:
             return self
-        if isinstance(g, PerRow):
+        if g.whole_rows:
             raise ValueError(f"{self.name}'s weight is scaled per row: one scale spans all of K, so it has no square "
                              "block; give the weight PerBlock(c, c) blocks instead")
         c = g.cols

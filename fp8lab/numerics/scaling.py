@@ -1,12 +1,10 @@
-"""Which elements share a scale (granularity), and how a scale is chosen (scale rules).
+"""How a scale is chosen: a tensor's scaling settings (TensorScaling), amax per block, the scale rules.
 
-Public: PerTensor, PerRow, PerBlock(rows, cols), parse_granularity, amax_per_block,
-scale_from_amax (every scale rule, NVFP4's E4M3 block scales and tensor scale included),
-Scales, ScaleArgs / check_scale_args, SCALE_RULES, SCALE_FLOORS (where NVFP4's block scales stop,
-and whose engine each floor is), AmaxHistory (delayed scaling).
-Shapes: x[M, K] -> amax[ceil(M/rows), ceil(K/cols)]; PerRow is PerBlock(1, K) and
-PerTensor is PerBlock(M, K); a block larger than the tensor is clamped to it.
-`scale` is the dequantization multiplier: x ~= q * scale.
+Public: TensorScaling (one frozen type for every setting: format, granularity, scale rule, margin, scale
+format, two-level, rounding, Hadamard transform, scale floor; checked once), amax_per_block, scale_from_amax
+(every scale rule, NVFP4's E4M3 block scales and tensor scale included), Scales, SCALE_RULES, SCALE_FLOORS,
+AmaxHistory (delayed scaling); the granularity types, re-exported from granularity.py.
+x[M, K] -> amax[ceil(M/rows), ceil(K/cols)]; `scale` is the dequantization multiplier: x ~= q * scale.
 Notebooks 02 (per tensor), 03 (delayed) and 04 (per block) introduce this file.
 """
 
@@ -14,14 +12,24 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal, NamedTuple
 
 import torch
-import torch.nn.functional as F
 
-from fp8lab.numerics.formats import E4M3, E8M0, FloatFormat, cast, get_format
+from fp8lab.numerics.formats import E4M3, E8M0, FloatFormat, cast, check_rounding, get_format
+from fp8lab.numerics.granularity import (
+    MAX_BLOCK,
+    Granularity,
+    PerBlock,
+    PerRow,
+    PerTensor,
+    as_2d,
+    padded_blocks,
+    parse_granularity,
+)
+from fp8lab.numerics.hadamard import RandomHadamard
 
 __all__ = [
     "MAX_BLOCK",
@@ -32,11 +40,11 @@ __all__ = [
     "PerBlock",
     "PerRow",
     "PerTensor",
-    "ScaleArgs",
     "Scales",
+    "TensorScaling",
     "amax_per_block",
     "as_2d",
-    "check_scale_args",
+    "padded_blocks",
     "parse_granularity",
     "scale_from_amax",
 ]
@@ -51,156 +59,6 @@ SCALE_FLOORS: dict[str, str] = {
             "(TransformerEngine's NVFP4 quantizer, torchao's NVFP4 training path)",
     "min_normal": "clamped at E4M3's smallest normal, 2^-6; torchao's NVFP4Tensor (inference, nvfp4_tensor.py)",
 }
-
-
-# ---- granularity ---------------------------------------------------------------------------
-
-
-class Granularity:
-    """Which region of x[M, K] shares one scale. Subclasses are frozen dataclasses."""
-
-    def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
-        """(rows, cols) of one block for a 2-D tensor of `shape`, never larger than the tensor."""
-        raise NotImplementedError
-
-    def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """Shape of the scale tensor fp8lab returns for a tensor of `shape`."""
-        rows, cols = self.block_shape(_shape_2d(shape))
-        m, k = _shape_2d(shape)
-        return (math.ceil(m / rows), math.ceil(k / cols))
-
-    @property
-    def label(self) -> str:
-        raise NotImplementedError
-
-    def __str__(self) -> str:
-        return self.label
-
-
-@dataclass(frozen=True)
-class PerTensor(Granularity):
-    """One scale for the whole tensor: x[...] -> scale[] (a 0-d tensor)."""
-
-    def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
-        return (max(shape[0], 1), max(shape[1], 1))
-
-    def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return ()
-
-    @property
-    def label(self) -> str:
-        return "per-tensor"
-
-
-@dataclass(frozen=True)
-class PerRow(Granularity):
-    """One scale per row: x[M, K] -> scale[M, 1] (each row's amax over K)."""
-
-    def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
-        return (1, max(shape[1], 1))
-
-    @property
-    def label(self) -> str:
-        return "per-row"
-
-
-# the largest block side PerBlock takes (a block is clamped to the tensor anyway; sides beyond
-# this are typos, and C's int64 would wrap them)
-MAX_BLOCK = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class PerBlock(Granularity):
-    """One scale per rows x cols tile: x[M, K] -> scale[ceil(M/rows), ceil(K/cols)].
-
-    Examples: PerBlock(1, 128) is DeepSeek-V3's activation tile, PerBlock(128, 128) its
-    weight block, PerBlock(1, 32) the MX block, PerBlock(1, 16) the NVFP4 block. Shapes
-    that do not divide are padded with zeros internally (zeros never change an amax).
-    A block larger than the tensor is clamped to it: PerBlock(128, 128) on x[1, K] is
-    PerBlock(1, 128) there, and PerBlock(10**6, 10**6) on x[64, 256] is one block, per-tensor
-    in effect (the scale's shape says so: (1, 1); QuantizedTensor.block_shape gives the block
-    used). rows and cols: integers in 1..MAX_BLOCK (2**31 - 1).
-    """
-
-    rows: int
-    cols: int
-
-    def __post_init__(self) -> None:
-        for name in ("rows", "cols"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_BLOCK:
-                raise ValueError(f"PerBlock {name} must be a positive integer up to 2**31 - 1, got {v!r}")
-
-    def block_shape(self, shape: tuple[int, int]) -> tuple[int, int]:
-        return (min(self.rows, max(shape[0], 1)), min(self.cols, max(shape[1], 1)))
-
-    @property
-    def label(self) -> str:
-        return f"{self.rows}x{self.cols}"
-
-
-def parse_granularity(spec: Granularity | str) -> Granularity:
-    """A Granularity from itself or a label: 'per-tensor', 'per-row', '1x128', '128x128', ..."""
-    if isinstance(spec, Granularity):
-        return spec
-    if isinstance(spec, str):
-        s = spec.strip().lower().replace("_", "-").replace(" ", "")
-        if s in ("per-tensor", "tensor", "tensorwise"):
-            return PerTensor()
-        if s in ("per-row", "row", "rowwise"):
-            return PerRow()
-        parts = s.split("x")
-        if len(parts) == 2 and all(p.isdigit() for p in parts):
-            return PerBlock(int(parts[0]), int(parts[1]))
-    raise ValueError(
-        f"unknown granularity {spec!r}; use PerTensor(), PerRow(), PerBlock(rows, cols) "
-        "or a label: 'per-tensor', 'per-row', 'ROWSxCOLS' (e.g. '1x128', '128x128', '1x32')"
-    )
-
-
-# ---- shapes -----------------------------------------------------------------------------------
-
-
-def _shape_2d(shape: tuple[int, ...]) -> tuple[int, int]:
-    if len(shape) == 0:
-        return (1, 1)
-    if len(shape) == 1:
-        return (1, shape[0])
-    if len(shape) == 2:
-        return (shape[0], shape[1])
-    return (math.prod(shape[:-1]), shape[-1])
-
-
-def as_2d(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
-    """View x as the 2-D [M, K] the granularity talks about, or explain what to reshape.
-
-    Per-tensor scaling accepts any shape (flattened to rows of its last dim). Per-row and
-    per-block need a 2-D tensor: a batch of activations x[B, T, K] is x.reshape(-1, K).
-    """
-    if x.dim() == 2:
-        return x
-    if isinstance(granularity, PerTensor):
-        return x.reshape(_shape_2d(tuple(x.shape)))
-    if x.dim() < 2:
-        raise ValueError(
-            f"{granularity.label} scaling needs a 2-D tensor [M, K], got shape {tuple(x.shape)}; "
-            "use x.reshape(1, -1) for a single row"
-        )
-    raise ValueError(
-        f"{granularity.label} scaling needs a 2-D tensor [M, K], got {x.dim()}-D shape "
-        f"{tuple(x.shape)}; reshape it with x.reshape(-1, {x.shape[-1]}) so that the "
-        "reduced (K) dimension is last"
-    )
-
-
-def padded_blocks(x2d: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
-    """x[M, K] as a 4-D view (MB, rows, KB, cols), zero-padded when the block doesn't divide."""
-    m, k = x2d.shape
-    r, c = block
-    mb, kb = math.ceil(m / r), math.ceil(k / c)
-    if (mb * r, kb * c) != (m, k):
-        x2d = F.pad(x2d, (0, kb * c - k, 0, mb * r - m))
-    return x2d.reshape(mb, r, kb, c)  # (M/r, r, K/c, c)
 
 
 # ---- amax ---------------------------------------------------------------------------------------
@@ -239,36 +97,94 @@ def _largest_margin(fmt: FloatFormat) -> int:
     # block's largest included, would flush to zero
     return math.floor(math.log2(fmt.max_value / fmt.min_subnormal))
 
-
 @dataclass(frozen=True)
-class ScaleArgs:
-    """scale_from_amax's settings, checked (check_scale_args), with the constants its formulas use."""
+class TensorScaling:
+    """How one tensor (a GEMM operand, in its [rows, contraction] layout) is quantized: every setting, checked once.
 
-    fmt: FloatFormat
-    scale_rule: str
-    margin: int
-    scale_fmt: FloatFormat | None
-    two_level: bool
+    fmt          the element format (e4m3, e5m2, e2m1; not E8M0, a scale-only format)
+    granularity  which region shares a scale: PerTensor(), PerRow(), PerBlock(rows, cols) or a label ('1x128')
+    scale_rule   one of SCALE_RULES ("exact", "rceil", "floor"; scale_from_amax has the formulas)
+    scale_fmt    None (float32 scales), E8M0 (power-of-two scales, "rceil" or "floor": MX) or E4M3 (NVFP4's
+                 block scales, rounded from "exact" scales)
+    two_level    a per-tensor float32 scale above E4M3 block scales (NVFP4; needs scale_fmt E4M3)
+    margin       powers of two of headroom: the largest code is fmt.max_value / 2**margin, an integer from 0 to
+                 the format's range (e4m3: 17, e5m2: 31, e2m1: 3; beyond it every value would flush to zero)
+    rounding     "nearest" (ties to even) or "stochastic" (formats.ROUNDINGS)
+    hadamard     a RandomHadamard applied along the contraction before scaling (transform), or None
+    scale_floor  where E4M3 block scales stop at the bottom, one of SCALE_FLOORS: "zero" (the default, the
+                 training engines) or "min_normal" (2^-6: torchao's inference NVFP4Tensor); "zero" only for
+                 other scale formats
+    Frozen and checked in __post_init__ (a clear error names the valid choices): whatever takes one trusts it.
+    The constants scale_from_amax's formulas use (max_eff, floor, exponent_range, ...) are properties of it.
+    """
+
+    fmt: FloatFormat = E4M3
+    granularity: Granularity = PerTensor()  # noqa: RUF009 (frozen: one shared default is safe)
+    scale_rule: str = "exact"
+    scale_fmt: FloatFormat | None = None
+    two_level: bool = False
+    margin: int = 0
+    rounding: str = "nearest"
+    hadamard: RandomHadamard | None = None
     scale_floor: str = "zero"
 
-    @property
+    def __post_init__(self) -> None:
+        fmt = get_format(self.fmt)
+        object.__setattr__(self, "fmt", fmt)
+        object.__setattr__(self, "granularity", parse_granularity(self.granularity))
+        scale_rule, margin, scale_fmt, scale_floor = self.scale_rule, self.margin, self.scale_fmt, self.scale_floor
+        if fmt == E8M0:
+            raise ValueError("E8M0 is a scale-only format (no sign, no zero); quantize elements to e4m3, e5m2 or e2m1")
+        if scale_rule not in SCALE_RULES:
+            raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
+        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+            raise ValueError(f"margin must be a non-negative integer (a power of two of headroom), got {margin!r}")
+        if margin > _largest_margin(fmt):
+            raise ValueError(
+                f"margin {margin} leaves {fmt.name} nothing: {fmt.max_value:g} / 2**{margin} is below its smallest "
+                f"value {fmt.min_subnormal:g}, so every value would flush to zero; use a margin of 0 to "
+                f"{_largest_margin(fmt)} for {fmt.name}")
+        if scale_fmt is not None:
+            scale_fmt = get_format(scale_fmt)
+            if scale_fmt not in (E8M0, E4M3):
+                raise ValueError(f"scale_fmt must be None (float32), 'e8m0' or 'e4m3', got {scale_fmt.name}")
+            object.__setattr__(self, "scale_fmt", scale_fmt)
+        if scale_fmt == E8M0 and scale_rule == "exact":
+            raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor', not 'exact'")
+        if scale_fmt == E4M3 and scale_rule != "exact":
+            raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
+        if self.two_level and scale_fmt != E4M3:
+            raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
+        object.__setattr__(self, "two_level", bool(self.two_level))
+        if not isinstance(scale_floor, str) or scale_floor not in SCALE_FLOORS:
+            raise ValueError(f"unknown scale_floor {scale_floor!r}; valid: "
+                             + "; ".join(f"{k!r} ({v})" for k, v in SCALE_FLOORS.items()))
+        if scale_floor != "zero" and scale_fmt != E4M3:
+            raise ValueError(f"scale_floor {scale_floor!r} is for E4M3 block scales (NVFP4, scale_fmt='e4m3'); "
+                             f"{'float32' if scale_fmt is None else scale_fmt.name} scales take the default, 'zero'")
+        check_rounding(fmt, self.rounding)
+        if self.hadamard is not None and not isinstance(self.hadamard, RandomHadamard):
+            raise TypeError(f"hadamard must be a RandomHadamard or None, got {type(self.hadamard).__name__}")
+
+    # ---- the constants scale_from_amax's formulas use (pure functions of the fields) ----
+    @cached_property
+    def max_eff(self) -> float:
+        """The largest value the block's amax maps to: fmt.max_value / 2**margin."""
+        return self.fmt.max_value / 2**self.margin
+
+    @cached_property
     def floor(self) -> float:
         """The smallest E4M3 block scale before rounding: 0 ("zero") or E4M3's smallest normal ("min_normal")."""
         return self.scale_fmt.min_normal if self.scale_floor == "min_normal" and self.scale_fmt else 0.0
 
-    @property
+    @cached_property
     def smallest_scale(self) -> float:
         """The smallest nonzero E4M3 block scale: E4M3's smallest subnormal ("zero") or smallest normal."""
         if self.scale_fmt is None:
             return 0.0
         return self.scale_fmt.min_normal if self.scale_floor == "min_normal" else self.scale_fmt.min_subnormal
 
-    @property
-    def max_eff(self) -> float:
-        """The largest value the block's amax maps to: fmt.max_value / 2**margin."""
-        return self.fmt.max_value / 2**self.margin
-
-    @property
+    @cached_property
     def exponent_range(self) -> tuple[int, int]:
         """The exponents e of power-of-two scales 2^e: both 2^e and 2^-e finite in float32; an
         E8M0 scale can also be 2^-127 (a float32 subnormal, whose inverse is fine)."""
@@ -281,68 +197,42 @@ class ScaleArgs:
         """"exact": the smallest inverse scale, float32's smallest normal, so that scale = 1 / inverse stays finite."""
         return _FLOAT32.tiny
 
-    @property
+    @cached_property
     def min_tensor_scale(self) -> float:
         """two_level: the smallest tensor scale, 2^-127 / the smallest nonzero block scale, so that every
         inverse (1 / tensor_scale) / block scale stays finite in float32."""
         return 2.0**-127 / self.smallest_scale if self.scale_fmt is not None else 0.0
 
+    # ---- the operand ----
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        """The operand x[rows, contraction] as its GEMM reads it: hadamard.apply(x) along the
+        contraction (float32, padded to a multiple of its size), or x itself without a transform."""
+        return x if self.hadamard is None else self.hadamard.apply(x)
 
-def check_scale_args(
-    fmt: FloatFormat | str = E4M3,
-    scale_rule: str = "exact",
-    margin: int = 0,
-    scale_fmt: FloatFormat | str | None = None,
-    two_level: bool = False,
-    scale_floor: str = "zero",
-) -> ScaleArgs:
-    """scale_from_amax's (and quantize's) scale settings checked once; a clear error names the valid choices.
+    def down_columns(self, rows: int) -> TensorScaling:
+        """This scaling restated for x[rows, cols] when the operand is x^T[cols, rows]: the same
+        blocks, down x's columns (per row of x^T is one block per column of x, PerBlock(rows, 1);
+        a 1x32 block of x^T is a 32x1 block of x). Made once per `rows` and kept on this object."""
+        return self.with_granularity(self.granularity.down_columns(rows))
 
-    fmt: an element format (not E8M0); scale_rule: one of SCALE_RULES; margin: an integer
-    from 0 to the format's range (e4m3: 17, e5m2: 31, e2m1: 3; beyond it even the block's
-    largest value would flush to zero); scale_fmt: None (float32 scales), E8M0 (power-of-two
-    scales, "rceil" or "floor") or E4M3 (NVFP4's block scales, rounded from "exact" scales);
-    two_level: a per-tensor float32 scale above E4M3 block scales (NVFP4); scale_floor: where E4M3
-    block scales stop at the bottom, one of SCALE_FLOORS ("zero", the training engines'; "min_normal",
-    torchao's inference NVFP4Tensor); only "zero" (the default, no floor) for other scale formats.
-    """
-    try:
-        return _checked(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor)
-    except TypeError:  # an unhashable argument: check it uncached, for the error that explains it
-        return _checked.__wrapped__(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor)
+    def with_granularity(self, granularity: Granularity) -> TensorScaling:
+        """These settings with another granularity (the same object where it is this one's), made once
+        per granularity and kept on this object (a transposed operand asks for its own on every step)."""
+        if granularity == self.granularity:
+            return self
+        cache = self.__dict__.setdefault("_regrained", {})  # per instance (a frozen dataclass's dict)
+        if granularity not in cache:
+            cache[granularity] = replace(self, granularity=granularity)
+        return cache[granularity]
 
+    @property
+    def label(self) -> str:
+        scale = self.scale_fmt.name if self.scale_fmt else "fp32"
+        extra = (" +tensor" if self.two_level else "") + (", floor 2^-6" if self.scale_floor == "min_normal" else "")
+        parts = (", stochastic rounding" if self.rounding == "stochastic" else "") + (
+            f", after a {self.hadamard.label}" if self.hadamard is not None else "")
+        return f"{self.fmt.name} {self.granularity.label} {self.scale_rule} ({scale} scales{extra}){parts}"
 
-@lru_cache(maxsize=256, typed=True)  # (typed: margin True is not margin 1)
-def _checked(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor="zero") -> ScaleArgs:
-    fmt = get_format(fmt)
-    if fmt == E8M0:
-        raise ValueError("E8M0 is a scale-only format (no sign, no zero); quantize elements to e4m3, e5m2 or e2m1")
-    if scale_rule not in SCALE_RULES:
-        raise ValueError(f"unknown scale_rule {scale_rule!r}; valid rules: {', '.join(SCALE_RULES)}")
-    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-        raise ValueError(f"margin must be a non-negative integer (a power of two of headroom), got {margin!r}")
-    if margin > _largest_margin(fmt):
-        raise ValueError(
-            f"margin {margin} leaves {fmt.name} nothing: {fmt.max_value:g} / 2**{margin} is below its smallest "
-            f"value {fmt.min_subnormal:g}, so every value would flush to zero; use a margin of 0 to "
-            f"{_largest_margin(fmt)} for {fmt.name}")
-    if scale_fmt is not None:
-        scale_fmt = get_format(scale_fmt)
-        if scale_fmt not in (E8M0, E4M3):
-            raise ValueError(f"scale_fmt must be None (float32), 'e8m0' or 'e4m3', got {scale_fmt.name}")
-    if scale_fmt == E8M0 and scale_rule == "exact":
-        raise ValueError("E8M0 scales are powers of two: use scale_rule 'rceil' or 'floor', not 'exact'")
-    if scale_fmt == E4M3 and scale_rule != "exact":
-        raise ValueError("E4M3 block scales are rounded from exact scales: use scale_rule='exact'")
-    if two_level and scale_fmt != E4M3:
-        raise ValueError("two_level scaling is NVFP4's: it needs scale_fmt='e4m3'")
-    if not isinstance(scale_floor, str) or scale_floor not in SCALE_FLOORS:
-        raise ValueError(f"unknown scale_floor {scale_floor!r}; valid: "
-                         + "; ".join(f"{k!r} ({v})" for k, v in SCALE_FLOORS.items()))
-    if scale_floor != "zero" and scale_fmt != E4M3:
-        raise ValueError(f"scale_floor {scale_floor!r} is for E4M3 block scales (NVFP4, scale_fmt='e4m3'); "
-                         f"{'float32' if scale_fmt is None else scale_fmt.name} scales take the default, 'zero'")
-    return ScaleArgs(fmt, scale_rule, margin, scale_fmt, bool(two_level), scale_floor)
 
 
 class Scales(NamedTuple):
@@ -361,7 +251,7 @@ class Scales(NamedTuple):
 
 def scale_from_amax(
     amax: torch.Tensor,
-    fmt: FloatFormat | str = E4M3,
+    fmt: TensorScaling | FloatFormat | str = E4M3,
     scale_rule: str = "exact",
     margin: int = 0,
     scale_fmt: FloatFormat | str | None = None,
@@ -394,12 +284,13 @@ def scale_from_amax(
     it dequantizes to 0 (the engines store saturated codes beside their zero scale: also 0 times the
     scale). Notebook 04's NVFP4 panel shows which blocks each floor catches.
     tensor_scale = max(amax) / (448 * fmt.max_value) (1 for an all-zero tensor, at least
-    ScaleArgs.min_tensor_scale), so that the E4M3 block scales use their whole range, and
+    TensorScaling.min_tensor_scale), so that the E4M3 block scales use their whole range, and
     inverse = (1 / tensor_scale) / scale, as torchao's NVFP4 computes it.
     Other rules: an all-zero block (amax 0) gets scale 1. A NaN amax gives a NaN scale (the block
     dequantizes to NaN).
     """
-    args = check_scale_args(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor)
+    args = fmt if isinstance(fmt, TensorScaling) else TensorScaling(
+        fmt, scale_rule=scale_rule, scale_fmt=scale_fmt, two_level=two_level, margin=margin, scale_floor=scale_floor)
     fmt, max_eff = args.fmt, args.max_eff
     amax = amax.to(torch.float32)
     zero, nan = amax == 0, torch.isnan(amax)
@@ -419,7 +310,7 @@ def scale_from_amax(
         inverse = torch.where(scale == 0, 0.0, inverse)
         return Scales(scale, inverse, tensor_scale)
 
-    if scale_rule == "exact":
+    if args.scale_rule == "exact":
         # inverse = max / amax in float64, as torchao; an amax so small (or so large) that this
         # leaves float32's normal range is treated as float32's largest (or smallest) inverse
         inverse = (max_eff / amax.double()).clamp(min=args.min_inverse, max=_FLOAT32.max).to(torch.float32)
@@ -429,7 +320,7 @@ def scale_from_amax(
     # power-of-two rules, on exact exponents: amax = mant * 2**exp with mant in [0.5, 1)
     mant, exp = torch.frexp(amax)
     log2_floor_amax = exp - 1  # floor(log2(amax)), exact
-    if scale_rule == "floor":
+    if args.scale_rule == "floor":
         e = log2_floor_amax - math.floor(math.log2(max_eff))
     else:  # rceil: ceil(log2(amax / max_eff)), exact from the two mantissas
         max_mant, max_exp = math.frexp(max_eff)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import GEMMS, Recipe, TensorScaling, get_recipe
-from fp8lab.numerics.scaling import PerRow, PerTensor
 
 __all__ = ["PARALLEL", "PUBLISHED", "Published", "answer", "cost_class", "cost_table", "measure",
            "per_tensor_vs_block", "scale_bits_per_element", "scale_multiplies"]
@@ -122,10 +122,10 @@ def _amax_text(recipe: Recipe, parallel: str = "one process") -> str:
     s = recipe.input
     if recipe.delayed is not None:
         text = "from the amax history of past steps: the tensor is read once, to cast it"
-    elif isinstance(s.granularity, PerTensor):
+    elif s.granularity.whole_tensor:
         text = ("a reduction over the whole tensor before any element can be cast: the tensor is read twice "
                 "(amax, then cast)")
-    elif isinstance(s.granularity, PerRow):
+    elif s.granularity.whole_rows:  # per row
         text = "per row (local), but wgrad's rows are columns of x and dy: a reduction over all tokens"
     else:
         r, c = s.granularity.block_shape((1 << 20, 1 << 20))
@@ -139,7 +139,7 @@ def _amax_text(recipe: Recipe, parallel: str = "one process") -> str:
                            "parallelism)")
         return text + "; data parallel: nothing to agree on (each rank's GEMMs read only its own tensors)"
     if parallel.startswith("FSDP"):
-        if isinstance(recipe.weight.granularity, PerTensor) or recipe.weight.two_level:
+        if recipe.weight.granularity.whole_tensor or recipe.weight.two_level:
             return text + "; FSDP: an all-reduce of each weight's amax before its shards are cast (a tensor scale)"
         return text + "; FSDP: no all-reduce (each weight row or block lies on one rank)"
     if parallel.startswith("sequence"):
@@ -195,7 +195,7 @@ def measure(recipes: Sequence[str] = COST_RECIPES, size: int = 512, rounds: int 
     for name in recipes:
         r = get_recipe(name)
         ops[r.name] = quantize_operands(a, b, r)
-        cands[f"q {r.name}"] = lambda r=r: r.input.quantize(a)
+        cands[f"q {r.name}"] = lambda r=r: quantize(a, r.input)
         cands[f"g {r.name}"] = lambda r=r: matmul(*ops[r.name], r, verbose=False)
     cands["g fp32"] = lambda: a @ b
     times = time_interleaved(cands, rounds=rounds, warmup=1)
@@ -282,8 +282,4 @@ def cost_class(recipe: Recipe | str) -> int:
     if r.input.fmt.bits <= 4:
         return 0
     g = r.input.granularity
-    if isinstance(g, PerTensor):
-        return 1
-    if isinstance(g, PerRow):
-        return 2
-    return 3
+    return 1 if g.whole_tensor else 2 if g.whole_rows else 3

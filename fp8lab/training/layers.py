@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8lab.gemm import GemmBackend, default_backend
-from fp8lab.numerics.quantize import QuantizedTensor
+from fp8lab.numerics.quantize import QuantizedTensor, quantize_with
 from fp8lab.numerics.recipes import Recipe, RoundingDraws, TensorScaling, get_recipe
-from fp8lab.numerics.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, amax_per_block
+from fp8lab.numerics.scaling import AmaxHistory, Granularity, amax_per_block
 from fp8lab.training import delayed as delayed_steps
 from fp8lab.training.delayed import DelayedState
 from fp8lab.training.monitor import Monitor
@@ -104,11 +104,7 @@ def tokens_per_scale(role: str, gemm: str, granularity: Granularity) -> int | No
     """
     if role == "weight":
         return 0
-    if isinstance(granularity, PerTensor):
-        return None
-    if isinstance(granularity, PerRow):
-        return None if gemm == "wgrad" else 1
-    return granularity.cols if gemm == "wgrad" else granularity.rows
+    return granularity.tokens_per_scale(gemm)
 
 
 def scale_spans_tokens(role: str, gemm: str, granularity: Granularity) -> bool:
@@ -156,7 +152,7 @@ def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str,
                 state.delayed.observe(role, current)
     monitoring = state.monitor is not None and state.monitor.active()
     draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
-    q = scaling.quantize(t, amax=amax, count=monitoring, generator=draws, transformed=True)  # (count: the Monitor's)
+    q = quantize_with(t, scaling, amax, count=monitoring, generator=draws)  # (count: the Monitor's)
     if monitoring:
         state.monitor.record(state.name, gemm, role, t, q)
     return q
@@ -196,23 +192,19 @@ def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
     scaling = state.recipe.scaling(role, gemm)
     if scaling is None:
         return None
-    if (reuse is not None and isinstance(reuse.granularity, PerTensor | PerBlock)
-            and reuse.granularity == _transposed(scaling.granularity) and _same_numerics(reuse, scaling)):
+    if (reuse is not None and reuse.granularity == scaling.granularity.transposed()
+            and _same_numerics(reuse, scaling)):
         return reuse if isinstance(reuse, NonFiniteGradient) else reuse.t()
     if not transpose:  # (quantize takes float32, bfloat16 and float16 as they are: no float32 copy here)
         return _quantize(state, source, role, gemm, scaling)
     g = scaling.granularity
     # amaxes reduced across ranks are shaped for the GEMM's own layout: with a reducer (and
     # per tensor, where nothing is re-quantized unless the numerics differ) copy source^T
-    if state.amax_reducer is None and scaling.hadamard is None and isinstance(g, PerRow | PerBlock):
+    if state.amax_reducer is None and scaling.hadamard is None and not g.whole_tensor:
         # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
         q = _quantize(state, source, role, gemm, scaling.down_columns(source.shape[0]))
         return q if isinstance(q, NonFiniteGradient) else q.t(g)
     return _quantize(state, source.t().contiguous(), role, gemm, scaling)
-
-
-def _transposed(g):
-    return PerBlock(g.cols, g.rows) if isinstance(g, PerBlock) else g
 
 
 def _same_numerics(q: Operand, s: TensorScaling) -> bool:

@@ -19,7 +19,6 @@ import torch
 
 from fp8lab.numerics.metrics import channel_sqnr, flushed_fraction
 from fp8lab.numerics.recipes import Recipe, get_recipe
-from fp8lab.numerics.scaling import PerRow, PerTensor
 from fp8lab.training.layers import layer_gemms
 
 __all__ = ["GEMM_ROLES", "PLACEMENT_RECIPES", "constant_loss", "lesson_mismatch", "operand_losses", "placement_flush"]
@@ -30,9 +29,9 @@ GEMM_ROLES = {"fprop": "x[M, K], summed over K (channels)", "wgrad": "x^T[K, M],
 
 def _block_label(q, gemm: str) -> str:
     """One scale's region, in x's layout, as a learner reads it: per-tensor, per token, per channel, or r x c."""
-    if isinstance(q.granularity, PerTensor):
+    if q.granularity.whole_tensor:
         return "per-tensor"
-    if isinstance(q.granularity, PerRow):
+    if q.granularity.whole_rows:  # per row
         return "per row (one token)" if gemm == "fprop" else "per column (one channel)"
     r, c = q.granularity.rows, q.granularity.cols
     return f"{r}x{c}" if gemm == "fprop" else f"{c}x{r}"

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8lab.numerics.quantize import quantize
+
 __all__ = ["PUBLISHED", "Published", "flush_cost", "lesson_fc2_input", "lesson_median", "marker_sinks",
            "measured_at", "outlier_multiplier", "sinks_for", "with_trained_loss"]
 
@@ -166,7 +168,7 @@ def flush_cost(sinks: tuple[float, ...] | None = None, recipes: tuple[str, ...] 
             hs = h.clone()
             hs[:, model.sink.index] = s
             for name in recipes:
-                q = get_recipe(name).input.quantize(hs).dequantize()
+                q = quantize(hs, get_recipe(name).input).dequantize()
                 ordinary, kept = h[:, keep], q[:, keep]
                 lost = (ordinary != 0) & (kept == 0)
                 loss = float(task.loss(model.fc3(torch.nn.functional.gelu(model.fc2(q))), y))

@@ -263,7 +263,7 @@ def test_the_accumulation_model_has_a_size_limit_and_works_in_chunks(monkeypatch
     model = AccumulatorModel()
     g = torch.Generator().manual_seed(5)
     a_q, b_q = quantize(torch.rand(40, 320, generator=g)), quantize(torch.rand(24, 320, generator=g), E4M3, PerRow())
-    whole = emulation._scale_output(model.accumulate(emulation._scaled_products(a_q, b_q)), a_q, b_q)
+    whole = emulation.scale_output(model.accumulate(emulation.scaled_products(a_q, b_q)), a_q, b_q)
     monkeypatch.setattr(emulation, "MAX_ACCUMULATED_PRODUCTS", 40 * 24 * 320 - 1)
     with pytest.raises(ValueError, match="products is beyond"):  # (the limit is checked before any work)
         emulated_mm(a_q, b_q, accumulation=model)

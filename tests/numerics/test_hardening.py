@@ -18,6 +18,7 @@ from fp8lab.gemm import AccumulatorModel, emulated_mm
 from fp8lab.numerics import kernels
 from fp8lab.numerics.metrics import overflow_fraction
 from fp8lab.numerics.quantize import QuantizedTensor, quantize_spec
+from fp8lab.numerics.quantize_fast import CHUNK_ELEMENTS, kernel_parameters
 
 needs_kernels = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
 BOTH_PATHS = pytest.mark.parametrize("path", ["kernels", "torch"])
@@ -68,7 +69,7 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
     """A block outside the tensor, or a parameter block of another layout, raises instead of
     reading past a buffer (mutation: the C size check removed)."""
     x = torch.randn(8, 64)
-    template = quantize_spec().kernel
+    template = kernel_parameters(quantize_spec())
     with pytest.raises(ValueError, match="blocks must lie within x"):
         kernels.quantize(x, (9, 64), template)
     with pytest.raises(ValueError, match="2-D float32"):
@@ -443,8 +444,6 @@ def test_quantizing_a_bf16_operand_makes_no_full_size_float32_copy():
     """The torch code (what runs on a GPU) widens a bf16 operand to float32 a bounded chunk at a time:
     a full-size float32 copy (and more float32 temporaries of its size) before the cast takes 1-2 GB
     for one 8192^2 operand on a GPU."""
-    from fp8lab.numerics import quantize as quantize_module
-
     x = torch.randn(1024, 1024).to(torch.bfloat16)
     for granularity in (PerTensor(), PerBlock(1, 128), PerBlock(128, 128)):
         with kernels.disabled(), _Largest() as seen:
@@ -452,7 +451,7 @@ def test_quantizing_a_bf16_operand_makes_no_full_size_float32_copy():
         with kernels.disabled():
             want = quantize(x.float(), E4M3, granularity)
         assert torch.equal(q.data.view(torch.uint8), want.data.view(torch.uint8)) and torch.equal(q.scale, want.scale)
-        assert seen.largest.get(torch.float32, 0) <= quantize_module._CHUNK_ELEMENTS, granularity  # (CPU's chunk)
+        assert seen.largest.get(torch.float32, 0) <= CHUNK_ELEMENTS, granularity  # (CPU's chunk)
 
 
 def test_e2m1_codes_make_no_int64_index_per_element():

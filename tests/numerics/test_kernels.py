@@ -162,9 +162,9 @@ def test_emulated_gemm_matches_with_and_without_kernels(recipe):
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(96, 320, generator=g), torch.randn(80, 320, generator=g)
     sa, sb = r.scaling("input", "fprop"), r.scaling("weight", "fprop")
-    got = emulated_mm(sa.quantize(a), sb.quantize(b))
+    got = emulated_mm(quantize(a, sa), quantize(b, sb))
     with kernels.disabled():
-        want = emulated_mm(sa.quantize(a), sb.quantize(b))
+        want = emulated_mm(quantize(a, sa), quantize(b, sb))
     assert _same(got, want)
 
 
@@ -233,7 +233,7 @@ def test_transposed_operands_equal_quantizing_the_transposed_copy(recipe):
         if scaling is None:
             assert got is None
             continue
-        want = scaling.quantize(x.t().contiguous())
+        want = quantize(x.t().contiguous(), scaling)
         assert got.granularity == want.granularity and got.shape == want.shape
         assert _same(got.data, want.data) and _same(got.scale, want.scale), (role, gemm)
         assert _same(got.values(), want.values()) and _same(got.dequantize(), want.dequantize())

@@ -1,5 +1,6 @@
 """quantize / dequantize: properties (hypothesis), shapes, padding, NaN/inf, bad input."""
 
+import contextlib
 import math
 
 import pytest
@@ -277,3 +278,56 @@ def test_transpose_can_name_its_blocks_per_row_and_refuses_other_blocks():
     assert torch.equal(qt.scale, direct.scale)
     with pytest.raises(ValueError, match="the transpose's blocks are 1x6, not 2x2"):
         q.t(PerBlock(2, 2))
+
+
+# ---- the definition and its fast twins (quantize_fast): the same bits -----------------------------------------
+
+TWIN_SETTINGS = [
+    dict(fmt="e4m3"), dict(fmt="e5m2"), dict(fmt="e4m3", scale_rule="rceil"), dict(fmt="e4m3", margin=2),
+    dict(fmt="e4m3", scale_rule="floor", scale_fmt="e8m0"), dict(fmt="e5m2", scale_rule="rceil", scale_fmt="e8m0"),
+    dict(fmt="e2m1", scale_fmt="e4m3", two_level=True),
+    dict(fmt="e2m1", scale_fmt="e4m3", two_level=True, scale_floor="min_normal"),
+    dict(fmt="e2m1", scale_fmt="e4m3", two_level=True, rounding="stochastic"), dict(fmt="e5m2", rounding="stochastic"),
+]
+
+
+def _same_floats(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit where a number, NaN where NaN (the kernel's NaN and torch's carry different payloads)."""
+    nan = torch.isnan(a)
+    return (a.shape == b.shape and torch.equal(nan, torch.isnan(b))
+            and torch.equal(a[~nan].view(torch.int32), b[~nan].view(torch.int32)))
+
+
+def _bits_equal(a, b) -> bool:
+    same_tensor_scale = (a.tensor_scale is None and b.tensor_scale is None) or _same_floats(a.tensor_scale,
+                                                                                           b.tensor_scale)
+    return (torch.equal(a.data.view(torch.uint8), b.data.view(torch.uint8)) and _same_floats(a.scale, b.scale)
+            and _same_floats(a.amax, b.amax) and same_tensor_scale)
+
+
+@pytest.mark.parametrize("settings", TWIN_SETTINGS, ids=lambda s: "-".join(map(str, s.values())))
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
+def test_quantize_with_gives_the_definitions_bits(settings, kernel):
+    """quantize_with (the C kernel, or the torch code a chunk at a time) and quantize_definition agree code for
+    code and scale for scale: every granularity, shapes that do not divide the blocks, zeros, a NaN, a given
+    amax, stochastic rounding from the same seed, a bfloat16 x."""
+    from fp8lab.numerics import kernels
+    from fp8lab.numerics.quantize import quantize_definition, quantize_spec, quantize_with
+
+    torch.manual_seed(0)
+    for granularity in ("per-tensor", "per-row", "1x32", "16x16", "1x128", "128x128", "7x5"):
+        spec = quantize_spec(granularity=granularity, **settings)
+        for shape in ((64, 96), (33, 250), (300, 1030)):
+            x = torch.randn(shape) * torch.rand(shape[0], 1) * 10
+            x[0, :5] = 0.0
+            cases = [(x, None), (x.to(torch.bfloat16), None)]
+            if granularity == "per-tensor":
+                cases.append((x, torch.tensor(3.0)))  # delayed scaling's amax: values beyond it clip
+            nan = x.clone()
+            nan[-1, -1] = math.nan
+            cases.append((nan, None))
+            for xi, amax in cases:
+                with contextlib.nullcontext() if kernel else kernels.disabled():
+                    fast = quantize_with(xi, spec, amax, generator=torch.Generator().manual_seed(7))
+                want = quantize_definition(xi, spec, amax, generator=torch.Generator().manual_seed(7))
+                assert _bits_equal(fast, want), (settings, granularity, shape, xi.dtype, amax)

@@ -22,6 +22,7 @@ from fp8lab.figures import scales
 from fp8lab.lab.panels.base import OUTLIERS, Panel, metrics_html, outlier_options, percent, selection_slider
 from fp8lab.lab.panels.blocks import activation_shape
 from fp8lab.numerics.formats import E2M1, E4M3
+from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import RECIPES
 
 __all__ = ["Nvfp4ScalesPanel", "nvfp4_blocks", "nvfp4_blocks_of", "nvfp4_collapse"]
@@ -49,8 +50,8 @@ def nvfp4_blocks_of(x: torch.Tensor, outlier_channels: torch.Tensor | list[int])
     idx = torch.as_tensor(outlier_channels, dtype=torch.long)
     x = x.detach().float()
     scaling = RECIPES["nvfp4"].input  # scale_floor "zero": the training engines'
-    q = scaling.quantize(x)
-    q_inference = replace(scaling, scale_floor="min_normal").quantize(x)
+    q = quantize(x, scaling)
+    q_inference = quantize(x, replace(scaling, scale_floor="min_normal"))
     deq = q.dequantize()
     m, k = x.shape
     nb = k // BLOCK

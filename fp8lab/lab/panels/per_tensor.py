@@ -139,7 +139,7 @@ class CliffPanel(Panel):
     def _measured(x: torch.Tensor, idx: torch.Tensor, name: str, gemm: str) -> dict[str, float]:
         """The ordinary values' SQNR and flushed share of x as recipe `name`'s fprop or wgrad GEMM reads it."""
         if gemm == "fprop":
-            deq = RECIPES[name].input.quantize(x).dequantize()  # fprop's activation operand, along K
+            deq = quantize(x, RECIPES[name].input).dequantize()  # fprop's activation operand, along K
             return {"ordinary_sqnr_db": channel_sqnr(x, deq, idx), "ordinary_underflow": flushed_fraction(x, deq, idx)}
         seen = operand_losses(x, name, idx)["wgrad"]  # x^T along M, back in x's layout
         return {"ordinary_sqnr_db": seen["ordinary_sqnr_db"], "ordinary_underflow": seen["ordinary_flushed"]}

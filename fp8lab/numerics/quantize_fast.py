@@ -1,0 +1,91 @@
+"""quantize's fast twins: the same bits as the definition in quantize.py, computed faster.
+
+Public: kernel_parameters(spec) (the C kernels' parameter block, kept on the spec), kernel_input(x2d, spec,
+amax) (x as the C kernel takes it, or None where the torch code runs), folds(block, shape), scale_and_cast
+(the definition's cast a bounded chunk of block rows at a time), CHUNK_ELEMENTS, GPU_CHUNK_ELEMENTS.
+quantize.quantize_with is the one place that chooses between them; tests/test_quantize.py checks both
+against quantize.quantize_definition bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fp8lab.numerics import kernels
+from fp8lab.numerics.formats import FloatFormat, cast, round_stochastic
+from fp8lab.numerics.scaling import TensorScaling, padded_blocks
+
+__all__ = ["CHUNK_ELEMENTS", "GPU_CHUNK_ELEMENTS", "folds", "kernel_input", "kernel_parameters", "scale_and_cast"]
+
+# rows of blocks handled per step of the scale-and-cast loop: ~1 MiB of float32 at a time
+# stays in cache, so x is read once and the fp8 result written once
+CHUNK_ELEMENTS = 1 << 18
+GPU_CHUNK_ELEMENTS = 1 << 24  # (64 MiB of float32 per temporary)
+
+
+def kernel_parameters(spec: TensorScaling) -> bytes | None:
+    """fp8lab.numerics.kernels' parameter block for these settings (the formats and the rule as data),
+    made once and kept on the spec; None where the kernels don't store this format or round stochastically
+    (the torch code runs: the C kernels round to nearest only)."""
+    memo = spec.__dict__  # a frozen dataclass's own dict: a cache beside its fields, as cached_property keeps
+    if "kernel_parameters" not in memo:
+        # (one block per settings, shared by every spec that has them: quantize() makes a spec per call)
+        key = (spec.fmt, spec.scale_rule, spec.margin, spec.scale_fmt, spec.two_level, spec.scale_floor, spec.rounding)
+        if key not in _PARAMETERS:
+            _PARAMETERS[key] = kernels.parameters(spec) if spec.rounding == "nearest" else None
+        memo["kernel_parameters"] = _PARAMETERS[key]
+    return memo["kernel_parameters"]
+
+
+_PARAMETERS: dict[tuple, bytes | None] = {}  # kernel_parameters' blocks, by settings (a few dozen at most)
+
+
+def kernel_input(x2d: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | None) -> torch.Tensor | None:
+    """x[M, K] as float32 for the C kernel, where it runs: on the CPU, with the kernels on (kernels.engine(),
+    decided once per process), for settings it stores (kernel_parameters) and tensors it reads (accepts).
+    None: the torch code runs."""
+    if kernel_parameters(spec) is None or x2d.device.type != "cpu" or not kernels.engine().kernels:
+        return None
+    x32 = x2d.to(torch.float32)  # (the kernel reads float32)
+    return x32 if kernels.accepts(x32) and (amax is None or kernels.accepts(amax)) else None
+
+
+def folds(block: tuple[int, int], shape: tuple[int, int]) -> bool:
+    """Whether the kernel writes values * block scale instead of the values: for blocks
+    smaller than the tensor both ways, whose scales vary along either dim a GEMM may
+    contract (1x32 along K, or 32x1 read transposed). A block spanning all rows or all
+    columns has one scale per row or column, which a GEMM applies to its output instead."""
+    return block[0] < shape[0] and block[1] < shape[1]
+
+
+def scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt: FloatFormat,
+                   draws: torch.Tensor | None = None) -> torch.Tensor:
+    """data[M, K] = cast(x * inverse[block], fmt) in fmt.storage_dtype, in chunks of block rows.
+
+    x2d: [M, K] float32, bfloat16 or float16 (widened to float32 a chunk at a time: every value
+    is exact there); inverse: [ceil(M/r), ceil(K/c)] float32 (or one value). draws: None (round to
+    nearest) or [M, K] uniform draws for stochastic rounding, cut into chunks alongside x.
+    """
+    m, k = x2d.shape
+    if inverse.numel() == 1:  # one scale: any layout will do, so cut x into rows that chunk well
+        width = 1024 if x2d.numel() % 1024 == 0 else k
+        blocks, inv = x2d.reshape(-1, 1, 1, width), inverse.reshape(())  # (rows, 1, 1, width)
+        noise = None if draws is None else draws.reshape(-1, 1, 1, width)
+    else:
+        blocks, inv = padded_blocks(x2d, block), inverse[:, None, :, None]  # (MB, r, KB, c), (MB, 1, KB, 1)
+        noise = None if draws is None else padded_blocks(draws, block)
+    out = torch.empty(blocks.shape, dtype=fmt.storage_dtype, device=x2d.device)
+    mb, per_row = blocks.shape[0], max(blocks[0].numel(), 1)
+    # chunks bound the float32 temporaries (x widened, times the inverse, clamped): on the CPU to
+    # what stays in its cache, on a GPU to GPU_CHUNK_ELEMENTS, whatever x's size and dtype
+    chunk = CHUNK_ELEMENTS if blocks.device.type == "cpu" else GPU_CHUNK_ELEMENTS
+    step = max(1, chunk // per_row)
+    for start in range(0, mb, step):
+        stop = min(start + step, mb)
+        scaled = blocks[start:stop].float() * (inv if inv.dim() == 0 else inv[start:stop])
+        out[start:stop] = (cast(scaled, fmt, fmt.storage_dtype) if noise is None
+                           else round_stochastic(scaled, fmt, noise[start:stop]).to(fmt.storage_dtype))
+    if inverse.numel() == 1:
+        return out.reshape(m, k)
+    data = out.reshape(blocks.shape[0] * blocks.shape[1], -1)  # (MB * r, KB * c)
+    return data if data.shape == (m, k) else data[:m, :k].contiguous()
