@@ -240,7 +240,7 @@ def step_digests(recipe: str, steps: int = 3) -> dict[str, str]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(160, 288), nn.GELU(), nn.Linear(288, 96), nn.GELU(), nn.Linear(96, 8))
     monitor = fp8lab.nn.Monitor()
-    convert(model, recipe, monitor=monitor)
+    model = convert(model, recipe, monitor=monitor)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     g = torch.Generator().manual_seed(1)
     out: dict[str, str] = {}
