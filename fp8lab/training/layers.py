@@ -232,24 +232,31 @@ def _quantize(state: LayerState, t: torch.Tensor, role: str, gemm: str,
     if role == "grad_output" and state.passes_nonfinite and not all_finite(
             current if current is not None else t):
         return _nonfinite(state, t, role, gemm, scaling, current)
-    amax = current
-    if state.recipe.delayed is not None:  # one amax pass per use
-        if current is None:
-            current = amax_per_block(t, scaling.granularity)
-        if math.isinf(float(current.max())):  # quantize refuses it, with the error every recipe gives
-            amax = None
-        elif state.delayed is None:
-            amax = current.reshape(())
-        else:
-            amax = state.delayed.scale_amax(role, current)
-            if state.records:
-                state.delayed.observe(role, current)
+    amax = current if state.recipe.delayed is None else _delayed_amax(state, t, role, scaling, current)
     monitoring = state.monitor is not None and state.monitor.active()
     draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
     q = scaling.quantize(t, amax=amax, count=monitoring, generator=draws, transformed=True)  # (count: the Monitor's)
     if monitoring:
         state.monitor.record(state.name, gemm, role, t, q)
     return q
+
+
+def _delayed_amax(state: LayerState, t: torch.Tensor, role: str, scaling: TensorScaling,
+                  current: torch.Tensor | None) -> torch.Tensor | None:
+    """The amax delayed scaling scales `role` with: the history's, as the step found it (a fresh history's, the
+    current amax, without a layer's state); a training forward's amax joins the step's pending max. One amax pass
+    per use (`current`: this tensor's, already reduced across ranks where they share a scale). None where the
+    amax is infinite: quantize then refuses it, with the error every recipe gives."""
+    if current is None:
+        current = amax_per_block(t, scaling.granularity)
+    if math.isinf(float(current.max())):  # quantize refuses it
+        return None
+    if state.delayed is None:
+        return current.reshape(())
+    amax = state.delayed.scale_amax(role, current)
+    if state.records:
+        state.delayed.observe(role, current)
+    return amax
 
 
 def _nonfinite(state: LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling,
