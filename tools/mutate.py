@@ -60,6 +60,7 @@ KB, SET, TH = NUM + "kernels_build.py", "fp8lab/settings.py", "fp8lab/threads.py
 FLOOR = ("tests/numerics/test_fp4_numerics.py::"
          "test_nvfp4_block_scale_floors_are_bit_exact_against_a_numpy_ml_dtypes_reference")
 G, N, MT, R = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", NUM + "recipes.py"
+ARM = "fp8lab/training/armour.py"
 X = "fp8lab/lab/exercises/scaling.py"
 PUB = "fp8lab/training/published.py"
 RD, EX, RUN, TR = ("fp8lab/training/" + f for f in ("readiness.py", "export.py", "torchrun.py", "train.py"))
@@ -208,8 +209,8 @@ MUTATIONS = [
     m("delayed FP8Linear scales with the current amax", DL,
       "return current.reshape(()) if past is None else torch.tensor(",
       "return current.reshape(()) if True else torch.tensor(", T + "test_nn.py", HARD),
-    m("delayed FP8Linear records the amax it used", N, "                state.delayed.observe(role, current)",
-      "                state.delayed.observe(role, amax)", T + "test_nn.py", HARD),
+    m("delayed FP8Linear records the amax it used", N, "        state.delayed.observe(role, current)",
+      "        state.delayed.observe(role, amax)", T + "test_nn.py", HARD),
     m("transposed blocks keep their orientation", NUM + "granularity.py",
       "return PerBlock(self.cols, self.rows)", "return PerBlock(self.rows, self.cols)",
       KERN + "::test_transposed_operands_equal_quantizing_the_transposed_copy", T + "test_nn.py"),
@@ -244,7 +245,7 @@ MUTATIONS = [
       MODELS + "::test_formats_equal_to_the_constants_are_treated_as_them"),
     m("amax histories left out of state_dict", N, "        save_histories(self.delayed, destination, prefix)\n", "",
       MODELS + "::test_a_converted_model_round_trips_with_identical_outputs_and_kernels"),
-    m("an empty batch is quantized as it is", N, "    return t if m else t.new_zeros(1, t.shape[1])", "    return t",
+    m("an empty batch is quantized as it is", ARM, "    return t if m else t.new_zeros(1, t.shape[1])", "    return t",
       MODELS + "::test_an_empty_batch_gives_what_nn_linear_gives"),
     m("matmul quantizes empty operands", G, "        if a.numel() == 0 or b.numel() == 0:", "        if False:",
       MODELS + "::test_an_empty_batch_gives_what_nn_linear_gives"),
@@ -385,9 +386,9 @@ MUTATIONS = [
     m("attention scales q by the head width, not its root", AT,
       "        q_scaled = q * math.sqrt(1.0 / float(q.shape[-1]))", "        q_scaled = q * (1.0 / float(q.shape[-1]))",
       TRUTH + "::test_attention_forward_equals_torchs_slow_path_bit_for_bit"),
-    m("a second derivative drops its terms silently", N, "    if not torch.is_grad_enabled():\n        return False",
+    m("a second derivative drops its terms silently", ARM, "    if not torch.is_grad_enabled():\n        return False",
       "    if True:\n        return False", TRUTH),
-    m("autocast ignored", N, "    if torch.is_autocast_enabled(device_type):\n        dtype",
+    m("autocast ignored", ARM, "    if torch.is_autocast_enabled(device_type):\n        dtype",
       "    if False:\n        dtype", TRUTH),
     m("a recompute ends the step of record='forward'", DL,
       'if training and self.policy == "forward" and not in_recompute():',
@@ -399,7 +400,7 @@ MUTATIONS = [
     m("a NaN amax enters the history", DL, "        if math.isnan(value):\n            self.skipped",
       "        if False:\n            self.skipped", TRUTH),
     m("delayed passes an infinite amax to quantize", N,
-      "        if math.isinf(float(current.max())):  # quantize refuses it", "        if False:  # quantize refuses it",
+      "    if math.isinf(float(current.max())):  # quantize refuses it", "    if False:  # quantize refuses it",
       TRUTH),
     m("torchao takes every width", CV, "        elif m.in_features % 16 or m.out_features % 16:",
       "        elif False:", TRUTH + "::test_torchao_names_the_layers_its_kernels_cannot_take"),
@@ -517,12 +518,12 @@ MUTATIONS = [
       "                    self._stale = False\n", "", DRAG),
     # ---- a mixed-precision loop's overflow, a learner's slip, arguments refused at the door
     m("layers: an infinite gradient is quantized (quantize's error re-raised in the backward)", N,
-      '    if role == "grad_output" and state.passes_nonfinite and not bool(',
-      '    if role == "grad_output" and False and not bool(',
+      '    if role == "grad_output" and state.passes_nonfinite and not all_finite(',
+      '    if role == "grad_output" and False and not all_finite(',
       T + "training/test_layers.py::test_one_fp16_step_that_overflows_is_skipped_for_every_recipe"),
     m("layers: a rank decides a gradient's overflow from its own amax, not the reduced one", N,
-      "            torch.isfinite(current if current is not None else t).all()):",
-      "            torch.isfinite(t).all()):",
+      "            current if current is not None else t):",
+      "            t):",
       T + "training/test_layers.py::test_a_non_finite_reduced_amax_decides_on_every_rank"),
     m("delayed: an overflowing backward pass's gradient amaxes kept", DL, "        state.drop_gradients(task)",
       "        pass",

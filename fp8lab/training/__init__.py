@@ -1,6 +1,8 @@
 """FP8 training: the layers, the toy models, the training step, and what is built on them.
 
   layers.py       FP8Linear (three FP8 GEMMs per linear layer), layer_gemms (public as fp8lab.nn)
+  armour.py       what lets FP8Linear stand in for nn.Linear: autocast, torch.func refusals, empty batches,
+                  state_dict histories, FP8 subclasses of other linear classes
   monitor.py      Monitor: per layer, GEMM and operand, what each quantization did in training (fp8lab.nn)
   delayed.py      delayed scaling in a training loop: one history entry per optimizer step, recompute-safe
   attention.py    MultiheadAttention with its projections routed (FP8, or inspect's recorder)

@@ -20,17 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fp8lab.gemm import GemmBackend
 from fp8lab.numerics.recipes import Recipe, RoundingDraws
+from fp8lab.training.armour import load_histories, save_histories
 from fp8lab.training.delayed import DelayedState
-from fp8lab.training.layers import (
-    IDENTITY,
-    AmaxReducer,
-    GemmBackend,
-    _LayerState,
-    fp8_linear,
-    load_histories,
-    save_histories,
-)
+from fp8lab.training.layers import IDENTITY, AmaxReducer, LayerState, fp8_linear
 from fp8lab.training.monitor import Monitor
 
 __all__ = ["FAST_PATH_SWITCHES", "FP8MultiheadAttention", "InProjection", "attention_forward"]
@@ -237,7 +231,7 @@ class InProjection:
         delayed = self.state(owner, part)
         records = delayed.begin_forward() if delayed is not None else False
         name = self.name if part == "qkv" else f"{self.name}[{part}]"
-        state = _LayerState(name, self.recipe, delayed, self.monitor, self.backend, self.amax_reducer, records,
+        state = LayerState(name, self.recipe, delayed, self.monitor, self.backend, self.amax_reducer, records,
                             draws=self.draws)
         return fp8_linear(x, weight, bias, state)
 

@@ -1,25 +1,24 @@
-"""FP8 training layers: FP8Linear and the autograd function of its three GEMMs.
+"""FP8Linear: a linear layer whose three GEMMs run in FP8, each operand quantized by its role.
 
-Public: FP8Linear, fp8_linear (the function itself), layer_gemms (the three GEMMs' operands),
-IDENTITY (no quantization), fp8_class (the FP8 class of a linear class; convert makes layers FP8 with it).
-FP8Linear runs the three GEMMs of a linear layer through fp8lab's GEMM, each operand
-quantized along its own contraction dim, from the high-precision tensor:
-    fprop  y[M, N]  = x[M, K] @ w[N, K]^T     x: input scaling along K,  w: weight along K
-    dgrad  dx[M, K] = dy[M, N] @ w[N, K]      dy: grad along N,         w^T[K, N] along N
-    wgrad  dw[N, K] = dy^T[N, M] @ x[M, K]    dy^T[N, M] along M,       x^T[K, M] along M
-(TransformerEngine likewise quantizes row-wise and column-wise copies from the
-high-precision tensor; per-tensor scaling gives the same codes either way.)
-An optional amax reducer (convert(..., amax_reducer=...)) makes the scales whose region
-covers the token dim M use an amax reduced across data-parallel ranks (fp8lab.training.distributed).
-Infinities: the forward's operands (activations, weights) refuse them, as quantize does; a gradient
-dy with an inf or NaN (a loss scaler's overflow step) is passed on: the GEMM that reads it runs in high
-precision (NonFiniteGradient), so the inf reaches the parameters' gradients and the scaler skips the step.
-Notebook 06 trains with these layers; convert (fp8lab.training.convert) puts them in any model.
+Public: FP8Linear, fp8_linear (its function), layer_gemms (the three GEMMs' operands), IDENTITY (no quantization),
+fp8_class (the FP8 class of a linear class: convert makes layers FP8 with it), tokens_per_scale. The definition
+comes first: the autograd function, fprop in its forward, dgrad and wgrad in its backward, then how one operand is
+quantized; what lets the layer stand in for nn.Linear (autocast, torch.func, empty batches, state_dict, pickling)
+sits in fp8lab.training.armour. Each operand is quantized along its GEMM's contraction:
+    fprop  y[M, N]  = x[M, K] @ w[N, K]^T     x: input along K,             w: weight along K
+    dgrad  dx[M, K] = dy[M, N] @ w[N, K]      dy: grad_output along N,      w^T[K, N]: weight along N
+    wgrad  dw[N, K] = dy^T[N, M] @ x[M, K]    dy^T[N, M]: grad_output along M, x^T[K, M]: input along M
+(TransformerEngine likewise quantizes row-wise and column-wise copies from the high-precision tensor.)
+A transposed operand reuses the other GEMM's codes where they are the same (per tensor, square blocks), else is
+quantized down its source's columns. An optional amax reducer (convert(..., amax_reducer=...)) makes the scales
+whose region covers the token dim M use an amax reduced across data-parallel ranks (fp8lab.training.distributed).
+Infinities: the forward's operands refuse them, as quantize does; a gradient dy with an inf or NaN (a loss
+scaler's overflow step) is passed on: the GEMM that reads it runs in high precision (NonFiniteGradient).
+Notebook 06 trains with these layers.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import zlib
 from collections.abc import Callable
@@ -34,6 +33,17 @@ from fp8lab.numerics.quantize import QuantizedTensor, quantize_with
 from fp8lab.numerics.recipes import Recipe, RoundingDraws, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import AmaxHistory, Granularity, amax_per_block
 from fp8lab.training import delayed as delayed_steps
+from fp8lab.training.armour import (
+    VMAP_REFUSAL,
+    all_finite,
+    at_least_one_row,
+    autocast_operands,
+    fp8_subclass,
+    load_histories,
+    no_autocast,
+    refuse_double_backward,
+    save_histories,
+)
 from fp8lab.training.delayed import DelayedState
 from fp8lab.training.monitor import Monitor
 
@@ -41,6 +51,7 @@ __all__ = [
     "IDENTITY",
     "AmaxReducer",
     "FP8Linear",
+    "LayerState",
     "NonFiniteGradient",
     "base_class",
     "fp8_class",
@@ -57,11 +68,227 @@ IDENTITY = "identity"
 AmaxReducer = Callable[[torch.Tensor], torch.Tensor]
 
 
-# ---- the autograd function -------------------------------------------------------------------------------
+# ---- the definition: fprop, dgrad, wgrad -----------------------------------------------------------------------
+
+
+class _FP8LinearFunction(torch.autograd.Function):
+    """The three GEMMs of a linear layer, each operand quantized as the state's recipe says for its role. The
+    forward keeps fprop's quantized x and w on the state (dgrad and wgrad reuse them where the codes are the
+    same); setup_context moves them to ctx (a torch.func transform runs forward and setup_context apart)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, state: LayerState):
+        """fprop y[M, N] = x[M, K] @ w[N, K]^T (+ bias), x and w quantized along K."""
+        x2 = x.reshape(-1, x.shape[-1])  # (M, K)
+        m = x2.shape[0]
+        state.fprop = None
+        if state.recipe is None or weight.numel() == 0:  # (N or K of 0: nothing to quantize, nothing to sum)
+            out = F.linear(x2, weight, bias)
+        elif state.recipe.scaling("input", "fprop") is None:  # the recipe keeps fprop in high precision
+            out = F.linear(x2, weight, bias)
+        else:
+            x_q = _operand(state, at_least_one_row(x2, m), "input", "fprop")  # x[M, K] along K
+            w_q = _operand(state, weight, "weight", "fprop")  # w[N, K] along K
+            state.fprop = (x_q, w_q)
+            out = _mm(state, x_q, w_q, "fprop")[:m].to(x.dtype)
+            if bias is not None:  # (in the input's dtype: a float16 input gives a float16 output)
+                out = out.add_(bias.to(out.dtype))
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        """dgrad dx = dy @ w and wgrad dw = dy^T @ x, each in FP8 where the recipe quantizes it."""
+        refuse_double_backward(ctx.state.name)
+        x2, weight = ctx.saved_tensors  # (M, K), (N, K)
+        state: LayerState = ctx.state
+        dy = grad_out.reshape(-1, grad_out.shape[-1])  # (M, N)
+        grad_x = grad_w = grad_b = None
+        if state.recipe is None or weight.numel() == 0:  # the ops nn.Linear's backward runs, in its order
+            if ctx.needs_input_grad[0]:
+                grad_x = dy.mm(weight)
+            if ctx.needs_input_grad[1]:
+                grad_w = dy.t().mm(x2)
+        else:
+            dy_q = None
+            with no_autocast(dy.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
+                if ctx.needs_input_grad[0]:
+                    grad_x, dy_q = _dgrad(state, dy, weight, ctx.q_w, ctx.m)
+                    grad_x = grad_x.to(x2.dtype)
+                if ctx.needs_input_grad[1]:
+                    grad_w = _wgrad(state, dy, x2, dy_q, ctx.q_x, ctx.m).to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = dy.sum(0)
+        if delayed_steps.watching() and not all(all_finite(t) for t in (grad_x, grad_w, grad_b) if t is not None):
+            delayed_steps.gradients_overflowed()  # (an overflow here, in the gradients this layer hands on)
+        if grad_x is not None:
+            grad_x = grad_x.reshape(*grad_out.shape[:-1], x2.shape[-1])
+        ctx.q_x = ctx.q_w = None
+        return grad_x, grad_w, grad_b, None
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output: torch.Tensor) -> None:
+        x, weight, bias, state = inputs
+        ctx.state = state
+        ctx.has_bias = bias is not None
+        ctx.q_x, ctx.q_w = state.fprop or (None, None)
+        state.fprop = None
+        ctx.m = x.reshape(-1, x.shape[-1]).shape[0]
+        ctx.save_for_backward(x.reshape(-1, x.shape[-1]), weight)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        raise RuntimeError(VMAP_REFUSAL)
+
+
+def _dgrad(state: LayerState, dy: torch.Tensor, weight: torch.Tensor, w_q: Operand | None, m: int):
+    """dgrad dx[M, K] = dy[M, N] @ w[N, K]: dy quantized along N, w^T[K, N] along N (fprop's w_q transposed
+    where its codes are the same). Returns (dx float32, dy_q: wgrad may reuse it)."""
+    dy_q = _operand(state, at_least_one_row(dy, m), "grad_output", "dgrad")  # dy[M, N] along N
+    wt_q = _operand(state, weight, "weight", "dgrad", reuse=w_q, transpose=True)  # w^T[K, N] along N
+    if dy_q is None or isinstance(dy_q, NonFiniteGradient):
+        # (the recipe keeps dgrad in high precision, or dy holds an inf or NaN: dy @ w as it is)
+        return dy.float().mm(weight.float()), dy_q
+    return _mm(state, dy_q, wt_q, "dgrad")[:m], dy_q
+
+
+def _wgrad(state: LayerState, dy: torch.Tensor, x2: torch.Tensor, dy_q: Operand | None, x_q: Operand | None,
+           m: int) -> torch.Tensor:
+    """wgrad dw[N, K] = dy^T[N, M] @ x[M, K]: dy^T[N, M] and x^T[K, M] quantized along M (dgrad's dy_q and
+    fprop's x_q transposed where their codes are the same). Float32."""
+    dyt_q = _operand(state, at_least_one_row(dy, m), "grad_output", "wgrad", reuse=dy_q, transpose=True)
+    xt_q = _operand(state, at_least_one_row(x2, m), "input", "wgrad", reuse=x_q, transpose=True)
+    if dyt_q is None or xt_q is None or isinstance(dyt_q, NonFiniteGradient):
+        return dy.float().t().mm(x2.float())  # high-precision weight gradient
+    return _mm(state, dyt_q, xt_q, "wgrad")
+
+
+def _mm(state: LayerState, a_q: QuantizedTensor, b_q: QuantizedTensor, gemm: str) -> torch.Tensor:
+    # the one switch (fp8lab.gemm.GemmBackend): real where the GPU has the kernel for this pair
+    return state.backend.mm(a_q, b_q, layer=state.name, gemm=gemm)
+
+
+# ---- one operand, quantized by its role ------------------------------------------------------------------------
+
+
+def _operand(state: LayerState, source: torch.Tensor, role: str, gemm: str,
+             reuse: Operand | None = None, transpose: bool = False) -> Operand | None:
+    """source (or source^T with transpose=True) quantized as `gemm`'s operand [rows, contraction] for `role`, in
+    three steps: the recipe's scaling for (role, gemm) (None: that GEMM runs in high precision); `reuse`, the same
+    tensor quantized for another GEMM, transposed where its codes are this GEMM's (_reusable); else quantized,
+    from source^T without a copy where it can be (_quantize_transposed). A NonFiniteGradient where a gradient
+    holds an inf or NaN (and where `reuse` is one that would have been reused)."""
+    scaling = state.recipe.scaling(role, gemm)
+    if scaling is None:
+        return None
+    if reuse is not None and _reusable(reuse, scaling):
+        return reuse if isinstance(reuse, NonFiniteGradient) else reuse.t()
+    if not transpose:  # (quantize takes float32, bfloat16 and float16 as they are: no float32 copy here)
+        return _quantize(state, source, role, gemm, scaling)
+    return _quantize_transposed(state, source, role, gemm, scaling)
+
+
+def _reusable(reuse: Operand, scaling: TensorScaling) -> bool:
+    """Whether reuse^T is exactly what `scaling` makes: the same numerics, and blocks whose transposes are this
+    GEMM's blocks (per tensor, or square blocks like 128x128). TransformerEngine likewise reuses the FP8 copy."""
+    return reuse.granularity == scaling.granularity.transposed() and _same_numerics(reuse, scaling)
+
+
+def _quantize_transposed(state: LayerState, source: torch.Tensor, role: str, gemm: str,
+                         scaling: TensorScaling) -> Operand:
+    """source^T quantized as `scaling` says. Blocks along source^T's rows are blocks down source's columns (1x32
+    of x^T is 32x1 of x; per row of x^T is one block per column of x): source is quantized down its columns and
+    the result is the QuantizedTensor of source^T, code for code, as a transposed view (emulated GEMMs take
+    strided operands as they are). A copy of source^T is quantized instead where amaxes are reduced across ranks
+    (shaped for the GEMM's own layout), under a Hadamard transform, and per tensor."""
+    g = scaling.granularity
+    if state.amax_reducer is None and scaling.hadamard is None and not g.whole_tensor:
+        # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
+        q = _quantize(state, source, role, gemm, scaling.down_columns(source.shape[0]))
+        return q if isinstance(q, NonFiniteGradient) else q.t(g)
+    return _quantize(state, source.t().contiguous(), role, gemm, scaling)
+
+
+def _quantize(state: LayerState, t: torch.Tensor, role: str, gemm: str,
+              scaling: TensorScaling) -> QuantizedTensor | NonFiniteGradient:
+    """Quantize an operand [rows, contraction]; delayed scaling scales with the role's history.
+
+    With an amax reducer, a scale whose region covers the token dim (scale_spans_tokens) uses
+    the amax reduced across ranks, and delayed scaling records that reduced amax (as
+    TransformerEngine's DelayedScaling(reduce_amax=True) does). Delayed scaling (per tensor: Recipe
+    checks) scales with the history as the step found it (fp8lab.training.delayed) and adds a
+    training forward's amax to the step's pending max; without a layer's state (layer_gemms) it
+    scales as a fresh history does, with the current amax.
+    A gradient (grad_output) with an inf or NaN becomes a NonFiniteGradient (not quantized, not recorded:
+    the backward pass's gradient amaxes are dropped, fp8lab.training.delayed.gradients_overflowed). Where
+    its amax is reduced across ranks that decision is the reduced amax's, so every rank decides alike,
+    and every operand goes through here (and its reduction) as in a finite step: every rank makes the
+    same collective calls.
+    """
+    t = scaling.transform(t)  # the operand as its GEMM reads it (a recipe's Hadamard transform on wgrad's)
+    current = None  # this tensor's amax (per block), reduced across ranks where they share a scale
+    if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
+        current = state.amax_reducer(amax_per_block(t, scaling.granularity))
+    if role == "grad_output" and state.passes_nonfinite and not all_finite(
+            current if current is not None else t):
+        return _nonfinite(state, t, role, gemm, scaling, current)
+    amax = current if state.recipe.delayed is None else _delayed_amax(state, t, role, scaling, current)
+    monitoring = state.monitor is not None and state.monitor.active()
+    draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
+    q = quantize_with(t, scaling, amax, count=monitoring, generator=draws)  # (count: the Monitor's)
+    if monitoring:
+        state.monitor.record(state.name, gemm, role, t, q)
+    return q
+
+
+def _delayed_amax(state: LayerState, t: torch.Tensor, role: str, scaling: TensorScaling,
+                  current: torch.Tensor | None) -> torch.Tensor | None:
+    """The amax delayed scaling scales `role` with: the history's, as the step found it (a fresh history's, the
+    current amax, without a layer's state); a training forward's amax joins the step's pending max. One amax pass
+    per use (`current`: this tensor's, already reduced across ranks where they share a scale). None where the
+    amax is infinite: quantize then refuses it, with the error every recipe gives."""
+    if current is None:
+        current = amax_per_block(t, scaling.granularity)
+    if math.isinf(float(current.max())):  # quantize refuses it
+        return None
+    if state.delayed is None:
+        return current.reshape(())
+    amax = state.delayed.scale_amax(role, current)
+    if state.records:
+        state.delayed.observe(role, current)
+    return amax
+
+
+def _nonfinite(state: LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling,
+               current: torch.Tensor | None) -> NonFiniteGradient:
+    """A gradient with an inf or NaN: said to delayed scaling (this backward pass records no gradient amax)
+    and to the Monitor (a row in its `nonfinite`), and returned unquantized."""
+    amax = float((current if current is not None else t.abs()).max())  # (NaN where a NaN is)
+    if state.delayed is not None:
+        state.delayed.skipped[role] += 1
+    delayed_steps.gradients_overflowed()
+    if state.monitor is not None:
+        state.monitor.record_nonfinite(state.name, gemm, role, amax)
+    return NonFiniteGradient(scaling, amax)
+
+
+def _same_numerics(q: Operand, s: TensorScaling) -> bool:
+    """Whether q's codes are what `s` makes of the same values: format, rule, scale format, two levels, margin and
+    rounding alike, and no Hadamard transform (a NonFiniteGradient: the codes it would have had)."""
+    if isinstance(q, NonFiniteGradient):
+        r = q.scaling
+        return (r.fmt == s.fmt and r.scale_rule == s.scale_rule and r.scale_fmt == s.scale_fmt
+                and r.two_level == s.two_level and r.margin == s.margin and r.rounding == s.rounding
+                and r.hadamard is None and s.hadamard is None)
+    return (q.fmt == s.fmt and q.scale_rule == s.scale_rule and q.scale_fmt == s.scale_fmt
+            and (q.tensor_scale is not None) == s.two_level and q.margin == s.margin
+            and q.rounding == s.rounding and s.hadamard is None)
+
+
+# ---- the layer's state, and the scales that span tokens ------------------------------------------------------
 
 
 @dataclass
-class _LayerState:
+class LayerState:
     """What the autograd function needs to know about its layer, for one forward (and its backward)."""
 
     name: str
@@ -74,6 +301,9 @@ class _LayerState:
     fprop: tuple[QuantizedTensor, QuantizedTensor] | None = None  # the forward's operands, until setup_context
     draws: RoundingDraws | None = None  # stochastic rounding's generators (None: torch's default generator)
     passes_nonfinite: bool = True  # a non-finite gradient becomes a NonFiniteGradient (False: quantize's error)
+
+
+_LayerState = LayerState  # (the name tests and older callers use)
 
 
 @dataclass(frozen=True)
@@ -90,6 +320,9 @@ class NonFiniteGradient:
     @property
     def granularity(self) -> Granularity:
         return self.scaling.granularity
+
+
+Operand = QuantizedTensor | NonFiniteGradient
 
 
 def tokens_per_scale(role: str, gemm: str, granularity: Granularity) -> int | None:
@@ -115,132 +348,7 @@ def scale_spans_tokens(role: str, gemm: str, granularity: Granularity) -> bool:
     return tokens_per_scale(role, gemm, granularity) is None
 
 
-def _quantize(state: _LayerState, t: torch.Tensor, role: str, gemm: str,
-              scaling: TensorScaling) -> QuantizedTensor | NonFiniteGradient:
-    """Quantize an operand [rows, contraction]; delayed scaling scales with the role's history.
-
-    With an amax reducer, a scale whose region covers the token dim (scale_spans_tokens) uses
-    the amax reduced across ranks, and delayed scaling records that reduced amax (as
-    TransformerEngine's DelayedScaling(reduce_amax=True) does). Delayed scaling (per tensor: Recipe
-    checks) scales with the history as the step found it (fp8lab.training.delayed) and adds a
-    training forward's amax to the step's pending max; without a layer's state (layer_gemms) it
-    scales as a fresh history does, with the current amax.
-    A gradient (grad_output) with an inf or NaN becomes a NonFiniteGradient (not quantized, not recorded:
-    the backward pass's gradient amaxes are dropped, fp8lab.training.delayed.gradients_overflowed). Where
-    its amax is reduced across ranks that decision is the reduced amax's, so every rank decides alike,
-    and every operand goes through here (and its reduction) as in a finite step: every rank makes the
-    same collective calls.
-    """
-    t = scaling.transform(t)  # the operand as its GEMM reads it (a recipe's Hadamard transform on wgrad's)
-    current = None  # this tensor's amax (per block), reduced across ranks where they share a scale
-    if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
-        current = state.amax_reducer(amax_per_block(t, scaling.granularity))
-    if role == "grad_output" and state.passes_nonfinite and not bool(
-            torch.isfinite(current if current is not None else t).all()):
-        return _nonfinite(state, t, role, gemm, scaling, current)
-    amax = current
-    if state.recipe.delayed is not None:  # one amax pass per use
-        if current is None:
-            current = amax_per_block(t, scaling.granularity)
-        if math.isinf(float(current.max())):  # quantize refuses it, with the error every recipe gives
-            amax = None
-        elif state.delayed is None:
-            amax = current.reshape(())
-        else:
-            amax = state.delayed.scale_amax(role, current)
-            if state.records:
-                state.delayed.observe(role, current)
-    monitoring = state.monitor is not None and state.monitor.active()
-    draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
-    q = quantize_with(t, scaling, amax, count=monitoring, generator=draws)  # (count: the Monitor's)
-    if monitoring:
-        state.monitor.record(state.name, gemm, role, t, q)
-    return q
-
-
-def _nonfinite(state: _LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling,
-               current: torch.Tensor | None) -> NonFiniteGradient:
-    """A gradient with an inf or NaN: said to delayed scaling (this backward pass records no gradient amax)
-    and to the Monitor (a row in its `nonfinite`), and returned unquantized."""
-    amax = float((current if current is not None else t.abs()).max())  # (NaN where a NaN is)
-    if state.delayed is not None:
-        state.delayed.skipped[role] += 1
-    delayed_steps.gradients_overflowed()
-    if state.monitor is not None:
-        state.monitor.record_nonfinite(state.name, gemm, role, amax)
-    return NonFiniteGradient(scaling, amax)
-
-
-Operand = QuantizedTensor | NonFiniteGradient
-
-
-def _operand(state: _LayerState, source: torch.Tensor, role: str, gemm: str,
-             reuse: Operand | None = None, transpose: bool = False) -> Operand | None:
-    """Quantize source (or source^T with transpose=True) as `gemm`'s operand [rows, contraction].
-
-    `reuse` is the same tensor quantized for another GEMM, transposed: it is used when its
-    transpose is exactly what this GEMM asks for (same format and rule, and the transposed
-    blocks are this GEMM's blocks: per-tensor, or square blocks like 128x128). Then the
-    codes are identical, and TransformerEngine likewise reuses the FP8 copy.
-    A transposed operand is quantized without copying source^T: blocks along source^T's
-    rows are blocks down source's columns (1x32 of x^T is 32x1 of x; per row of x^T is
-    one block per column of x), so the result is the QuantizedTensor of source^T, code for
-    code, as a transposed view (emulated GEMMs take strided operands as they are).
-    Returns None where the recipe runs this GEMM in high precision; a NonFiniteGradient where a gradient
-    holds an inf or NaN (and where `reuse` is one that would have been reused).
-    """
-    scaling = state.recipe.scaling(role, gemm)
-    if scaling is None:
-        return None
-    if (reuse is not None and reuse.granularity == scaling.granularity.transposed()
-            and _same_numerics(reuse, scaling)):
-        return reuse if isinstance(reuse, NonFiniteGradient) else reuse.t()
-    if not transpose:  # (quantize takes float32, bfloat16 and float16 as they are: no float32 copy here)
-        return _quantize(state, source, role, gemm, scaling)
-    g = scaling.granularity
-    # amaxes reduced across ranks are shaped for the GEMM's own layout: with a reducer (and
-    # per tensor, where nothing is re-quantized unless the numerics differ) copy source^T
-    if state.amax_reducer is None and scaling.hadamard is None and not g.whole_tensor:
-        # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
-        q = _quantize(state, source, role, gemm, scaling.down_columns(source.shape[0]))
-        return q if isinstance(q, NonFiniteGradient) else q.t(g)
-    return _quantize(state, source.t().contiguous(), role, gemm, scaling)
-
-
-def _same_numerics(q: Operand, s: TensorScaling) -> bool:
-    if isinstance(q, NonFiniteGradient):  # (the codes it would have had)
-        r = q.scaling
-        return (r.fmt == s.fmt and r.scale_rule == s.scale_rule and r.scale_fmt == s.scale_fmt
-                and r.two_level == s.two_level and r.margin == s.margin and r.rounding == s.rounding
-                and r.hadamard is None and s.hadamard is None)
-    return (q.fmt == s.fmt and q.scale_rule == s.scale_rule and q.scale_fmt == s.scale_fmt
-            and (q.tensor_scale is not None) == s.two_level and q.margin == s.margin
-            and q.rounding == s.rounding and s.hadamard is None)
-
-
 # ---- the three GEMMs' operands, each pair ready for a @ b.T ------------------------------------------------
-
-
-def _fprop_operands(state: _LayerState, x2: torch.Tensor, weight: torch.Tensor):
-    """fprop y[M, N] = x[M, K] @ w[N, K]^T: x and w both quantized along K (None, None where the recipe keeps
-    this GEMM in high precision)."""
-    return _operand(state, x2, "input", "fprop"), _operand(state, weight, "weight", "fprop")
-
-
-def _dgrad_operands(state: _LayerState, g: torch.Tensor, weight: torch.Tensor, q_w: QuantizedTensor | None):
-    """dgrad dx[M, K] = dy[M, N] @ w[N, K]: contraction N; dy along N, w^T[K, N] along N (None, None where the
-    recipe keeps this GEMM in high precision)."""
-    q_g = _operand(state, g, "grad_output", "dgrad")
-    return q_g, _operand(state, weight, "weight", "dgrad", reuse=q_w, transpose=True)
-
-
-def _wgrad_operands(state: _LayerState, g: torch.Tensor, x2: torch.Tensor, q_g: Operand | None,
-                    q_x: QuantizedTensor | None):
-    """wgrad dw[N, K] = dy^T[N, M] @ x[M, K]: contraction M; dy^T[N, M] and x^T[K, M] along M
-    (None, None where the recipe keeps this GEMM in high precision)."""
-    q_gt = _operand(state, g, "grad_output", "wgrad", reuse=q_g, transpose=True)
-    q_xt = _operand(state, x2, "input", "wgrad", reuse=q_x, transpose=True)
-    return q_gt, q_xt
 
 
 def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor,
@@ -269,135 +377,22 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
         raise ValueError(
             f"shapes do not make a linear layer: x {tuple(x.shape)} (..., K), weight {tuple(weight.shape)} (N, K), "
             f"grad_output {tuple(grad_output.shape)} (..., N)")
-    state = _LayerState("", recipe, None, None, default_backend("emulated"), draws=RoundingDraws(0),
+    state = LayerState("", recipe, None, None, default_backend("emulated"), draws=RoundingDraws(0),
                         passes_nonfinite=False)
     x2 = x.detach().reshape(-1, k).float()
     g = grad_output.detach().reshape(-1, n).float()
     w = weight.detach()
-    q_x, q_w = _fprop_operands(state, x2, w)
-    q_g, q_wt = _dgrad_operands(state, g, w, q_w)
-    q_gt, q_xt = _wgrad_operands(state, g, x2, q_g, q_x)
+    q_x, q_w = _operand(state, x2, "input", "fprop"), _operand(state, w, "weight", "fprop")
+    q_g = _operand(state, g, "grad_output", "dgrad")
+    q_wt = _operand(state, w, "weight", "dgrad", reuse=q_w, transpose=True)
+    q_gt = _operand(state, g, "grad_output", "wgrad", reuse=q_g, transpose=True)
+    q_xt = _operand(state, x2, "input", "wgrad", reuse=q_x, transpose=True)
     return {"fprop": None if q_x is None or q_w is None else (q_x, q_w),
             "dgrad": None if q_g is None or q_wt is None else (q_g, q_wt),
             "wgrad": None if q_gt is None or q_xt is None else (q_gt, q_xt)}
 
 
-def _mm(state: _LayerState, a_q: QuantizedTensor, b_q: QuantizedTensor, gemm: str) -> torch.Tensor:
-    # the one switch (fp8lab.gemm.GemmBackend): real where the GPU has the kernel for this pair
-    return state.backend.mm(a_q, b_q, layer=state.name, gemm=gemm)
-
-
-def _rows(t: torch.Tensor, m: int) -> torch.Tensor:
-    """t[M, C], or one row of zeros where M is 0: an empty batch is quantized (and its amaxes reduced
-    across ranks, and recorded) as an all-zero row would be, and gives the empty result."""
-    return t if m else t.new_zeros(1, t.shape[1])
-
-
-class _FP8LinearFunction(torch.autograd.Function):
-    """The three GEMMs of a linear layer, each operand quantized as the state's recipe says. The forward
-    keeps its quantized operands on the state (fprop's x and w: dgrad and wgrad reuse them where the
-    codes are the same); setup_context moves them to ctx (a torch.func transform runs forward and
-    setup_context apart, so nothing else may pass between them)."""
-
-    @staticmethod
-    def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, state: _LayerState):
-        x2 = x.reshape(-1, x.shape[-1])  # (M, K)
-        m = x2.shape[0]
-        state.fprop = None
-        if state.recipe is None or weight.numel() == 0:  # (N or K of 0: nothing to quantize, nothing to sum)
-            out = F.linear(x2, weight, bias)
-        elif state.recipe.scaling("input", "fprop") is None:  # the recipe keeps fprop in high precision
-            out = F.linear(x2, weight, bias)
-        else:
-            state.fprop = _fprop_operands(state, _rows(x2, m), weight)
-            out = _mm(state, *state.fprop, "fprop")[:m].to(x.dtype)
-            if bias is not None:  # (in the input's dtype: a float16 input gives a float16 output)
-                out = out.add_(bias.to(out.dtype))
-        return out.reshape(*x.shape[:-1], weight.shape[0])
-
-    @staticmethod
-    def setup_context(ctx, inputs: tuple, output: torch.Tensor) -> None:
-        x, weight, bias, state = inputs
-        ctx.state = state
-        ctx.has_bias = bias is not None
-        ctx.q_x, ctx.q_w = state.fprop or (None, None)
-        state.fprop = None
-        ctx.m = x.reshape(-1, x.shape[-1]).shape[0]
-        ctx.save_for_backward(x.reshape(-1, x.shape[-1]), weight)
-
-    @staticmethod
-    def vmap(info, in_dims, *args):
-        raise RuntimeError("torch.func.vmap over an FP8 layer is not supported: a scale's amax spans the whole "
-                           "batch (per tensor) or rows of it, so the layer cannot be split into independent "
-                           "per-sample calls; run the batch as one call (torch.func.grad and functional_call work)")
-
-    @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):
-        if _differentiating_backward():
-            raise RuntimeError(_NO_DOUBLE_BACKWARD.format(name=ctx.state.name or "an FP8Linear"))
-        x2, weight = ctx.saved_tensors
-        state: _LayerState = ctx.state
-        g = grad_out.reshape(-1, grad_out.shape[-1])  # (M, N)
-        m = ctx.m
-        grad_x = grad_w = grad_b = None
-        if state.recipe is None or weight.numel() == 0:  # the ops nn.Linear's backward runs, in its order
-            if ctx.needs_input_grad[0]:
-                grad_x = g.mm(weight)
-            if ctx.needs_input_grad[1]:
-                grad_w = g.t().mm(x2)
-        else:
-            gq, xq = _rows(g, m), _rows(x2, m)  # (quantized as they are: float32, bfloat16 or float16)
-            q_g = None
-            with _no_autocast(g.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
-                if ctx.needs_input_grad[0]:
-                    q_g, q_wt = _dgrad_operands(state, gq, weight, ctx.q_w)
-                    if q_g is None or isinstance(q_g, NonFiniteGradient):
-                        # (the recipe keeps dgrad in high precision, or dy holds an inf or NaN: dy @ w as it is)
-                        grad_x = g.float().mm(weight.float()).to(x2.dtype)
-                    else:
-                        grad_x = _mm(state, q_g, q_wt, "dgrad")[:m].to(x2.dtype)
-                if ctx.needs_input_grad[1]:
-                    q_gt, q_xt = _wgrad_operands(state, gq, xq, q_g, ctx.q_x)
-                    if q_gt is None or q_xt is None or isinstance(q_gt, NonFiniteGradient):
-                        grad_w = g.float().t().mm(x2.float())  # high-precision weight gradient
-                    else:
-                        grad_w = _mm(state, q_gt, q_xt, "wgrad")
-                    grad_w = grad_w.to(weight.dtype)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = g.sum(0)
-        if delayed_steps.watching() and not all(
-                bool(torch.isfinite(t).all()) for t in (grad_x, grad_w, grad_b) if t is not None):
-            delayed_steps.gradients_overflowed()  # (an overflow here, in the gradients this layer hands on)
-        if grad_x is not None:
-            grad_x = grad_x.reshape(*grad_out.shape[:-1], x2.shape[-1])
-        ctx.q_x = ctx.q_w = None
-        return grad_x, grad_w, grad_b, None
-
-
-def _differentiating_backward() -> bool:
-    """Whether a derivative of the backward pass itself is asked for: autograd's create_graph=True (grad
-    mode on inside backward), or torch.func.grad nested in another transform. One torch.func.grad level
-    runs backward with grad mode on as well, and asks for nothing more."""
-    if not torch.is_grad_enabled():
-        return False
-    level = torch._C._functorch.maybe_current_level()
-    return level is None or level > 1
-
-
-_NO_DOUBLE_BACKWARD = (
-    "{name}: a second derivative through an FP8 layer is not computed (autograd.grad(..., create_graph=True), "
-    "a gradient penalty, double backward): its backward quantizes dy and runs FP8 GEMMs, which have no "
-    "derivative of their own, and building no graph would drop those terms silently. Keep the layers the "
-    "penalty differentiates through in high precision (convert(..., skip=[...]) or overrides={{name: None}}), "
-    "or take that gradient on fp8lab.nn.unwrap(model)")
-
-
-def _no_autocast(device_type: str):
-    return torch.autocast(device_type, enabled=False) if torch.is_autocast_enabled(device_type) \
-        else contextlib.nullcontext()
-
-
-def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, state: _LayerState) -> torch.Tensor:
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, state: LayerState) -> torch.Tensor:
     """y[..., N] = x[..., K] @ weight[N, K].T + bias through the layer's three FP8 GEMMs (state: its recipe,
     delayed scaling, monitor, backend). Under torch.autocast the operands are cast as autocast casts
     nn.Linear's (x, weight and bias to its dtype, whose values are then quantized) and the output has
@@ -406,12 +401,9 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         raise TypeError(f"FP8Linear takes a floating-point input (float32, bfloat16, float16), got "
                         f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}; "
                         "convert integer data (token ids go through an nn.Embedding first)")
-    device_type = x.device.type
-    if torch.is_autocast_enabled(device_type):
-        dtype = torch.get_autocast_dtype(device_type)
-        x, weight = x.to(dtype), weight.to(dtype)
-        bias = bias.to(dtype) if bias is not None else None
-        with torch.autocast(device_type, enabled=False):
+    x, weight, bias, cast = autocast_operands(x, weight, bias)
+    if cast:
+        with no_autocast(x.device.type):
             return _FP8LinearFunction.apply(x, weight, bias, state)
     return _FP8LinearFunction.apply(x, weight, bias, state)
 
@@ -495,7 +487,7 @@ class FP8Linear(nn.Linear):
         under torch.autocast)."""
         self.calls += 1
         records = self.delayed.begin_forward() if self.delayed is not None else False
-        state = _LayerState(self.layer_name, self.recipe, self.delayed, self.monitor, self.backend,
+        state = LayerState(self.layer_name, self.recipe, self.delayed, self.monitor, self.backend,
                             self.amax_reducer, records, draws=self.draws)
         return fp8_linear(x, self.weight, self.bias, state)
 
@@ -526,34 +518,6 @@ class FP8Linear(nn.Linear):
         return _new_fp8_instance, (base,), self.__dict__
 
 
-_HISTORY_KEY = "amax_history."
-
-
-def save_histories(delayed: DelayedState | None, destination: dict, prefix: str) -> None:
-    """Each role's recorded amaxes (float64, oldest first) under prefix + amax_history.<role>."""
-    for role, history in (delayed.histories if delayed is not None else {}).items():
-        destination[prefix + _HISTORY_KEY + role] = torch.tensor(history.history, dtype=torch.float64)
-
-
-def load_histories(delayed: DelayedState | None, state_dict: dict, prefix: str, strict: bool,
-                   unexpected_keys: list) -> None:
-    """The saved amaxes replace each history's (keys absent: histories kept); the keys are taken out."""
-    for key in [k for k in state_dict if k.startswith(prefix + _HISTORY_KEY)]:
-        role = key[len(prefix + _HISTORY_KEY):]
-        saved = state_dict.pop(key)
-        if delayed is None or role not in delayed.histories:
-            if strict:
-                unexpected_keys.append(key)
-            continue
-        history = delayed.histories[role]
-        history.reset()
-        for amax in saved.tolist():
-            history.record(amax)
-
-
-_FP8_CLASSES: dict[type, type] = {}
-
-
 def fp8_class(cls: type[nn.Linear]) -> type[FP8Linear]:
     """The FP8 class of a linear class: FP8Linear for nn.Linear (and FP8 classes themselves), else a
     subclass of FP8Linear and `cls` (made once per class): FP8Linear's forward, everything else of
@@ -562,10 +526,7 @@ def fp8_class(cls: type[nn.Linear]) -> type[FP8Linear]:
         return cls
     if cls is nn.Linear:
         return FP8Linear
-    if cls not in _FP8_CLASSES:
-        _FP8_CLASSES[cls] = type(f"FP8{cls.__name__}", (FP8Linear, cls),
-                                 {"fp8lab_base": cls, "__module__": __name__, "__qualname__": f"FP8{cls.__name__}"})
-    return _FP8_CLASSES[cls]
+    return fp8_subclass(FP8Linear, cls, __name__)
 
 
 def base_class(cls: type[FP8Linear]) -> type[nn.Linear]:

@@ -7,7 +7,10 @@ overflow step in its delayed-scaling histories, and make the same collective cal
 """
 
 import copy
+import hashlib
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -222,3 +225,56 @@ def test_a_non_finite_reduced_amax_decides_on_every_rank():
     dy = torch.randn(16, 32)
     out.backward(dy)
     assert torch.allclose(layer.weight.grad, dy.t() @ x, rtol=1e-6, atol=1e-6)  # high precision, not FP8
+
+
+# ---- every recipe's training steps, pinned bit for bit ----------------------------------------------------------
+
+PINNED_STEPS = Path(__file__).parents[1] / "fixtures" / "fp8_steps.json"
+
+
+def step_digests(recipe: str, steps: int = 3) -> dict[str, str]:
+    """sha256 of what `steps` Adam steps of a converted 3-layer MLP produce (160 -> 288 -> 96 -> 8, 3 x 45 tokens:
+    shapes no block divides), per step: the loss, every gradient, the Monitor's rows; after the last step, every
+    weight and the delayed histories. The fixture pins these as the package computed them (tools: regenerate with
+    `python tests/test_layers.py` only where a change of numbers is meant)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(160, 288), nn.GELU(), nn.Linear(288, 96), nn.GELU(), nn.Linear(96, 8))
+    monitor = fp8lab.nn.Monitor()
+    model = convert(model, recipe, monitor=monitor)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    out: dict[str, str] = {}
+
+    def digest(*tensors: torch.Tensor) -> str:
+        h = hashlib.sha256()
+        for t in tensors:
+            h.update(t.detach().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+    for step in range(steps):
+        x = torch.randn(3, 45, 160, generator=g) * (1 + 10 * (torch.rand(160, generator=g) > 0.95))
+        y = torch.randn(3, 45, 8, generator=g)
+        opt.zero_grad()
+        loss = (model(x) - y).square().mean()
+        loss.backward()
+        out[f"loss {step}"] = digest(loss)
+        out[f"grads {step}"] = digest(*(p.grad for p in model.parameters()))
+        opt.step()
+        monitor.step += 1
+    out["monitor"] = hashlib.sha256(monitor.frame().to_csv().encode()).hexdigest()  # (floats written exactly)
+    out["weights"] = digest(*model.parameters())
+    histories = [h.history for _, layer in fp8_layers(model) for h in (layer.histories or {}).values()]
+    out["histories"] = hashlib.sha256(repr(histories).encode()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("recipe", EVERY_RECIPE)
+def test_every_recipes_training_steps_equal_the_pinned_ones_bit_for_bit(recipe):
+    """Losses, gradients, Monitor rows, weights and amax histories of three steps equal the fixture's hashes: a
+    faster path around the GEMMs changes no bit of what a training step computes."""
+    pinned = json.loads(PINNED_STEPS.read_text())
+    assert step_digests(recipe) == pinned[recipe]
+
+
+if __name__ == "__main__":  # regenerate the fixture (only where a change of numbers is meant)
+    PINNED_STEPS.write_text(json.dumps({r: step_digests(r) for r in EVERY_RECIPE}, indent=1) + "\n")

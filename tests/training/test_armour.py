@@ -1,0 +1,47 @@
+"""fp8lab.training.armour: the helpers that let FP8Linear stand in for nn.Linear (the layer-level behaviour they
+guard is tested in test_hardening.py, test_hardening_models.py and test_convert_truthfully.py)."""
+
+import math
+
+import pytest
+import torch
+
+from fp8lab.training.armour import all_finite, at_least_one_row
+
+SPECIALS = [math.inf, -math.inf, math.nan, -math.nan]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_all_finite_says_what_isfinite_says(dtype):
+    """Every special value at the first, a middle and the last position, alone and beside another, in tensors of
+    several shapes: all_finite(t) == torch.isfinite(t).all()."""
+    g = torch.Generator().manual_seed(0)
+    for shape in [(1,), (7,), (3, 5), (64, 129), (2, 3, 40)]:
+        base = torch.randn(shape, generator=g).to(dtype)
+        assert all_finite(base) and bool(torch.isfinite(base).all())
+        flat_n = base.numel()
+        for special in SPECIALS:
+            for where in {0, flat_n // 2, flat_n - 1}:
+                t = base.clone().reshape(-1)
+                t[where] = special
+                t = t.reshape(shape)
+                assert not bool(torch.isfinite(t).all()) and not all_finite(t)
+                t.reshape(-1)[0] = -math.inf  # a second special beside it
+                assert not all_finite(t)
+    big = torch.full((4, 4), torch.finfo(dtype).max, dtype=dtype)
+    assert all_finite(big) and all_finite(-big)  # the largest finite values are finite
+
+
+def test_all_finite_of_an_empty_tensor_and_a_strided_view():
+    assert all_finite(torch.empty(0, 5))
+    t = torch.randn(8, 6)
+    t[7, 0] = math.nan
+    assert all_finite(t[:7].t()) and not all_finite(t.t())
+
+
+def test_an_empty_batch_becomes_one_row_of_zeros():
+    t = torch.randn(0, 5, dtype=torch.bfloat16)
+    one = at_least_one_row(t, 0)
+    assert one.shape == (1, 5) and one.dtype == torch.bfloat16 and not one.any()
+    full = torch.randn(3, 5)
+    assert at_least_one_row(full, 3) is full
