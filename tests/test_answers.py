@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from fp8lab.lab import answers
+from fp8lab.harness import answers
 from fp8lab.lab.predictions import MARGIN, PREDICTIONS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 
 from __future__ import annotations
 
-from fp8lab.lab.answers.base import Answer
+from fp8lab.harness.answers.base import Answer
 from fp8lab.lab.predictions import percent
 
 __all__ = ["ANSWERS"]

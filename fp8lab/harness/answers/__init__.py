@@ -24,9 +24,9 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from fp8lab.lab.answers import formats, fp4, fp4_parts, gemm, scale_out, scaling, training
-from fp8lab.lab.answers.base import KEY_PATH, Answer
-from fp8lab.lab.answers.gemm import _q05_gemm
+from fp8lab.harness.answers import formats, fp4, fp4_parts, gemm, scale_out, scaling, training
+from fp8lab.harness.answers.base import KEY_PATH, Answer
+from fp8lab.harness.answers.gemm import _q05_gemm
 from fp8lab.lab.predictions import PREDICTIONS
 from fp8lab.training.measured import survivors
 

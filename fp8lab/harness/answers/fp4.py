@@ -5,7 +5,7 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 
 from __future__ import annotations
 
-from fp8lab.lab.answers.base import Answer, decibels
+from fp8lab.harness.answers.base import Answer, decibels
 from fp8lab.lab.predictions import percent, share
 
 __all__ = ["ANSWERS"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from fp8lab.lab.answers.base import Answer
+from fp8lab.harness.answers.base import Answer
 from fp8lab.lab.predictions import _panel, percent
 
 __all__ = ['ANSWERS']

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 
-from fp8lab.lab.answers.base import Answer, decibels
+from fp8lab.harness.answers.base import Answer, decibels
 from fp8lab.lab.predictions import _panel, magnitude, percent
 
 __all__ = ['ANSWERS']

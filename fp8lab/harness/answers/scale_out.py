@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from fp8lab.lab.answers.base import Answer, decibels
+from fp8lab.harness.answers.base import Answer, decibels
 from fp8lab.lab.predictions import percent, token_spans
 
 __all__ = ["ANSWERS"]
