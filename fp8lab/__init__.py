@@ -5,8 +5,9 @@ fp8lab.nn.convert(model, recipe); fp8lab.inspect(model, batch, loss_fn) reports 
 FP8 readiness per layer (notebook 08). The folders are the layers; a folder imports only
 the ones below it (the import-linter contract in pyproject.toml):
 
-  bench/      `python -m fp8lab bench ...`: the project's benchmarks
-  lab/        what the notebooks show: panels, answers, predictions, exercises, doctor, launcher
+  harness/    `python -m fp8lab answers | measured`: the answer key, the shipped runs measured again
+  bench/      `python -m fp8lab bench ...`: the benchmarks; with harness/, the project's tools, not the lesson
+  lab/        what the notebooks show: panels, predictions, exercises, doctor, launcher
   training/   FP8Linear and convert (layers), toy models, the training step, distributed,
               readiness (inspect), export, cost, the capstone, the shipped measured runs
   gemm/       FP8 GEMMs: emulation, the real path (torch scaled_mm), the backend, accumulation
@@ -16,6 +17,15 @@ the ones below it (the import-linter contract in pyproject.toml):
   settings, timing, _version: environment settings, timing helpers, the version (no fp8lab imports)
   threads: the CPUs fp8lab may use and OpenMP's wait policy, decided here before torch is imported
   extras, progress: the optional extras and how to add one, progress bars (no fp8lab imports)
+
+What `import fp8lab` changes in this process (docs/internals.md, "What importing fp8lab changes", says why):
+  OMP_WAIT_POLICY=PASSIVE    unless set (or GOMP_SPINCOUNT is), and only before torch is imported
+  OMP_NUM_THREADS=N          only under a CPU quota below the cores, unless set, and only before torch is imported
+  torch.set_num_threads(N)   only where torch was imported first, under such a quota, and no user count is seen
+  FP8LAB_THREADS_SET         names the variables above that fp8lab set (a child process decides them again)
+  MKL_CBWR=AUTO,STRICT       unless set: MKL's GEMMs give the same bits on any thread count
+  TORCHINDUCTOR_CACHE_DIR    torch's own, set when its compiler loads (the C kernels are marked compiler-disabled)
+Nothing else: no seed, dtype, matmul precision or plotting style; setup() changes those a notebook needs.
 """
 
 from fp8lab import threads
