@@ -14,7 +14,7 @@ import module_metrics  # noqa: E402
 sys.path.remove(str(ROOT / "tools"))
 
 # Counted on the package as it stands; lower a ceiling when a change lowers its count, never raise it.
-CEILINGS = {"private_imports": 51, "function_imports": 147, "granularity_checks": 30, "cycles": 1}
+CEILINGS = {"private_imports": 51, "function_imports": 144, "granularity_checks": 30, "cycles": 1}
 NAMED_TESTS_FLOOR = 34
 
 

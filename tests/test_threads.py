@@ -291,8 +291,9 @@ DOCUMENTED = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "FP8LAB_THREADS_SET", "MKL_C
 def _effects(torch_first: bool) -> dict:
     unset = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_CBWR", "TORCHINDUCTOR_CACHE_DIR", MARKER)
     base = {k: v for k, v in os.environ.items() if k not in unset}
-    r = subprocess.run([sys.executable, "-c", EFFECTS_PROBE.replace("TORCH_FIRST", str(torch_first))], capture_output=True,
-                       text=True, env={**base, "PYTHONPATH": str(REPO)}, timeout=300)
+    probe = EFFECTS_PROBE.replace("TORCH_FIRST", str(torch_first))
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       env={**base, "PYTHONPATH": str(REPO)}, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
