@@ -31,14 +31,14 @@ Nothing else: no seed, dtype, matmul precision or plotting style; setup() change
 import gc
 
 from fp8lab import threads
-from fp8lab.settings import pin_blas_reproducibility
+from fp8lab.settings import pin_blas_reproducibility, smoke
 
 threads.apply()  # before torch loads OpenMP: threads sized to the CPU quota, OpenMP waits passively (threads.py)
 pin_blas_reproducibility()  # before torch multiplies a matrix: MKL GEMMs give the same bits on any thread count
 
 import torch
 
-from fp8lab import nn, settings
+from fp8lab import nn
 from fp8lab._version import __version__
 from fp8lab.gemm import AccumulatorModel, matmul
 from fp8lab.numerics import kernels
@@ -67,7 +67,7 @@ def status_line() -> str:
         where = "no GPU: FP8 GEMMs are emulated exactly on the CPU"
     fused = "CPU kernels on" if kernels.status()[0] else "CPU kernels off (python -m fp8lab doctor says why)"
     line = f"fp8lab {__version__} | torch {torch.__version__} | {where} | {fused}"
-    if settings.smoke():
+    if smoke():
         line += " | smoke mode"
     return f"{line}\n{threads.decision().line()}"
 
