@@ -5,8 +5,9 @@ fp8lab.nn.convert(model, recipe); fp8lab.inspect(model, batch, loss_fn) reports 
 FP8 readiness per layer (notebook 08). The folders are the layers; a folder imports only
 the ones below it (the import-linter contract in pyproject.toml):
 
-  bench/      `python -m fp8lab bench ...`: the project's benchmarks
-  lab/        what the notebooks show: panels, answers, predictions, exercises, doctor, launcher
+  harness/    `python -m fp8lab answers | measured`: the answer key, the shipped runs measured again
+  bench/      `python -m fp8lab bench ...`: the benchmarks; with harness/, the project's tools, not the lesson
+  lab/        what the notebooks show: panels, predictions, exercises, doctor, launcher
   training/   FP8Linear and convert (layers), toy models, the training step, distributed,
               readiness (inspect), export, cost, the capstone, the shipped measured runs
   gemm/       FP8 GEMMs: emulation, the real path (torch scaled_mm), the backend, accumulation
@@ -16,17 +17,31 @@ the ones below it (the import-linter contract in pyproject.toml):
   settings, timing, _version: environment settings, timing helpers, the version (no fp8lab imports)
   threads: the CPUs fp8lab may use and OpenMP's wait policy, decided here before torch is imported
   extras, progress: the optional extras and how to add one, progress bars (no fp8lab imports)
+
+What `import fp8lab` changes in this process (docs/internals.md, "What importing fp8lab changes", says why):
+  OMP_WAIT_POLICY=PASSIVE    unless set (or GOMP_SPINCOUNT is), and only before torch is imported
+  OMP_NUM_THREADS=N          only under a CPU quota below the cores, unless set, and only before torch is imported
+  torch.set_num_threads(N)   only where torch was imported first, under such a quota, and no user count is seen
+  FP8LAB_THREADS_SET         names the variables above that fp8lab set (a child process decides them again)
+  MKL_CBWR=AUTO,STRICT       unless set: MKL's GEMMs give the same bits on any thread count
+  TORCHINDUCTOR_CACHE_DIR    torch's own, set when its compiler loads (the C kernels are marked compiler-disabled)
+Nothing else: no seed, dtype, matmul precision or plotting style; setup() changes those a notebook needs.
 """
 
+import gc
+
 from fp8lab import threads
-from fp8lab.settings import pin_blas_reproducibility
+from fp8lab.settings import pin_blas_reproducibility, smoke
 
 threads.apply()  # before torch loads OpenMP: threads sized to the CPU quota, OpenMP waits passively (threads.py)
 pin_blas_reproducibility()  # before torch multiplies a matrix: MKL GEMMs give the same bits on any thread count
 
+import torch
+
 from fp8lab import nn
 from fp8lab._version import __version__
 from fp8lab.gemm import AccumulatorModel, matmul
+from fp8lab.numerics import kernels
 from fp8lab.numerics.formats import BF16, E2M1, E4M3, E5M2, E8M0, FORMATS, FP16, FloatFormat, cast, get_format
 from fp8lab.numerics.metrics import (
     overflow_fraction,
@@ -45,18 +60,13 @@ from fp8lab.training.readiness import inspect
 
 def status_line() -> str:
     """The lab's status line: versions, where FP8 GEMMs run, the CPU kernels, the threads (threads.py)."""
-    import torch
-
-    from fp8lab.numerics.kernels import status as kernels_status
-    from fp8lab.settings import smoke
-
     if torch.cuda.is_available():
         cc = torch.cuda.get_device_capability()
         where = f"GPU {torch.cuda.get_device_name()} (sm_{cc[0]}{cc[1]}): real FP8 GEMMs where the kernel exists"
     else:
         where = "no GPU: FP8 GEMMs are emulated exactly on the CPU"
-    kernels = "CPU kernels on" if kernels_status()[0] else "CPU kernels off (python -m fp8lab doctor says why)"
-    line = f"fp8lab {__version__} | torch {torch.__version__} | {where} | {kernels}"
+    fused = "CPU kernels on" if kernels.status()[0] else "CPU kernels off (python -m fp8lab doctor says why)"
+    line = f"fp8lab {__version__} | torch {torch.__version__} | {where} | {fused}"
     if smoke():
         line += " | smoke mode"
     return f"{line}\n{threads.decision().line()}"
@@ -75,12 +85,8 @@ def setup(seed: int = 0, quiet: bool = False) -> None:
     when fp8lab was imported (fp8lab.threads); the status line's second line says how and why.
     Prints status_line() unless quiet; returns None, so that a cell ending in setup() shows the
     line once."""
-    import gc
-
-    import torch
-
+    # matplotlib and seaborn load here, not when fp8lab is imported (measured: about 1 s of CPU)
     from fp8lab.figures.plots import use_theme
-    from fp8lab.numerics.kernels import keep_freed_memory
 
     use_theme()
     torch.manual_seed(seed)
@@ -88,7 +94,7 @@ def setup(seed: int = 0, quiet: bool = False) -> None:
     # collector's sight, so that its full collections don't stall a widget's redraw
     gc.collect()
     gc.freeze()
-    keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
+    kernels.keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
     line = status_line()
     if not quiet:
         print(line)

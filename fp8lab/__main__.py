@@ -1,25 +1,31 @@
-"""The command line: `python -m fp8lab doctor | lab | bench NAME | distributed ... | answers | measured`.
+"""The command line: `python -m fp8lab doctor | lab | bench NAME | distributed ... | answers | measured | measured_fp4`.
 
-The same commands run as `fp8lab ...` where pip installed the console script.
+The same commands run as `fp8lab ...` where pip installed the console script. doctor, lab and distributed are the
+library's; bench, answers and the measured commands are the harness's (fp8lab.bench, fp8lab.harness).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
+# each command: (the module whose main(argv) runs it, what it does). A command imports its module when it runs, so
+# that `fp8lab doctor` does not load the answer key's panels (measured: about 3 s of CPU) or the benchmarks.
 COMMANDS = {
-    "doctor": "what this machine runs real and what it emulates, and why",
-    "lab": "open the notebooks in JupyterLab (--help for its options)",
-    "bench": "the benchmarks: quantize, gemm, gpu, train, widgets, notebooks, lessons, inspect, load, room N, all",
-    "distributed": "the toy transformer on several processes under torchrun (FSDP2)",
-    "answers": "print the answer key (--write regenerates notebooks/ANSWERS.md)",
-    "measured": "print the shipped training runs (--write measures them again)",
+    "doctor": ("fp8lab.lab.doctor", "what this machine runs real and what it emulates, and why"),
+    "lab": ("fp8lab.lab.launcher", "open the notebooks in JupyterLab (--help for its options)"),
+    "bench": ("fp8lab.bench", "the benchmarks: quantize, gemm, gpu, train, widgets, notebooks, lessons, inspect, "
+                              "load, room N, all"),
+    "distributed": ("fp8lab.training.distributed", "the toy transformer on several processes under torchrun (FSDP2)"),
+    "answers": ("fp8lab.harness.answers", "print the answer key (--write regenerates notebooks/ANSWERS.md)"),
+    "measured": ("fp8lab.harness.measure", "print notebook 06's shipped training runs (--write measures them again)"),
+    "measured_fp4": ("fp8lab.harness.measure_fp4", "print notebook 09's shipped runs (--write trains them again)"),
 }
 
 
 def usage() -> str:
     lines = ["usage: python -m fp8lab COMMAND [options]", "", "commands:"]
-    lines += [f"  {name:<12} {what}" for name, what in COMMANDS.items()]
+    lines += [f"  {name:<12} {what}" for name, (_, what) in COMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -29,25 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    if cmd == "doctor":
-        from fp8lab.lab.doctor import report
-
-        print(report())
-        return 0
-    if cmd == "lab":
-        from fp8lab.lab.launcher import main as run
-    elif cmd == "bench":
-        from fp8lab.bench import main as run
-    elif cmd == "distributed":
-        from fp8lab.training.distributed import main as run
-    elif cmd == "answers":
-        from fp8lab.lab.answers import main as run
-    elif cmd == "measured":
-        from fp8lab.training.measured import main as run
-    else:
+    if cmd not in COMMANDS:
         print(f"unknown command {cmd!r}; valid: {', '.join(COMMANDS)}\n\n{usage()}", file=sys.stderr)
         return 2
-    return run(rest)
+    if cmd == "doctor":
+        print(importlib.import_module(COMMANDS[cmd][0]).report())
+        return 0
+    return importlib.import_module(COMMANDS[cmd][0]).main(rest)
 
 
 if __name__ == "__main__":

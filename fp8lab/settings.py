@@ -11,7 +11,8 @@ else in fp8lab reads the environment (but kernels.py honours CC and XDG_CACHE_HO
 build them, and fp8lab.threads reads the OpenMP variables a user may have set). Settings written
 once, when fp8lab is imported: pin_blas_reproducibility() asks MKL for GEMMs whose bits do not
 depend on the thread count (MKL_CBWR, unless already set); fp8lab.threads sets OpenMP's wait
-policy and, under a CPU quota, its thread count (unless already set).
+policy and, under a CPU quota, its thread count (unless already set). docs/internals.md ("What importing fp8lab
+changes") lists every process-wide effect of `import fp8lab` with its reason; tests/test_threads.py checks them.
 """
 
 from __future__ import annotations

@@ -263,3 +263,80 @@ print(kernels.status()[0], seen[0])
 
 def test_apply_decides_once():
     assert threads.apply() is threads.decision() is threads.apply()
+
+
+# ---- what `import fp8lab` changes: exactly what fp8lab/__init__.py's docstring and docs/internals.md say -------------
+
+EFFECTS_PROBE = """
+import gc, json, os, sys, warnings
+def state():
+    import torch
+    return {"threads": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
+            "dtype": str(torch.get_default_dtype()), "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "matmul": torch.get_float32_matmul_precision(), "grad": torch.is_grad_enabled(),
+            "frozen": gc.get_freeze_count(), "plots": "matplotlib" in sys.modules}
+first = TORCH_FIRST
+before_env, before = dict(os.environ), (state() if first else None)
+import fp8lab
+after_env = dict(os.environ)
+print(json.dumps({"changed": {k: v for k, v in after_env.items() if before_env.get(k) != v},
+                  "removed": sorted(set(before_env) - set(after_env)), "before": before, "after": state(),
+                  "variables": dict(fp8lab.threads.decision().variables)}))
+"""
+# the variables `import fp8lab` may set, as its docstring's table lists them (TORCHINDUCTOR_CACHE_DIR is torch's own,
+# set when torch's compiler loads)
+DOCUMENTED = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "FP8LAB_THREADS_SET", "MKL_CBWR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def _effects(torch_first: bool) -> dict:
+    unset = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_CBWR", "TORCHINDUCTOR_CACHE_DIR", MARKER)
+    base = {k: v for k, v in os.environ.items() if k not in unset}
+    probe = EFFECTS_PROBE.replace("TORCH_FIRST", str(torch_first))
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       env={**base, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _torch_default_threads() -> int:
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_CBWR")}
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True,
+                       text=True, env=base, timeout=300, check=True)
+    return int(r.stdout.strip())
+
+
+def test_import_fp8lab_changes_exactly_what_it_documents():
+    """A fresh process with none of the variables set: `import fp8lab` sets the wait policy (and the thread count only
+    under a quota), names them, pins MKL's reproducible mode, and changes no other variable and no torch setting."""
+    out = _effects(torch_first=False)
+    ours = out["variables"]
+    assert ours.get("OMP_WAIT_POLICY") == "PASSIVE"
+    expected = {**ours, MARKER: ",".join(sorted(ours)), "MKL_CBWR": "AUTO,STRICT"}
+    changed = dict(out["changed"])
+    assert changed.pop("TORCHINDUCTOR_CACHE_DIR", None) is not None  # torch's own, when its compiler loads
+    assert changed == expected and not out["removed"]
+    after = out["after"]
+    threads = int(ours["OMP_NUM_THREADS"]) if "OMP_NUM_THREADS" in ours else _torch_default_threads()
+    assert after["threads"] == threads
+    settings = ("dtype", "deterministic", "matmul", "grad", "frozen", "plots")
+    assert [after[k] for k in settings] == ["torch.float32", False, "highest", True, 0, False]
+
+
+def test_import_fp8lab_after_torch_changes_only_mkls_mode_and_nothing_of_torchs():
+    """torch imported first: OpenMP has read its environment, so fp8lab sets none of its variables; without a quota
+    below the cores torch's thread count stays; MKL's mode is still pinned (MKL reads it at its first GEMM)."""
+    out = _effects(torch_first=True)
+    changed = dict(out["changed"])
+    changed.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    assert out["variables"] == {} and changed == {"MKL_CBWR": "AUTO,STRICT"} and not out["removed"]
+    if threads.cpu_quota()[0] is None or threads.cpu_quota()[0] >= len(threads.affinity_cpus()):
+        assert out["after"] == out["before"]
+
+
+def test_the_documented_effects_are_the_docstring_and_the_docs():
+    doc = Path(threads.__file__).with_name("__init__.py").read_text().split('"""')[1]
+    internals = (REPO / "docs" / "internals.md").read_text()
+    section = internals.split("## What importing fp8lab changes")[1].split("\n## ")[0]
+    for name in (*DOCUMENTED, "torch.set_num_threads"):
+        assert name in doc, f"fp8lab/__init__.py's docstring does not list {name}"
+        assert name in section, f"docs/internals.md's table does not list {name}"

@@ -16,8 +16,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fp8lab.bench.blas import bench_blas
+from fp8lab.bench.gemm import bench_gemm
+from fp8lab.bench.gpu import bench_gpu
+from fp8lab.bench.inspect import bench_inspect
+from fp8lab.bench.load import CONDITIONS, bench_load
+from fp8lab.bench.notebooks import bench_notebooks
+from fp8lab.bench.quantize import bench_quantize
+from fp8lab.bench.quota import DEFAULT_PERIOD_MS, QUOTA_BENCHES, QuotaUnavailable, quota_problem, run_in_quota
+from fp8lab.bench.room import RoomTooBig, bench_room
+from fp8lab.bench.threadcount import bench_threads
+from fp8lab.bench.train import MODELS, bench_train
+from fp8lab.bench.widgets import bench_widgets
 from fp8lab.numerics import kernels
 from fp8lab.timing import machine_line
+from fp8lab.training.train import lesson_table
 
 __all__ = ["BENCHES", "main", "non_negative_int", "positive_int"]
 
@@ -95,16 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         kw = {k: v for k, v in {"size": args.size, "rounds": args.rounds}.items() if v is not None}
         if name == "quantize":
-            from fp8lab.bench.quantize import bench_quantize
-
             bench_quantize(**kw)
         elif name == "gemm":
-            from fp8lab.bench.gemm import bench_gemm
-
             bench_gemm(**kw)
         elif name == "gpu":
-            from fp8lab.bench.gpu import bench_gpu
-
             gkw = {"device": args.device}
             if args.size:
                 gkw["size"] = args.size
@@ -113,34 +120,20 @@ def main(argv: list[str] | None = None) -> int:
             if bench_gpu(**gkw)["failures"]:
                 status = 1
         elif name == "train":
-            from fp8lab.bench.train import bench_train
-
             bench_train(**kw, models=tuple(args.only) if args.only else None)
         elif name == "widgets":
-            from fp8lab.bench.widgets import bench_widgets
-
             bench_widgets(rounds=args.rounds, panels=tuple(args.only) if args.only else None)
         elif name == "notebooks":
-            from fp8lab.bench.notebooks import bench_notebooks
-
             bench_notebooks(tuple(args.only) if args.only else None)
         elif name == "blas":
-            from fp8lab.bench.blas import bench_blas
-
             bench_blas(**kw)
         elif name == "inspect":
-            from fp8lab.bench.inspect import bench_inspect
-
             bench_inspect(**kw)
         elif name == "load":
-            from fp8lab.bench.load import CONDITIONS, bench_load
-
             bench_load(tuple(args.only or ("06", "08")), tuple(args.conditions or CONDITIONS),
                        tuple(args.starts or ("lab", "jupyter")), rounds=args.rounds or 2, tree=args.tree,
                        drag=not args.no_drag, out=args.json, weight=args.weight)
         elif name == "room":
-            from fp8lab.bench.room import RoomTooBig, bench_room
-
             if args.count is None:
                 p.error("bench room needs the number of kernels: python -m fp8lab bench room 4")
             try:
@@ -149,12 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             except RoomTooBig as err:
                 p.error(str(err))
         elif name == "threads":
-            from fp8lab.bench.threadcount import bench_threads
-
             bench_threads(steps=args.steps, rounds=args.rounds or 4, weight=args.weight)
         elif name == "lessons":
-            from fp8lab.training.train import lesson_table
-
             print("\nnotebook 06's lessons: final loss (mean of the last 10 steps, 3 seeds)")
             print(machine_line(kernels.state_label()))
             lesson_table()
@@ -164,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
 def _unknown_names(name: str, only: list[str]) -> str:
     """What is wrong with `--only` for widgets (panels) or train (models), or ""."""
     if name == "widgets":
+        # the panels load matplotlib and every notebook's panel (measured: 2.3 s of CPU): only where they are named
         from fp8lab.lab.panels import PANELS as valid
     else:
-        from fp8lab.bench.train import MODELS as valid
+        valid = MODELS
     unknown = sorted(set(only) - set(valid))
     what = "panels" if name == "widgets" else "models"
     return f"unknown {what} {unknown}; valid: {', '.join(valid)}" if unknown else ""
@@ -174,8 +164,6 @@ def _unknown_names(name: str, only: list[str]) -> str:
 
 def _in_quota(p: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
     """Run this same command again in a child process inside a CPU quota (fp8lab.bench.quota); its exit status."""
-    from fp8lab.bench.quota import DEFAULT_PERIOD_MS, QUOTA_BENCHES, QuotaUnavailable, quota_problem, run_in_quota
-
     if args.name not in QUOTA_BENCHES:
         p.error(f"--quota is for {', '.join(QUOTA_BENCHES)} (load, room and threads make their own groups; gpu "
                 f"times the GPU), not '{args.name}'")

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import torch
 
 from fp8lab.bench.table import print_table
-from fp8lab.timing import time_interleaved
+from fp8lab.gemm import emulated_mm, matmul, quantize_operands
+from fp8lab.timing import time_interleaved, timed
 
 __all__ = ["QUANTIZE_INCLUDED", "bench_gemm"]
 
@@ -28,9 +29,6 @@ def bench_gemm(size: int = 2048, rounds: int = 7, recipes: tuple[str, ...] = ("t
     QUANTIZE_INCLUDED, at size^3 and at (3/4, 3/2, 3/8) * size (1536x3072x768 for 2048). The
     bf16 torch.mm is timed once (one call, no warm-up: a CPU without bf16 units takes over a
     minute for it at 2048^3), or a median of `rounds` where one call takes under 0.5 s."""
-    from fp8lab.gemm import emulated_mm, matmul, quantize_operands
-    from fp8lab.timing import timed
-
     g = torch.Generator().manual_seed(0)
     shapes = [(size, size, size), (3 * size // 4, 3 * size // 2, 3 * size // 8)]  # (M, K, N)
     cands: dict[tuple[str, str], Callable[[], object]] = {}

@@ -11,6 +11,20 @@ from dataclasses import dataclass, field
 import torch
 
 from fp8lab.bench.table import print_table
+from fp8lab.gemm import (
+    AccumulatorModel,
+    GemmBackend,
+    accumulation_error,
+    agrees_with_emulation,
+    emulated_mm,
+    prepare_real_mm,
+    quantize_operands,
+)
+from fp8lab.numerics.recipes import RECIPES, VARIANTS
+from fp8lab.training.convert import convert
+from fp8lab.training.layers import layer_gemms
+from fp8lab.training.models import TeacherTask, make_model
+from fp8lab.training.train import LESSON, train_step
 
 __all__ = ["bench_gpu"]
 
@@ -77,9 +91,6 @@ def bench_gpu(size: int = 8192, calls: int = 20, samples: int = 5, device: str |
     stand-in (tests/scaled_mm_standin.py); (e) then needs CUDA and is skipped.
     Returns {"tables": {...}, "failures": [...]}; `python -m fp8lab bench gpu` exits 1 on failures.
     """
-    from fp8lab.gemm import GemmBackend
-    from fp8lab.numerics.recipes import RECIPES, VARIANTS
-
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     on_gpu = dev.type == "cuda"
     if not on_gpu and arch is None:
@@ -103,8 +114,6 @@ def bench_gpu(size: int = 8192, calls: int = 20, samples: int = 5, device: str |
 
 def _backend_table(check: _Check) -> list[dict]:
     """(a) per recipe and GEMM, which backend runs it and why (probing each kernel family once)."""
-    from fp8lab.training.layers import layer_gemms
-
     rows = []
     for name in check.names:
         for gemm, pair in layer_gemms(*check.operands(check.shapes[0], 0), name).items():
@@ -122,9 +131,6 @@ def _backend_table(check: _Check) -> list[dict]:
 
 def _real_vs_emulated(check: _Check) -> list[dict]:
     """(b) every GEMM of every recipe the GPU runs real, against the exact emulation."""
-    from fp8lab.gemm import agrees_with_emulation, emulated_mm, prepare_real_mm
-    from fp8lab.training.layers import layer_gemms
-
     rows = []
     for shape in check.shapes:
         for name in check.names:
@@ -153,10 +159,6 @@ def _real_vs_emulated(check: _Check) -> list[dict]:
 
 def _training_steps(check: _Check, steps: int) -> list[dict]:
     """(c) FP8Linear training steps per recipe: no fallback, and every GEMM the table calls real runs real."""
-    from fp8lab.training.convert import convert
-    from fp8lab.training.models import TeacherTask, make_model
-    from fp8lab.training.train import LESSON, train_step
-
     rows, task = [], TeacherTask()
     for name in check.names:
         model = make_model("mlp", 0, **({} if check.on_gpu else {"hidden": 256})).to(check.dev)  # dry run: smaller
@@ -183,8 +185,6 @@ def _training_steps(check: _Check, steps: int) -> list[dict]:
 
 def _accumulation(check: _Check, ks: tuple[int, ...]) -> list[dict]:
     """(d) the accumulation model against the hardware's accumulation (use_fast_accum True and False)."""
-    from fp8lab.gemm import AccumulatorModel, accumulation_error, prepare_real_mm, quantize_operands
-
     rows = []
     tw = quantize_operands(torch.randn(32, 256).to(check.dev), torch.randn(256, 32).to(check.dev), "tensorwise")
     tw_real = check.backend.choose(*tw).plan
@@ -207,8 +207,6 @@ def _accumulation(check: _Check, ks: tuple[int, ...]) -> list[dict]:
 
 def _speed(check: _Check, n: int, calls: int, samples: int, pool: int = 3) -> list[dict]:
     """(e) bf16 torch.mm, the exact kernel call fp8lab makes replayed, and the full path with quantization."""
-    from fp8lab.gemm import prepare_real_mm, quantize_operands
-
     if not check.on_gpu:
         print("\n(e) speed: needs CUDA (not measured in the dry run)")
         return []

@@ -7,6 +7,7 @@ import statistics
 import torch
 
 from fp8lab.bench.table import print_table
+from fp8lab.training.readiness import inspect
 
 __all__ = ["bench_inspect"]
 
@@ -19,8 +20,6 @@ def bench_inspect(size: int | None = None, rounds: int | None = None) -> list[di
     import time
 
     from torch import nn
-
-    from fp8lab.training.readiness import inspect
 
     widths = (size,) if size else (64, 128)
     rounds = rounds or 5

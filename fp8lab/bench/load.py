@@ -38,7 +38,7 @@ from fp8lab.bench.cgroups import CpuGroup, CpuQuota, CpuWeight, autogroup
 from fp8lab.bench.kernelrun import START_WAYS, run_in_subprocess, spec
 from fp8lab.bench.table import print_table
 
-__all__ = ["CONDITIONS", "Busy", "bench_load", "notebook_path"]
+__all__ = ["CONDITIONS", "Busy", "bench_load", "cpu_seconds", "notebook_path"]
 
 CONDITIONS = ("quiet", "busy", "shared", "quota")
 SPIN = "import time\nwhile True:\n    sum(i * i for i in range(10_000))\n"
@@ -99,7 +99,7 @@ def _after_06() -> str:
     return source + "\nimport json as _json\nprint('AFTER', _json.dumps(drag_all()))\n"
 
 
-def _cpu_seconds() -> tuple[float, float]:
+def cpu_seconds() -> tuple[float, float]:
     """(CPU seconds the whole machine has spent busy, those of this process and its children waited for)."""
     import resource
 
@@ -117,7 +117,7 @@ def _cpu_seconds() -> tuple[float, float]:
 def _one(notebook: Path, start: str, condition: str, tree: Path, drag: bool, busy: int, cpus: float) -> dict:
     after = _after_06() if drag and notebook.stem.startswith("06") else ""
     load_before = os.getloadavg()[0]
-    machine_before, mine_before = _cpu_seconds()
+    machine_before, mine_before = cpu_seconds()
     if condition == "quota":
         try:
             with CpuQuota(cpus) as quota:
@@ -133,7 +133,7 @@ def _one(notebook: Path, start: str, condition: str, tree: Path, drag: bool, bus
             return {"notebook": notebook.stem, "start": start, "condition": condition, "skipped": str(err)}
     else:
         result = run_in_subprocess(spec(notebook, start, tree, after=after))
-    machine_after, mine_after = _cpu_seconds()
+    machine_after, mine_after = cpu_seconds()
     others = (machine_after - machine_before) - (mine_after - mine_before)
     return {**result, "notebook": notebook.stem, "condition": condition, "start": start,
             "load_before": load_before, "load_after": os.getloadavg()[0], "others_cpu_s": max(0.0, others)}

@@ -9,6 +9,9 @@ import torch
 
 from fp8lab.bench.table import print_table
 from fp8lab.extras import available
+from fp8lab.numerics.formats import E4M3, E8M0
+from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.scaling import PerBlock, PerTensor
 from fp8lab.timing import time_interleaved
 
 __all__ = ["bench_quantize"]
@@ -16,10 +19,6 @@ __all__ = ["bench_quantize"]
 
 def bench_quantize(size: int = 4096, rounds: int = 20) -> list[dict]:
     """fp8lab's quantization of a size x size float32 tensor beside torchao's MX and a copy."""
-    from fp8lab.numerics.formats import E4M3, E8M0
-    from fp8lab.numerics.quantize import quantize
-    from fp8lab.numerics.scaling import PerBlock, PerTensor
-
     g = torch.Generator().manual_seed(0)
     x = torch.randn(size, size, generator=g)
     dst = torch.empty_like(x)

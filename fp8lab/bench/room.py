@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 from fp8lab import threads
+from fp8lab.bench.cgroups import CpuWeight
 from fp8lab.bench.kernelrun import finish, run_in_subprocess, spec, start_in_subprocess
-from fp8lab.bench.load import ROOT, _cpu_seconds, notebook_path
+from fp8lab.bench.load import ROOT, cpu_seconds, notebook_path
 from fp8lab.bench.table import print_table
 
 __all__ = ["FAIR_TARGET", "RoomTooBig", "available_memory_mb", "bench_room", "own_memory_mb", "room_fits"]
@@ -107,8 +108,6 @@ def bench_room(n: int, notebook: str = "06", start: str = "lab", rounds: int = 2
         if why:
             raise RoomTooBig(why)
     if weight:
-        from fp8lab.bench.cgroups import CpuWeight
-
         with CpuWeight(weight):
             print(f"bench room: in a cgroup of {weight}x the default CPU weight", flush=True)
             return bench_room(n, notebook, start, rounds, tree, timeout, 0, check_memory)
@@ -118,7 +117,7 @@ def bench_room(n: int, notebook: str = "06", start: str = "lab", rounds: int = 2
     rows = []
     for r in range(1, rounds + 1):
         load = os.getloadavg()[0]
-        machine0, mine0 = _cpu_seconds()
+        machine0, mine0 = cpu_seconds()
         alone = run_in_subprocess(spec(path, start, tree, timeout=timeout))
         if "error" in alone:
             raise RuntimeError(f"the quiet kernel failed: {alone['error']}")
@@ -133,7 +132,7 @@ def bench_room(n: int, notebook: str = "06", start: str = "lab", rounds: int = 2
         procs = [start_in_subprocess(spec(path, start, tree, timeout=timeout)) for _ in range(n)]
         results = [finish(p, timeout + 120) for p in procs]
         wall = time.perf_counter() - t0
-        machine1, mine1 = _cpu_seconds()
+        machine1, mine1 = cpu_seconds()
         others = max(0.0, (machine1 - machine0) - (mine1 - mine0))
         table = [{"kernel": "alone", "run all s": quiet, "x fair share": "-", "peak MB": alone["peak_mb"],
                   "kernel CPU s": alone["cpu_s"] + alone["children_cpu_s"], "threads": alone.get("torch_threads"),

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from fp8lab import threads
+from fp8lab.bench.cgroups import CpuWeight
 from fp8lab.bench.kernelrun import kernel_environment
 from fp8lab.bench.load import ROOT, Busy, groups
 from fp8lab.bench.table import print_table
@@ -56,8 +57,6 @@ def run(count: int, steps: int, procs: str | None = None) -> dict:
 def bench_threads(steps: int = 60, rounds: int = 4, busy: int = 2, weight: int = 0) -> list[dict]:
     """Every (round, condition, thread count) run, printed as one table of medians; returns the runs."""
     if weight:
-        from fp8lab.bench.cgroups import CpuWeight
-
         with CpuWeight(weight):
             return bench_threads(steps, rounds, busy, 0)
     counts = sorted({1, threads.decision().cpus})

@@ -22,7 +22,8 @@ from fp8lab.gemm.emulation import emulated_mm, quantize_operands, scale_output, 
 from fp8lab.numerics.quantize import QuantizedTensor
 
 __all__ = ["ALIGNMENTS", "DEEPSEEK_ERROR", "DEEPSEEK_K", "MEASURES", "NEAR", "AccumulatorModel", "accumulation_error",
-           "accumulation_errors", "deepseek_check", "operand_rounding_error"]
+           "accumulation_errors", "accumulation_operands", "deepseek_check",
+           "operand_rounding_error"]
 
 # how a GEMM's error against its exact product is summed up: ||got - exact|| / ||exact|| over the whole
 # output (Frobenius), or max_ij |got - exact| / |exact| (the largest relative error of one output element)
@@ -151,7 +152,7 @@ def accumulation_errors(
     errors = {k: accumulation_error(k, accumulation, distribution, size, measure=measure)
               for k in ks if not aligned(k)}
     if together:
-        operands = [_accumulation_operands(k, distribution, size) for k in together]
+        operands = [accumulation_operands(k, distribution, size) for k in together]
         products = torch.stack([torch.nn.functional.pad(scaled_products(a_q, b_q), (longest - k, 0))
                                 for k, (a_q, b_q, _) in zip(together, operands, strict=True)])
         outs = accumulation.accumulate(products)  # (len(together), M, N)
@@ -161,7 +162,9 @@ def accumulation_errors(
 
 
 @lru_cache(maxsize=64)
-def _accumulation_operands(k: int, distribution: str, size: int):
+def accumulation_operands(k: int, distribution: str, size: int):
+    """a_q[size, K], b_q[size, K] (tensorwise, drawn from a generator seeded by K) and their exact product a_q @ b_q.T
+    (float64): the operands notebook 05's accumulation panel sums."""
     # seeded by k: the same operands every time (cached, as a panel asks for them again and again)
     a_q, b_q, _ = _accumulation_inputs(k, distribution, size)
     return a_q, b_q, a_q.dequantize().double() @ b_q.dequantize().double().t()
@@ -184,7 +187,7 @@ def operand_rounding_error(k: int, distribution: str = "uniform", size: int = 8,
     accumulation errors are measured against the first, so the two add up to what a GEMM of these inputs loses."""
     if measure not in MEASURES:
         raise ValueError(f"unknown measure {measure!r}; valid: {', '.join(MEASURES)}")
-    _, _, exact = _accumulation_operands(k, distribution, size)
+    _, _, exact = accumulation_operands(k, distribution, size)
     _, _, unquantized = _accumulation_inputs(k, distribution, size)
     return _relative_error(exact, unquantized, measure)
 
@@ -209,7 +212,7 @@ def accumulation_error(
         raise ValueError(f"unknown distribution {distribution!r}; valid: uniform, normal")
     if measure not in MEASURES:
         raise ValueError(f"unknown measure {measure!r}; valid: {', '.join(MEASURES)}")
-    a_q, b_q, exact = _accumulation_operands(k, distribution, size)
+    a_q, b_q, exact = accumulation_operands(k, distribution, size)
     if gemm is None:
         got = emulated_mm(a_q, b_q, emulation="reference", accumulation=accumulation)
     else:

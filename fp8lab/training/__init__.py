@@ -11,6 +11,8 @@
   gpu_support.py  which GEMMs of each recipe run real on which GPU generation, and why
   models.py       the toy MLP and transformer with sink channels, their tasks
   train.py        train (recipes side by side), train_step, notebook 06's settings and sweeps
+  shipped.py      reads the shipped runs' data files, runs/*.json (one table each; fp8lab.harness writes them)
+  lesson.py       notebook 06's lesson MLP at its fixed inputs, and the loss of predicting the mean
   measured.py     the training runs shipped with the lab (the sink cliff, delayed recovery, rowwise's mismatch)
   published.py    LLM outlier ratios as papers publish them, placed on the lesson's cliff; what flushing costs
   operands.py     one activation as the forward and the weight-gradient GEMM quantize it; why rowwise fails

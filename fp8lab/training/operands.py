@@ -3,7 +3,8 @@
 Public: operand_losses(x, recipe, outlier_channels) (the activation as fprop quantizes it, along K, and as
 wgrad quantizes it, along M), lesson_mismatch (fc2's input in the lesson MLP, per recipe and GEMM, from
 fp8lab.inspect), placement_flush (which scales the sinks break, by where they sit), constant_loss (the lesson
-task's loss of predicting the mean), GEMM_ROLES. Notebook 05 shows the first, notebook 06 the others.
+task's loss of predicting the mean, from fp8lab.training.lesson), GEMM_ROLES. Notebook 05 shows the first,
+notebook 06 the others.
 A linear layer y = x @ w^T runs three GEMMs, each operand scaled along the dimension that GEMM sums over:
     fprop  y[M, N]  = x[M, K] @ w[N, K]^T      x in 1 x c tiles along K (a token's channels share a scale)
     wgrad  dw[N, K] = dy^T[N, M] @ x[M, K]     x^T in 1 x c tiles along M: c x 1 tiles of x (a channel's tokens)
@@ -12,7 +13,6 @@ so the same x is quantized twice, along different axes (fp8lab.nn.layer_gemms bu
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -20,6 +20,10 @@ import torch
 from fp8lab.numerics.metrics import channel_sqnr, flushed_fraction
 from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.training.layers import layer_gemms
+from fp8lab.training.lesson import constant_loss, lesson_model_and_batch
+from fp8lab.training.models import PLACEMENTS
+from fp8lab.training.published import sinks_for
+from fp8lab.training.readiness import inspect
 
 __all__ = ["GEMM_ROLES", "PLACEMENT_RECIPES", "constant_loss", "lesson_mismatch", "operand_losses", "placement_flush"]
 
@@ -71,16 +75,6 @@ def operand_losses(x: torch.Tensor, recipe: Recipe | str, outlier_channels: torc
     return out
 
 
-def _lesson_model_and_batch(sinks: float, seed: int, placement: str = "channels"):
-    from fp8lab.training.models import TeacherTask, make_model
-    from fp8lab.training.train import LESSON
-
-    model = make_model("mlp", seed, sinks, placement=placement)
-    task = TeacherTask(seed=seed)
-    x, y = task.batch(torch.Generator().manual_seed(1_000 + seed), LESSON.batch)  # train()'s first batch
-    return model, x, y, task
-
-
 PLACEMENT_RECIPES = ("tensorwise", "rowwise", "blockwise")  # one scale per tensor, per token (row), per 1x128 tile
 
 
@@ -95,10 +89,7 @@ def placement_flush(ratio: float = 1e5, placements: tuple[str, ...] | None = Non
     recipe, gemm, scale (one scale's region, in words), flushed (share of the ordinary values flushed to zero),
     worst (the largest share flushed in one token, for fprop, or in one channel, for wgrad: inside a scale the
     sinks set, the damage the overall share dilutes)."""
-    import pandas as pd
-
-    from fp8lab.training.models import PLACEMENTS
-    from fp8lab.training.published import sinks_for
+    import pandas as pd  # a heavy dependency: imported where a table is built, not when fp8lab is
 
     placements = PLACEMENTS if placements is None else tuple(placements)
     for name in placements:
@@ -107,7 +98,7 @@ def placement_flush(ratio: float = 1e5, placements: tuple[str, ...] | None = Non
     sinks = sinks_for(ratio)
     rows = []
     for placement in placements:
-        model, x, _, _ = _lesson_model_and_batch(sinks, seed, placement)
+        model, x, _, _ = lesson_model_and_batch(sinks, seed, placement)
         with torch.no_grad():
             h = model.sink(torch.nn.functional.gelu(model.fc1(x) + model.b1))  # (M, hidden): fc2's input
         sink = model.sink.mask(h.shape)  # (M, hidden): True where the sinks sit
@@ -127,28 +118,8 @@ def lesson_mismatch(recipes: tuple[str, ...] = ("tensorwise", "rowwise", "rowwis
     wgrad GEMMs quantize it, measured by fp8lab.inspect: DataFrame indexed by (recipe, gemm) with underflow
     (share of the operand flushed to zero), sqnr_ordinary_db and format ("high precision" where the recipe
     runs that GEMM unquantized)."""
-    from fp8lab.training.readiness import inspect
-
-    model, x, y, task = _lesson_model_and_batch(sinks, seed)
+    model, x, y, task = lesson_model_and_batch(sinks, seed)
     report = inspect(model, x, lambda out: task.loss(out, y), recipes=recipes, progress=False)
     f = report.frame
     part = f[(f.layer == layer) & (f.operand == "input") & f.gemm.isin(("fprop", "wgrad"))]
     return part.set_index(["recipe", "gemm"])[["format", "granularity", "underflow", "sqnr_ordinary_db"]]
-
-
-@functools.lru_cache(maxsize=32)
-def constant_loss(seed: int = 0, steps: int | None = None, last: int = 10) -> float:
-    """The lesson task's final loss for a model that ignores its input and predicts the mean target (0: the
-    teacher y = W2 tanh(W1 x) is odd in x ~ N(0, 1)), on train()'s batches: the mean of its MSE over the last
-    `last` of `steps` steps, as TrainResult.final_loss averages a run's. A run above it did worse than a constant."""
-    from fp8lab.training.models import TeacherTask
-    from fp8lab.training.train import LESSON
-
-    steps = LESSON.steps if steps is None else steps
-    task = TeacherTask(seed=seed)
-    g = torch.Generator().manual_seed(1_000 + seed)  # the batches train() draws, in order
-    losses = []
-    for _ in range(steps):
-        _, y = task.batch(g, LESSON.batch)
-        losses.append(float(y.square().mean()))
-    return sum(losses[-last:]) / len(losses[-last:])

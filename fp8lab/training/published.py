@@ -16,10 +16,16 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8lab.data.synthetic import sample
 from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.recipes import get_recipe
+from fp8lab.training.lesson import lesson_model_and_batch
+from fp8lab.training.measured import with_trained_loss
+from fp8lab.training.models import TeacherTask, make_model
+from fp8lab.training.train import LESSON, train_step
 
 __all__ = ["PUBLISHED", "Published", "flush_cost", "lesson_fc2_input", "lesson_median", "marker_sinks",
-           "measured_at", "outlier_multiplier", "sinks_for", "with_trained_loss"]
+           "measured_at", "outlier_multiplier", "sinks_for"]
 
 
 @dataclass(frozen=True)
@@ -56,9 +62,7 @@ PUBLISHED: tuple[Published, ...] = (
 def lesson_fc2_input(sinks: float, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """fc2's input in notebook 06's MLP (LESSON, its initial weights, train()'s first batch) with the sink channels
     at `sinks`, and the sink channels' indices."""
-    from fp8lab.training.operands import _lesson_model_and_batch
-
-    model, x, _, _ = _lesson_model_and_batch(sinks, seed)
+    model, x, _, _ = lesson_model_and_batch(sinks, seed)
     seen = {}
     handle = model.fc2.register_forward_pre_hook(lambda _, args: seen.setdefault("x", args[0].detach().clone()))
     try:
@@ -109,8 +113,6 @@ def outlier_multiplier(ratio: float, distribution: str = "normal", shape: tuple[
     largest outlier is `ratio` times the median |value| of the other channels: where notebook 02's cliff marks a
     published ratio (m = ratio * median / the outlier channels' largest |value| before they are multiplied; with
     placement "tokens", their largest in the tokens that hold the outliers; "both", the largest of either kind)."""
-    from fp8lab.data.synthetic import sample
-
     # multiplied by 1: the base values, and where the outliers will be
     x, where = sample(distribution, shape, 1.0, seed=seed, return_outliers=True, placement=placement)
     if placement == "channels":  # the outlier channels' indices: every token of them
@@ -126,9 +128,6 @@ def outlier_multiplier(ratio: float, distribution: str = "normal", shape: tuple[
 def _trained_fp32(seed: int):
     """Notebook 06's MLP trained in fp32 without sinks (LESSON: 150 steps on train()'s batches), its task, and a
     held-out batch of 1024."""
-    from fp8lab.training.models import TeacherTask, make_model
-    from fp8lab.training.train import LESSON, train_step
-
     model, task = make_model("mlp", seed, 0.0), TeacherTask(seed=seed)
     g = torch.Generator().manual_seed(1_000 + seed)  # the batches train() draws, in order
     opt = torch.optim.Adam(model.parameters(), lr=LESSON.lr)
@@ -151,9 +150,7 @@ def flush_cost(sinks: tuple[float, ...] | None = None, recipes: tuple[str, ...] 
     input, against its own: a model that learned with these values and now loses them), trained_loss (the FP8 run
     trained with the sinks from its first step, against its own no-sink run: fp8lab.training.measured, mean of 3
     seeds; NaN where no run is shipped)."""
-    import pandas as pd
-
-    from fp8lab.numerics.recipes import get_recipe
+    import pandas as pd  # a heavy dependency: imported where a table is built, not when fp8lab is
 
     sinks = sinks or (1e4, sinks_for(1e5), 1e5, 1e6)
     model, task, (x, y) = _trained_fp32(seed)
@@ -178,17 +175,3 @@ def flush_cost(sinks: tuple[float, ...] | None = None, recipes: tuple[str, ...] 
                                                 / torch.linalg.norm(out)),
                              "fp32_model_loss": loss / base - 1})
     return with_trained_loss(pd.DataFrame(rows))
-
-
-def with_trained_loss(df):
-    """df (columns sinks, recipe, ...) with a column trained_loss: each recipe's FP8 run trained with the sinks from
-    its first step, against its own no-sink run (fp8lab.training.measured's cliff and the runs at the published
-    ratio, mean of 3 seeds; NaN where no run is shipped)."""
-    from fp8lab.training.measured import cliff_means, published_means
-
-    change, extra = cliff_means()[2], published_means()
-    df = df.copy()
-    df["trained_loss"] = [float(change[r, s]) if (r, s) in change.index else
-                          float(extra[r, s]) if (r, s) in extra.index else math.nan
-                          for r, s in zip(df["recipe"], df["sinks"], strict=True)]
-    return df

@@ -118,8 +118,8 @@ def test_the_guide_links_the_key_and_says_how_to_reset_and_stop():
 def test_the_answers_that_smoke_mode_changes_are_the_ones_the_guide_names(monkeypatch):
     """Every answer of the key computed at workshop size and under FP8LAB_SMOKE=1: the notebooks whose answers
     differ are the ones the guide lists (~1 min: the key twice)."""
-    from fp8lab.lab import answers
-    from fp8lab.lab.answers import scale_out
+    from fp8lab.harness import answers
+    from fp8lab.harness.answers import scale_out
 
     def run(smoke: str) -> dict:
         monkeypatch.setenv("FP8LAB_SMOKE", smoke)

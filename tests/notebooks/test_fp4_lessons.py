@@ -18,14 +18,14 @@ import pytest
 
 from fp8lab.numerics.recipes import NVFP4_PARTS
 from fp8lab.training.gradients import grad_recipes
-from fp8lab.training.measured_fp4 import _layer_runs, dy_runs, parts, split
+from fp8lab.training.measured_fp4 import dy_runs, layer_recipes, parts, split
 from fp8lab.training.parts import REFERENCES, fc1_split, part_label, split_gaps, train_parts
 
 SEEDS = (0, 1, 2)
 LIVE_SEED = 0
 SINGLES = tuple((p,) for p in NVFP4_PARTS)
 ALL = tuple(NVFP4_PARTS)
-FC1 = _layer_runs()[0]  # NVFP4 1x16 with fc1 in bf16
+FC1 = layer_recipes()[0]  # NVFP4 1x16 with fc1 in bf16
 LIVE_RUNS = (*REFERENCES, (), *SINGLES, ALL, FC1)
 
 # How far a run trained here may end from the shipped one (relative), in every column. Measured on seed 0 (shipped:

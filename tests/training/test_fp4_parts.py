@@ -231,7 +231,7 @@ def test_the_shipped_dy_control_is_what_the_code_trains_now():
 def _notebook_text() -> str:
     import nbformat
 
-    from fp8lab.lab.answers.base import KEY_PATH
+    from fp8lab.harness.answers.base import KEY_PATH
 
     cells = nbformat.read(KEY_PATH.parent / "09_below_eight_bits.ipynb", as_version=4).cells
     return " ".join(" ".join(c.source.split()) for c in cells if c.cell_type == "markdown")
@@ -251,7 +251,7 @@ def test_09_teaches_stochastic_rounding_by_the_sign_of_a_sum_and_shows_the_trans
 def _notebook_code() -> str:
     import nbformat
 
-    from fp8lab.lab.answers.base import KEY_PATH
+    from fp8lab.harness.answers.base import KEY_PATH
 
     cells = nbformat.read(KEY_PATH.parent / "09_below_eight_bits.ipynb", as_version=4).cells
     return " ".join(c.source for c in cells if c.cell_type == "code")

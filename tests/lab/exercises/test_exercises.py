@@ -115,7 +115,7 @@ def test_survivors(wrong, needle):
 
 
 def test_survivors_come_from_the_measured_runs_and_accept_baselines():
-    from fp8lab.lab.answers import survivors
+    from fp8lab.harness.answers import survivors
 
     truth = survivors()
     assert truth == {"blockwise", "mxfp8"}  # the lesson as measured (tests/notebooks/test_lessons.py)

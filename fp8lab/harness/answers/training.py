@@ -7,9 +7,24 @@ from __future__ import annotations
 
 import math
 
-from fp8lab.lab.answers.base import Answer
-from fp8lab.lab.predictions import _panel, magnitude, percent, share
-from fp8lab.training.measured import cliff_means, first_break, survivors
+from fp8lab.harness.answers.base import Answer, lab_panel
+from fp8lab.lab import exercises as ex
+from fp8lab.lab.predictions import magnitude, percent, share
+from fp8lab.training.measured import (
+    MISMATCH_RUNS,
+    TOKEN_SEEDS,
+    cliff_means,
+    cliff_rows,
+    first_break,
+    flush_costs,
+    mismatch,
+    published_means,
+    recovery,
+    survivors,
+)
+from fp8lab.training.operands import lesson_mismatch
+from fp8lab.training.published import PUBLISHED, lesson_median, marker_sinks, sinks_for
+from fp8lab.training.train import LESSON, train
 
 __all__ = ['ANSWERS']
 
@@ -18,8 +33,6 @@ __all__ = ['ANSWERS']
 
 
 def _q06_live() -> Answer:
-    from fp8lab.training.train import train
-
     change = cliff_means()[2]
     behind = sorted(r for r in ("tensorwise", "rowwise", "blockwise", "mxfp8") if change[r, 1e6] > 0.05)
     res = train(("tensorwise", "blockwise"), steps=4, sink_magnitude=1e6, progress=False, monitor_every=1)
@@ -50,9 +63,6 @@ def _q06_live() -> Answer:
 
 
 def _q06_mismatch() -> Answer:
-    from fp8lab.training.measured import MISMATCH_RUNS, mismatch
-    from fp8lab.training.operands import lesson_mismatch
-
     f = lesson_mismatch(MISMATCH_RUNS)
     df = mismatch()
     fl = {(r, g): float(f.loc[(r, g), "underflow"]) for r, g in f.index if f.loc[(r, g), "format"] != "high precision"}
@@ -92,7 +102,7 @@ def _q06_mismatch() -> Answer:
 
 
 def _q06_placement() -> Answer:
-    panel = _panel("placement")
+    panel = lab_panel("placement")
     f = {pl: panel.table(pl, 1e5).set_index(["gemm", "recipe"]) for pl in ("channels", "tokens", "both")}
     tok, ch = f["tokens"], f["channels"]
     recipes = list(dict.fromkeys(tok.index.get_level_values("recipe")))
@@ -131,9 +141,6 @@ def _q06_placement() -> Answer:
 
 
 def _q06_cliff() -> Answer:
-    from fp8lab.training.measured import TOKEN_SEEDS, cliff_rows, published_means
-    from fp8lab.training.published import PUBLISHED, lesson_median, marker_sinks, sinks_for
-
     change = cliff_means()[2]
     runs = [r for r in dict.fromkeys(change.index.get_level_values("run")) if r != "fp32"]
     breaks = {r: first_break(change, r) for r in runs}
@@ -186,8 +193,6 @@ def _q06_cliff() -> Answer:
 
 
 def _q06_flush() -> Answer:
-    from fp8lab.training.measured import flush_costs
-
     f = flush_costs().set_index(["recipe", "sinks"])
     tw, rw = f.loc[("tensorwise", 1e5)], f.loc[("rowwise", 1e5)]
     return Answer(
@@ -215,7 +220,7 @@ def _q06_flush() -> Answer:
 
 
 def _q06_copies() -> Answer:
-    p = _panel("weight_copies")
+    p = lab_panel("weight_copies")
     c = p.copies("lesson")
     u = p.copies("uneven")
     lesson = p.lesson()
@@ -254,9 +259,6 @@ def _q06_copies() -> Answer:
 
 
 def _q06_drift() -> Answer:
-    from fp8lab.training.measured import recovery
-    from fp8lab.training.train import LESSON
-
     rec = recovery().set_index("history")["steps_to_recover"]
     short, long = LESSON.short_history, LESSON.long_history
     return Answer(
@@ -273,8 +275,6 @@ def _q06_drift() -> Answer:
 
 
 def _q06_exercises() -> Answer:
-    from fp8lab.lab import exercises as ex
-
     surv = survivors()
     hist = ex.history_answer()
     same, r30, r150 = ex.ranking_answer()

@@ -5,24 +5,20 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 
 from __future__ import annotations
 
-from fp8lab.lab.answers.base import Answer, decibels
+from fp8lab.harness.answers.base import Answer, decibels, lab_panel
+from fp8lab.lab import exercises as ex
 from fp8lab.lab.predictions import percent, share
+from fp8lab.training.gradients import WHEN
+from fp8lab.training.measured_fp4 import dy_control_runs, dy_runs, means, parts, split
+from fp8lab.training.parts import PART_SETS, part_label, split_gaps
 
 __all__ = ["ANSWERS"]
 
 NB = "09_below_eight_bits"
 
 
-def _panel(name: str):
-    from fp8lab.lab.panels import PANELS
-
-    return PANELS[name]()
-
-
 def _q09_gradients() -> Answer:
-    from fp8lab.training.gradients import WHEN
-
-    panel = _panel("gradients")
+    panel = lab_panel("gradients")
     spans, tables = {}, {}
     for model, rec in panel.records.items():
         for layer in rec.layers:
@@ -63,8 +59,6 @@ def _q09_gradients() -> Answer:
 
 
 def _q09_dy_losses() -> Answer:
-    from fp8lab.training.measured_fp4 import dy_control_runs, dy_runs, means
-
     m = means(dy_runs())["final loss"]
     change = {(model, run): m[model, run] / m[model, "fp32"] - 1 for model, run in m.index if run != "fp32"}
     worst = max(change, key=lambda k: abs(change[k]))
@@ -98,7 +92,7 @@ def _q09_dy_losses() -> Answer:
 
 
 def _q09_two_d() -> Answer:
-    panel = _panel("two_d_weights")
+    panel = lab_panel("two_d_weights")
     one = panel.update(recipe="nvfp4", blocks=False, outliers=1.0)
     two = panel.update(recipe="nvfp4", blocks=True)
     mx = panel.update(recipe="mxfp8", blocks=False)
@@ -120,7 +114,7 @@ def _q09_two_d() -> Answer:
 
 
 def _q09_hadamard() -> Answer:
-    panel = _panel("hadamard")
+    panel = lab_panel("hadamard")
     g = panel.update(source="outlier", outlier=30.0, block=0)
     fprop = panel.update(source="sinks_fprop", outlier=1000.0)
     wgrad = panel.update(source="sinks_wgrad", outlier=1000.0)
@@ -154,7 +148,7 @@ def _q09_hadamard() -> Answer:
 
 
 def _q09_rounding() -> Answer:
-    panel = _panel("rounding")
+    panel = lab_panel("rounding")
     d = panel.update(draws=1024)
     gemm = d["gemm"]
     n = max(gemm["means"])
@@ -176,7 +170,7 @@ def _q09_rounding() -> Answer:
 
 
 def _q09_high_precision() -> Answer:
-    panel = _panel("high_precision")
+    panel = lab_panel("high_precision")
     llm = panel.update(model="llm_like", share=0.15)
     mlp = panel.update(model="mlp", share=0.15)
     fc2 = float(mlp["df"].loc["fc2", "share of flops"])
@@ -197,9 +191,6 @@ def _q09_high_precision() -> Answer:
 
 
 def _q09_parts() -> Answer:
-    from fp8lab.training.measured_fp4 import means, parts
-    from fp8lab.training.parts import PART_SETS, part_label
-
     m = means(parts(), "mlp")
     rel = {col: m[col] / m.loc["bf16", col] - 1 for col in m.columns}
     final, high = rel["final loss"], rel["heldout high precision"]
@@ -230,10 +221,6 @@ def _q09_parts() -> Answer:
 
 
 def _q09_exercises() -> Answer:
-    from fp8lab.lab import exercises as ex
-    from fp8lab.training.measured_fp4 import split
-    from fp8lab.training.parts import split_gaps
-
     seed0 = ex.fc1_split_answer()
     t = split()
     mean = split_gaps(t.groupby("run", sort=False)[["final loss"]].mean())

@@ -5,7 +5,8 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 
 from __future__ import annotations
 
-from fp8lab.lab.answers.base import Answer
+from fp8lab.harness.answers.base import Answer, lab_panel
+from fp8lab.lab.panels.fp4_parts import backward_table
 from fp8lab.lab.predictions import percent
 
 __all__ = ["ANSWERS"]
@@ -13,14 +14,8 @@ __all__ = ["ANSWERS"]
 NB = "09_below_eight_bits"
 
 
-def _panel(name: str):
-    from fp8lab.lab.panels import PANELS
-
-    return PANELS[name]()
-
-
 def _q09_sum_rounding() -> Answer:
-    panel = _panel("sum_rounding")
+    panel = lab_panel("sum_rounding")
     head = panel.update(source="head_first", k=1024, ratio=0.03, steps=200)
     s, at = head["sum"], head["at"]
     last = panel.update(source="head_last")
@@ -60,7 +55,7 @@ def _q09_sum_rounding() -> Answer:
 
 
 def _q09_hadamard_contrast() -> Answer:
-    panel = _panel("hadamard_contrast")
+    panel = lab_panel("hadamard_contrast")
     t = panel.update(layer="blocks.0.qkv", when=3)["table"]
     every = {layer: panel.update(layer=layer, when=3)["table"] for layer in panel.record.layers}
     mx_helped = sum(bool((tab.loc["MXFP4", "change"] < 0).all()) for tab in every.values())
@@ -94,7 +89,7 @@ def _q09_hadamard_contrast() -> Answer:
 
 
 def _q09_depth() -> Answer:
-    panel = _panel("depth")
+    panel = lab_panel("depth")
     d = panel.update(recipe="nvfp4", depth=32)
     one, two = d["one_d"], d["two_d"]
     mx = panel.update(recipe="mxfp8")["one_d"]
@@ -120,8 +115,6 @@ def _q09_depth() -> Answer:
 
 
 def _q09_backward_only() -> Answer:
-    from fp8lab.lab.panels.fp4_parts import backward_table
-
     t = backward_table("final loss")
     full, back = t[("vs bf16", "full")], t[("vs bf16", "backward only")]
     spread = t[("spread", "backward only")]

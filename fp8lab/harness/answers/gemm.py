@@ -5,8 +5,10 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 
 from __future__ import annotations
 
-from fp8lab.lab.answers.base import Answer, decibels
-from fp8lab.lab.predictions import _panel, percent
+from fp8lab.gemm.accumulation import AccumulatorModel, accumulation_operands, deepseek_check, operand_rounding_error
+from fp8lab.gemm.emulation import emulated_mm
+from fp8lab.harness.answers.base import Answer, decibels, lab_panel
+from fp8lab.lab.predictions import percent
 
 __all__ = ['ANSWERS']
 
@@ -15,7 +17,7 @@ __all__ = ['ANSWERS']
 
 
 def _q05_operands() -> Answer:
-    p = _panel("gemm_operands")
+    p = lab_panel("gemm_operands")
     views = {r: p.update(recipe=r, outliers=1e6)["views"] for r in ("tensorwise", "rowwise", "blockwise", "mxfp8")}
     p.update(recipe="blockwise")
     fl = {r: {g: v[g]["ordinary_flushed"] for g in ("fprop", "wgrad")} for r, v in views.items()}
@@ -46,7 +48,7 @@ def _q05_operands() -> Answer:
 
 
 def _q05_gemm() -> Answer:
-    p = _panel("gemm")
+    p = lab_panel("gemm")
     e = {(m, w): p.update(k=1024, outliers=m, distribution="normal", weights=w)["errors"]
          for m in (0.0, 100.0, 1e5) for w in ("random", "zero rows")}
     p.update(outliers=0.0, weights="random")
@@ -77,19 +79,14 @@ def _worst_element(distribution: str) -> tuple[float, float]:
     median |exact| of the 8x8 output (the operands the accumulation panel draws)."""
     import torch
 
-    from fp8lab.gemm.accumulation import AccumulatorModel, _accumulation_operands
-    from fp8lab.gemm.emulation import emulated_mm
-
-    a_q, b_q, exact = _accumulation_operands(4096, distribution, 8)
+    a_q, b_q, exact = accumulation_operands(4096, distribution, 8)
     got = emulated_mm(a_q, b_q, emulation="reference", accumulation=AccumulatorModel(13, 32, None)).double()
     worst = ((got - exact).abs() / exact.abs()).argmax()
     return float(exact.abs().flatten()[worst]), float(torch.median(exact.abs()))
 
 
 def _q05_accumulation() -> Answer:
-    from fp8lab.gemm.accumulation import deepseek_check, operand_rounding_error
-
-    p = _panel("accumulation")
+    p = lab_panel("accumulation")
 
     def at_k(distribution: str, bits: int, promote: int, measure: str = "frobenius",
              alignment: str = "running") -> dict[str, float]:

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import math
 
-from fp8lab.lab.answers.base import Answer
-from fp8lab.lab.predictions import _panel, percent
+from fp8lab.data.synthetic import sample
+from fp8lab.gemm import KernelUnavailable, plan_gemm, quantize_operands
+from fp8lab.harness.answers.base import Answer, lab_panel
+from fp8lab.lab.predictions import percent
+from fp8lab.numerics.formats import E4M3, E5M2, cast
+from fp8lab.numerics.metrics import sqnr
+from fp8lab.numerics.recipes import RECIPES
 
 __all__ = ['ANSWERS']
 
@@ -18,9 +23,6 @@ __all__ = ['ANSWERS']
 
 def _q00_real() -> Answer:
     import torch
-
-    from fp8lab.gemm import KernelUnavailable, plan_gemm, quantize_operands
-    from fp8lab.numerics.recipes import RECIPES
 
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(128, 256, generator=g), torch.randn(256, 128, generator=g)
@@ -67,7 +69,7 @@ def _q00_timing() -> Answer:
 
 
 def _q01_bits() -> Answer:
-    p = _panel("bits")
+    p = lab_panel("bits")
     top = p.update(fmt="e4m3", value=1e9)
     nan = p.update(fmt="e4m3", code=0x7F)["value"]
     c500 = p.update(fmt="e4m3", value=500.0)
@@ -97,9 +99,7 @@ def _q01_bits() -> Answer:
 
 
 def _q01_binades() -> Answer:
-    from fp8lab.numerics.recipes import RECIPES
-
-    rows = _panel("number_line").update(formats=("e4m3", "e5m2", "bf16"))["rows"]
+    rows = lab_panel("number_line").update(formats=("e4m3", "e5m2", "bf16"))["rows"]
     e5m2_grads = [n for n, r in RECIPES.items() if r.grad_output.fmt.name == "e5m2"]
     e4m3_grads = [n for n, r in RECIPES.items() if r.grad_output.fmt.name == "e4m3"]
     return Answer(
@@ -119,8 +119,6 @@ def _q01_binades() -> Answer:
 def _q01_rounding() -> Answer:
     import torch
 
-    from fp8lab.numerics.formats import E4M3, cast
-
     a, b = (float(v) for v in cast(torch.tensor([1.0625, 1.1875]), E4M3))
     return Answer(
         "01_fp8_formats",
@@ -132,10 +130,6 @@ def _q01_rounding() -> Answer:
 
 
 def _q01_precision() -> Answer:
-    from fp8lab.data.synthetic import sample
-    from fp8lab.numerics.formats import E4M3, E5M2, cast
-    from fp8lab.numerics.metrics import sqnr
-
     x = sample("normal", (256, 1024), seed=0)
     db4, db5 = sqnr(x, cast(x, E4M3)), sqnr(x, cast(x, E5M2))
     per_bit = 20 * math.log10(2)

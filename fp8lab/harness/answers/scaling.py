@@ -7,8 +7,16 @@ from __future__ import annotations
 
 import itertools
 
-from fp8lab.lab.answers.base import Answer, decibels
-from fp8lab.lab.predictions import _panel, magnitude, percent
+from fp8lab.data.synthetic import sample
+from fp8lab.harness.answers.base import Answer, decibels, lab_panel
+from fp8lab.lab.panels.base import BLOCKS, OUTLIERS
+from fp8lab.lab.panels.blocks import activation_shape
+from fp8lab.lab.panels.nvfp4 import nvfp4_collapse
+from fp8lab.lab.predictions import magnitude, percent
+from fp8lab.numerics.formats import E4M3, E8M0
+from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.scaling import AmaxHistory, PerBlock
+from fp8lab.training.train import history_in_a_loop
 
 __all__ = ['ANSWERS']
 
@@ -17,9 +25,7 @@ __all__ = ['ANSWERS']
 
 
 def _q02_window() -> Answer:
-    from fp8lab.lab.panels.base import OUTLIERS
-
-    p = _panel("per_tensor")
+    p = lab_panel("per_tensor")
     first = {}
     for fmt in ("e4m3", "e5m2"):
         first[fmt] = next((m for m in OUTLIERS if p.update(fmt=fmt, outliers=m)["report"]["ordinary_underflow"] > 0.1),
@@ -61,9 +67,7 @@ def _q02_window() -> Answer:
 
 
 def _q02_cliff() -> Answer:
-    from fp8lab.lab.panels.nvfp4 import nvfp4_collapse
-
-    p = _panel("cliff")
+    p = lab_panel("cliff")
     d = p.update(measure="ordinary_sqnr_db", distribution="normal")
     df = d["df"].set_index(["recipe", "outliers"])
     at = {r: float(df.loc[(r, 1e6), "ordinary_sqnr_db"]) for r in d["cliffs"]}
@@ -127,7 +131,7 @@ def _q02_cliff() -> Answer:
 
 
 def _q02_placement() -> Answer:
-    p = _panel("cliff")
+    p = lab_panel("cliff")
     at = {}
     for placement in ("channels", "tokens"):
         for gemm in ("fprop", "wgrad"):
@@ -159,7 +163,7 @@ def _q02_placement() -> Answer:
 
 
 def _q03_delayed() -> Answer:
-    p = _panel("delayed")
+    p = lab_panel("delayed")
     spike = p.steps // 4
 
     def lagging(spike_size: float) -> int:  # steps after the spike more than 3 dB worse than current scaling
@@ -210,9 +214,6 @@ def _q03_loop() -> Answer:
     import math
     import warnings
 
-    from fp8lab.numerics.scaling import AmaxHistory
-    from fp8lab.training.train import history_in_a_loop
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # (the NaN's warning: the notebook shows it)
         df = history_in_a_loop()
@@ -258,9 +259,7 @@ def _q03_loop() -> Answer:
 
 
 def _q04_blocks() -> Answer:
-    from fp8lab.lab.panels.base import BLOCKS
-
-    p = _panel("block")
+    p = lab_panel("block")
     sq, bits = {}, {}
     for b in BLOCKS:
         r = p.update(block=b, fmt="e4m3", scales="fp32, exact", outliers=1e5)["report"]
@@ -303,7 +302,7 @@ def _q04_blocks() -> Answer:
 
 
 def _q04_sweep() -> Answer:
-    p = _panel("block_sweep")
+    p = lab_panel("block_sweep")
     clean = p.update(fmt="e4m3", distribution="normal", outliers=0.0, measure="ordinary channels")["df"]
     c = clean[clean.strategy == "fp32 scales, exact"].set_index("block")["sqnr_db"]
     out = p.update(outliers=1e5)["df"]
@@ -337,19 +336,13 @@ def _q04_sweep() -> Answer:
 
 def _same_scale_share() -> float:
     """The share of notebook 04's 1x32 blocks (outliers 1e5) whose E8M0 scale is the same under floor and rceil."""
-    from fp8lab.data.synthetic import sample
-    from fp8lab.lab.panels.blocks import activation_shape
-    from fp8lab.numerics.formats import E4M3, E8M0
-    from fp8lab.numerics.quantize import quantize
-    from fp8lab.numerics.scaling import PerBlock
-
     x = sample("normal", activation_shape(), 1e5, seed=0)
     floor, rceil = (quantize(x, E4M3, PerBlock(1, 32), rule, scale_fmt=E8M0).scale for rule in ("floor", "rceil"))
     return float((floor == rceil).float().mean())
 
 
 def _q04_nvfp4() -> Answer:
-    p = _panel("nvfp4")
+    p = lab_panel("nvfp4")
     c = p.curve.set_index("outliers")
     base = float(c.loc[0.0, "clean_flushed"])
     first = {key: next(m for m in c.index if m > 0 and c.loc[m, key] > 2 * base)

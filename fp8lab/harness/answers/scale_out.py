@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import functools
 
-from fp8lab.lab.answers.base import Answer, decibels
+from fp8lab.harness.answers.base import Answer, decibels
 from fp8lab.lab.predictions import percent, token_spans
+from fp8lab.training import capstone
+from fp8lab.training.cost import cost_table, per_tensor_vs_block
+from fp8lab.training.readiness import inspect
+from fp8lab.training.sharding import all_gather_table
 
 __all__ = ["ANSWERS"]
 
@@ -45,8 +49,6 @@ def _q07_ranks() -> Answer:
 
 
 def _q07_gather() -> Answer:
-    from fp8lab.training.sharding import all_gather_table
-
     t = all_gather_table()
     own = t[(t.amax == "each rank's own") & (t.ranks > 1)]
     agreed = t[t.amax == "all-reduced"]
@@ -76,9 +78,6 @@ def _q07_gather() -> Answer:
 @functools.cache
 def _llm_report(batch_seed: int = 0):
     import torch
-
-    from fp8lab.training import capstone
-    from fp8lab.training.readiness import inspect
 
     llm = capstone.make_case("llm_like")
     x, y = llm.batch(torch.Generator().manual_seed(batch_seed))
@@ -126,8 +125,6 @@ def _q08_carry() -> Answer:
 
 
 def _q08_cost() -> Answer:
-    from fp8lab.training.cost import cost_table, per_tensor_vs_block
-
     one = cost_table(k=4096)
     dp = cost_table(k=4096, parallel="data parallel")
     fsdp = cost_table(k=4096, parallel="FSDP: FP8 all-gather of weights")
