@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fp8lab.lab.answers.base import KEY_PATH
+from fp8lab.harness.answers.base import KEY_PATH
 from fp8lab.lab.predictions import PREDICTIONS, Prediction, share
 
 

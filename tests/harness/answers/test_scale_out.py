@@ -1,4 +1,4 @@
-"""fp8lab.lab.answers.scaling: the key's answers for notebooks 02 (per-tensor), 03 (delayed) and 04 (per-block scaling).
+"""fp8lab.harness.answers.scale_out: the key's answers for notebooks 07 (beyond one machine) and 08 (your model).
 The quick answers are computed here (question verbatim in its notebook and in the committed key,
 every claim true); the whole key is regenerated and compared in test_answers."""
 
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from fp8lab.lab.answers import scaling
-from fp8lab.lab.answers.base import KEY_PATH
+from fp8lab.harness.answers import scale_out
+from fp8lab.harness.answers.base import KEY_PATH
 
-NOTEBOOKS = ('02', '03', '04')
+NOTEBOOKS = ('07', '08')
 
 
 def _norm(text: str) -> str:
@@ -24,15 +24,15 @@ def _notebook_text(name: str) -> str:
 
 
 def test_the_answers_are_this_parts_notebooks_in_notebook_order():
-    numbers = [fn.__name__[2:4] for fn in scaling.ANSWERS]
+    numbers = [fn.__name__[2:4] for fn in scale_out.ANSWERS]
     assert numbers and set(numbers) == set(NOTEBOOKS)
     assert numbers == sorted(numbers)
-    assert len(set(scaling.ANSWERS)) == len(scaling.ANSWERS)
+    assert len(set(scale_out.ANSWERS)) == len(scale_out.ANSWERS)
 
 
-@pytest.mark.parametrize("name", ['_q03_loop'])
+@pytest.mark.parametrize("name", ['_q07_ranks', '_q07_gather', '_q08_cost'])
 def test_a_quick_answer_asks_its_notebooks_question_and_its_claims_hold(name):
-    fn = next(f for f in scaling.ANSWERS if f.__name__ == name)
+    fn = next(f for f in scale_out.ANSWERS if f.__name__ == name)
     a = fn()
     assert a.notebook.startswith(name[2:4] + "_")
     assert _norm(a.question) in _notebook_text(a.notebook)

@@ -1,4 +1,4 @@
-"""fp8lab.lab.answers.base: the Answer record, where the key lives, and how it prints decibels."""
+"""fp8lab.harness.answers.base: the Answer record, where the key lives, and how it prints decibels."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from fp8lab.lab.answers.base import KEY_PATH, Answer, decibels
+from fp8lab.harness.answers.base import KEY_PATH, Answer, decibels
 
 
 def test_the_key_is_the_notebooks_answers_file():

@@ -1,4 +1,4 @@
-"""fp8lab.lab.answers.fp4: the key's answers for notebooks 09 (below eight bits, the gradient side).
+"""fp8lab.harness.answers.scaling: the key's answers for notebooks 02 (per-tensor), 03 (delayed) and 04 (per-block scaling).
 The quick answers are computed here (question verbatim in its notebook and in the committed key,
 every claim true); the whole key is regenerated and compared in test_answers."""
 
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from fp8lab.lab.answers import fp4
-from fp8lab.lab.answers.base import KEY_PATH
+from fp8lab.harness.answers import scaling
+from fp8lab.harness.answers.base import KEY_PATH
 
-NOTEBOOKS = ('09',)
+NOTEBOOKS = ('02', '03', '04')
 
 
 def _norm(text: str) -> str:
@@ -24,15 +24,15 @@ def _notebook_text(name: str) -> str:
 
 
 def test_the_answers_are_this_parts_notebooks_in_notebook_order():
-    numbers = [fn.__name__[2:4] for fn in fp4.ANSWERS]
+    numbers = [fn.__name__[2:4] for fn in scaling.ANSWERS]
     assert numbers and set(numbers) == set(NOTEBOOKS)
     assert numbers == sorted(numbers)
-    assert len(set(fp4.ANSWERS)) == len(fp4.ANSWERS)
+    assert len(set(scaling.ANSWERS)) == len(scaling.ANSWERS)
 
 
-@pytest.mark.parametrize("name", ['_q09_dy_losses', '_q09_parts'])
+@pytest.mark.parametrize("name", ['_q03_loop'])
 def test_a_quick_answer_asks_its_notebooks_question_and_its_claims_hold(name):
-    fn = next(f for f in fp4.ANSWERS if f.__name__ == name)
+    fn = next(f for f in scaling.ANSWERS if f.__name__ == name)
     a = fn()
     assert a.notebook.startswith(name[2:4] + "_")
     assert _norm(a.question) in _notebook_text(a.notebook)

@@ -1,4 +1,4 @@
-"""fp8lab.lab.answers.gemm: the key's answers for notebooks 05 (the FP8 GEMM).
+"""fp8lab.harness.answers.formats: the key's answers for notebooks 00 (setup check) and 01 (FP8 formats).
 The quick answers are computed here (question verbatim in its notebook and in the committed key,
 every claim true); the whole key is regenerated and compared in test_answers."""
 
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from fp8lab.lab.answers import gemm
-from fp8lab.lab.answers.base import KEY_PATH
+from fp8lab.harness.answers import formats
+from fp8lab.harness.answers.base import KEY_PATH
 
-NOTEBOOKS = ('05',)
+NOTEBOOKS = ('00', '01')
 
 
 def _norm(text: str) -> str:
@@ -24,16 +24,15 @@ def _notebook_text(name: str) -> str:
 
 
 def test_the_answers_are_this_parts_notebooks_in_notebook_order():
-    numbers = [fn.__name__[2:4] for fn in gemm.ANSWERS]
+    numbers = [fn.__name__[2:4] for fn in formats.ANSWERS]
     assert numbers and set(numbers) == set(NOTEBOOKS)
     assert numbers == sorted(numbers)
-    assert len(set(gemm.ANSWERS)) == len(gemm.ANSWERS)
+    assert len(set(formats.ANSWERS)) == len(formats.ANSWERS)
 
 
-@pytest.mark.slow  # the GEMM panel at workshop size (seconds)
-@pytest.mark.parametrize("name", ['_q05_gemm'])
+@pytest.mark.parametrize("name", ['_q00_real', '_q01_rounding', '_q01_precision'])
 def test_a_quick_answer_asks_its_notebooks_question_and_its_claims_hold(name):
-    fn = next(f for f in gemm.ANSWERS if f.__name__ == name)
+    fn = next(f for f in formats.ANSWERS if f.__name__ == name)
     a = fn()
     assert a.notebook.startswith(name[2:4] + "_")
     assert _norm(a.question) in _notebook_text(a.notebook)

@@ -1,4 +1,4 @@
-"""fp8lab.lab.answers.scale_out: the key's answers for notebooks 07 (beyond one machine) and 08 (your model).
+"""fp8lab.harness.answers.fp4_parts: the key's answers for notebooks 09 (the backward parts at work).
 The quick answers are computed here (question verbatim in its notebook and in the committed key,
 every claim true); the whole key is regenerated and compared in test_answers."""
 
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from fp8lab.lab.answers import scale_out
-from fp8lab.lab.answers.base import KEY_PATH
+from fp8lab.harness.answers import fp4_parts
+from fp8lab.harness.answers.base import KEY_PATH
 
-NOTEBOOKS = ('07', '08')
+NOTEBOOKS = ('09',)
 
 
 def _norm(text: str) -> str:
@@ -24,15 +24,15 @@ def _notebook_text(name: str) -> str:
 
 
 def test_the_answers_are_this_parts_notebooks_in_notebook_order():
-    numbers = [fn.__name__[2:4] for fn in scale_out.ANSWERS]
+    numbers = [fn.__name__[2:4] for fn in fp4_parts.ANSWERS]
     assert numbers and set(numbers) == set(NOTEBOOKS)
     assert numbers == sorted(numbers)
-    assert len(set(scale_out.ANSWERS)) == len(scale_out.ANSWERS)
+    assert len(set(fp4_parts.ANSWERS)) == len(fp4_parts.ANSWERS)
 
 
-@pytest.mark.parametrize("name", ['_q07_ranks', '_q07_gather', '_q08_cost'])
+@pytest.mark.parametrize("name", ['_q09_backward_only'])
 def test_a_quick_answer_asks_its_notebooks_question_and_its_claims_hold(name):
-    fn = next(f for f in scale_out.ANSWERS if f.__name__ == name)
+    fn = next(f for f in fp4_parts.ANSWERS if f.__name__ == name)
     a = fn()
     assert a.notebook.startswith(name[2:4] + "_")
     assert _norm(a.question) in _notebook_text(a.notebook)
