@@ -19,14 +19,19 @@ the ones below it (the import-linter contract in pyproject.toml):
 """
 
 from fp8lab import threads
-from fp8lab.settings import pin_blas_reproducibility
+from fp8lab.settings import pin_blas_reproducibility, smoke
 
 threads.apply()  # before torch loads OpenMP: threads sized to the CPU quota, OpenMP waits passively (threads.py)
 pin_blas_reproducibility()  # before torch multiplies a matrix: MKL GEMMs give the same bits on any thread count
 
+import gc
+
+import torch
+
 from fp8lab import nn
 from fp8lab._version import __version__
 from fp8lab.gemm import AccumulatorModel, matmul
+from fp8lab.numerics import kernels
 from fp8lab.numerics.formats import BF16, E2M1, E4M3, E5M2, E8M0, FORMATS, FP16, FloatFormat, cast, get_format
 from fp8lab.numerics.metrics import (
     overflow_fraction,
@@ -45,18 +50,13 @@ from fp8lab.training.readiness import inspect
 
 def status_line() -> str:
     """The lab's status line: versions, where FP8 GEMMs run, the CPU kernels, the threads (threads.py)."""
-    import torch
-
-    from fp8lab.numerics.kernels import status as kernels_status
-    from fp8lab.settings import smoke
-
     if torch.cuda.is_available():
         cc = torch.cuda.get_device_capability()
         where = f"GPU {torch.cuda.get_device_name()} (sm_{cc[0]}{cc[1]}): real FP8 GEMMs where the kernel exists"
     else:
         where = "no GPU: FP8 GEMMs are emulated exactly on the CPU"
-    kernels = "CPU kernels on" if kernels_status()[0] else "CPU kernels off (python -m fp8lab doctor says why)"
-    line = f"fp8lab {__version__} | torch {torch.__version__} | {where} | {kernels}"
+    cpu = "CPU kernels on" if kernels.status()[0] else "CPU kernels off (python -m fp8lab doctor says why)"
+    line = f"fp8lab {__version__} | torch {torch.__version__} | {where} | {cpu}"
     if smoke():
         line += " | smoke mode"
     return f"{line}\n{threads.decision().line()}"
@@ -75,12 +75,9 @@ def setup(seed: int = 0, quiet: bool = False) -> None:
     when fp8lab was imported (fp8lab.threads); the status line's second line says how and why.
     Prints status_line() unless quiet; returns None, so that a cell ending in setup() shows the
     line once."""
-    import gc
-
-    import torch
-
+    # matplotlib and seaborn (the theme) load here, not at `import fp8lab`: a script that never plots never pays
+    # for them (about 1.5 s of CPU, python -X importtime)
     from fp8lab.figures.plots import use_theme
-    from fp8lab.numerics.kernels import keep_freed_memory
 
     use_theme()
     torch.manual_seed(seed)
@@ -88,7 +85,7 @@ def setup(seed: int = 0, quiet: bool = False) -> None:
     # collector's sight, so that its full collections don't stall a widget's redraw
     gc.collect()
     gc.freeze()
-    keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
+    kernels.keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
     line = status_line()
     if not quiet:
         print(line)

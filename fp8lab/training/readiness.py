@@ -24,6 +24,8 @@ from fp8lab.numerics.quantize import QuantizedTensor
 from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.progress import progress_bar
 from fp8lab.training.capture import MAX_CAPTURE_MB, LinearCall, captures
+from fp8lab.training.convert import convert
+from fp8lab.training.export import TARGETS, export
 from fp8lab.training.layers import layer_gemms
 
 __all__ = ["COST_ORDER", "DEFAULT_RECIPES", "ReadinessReport", "inspect"]
@@ -269,15 +271,11 @@ class ReadinessReport:
 
     def convert(self, model: nn.Module, recipe: str | None = None, **kw) -> nn.Module:
         """fp8lab.training.layers.convert(model, recipe, skip=self.skip(recipe)); recipe defaults to best_recipe()."""
-        from fp8lab.training.convert import convert
-
         recipe = recipe or self.best_recipe()
         return convert(model, recipe, skip=self.skip(recipe), **kw)
 
     def export(self, target: str, recipe: str | None = None) -> str:
         """fp8lab.export(recipe, target, skip=...)'s text: this report's skip list spelled for that target."""
-        from fp8lab.training.export import TARGETS, export
-
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; valid targets: {', '.join(TARGETS)}")
         recipe = recipe or self.best_recipe()

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 
 from fp8lab.lab.answers.base import Answer
-from fp8lab.lab.predictions import _panel, percent
+from fp8lab.lab.predictions import fresh_panel as _panel
+from fp8lab.lab.predictions import percent
 
 __all__ = ['ANSWERS']
 

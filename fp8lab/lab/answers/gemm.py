@@ -6,7 +6,8 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 from __future__ import annotations
 
 from fp8lab.lab.answers.base import Answer, decibels
-from fp8lab.lab.predictions import _panel, percent
+from fp8lab.lab.predictions import fresh_panel as _panel
+from fp8lab.lab.predictions import percent
 
 __all__ = ['ANSWERS']
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import itertools
 
 from fp8lab.lab.answers.base import Answer, decibels
-from fp8lab.lab.predictions import _panel, magnitude, percent
+from fp8lab.lab.predictions import fresh_panel as _panel
+from fp8lab.lab.predictions import magnitude, percent
 
 __all__ = ['ANSWERS']
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 
 from fp8lab.lab.answers.base import Answer
-from fp8lab.lab.predictions import _panel, magnitude, percent, share
+from fp8lab.lab.predictions import fresh_panel as _panel
+from fp8lab.lab.predictions import magnitude, percent, share
 from fp8lab.training.measured import cliff_means, first_break, survivors
 
 __all__ = ['ANSWERS']
