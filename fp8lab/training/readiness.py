@@ -263,6 +263,8 @@ class ReadinessReport:
     # -- presentation ---------------------------------------------------------------------------------
     def heatmap(self, ax=None, target_db: float | None = None):
         """Layers x recipes, coloured by the worst operand's SQNR; each layer's recommendation boxed."""
+        # matplotlib and seaborn load on the first heatmap, not at `import fp8lab` (which imports this module):
+        # about 1.5-2 s of CPU that a script which never plots does not pay
         from fp8lab.figures.plots import readiness_heatmap
 
         target = self.target_db if target_db is None else target_db
