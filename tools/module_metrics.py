@@ -1,6 +1,7 @@
 """How readable the package's dependencies are, counted from its source (issue: a library a learner can read).
 
-`python tools/module_metrics.py [PACKAGE_DIR]` prints, for fp8lab (or a copy of it):
+`python tools/module_metrics.py [--list] [PACKAGE_DIR]` prints, for fp8lab (or a copy of it), and with --list
+each item counted (path:line: what):
   private_imports     private names (`_x`) imported from another fp8lab module
   function_imports    imports of fp8lab modules inside functions (the dependency a reader does not see at the top)
   granularity_checks  `isinstance(..., PerTensor | PerRow | PerBlock)` switches (behaviour that belongs on the types)
@@ -169,6 +170,8 @@ def measure(package: Path, tests: Path) -> Metrics:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    listing = "--list" in argv
+    argv = [a for a in argv if a != "--list"]
     root = Path(__file__).resolve().parent.parent
     package = Path(argv[0]) if argv else root / "fp8lab"
     m = measure(package, package.parent / "tests")
@@ -176,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:20} {count}")
     for cycle in m.cycles:
         print("cycle:", " <-> ".join(cycle))
+    if listing:
+        for name in ("private_imports", "function_imports", "granularity_checks"):
+            for item in getattr(m, name):
+                print(f"{name}: {item}")
     return 0
 
 

@@ -12,8 +12,11 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+from fp8lab.figures.render import GlyphCacheCanvas, encode_png
 
 __all__ = ["PIXEL_RATIO", "figure", "log_axis", "magnitude", "steady_limits", "to_png", "use_theme"]
 
@@ -67,10 +70,6 @@ def to_png(fig, keep: bool = False, pixel_ratio: float = 1) -> bytes:
     fp8lab.figures.render.LayeredCanvas (the background kept while it does not change). Unless keep=True
     (a panel that redraws into the same figure), close the figure and clear it: its reference
     cycles go now, not in a slow GC pass."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    from fp8lab.figures.render import GlyphCacheCanvas, encode_png
-
     # a pyplot figure keeps its own Agg canvas; a bare one (the panels') gets the glyph cache
     canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else GlyphCacheCanvas(fig)
     dpi = fig.dpi

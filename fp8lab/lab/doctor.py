@@ -19,9 +19,12 @@ import subprocess
 import torch
 
 from fp8lab import threads
+from fp8lab._version import __version__
 from fp8lab.extras import EXTRAS, available, import_error, unusable
 from fp8lab.numerics import kernels
+from fp8lab.settings import smoke
 from fp8lab.timing import cpu_name
+from fp8lab.training.gpu_support import GPU_GENERATIONS, gemm_table
 
 __all__ = ["HOSTED_GPUS", "cast_behaviour", "cpu_name", "cuda_mismatch", "gemm_lines", "hosted_gpu_lines",
            "nvidia_smi", "report", "versions"]
@@ -128,8 +131,6 @@ def cuda_mismatch(smi: dict | None, torch_cuda: str | None, visible: str | None 
 
 def hosted_gpu_lines(cuda: str = "12.9") -> list[str]:
     """One line per GPU a hosted notebook gets: the recipes it runs real, the ones it emulates."""
-    from fp8lab.training.gpu_support import gemm_table
-
     lines = []
     for label, arch in HOSTED_GPUS.items():
         rows = gemm_table(arch, cuda)
@@ -170,10 +171,6 @@ def gemm_lines(rows: list[dict]) -> list[str]:
 
 def report(probe: bool = True) -> str:
     """The whole doctor report as text."""
-    from fp8lab._version import __version__
-    from fp8lab.settings import smoke
-    from fp8lab.training.gpu_support import GPU_GENERATIONS, gemm_table
-
     lines = [f"fp8lab {__version__} doctor", ""]
     lines.append("versions")
     lines += [f"  {k:<12} {v}" for k, v in versions().items()]

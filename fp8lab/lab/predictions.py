@@ -3,7 +3,8 @@
 Public: Prediction(name) (commit to an option, then Reveal shows the measured answer beside it),
 PREDICTIONS (each prediction's notebook, question, options and how to measure the answer from
 the panels' own data), PredictionSpec, MARGIN, token_spans (which tokens each recipe's scales cover:
-notebook 07). Notebooks 01 to 07 ask one each (06 two), notebook 09 three.
+notebook 07), fresh_panel (a panel at its defaults, as the answers read it). Notebooks 01 to 07 ask
+one each (06 two), notebook 09 three.
 An answer must not hang on a detail: each spec also measures its answer on other seeds of the same
 data (at(seed) -> (option, margin)), and tests require the same option on every seed with the
 measured value at least MARGIN (a factor) away from the nearest bin edge.
@@ -18,10 +19,23 @@ from dataclasses import dataclass
 
 import ipywidgets as W
 
+from fp8lab.data.synthetic import sample
+from fp8lab.figures.plots import magnitude
+from fp8lab.lab.panels import PANELS
 from fp8lab.lab.panels.base import percent
+from fp8lab.lab.panels.blocks import block_table
+from fp8lab.numerics.formats import E4M3, E5M2
+from fp8lab.numerics.metrics import quantization_report
+from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.recipes import GEMMS, RECIPES, get_recipe
+from fp8lab.training import measured_fp4
+from fp8lab.training.fp4_effects import sum_rounding
+from fp8lab.training.gradients import dy_choice_table, record_dy
+from fp8lab.training.layers import tokens_per_scale
 from fp8lab.training.measured import cliff, cliff_means
+from fp8lab.training.operands import placement_flush
 
-__all__ = ["MARGIN", "PREDICTIONS", "Prediction", "PredictionSpec", "magnitude", "share", "token_spans"]
+__all__ = ["MARGIN", "PREDICTIONS", "Prediction", "PredictionSpec", "fresh_panel", "magnitude", "share", "token_spans"]
 
 # how far (a factor) a measured value must lie from the nearest bin edge, on every seed tests try
 MARGIN = 1.2
@@ -48,16 +62,8 @@ def share(v: float, floor: float = 1e-4) -> str:
     return f"under {percent(floor)}" if v < floor else percent(v)
 
 
-def magnitude(v: float) -> str:
-    """A magnitude as the lab writes it (fp8lab.figures.plots.magnitude): 1e5, 100, none."""
-    from fp8lab.figures.plots import magnitude as label
-
-    return label(v)
-
-
-def _panel(name: str):
-    from fp8lab.lab.panels import PANELS
-
+def fresh_panel(name: str):
+    """A new panel of fp8lab.lab.panels.PANELS at its defaults: the data a prediction's answer is measured on."""
     return PANELS[name]()
 
 
@@ -76,8 +82,6 @@ BINADE_EDGES, BINADE_OPTIONS = (12, 25, 100), ("about 8", "about 18", "about 32"
 
 
 def _p01_binades() -> tuple[str, str]:
-    from fp8lab.numerics.formats import E4M3, E5M2
-
     n = {f.name: math.log2(f.max_value / f.min_subnormal) for f in (E4M3, E5M2)}
     option, _ = _binned(n["e4m3"], BINADE_EDGES, BINADE_OPTIONS)
     return option, (f"log2(448 / 2^-9) = {n['e4m3']:.1f}: E4M3's 256 codes spread over about 18 binades, 8 values "
@@ -85,8 +89,6 @@ def _p01_binades() -> tuple[str, str]:
 
 
 def _binades(_: int) -> tuple[str, float]:
-    from fp8lab.numerics.formats import E4M3
-
     return _binned(math.log2(E4M3.max_value / E4M3.min_subnormal), BINADE_EDGES, BINADE_OPTIONS)
 
 
@@ -96,16 +98,12 @@ FLUSH_OPTIONS = ("under 1%", "1-20%", "20-80%", "over 80%")
 
 def _flush(seed: int) -> dict:
     """The per-tensor panel's report at outliers 1e5 (E4M3), on the panel's tensor drawn with `seed`."""
-    from fp8lab.data.synthetic import sample
-    from fp8lab.numerics.metrics import quantization_report
-    from fp8lab.numerics.quantize import quantize
-
-    x, idx = sample("normal", _panel("per_tensor").shape, FLUSH_AT, seed=seed, return_outliers=True)
+    x, idx = sample("normal", fresh_panel("per_tensor").shape, FLUSH_AT, seed=seed, return_outliers=True)
     return quantization_report(x, quantize(x, "e4m3"), idx)
 
 
 def _p02_flush() -> tuple[str, str]:
-    r = _panel("per_tensor").update(outliers=FLUSH_AT)["report"]
+    r = fresh_panel("per_tensor").update(outliers=FLUSH_AT)["report"]
     option, _ = _binned(r["ordinary_underflow"], FLUSH_EDGES, FLUSH_OPTIONS)
     return option, (f"{percent(r['ordinary_underflow'])} of the ordinary values flush to zero, while the whole-tensor "
                     f"SQNR reads {r['sqnr_db']:.1f} dB: the outliers' energy hides the damage.")
@@ -117,7 +115,7 @@ LINGER_EDGES, LINGER_OPTIONS = (0.5, 2.5, 10), ("none", "1 or 2", "3 to 10", "mo
 def _lagging(seed: int, spike: float = 20) -> int:
     """Steps after the spike whose SQNR is more than 3 dB below current scaling's: notebook 03's panel at history
     16, algo max, no drift, the stream drawn with `seed`."""
-    p = _panel("delayed")
+    p = fresh_panel("delayed")
     p.seed = seed
     df = p.update(history=16, algo="max", spike=spike, drift=0.0, margin=0)["df"]
     return int(((df["sqnr delayed"] < df["sqnr current"] - 3) & (df.step > p.steps // 4)).sum())
@@ -136,8 +134,6 @@ BLOCK_GAIN_EDGES, BLOCK_GAIN_OPTIONS = (1.0, 6.0, 20.0), ("under 1 dB", "1-6 dB"
 
 def _block_gain(seed: int, outliers: float = 0.0) -> dict[str, float]:
     """SQNR (dB) of the ordinary channels per granularity on notebook 04's tensor drawn with `seed`."""
-    from fp8lab.lab.panels.blocks import block_table
-
     return block_table(("per-tensor", "1x128", "1x32"), outliers, seed)["ordinary_sqnr_db"].astype(float).to_dict()
 
 
@@ -162,12 +158,12 @@ GEMM_EDGES, GEMM_OPTIONS = (1.5, 3.0), ("about the same", "1.5-3x larger", "more
 def _gemm_ratio(seed: int) -> float:
     """tensorwise's GEMM error over blockwise's, outliers 1e5 in a, b's rows for them zero: the GEMM panel's
     operands drawn with seeds 1 + seed (a) and 2 + seed (b), as the panel draws seeds 1 and 2."""
-    e = _panel("gemm").errors(k=1024, outliers=1e5, distribution="normal", weights="zero rows", seed=seed)
+    e = fresh_panel("gemm").errors(k=1024, outliers=1e5, distribution="normal", weights="zero rows", seed=seed)
     return e["tensorwise"] / e["blockwise"]
 
 
 def _p05_gemm() -> tuple[str, str]:
-    e = _panel("gemm").update(outliers=1e5, weights="zero rows")["errors"]
+    e = fresh_panel("gemm").update(outliers=1e5, weights="zero rows")["errors"]
     ratio = e["tensorwise"] / e["blockwise"]
     option, _ = _binned(ratio, GEMM_EDGES, GEMM_OPTIONS)
     return option, (f"tensorwise {percent(e['tensorwise'])}, blockwise {percent(e['blockwise'])}: {ratio:.2g}x. The "
@@ -209,8 +205,6 @@ PLACE_EDGES, PLACE_OPTIONS = (0.01, 0.05, 0.15), ("under 1%", "1-5%", "5-15%", "
 
 def _placed(seed: int) -> dict[str, float]:
     """Rowwise's fprop share of fc2's ordinary inputs flushed with the sinks at 1e5x the median, per placement."""
-    from fp8lab.training.operands import placement_flush
-
     df = placement_flush(1e5, ("channels", "tokens"), ("rowwise",), seed=seed)
     return df[df.gemm == "fprop"].set_index("placement")["flushed"].to_dict()
 
@@ -228,9 +222,6 @@ RANKS_OPTIONS = ("none", "tensorwise, delayed, nvfp4", "tensorwise, delayed, nvf
 def token_spans() -> dict[str, dict[str, int | None]]:
     """Per recipe, the tokens one scale of each activation or gradient operand covers (None: all of them;
     NVFP4's fp32 tensor scale covers all of them too), per GEMM."""
-    from fp8lab.numerics.recipes import GEMMS, RECIPES, get_recipe
-    from fp8lab.training.layers import tokens_per_scale
-
     out = {}
     for name in RECIPES:
         r = get_recipe(name)
@@ -265,8 +256,6 @@ DY_OPTIONS = ("under 0.01%", "0.01-0.2%", "0.2-3%", "over 3%")
 def _dy(seed: int):
     """The LLM-like model's attention projection gradient (blocks.0.qkv's dy) at the first step, seed `seed`: what
     GradientPanel shows there (fp8lab.training.gradients.record_dy; the first step needs no training)."""
-    from fp8lab.training.gradients import dy_choice_table, record_dy
-
     model, layer = DY_AT
     dy = record_dy(model, steps=1, at=(0,), seed=seed).snapshots[0, layer]
     return dy, dy_choice_table(dy)
@@ -293,20 +282,16 @@ FP4_FULL = "nvfp4 2D+RHT+SR+HP"
 def _fp4_gap(seed: int | None) -> float:
     """NVFP4 with every part of its training recipe: final loss against bf16's, the lesson MLP (shipped runs;
     seed None: each seed's change, averaged)."""
-    from fp8lab.training.measured_fp4 import parts
-
-    t = parts()
+    t = measured_fp4.parts()
     t = t[t.model == "mlp"].pivot_table(index="seed", columns="run", values="final loss")
     change = t[FP4_FULL] / t["bf16"] - 1
     return float(change.mean() if seed is None else change[seed])
 
 
 def _p09_fp4() -> tuple[str, str]:
-    from fp8lab.training.measured_fp4 import means, parts
-
     gap = _fp4_gap(None)
     option, _ = _binned(gap, FP4_EDGES, FP4_OPTIONS)
-    m = means(parts(), "mlp")
+    m = measured_fp4.means(measured_fp4.parts(), "mlp")
     high = m.loc[FP4_FULL, "heldout high precision"] / m.loc["bf16", "heldout high precision"] - 1
     return option, (f"{100 * gap:+.1f}% (mean of 3 seeds; NVFP4 without the parts "
                     f"{100 * (m.loc['nvfp4 1x16', 'final loss'] / m.loc['bf16', 'final loss'] - 1):+.1f}%). The same "
@@ -320,9 +305,6 @@ SUM_EDGES, SUM_OPTIONS = (0.5, 2.0), ("stochastic, by over 2x", "about the same 
 def _sum_ratio(seed: int) -> tuple[float, float, float]:
     """The LLM-like model's head dy at the first step (seed `seed`), NVFP4 along the tokens: (round to nearest's
     error of the per-class sums over 1024 tokens / one stochastic draw's, the share positive, nearest's error)."""
-    from fp8lab.training.fp4_effects import sum_rounding
-    from fp8lab.training.gradients import record_dy
-
     dy = record_dy("llm_like", steps=1, at=(0,), seed=seed).snapshots[0, "head"]
     s = sum_rounding(dy.t().contiguous(), [dy.shape[0]])
     return s["sum"]["nearest"][0] / s["sum"]["stochastic"][0], s["positive"], s["sum"]["nearest"][0]

@@ -18,7 +18,7 @@
   operands.py     one activation as the forward and the weight-gradient GEMM quantize it; why rowwise fails
   sharding.py     an FP8 all-gather of a sharded tensor: where ranks must agree on one amax
   distributed.py  FSDP2 under torchrun on the CPU: the run, its worker and its command line
-  torchrun.py     launching and watching torchrun's processes; _watchdog.py ends a run whose launcher died
+  torchrun.py     launching and watching torchrun's processes; watchdog.py ends a run whose launcher died
   readiness.py    fp8lab.inspect: any model's FP8 readiness, per layer
   export.py       a recipe written for torchao, TransformerEngine, torchtitan
   cost.py         what each recipe costs: scale storage, amax, scale multiplies

@@ -23,10 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fp8lab.data.real import CharText, Digits
 from fp8lab.numerics.recipes import get_recipe
 from fp8lab.progress import progress_bar
 from fp8lab.settings import size
 from fp8lab.training.convert import convert
+from fp8lab.training.models import MarkovTask, TinyTransformer
 from fp8lab.training.train import train_step
 
 __all__ = ["ACCURACY_BUDGET", "ARTICLE", "BUDGET", "CASES", "TRAINED", "Case", "CaseResult", "Run", "claims",
@@ -89,8 +91,6 @@ class DigitsMLP(nn.Module):
 
 def make_case(name: str, seed: int = 0, sink_magnitude: float = SINK_MAGNITUDE) -> Case:
     """One of CASES, with its data loaded (no network) and its model factory seeded."""
-    from fp8lab.training.models import MarkovTask, TinyTransformer
-
     if name not in CASES:
         raise ValueError(f"unknown case {name!r}; valid: {', '.join(CASES)}")
     if name == "llm_like":
@@ -106,8 +106,6 @@ def make_case(name: str, seed: int = 0, sink_magnitude: float = SINK_MAGNITUDE) 
                     lambda g: task.batch(g, size(32, 8)), heldout, _lm_loss, size(60, 8), 2e-3,
                     "sequences of a random sparse Markov chain (fp8lab.training.models.MarkovTask)")
     if name == "char_lm":
-        from fp8lab.data.real import CharText
-
         text = CharText.load()
         seq = 32
 
@@ -120,8 +118,6 @@ def make_case(name: str, seed: int = 0, sink_magnitude: float = SINK_MAGNITUDE) 
                     lambda g: text.batch(g, size(32, 8), seq), text.heldout(size(64, 16), seq), _lm_loss,
                     size(60, 8), 2e-3,
                     f"{len(text.ids):,} characters of {text.source}")
-    from fp8lab.data.real import Digits
-
     digits = Digits.load(seed=seed)
 
     def make() -> nn.Module:

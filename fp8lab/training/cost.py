@@ -16,8 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8lab.gemm import matmul, quantize_operands, resolve_backend
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import GEMMS, Recipe, TensorScaling, get_recipe
+from fp8lab.timing import time_interleaved
+from fp8lab.training.layers import scale_spans_tokens
 
 __all__ = ["PARALLEL", "PUBLISHED", "Published", "answer", "cost_class", "cost_table", "measure",
            "per_tensor_vs_block", "scale_bits_per_element", "scale_multiplies"]
@@ -115,8 +118,6 @@ def scale_multiplies(recipe: Recipe | str, k: int, gemm: str = "fprop") -> tuple
 
 def _amax_text(recipe: Recipe, parallel: str = "one process") -> str:
     """How `recipe` finds its amaxes, and what `parallel` (one of PARALLEL) adds to it."""
-    from fp8lab.training.layers import scale_spans_tokens
-
     if parallel not in PARALLEL:
         raise ValueError(f"unknown parallelism {parallel!r}; valid: {', '.join(PARALLEL)}")
     s = recipe.input
@@ -185,9 +186,6 @@ def measure(recipes: Sequence[str] = COST_RECIPES, size: int = 512, rounds: int 
     size^3 on its quantized operands (real scaled_mm where this machine has it, else emulated),
     candidates interleaved. DataFrame indexed by recipe (columns: quantize ms, GEMM ms, backend)."""
     import pandas as pd
-
-    from fp8lab.gemm import matmul, quantize_operands, resolve_backend
-    from fp8lab.timing import time_interleaved
 
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)

@@ -33,20 +33,20 @@ import torch
 
 from fp8lab.extras import require
 from fp8lab.numerics.recipes import GEMMS, RECIPES, TORCHAO_RECIPES, VARIANTS, get_recipe
-from fp8lab.training import _watchdog
+from fp8lab.training import watchdog
 from fp8lab.training.convert import ENGINES, convert
 from fp8lab.training.layers import tokens_per_scale
 from fp8lab.training.models import MarkovTask, make_model
 from fp8lab.training.torchrun import (
     MAX_TIMEOUT_S,
-    _check_timeout,
-    _follow,
-    _free_port,
-    _kill,
-    _own_process_group,
-    _root_cause,
-    _worker_env,
-    _write_atomically,
+    check_timeout,
+    end_run,
+    follow_output,
+    free_port,
+    own_process_group,
+    root_cause,
+    worker_env,
+    write_atomically,
 )
 from fp8lab.training.train import LESSON, train_step
 
@@ -294,13 +294,13 @@ def run_distributed(cfg: DistConfig | str | None = None, *, timeout_s: float = 1
     rename: a failed run leaves an existing `out` as it was). Raises DistributedRunError,
     quoting the last lines of output, if any rank fails (torchrun then stops the others) or the
     run takes longer than timeout_s (then torchrun and every rank are killed). torchrun runs
-    under a watchdog (fp8lab/training/_watchdog.py) that ends it, its ranks and their scratch folder if
+    under a watchdog (fp8lab/training/watchdog.py) that ends it, its ranks and their scratch folder if
     this process dies first (a notebook kernel killed or restarted). df.attrs holds
     wall_seconds (launch to exit), train_seconds (rank 0's loop), backend and device.
     """
     cfg = config(cfg, **changes)
     nproc = cfg.nproc
-    timeout_s = _check_timeout(timeout_s)
+    timeout_s = check_timeout(timeout_s)
     out_file = Path(out) if out is not None else None
     if out_file is not None and not out_file.parent.is_dir():
         raise ValueError(f"out: the folder {out_file.parent} does not exist")
@@ -315,18 +315,18 @@ def run_distributed(cfg: DistConfig | str | None = None, *, timeout_s: float = 1
     proc = _start_watched(_torchrun_command(cfg, run_dir, out_path, timeout_s), run_dir)
     try:
         try:
-            returncode = _follow(proc, t0 + timeout_s, tail, stream)
+            returncode = follow_output(proc, t0 + timeout_s, tail, stream)
         except TimeoutError:
-            _kill(proc, run_dir)
+            end_run(proc, run_dir)
             raise error(f"the {nproc}-process run did not finish within timeout_s={timeout_s:g} s; "
                         "torchrun and every rank were killed", None) from None
         except BaseException:  # e.g. KeyboardInterrupt in a notebook: leave nothing running
-            _kill(proc, run_dir)
+            end_run(proc, run_dir)
             raise
         wall = time.perf_counter() - t0
         if returncode != 0:
-            _kill(proc, run_dir, grace_s=0)  # torchrun has stopped its workers; make sure
-            cause = _root_cause(list(tail))
+            end_run(proc, run_dir, grace_s=0)  # torchrun has stopped its workers; make sure
+            cause = root_cause(list(tail))
             raise error(f"the {nproc}-process run failed (torchrun exit code {returncode})"
                         + (f"; root cause: {cause}" if cause else "")
                         + "; torchrun stopped the other ranks", returncode)
@@ -335,7 +335,7 @@ def run_distributed(cfg: DistConfig | str | None = None, *, timeout_s: float = 1
         text = out_path.read_text()
         result = json.loads(text)
         if out_file is not None:
-            _write_atomically(out_file, text)
+            write_atomically(out_file, text)
     finally:
         with contextlib.suppress(OSError, ValueError):
             proc.stdin.close()  # (the watchdog has exited by now; if not, this tells it to stop)
@@ -348,7 +348,7 @@ def _torchrun_command(cfg: DistConfig, run_dir: Path, out_path: Path, timeout_s:
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", "1", "--nproc-per-node", str(cfg.nproc),
-        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
         "--max-restarts", "0",
         "-m", "fp8lab.training.distributed", "--worker", "--run-dir", str(run_dir), "--out", str(out_path),
         # collectives time out after the wall clock: the launcher's kill comes first
@@ -359,10 +359,10 @@ def _torchrun_command(cfg: DistConfig, run_dir: Path, out_path: Path, timeout_s:
 def _start_watched(cmd: list[str], run_dir: Path) -> subprocess.Popen:
     """cmd under the watchdog, in a process group of its own, its output one pipe of text lines."""
     # -I: the watchdog's folder must not shadow the standard library
-    watched = [sys.executable, "-I", str(Path(_watchdog.__file__)), str(run_dir), "--", *cmd]
+    watched = [sys.executable, "-I", str(Path(watchdog.__file__)), str(run_dir), "--", *cmd]
     return subprocess.Popen(watched, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, encoding="utf-8", errors="replace", bufsize=1, env=_worker_env(),
-                            **_own_process_group())
+                            text=True, encoding="utf-8", errors="replace", bufsize=1, env=worker_env(),
+                            **own_process_group())
 
 
 def compare(cfg: DistConfig | str | None = None, *, stream: Callable[[str], object] | None = print,
@@ -387,7 +387,7 @@ def compare(cfg: DistConfig | str | None = None, *, stream: Callable[[str], obje
 
 def _seconds(text: str) -> float:
     try:
-        return _check_timeout(text)
+        return check_timeout(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix("timeout ")) from None
 
@@ -453,7 +453,7 @@ def _worker(ns: argparse.Namespace) -> int:
         if rank == 0:
             result.update(config=asdict(cfg), backend=backend, device=device.type, world_size=world)
             if ns.out:
-                _write_atomically(Path(ns.out), json.dumps(result))  # whole or absent, never half-written
+                write_atomically(Path(ns.out), json.dumps(result))  # whole or absent, never half-written
             print(f"done: {len(result['loss'])} steps in {result['train_seconds']:.2f} s, "
                   f"final loss {result['loss'][-1]:.5f}", flush=True)
         dist.barrier()

@@ -16,6 +16,7 @@ import torch
 from fp8lab.numerics.formats import E2M1
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import NVFP4_HADAMARD, Recipe, get_recipe
+from fp8lab.training.layers import layer_gemms
 
 __all__ = ["FOUR_BIT", "depth_drift", "flush_threshold", "hadamard_contrast", "signed_values", "small_update",
            "sum_rounding"]
@@ -132,8 +133,6 @@ def hadamard_contrast(dy: torch.Tensor, seed: int = 0):
 
 def _copies(w: torch.Tensor, recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor]:
     """w[N, K] as `recipe`'s fprop reads it (along K) and as its dgrad reads it (w^T along N, read back as w)."""
-    from fp8lab.training.layers import layer_gemms
-
     n, k = w.shape
     g = torch.Generator().manual_seed(0)  # the other operands: any; only the weight's copies are kept
     pairs = layer_gemms(torch.randn(16, k, generator=g), w, torch.randn(16, n, generator=g), recipe)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import torch
 
 from fp8lab.gemm import GemmBackend, default_backend
+from fp8lab.numerics.recipes import RECIPES, VARIANTS
 from fp8lab.training.layers import layer_gemms
 
 __all__ = ["GPU_GENERATIONS", "gemm_table", "gpu_support_markdown"]
@@ -30,8 +31,6 @@ def gemm_table(arch: tuple[int, int] | None = None, cuda: str | None = None,
     `arch` with CUDA `cuda` (None, None: this machine, probing the kernels where there is a GPU),
     and why. The operands are layer_gemms' for a linear layer of `shape` (M, K, N): the decision
     is fp8lab.gemm.GemmBackend's, the one every FP8Linear and matmul asks."""
-    from fp8lab.numerics.recipes import RECIPES, VARIANTS
-
     names = list(recipes) if recipes is not None else [*RECIPES, *VARIANTS]
     device = torch.device("cuda") if arch is None and torch.cuda.is_available() else torch.device("cpu")
     backend = default_backend("auto") if arch is None else GemmBackend("auto", arch, cuda or "12.9", probe=False)

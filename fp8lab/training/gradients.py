@@ -23,6 +23,9 @@ from fp8lab.numerics.metrics import db
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import RECIPES, Recipe, TensorScaling
 from fp8lab.numerics.scaling import PerBlock, PerTensor, amax_per_block
+from fp8lab.training.capstone import make_case
+from fp8lab.training.models import TeacherTask, make_model
+from fp8lab.training.train import LESSON, train_step
 
 __all__ = ["DY_CHOICES", "DY_MODELS", "WHEN", "DyRecord", "block_amaxes", "dy_choice_table", "dy_control",
            "grad_recipes",
@@ -59,14 +62,9 @@ class DyRecord:
 def _setup(model: str, seed: int, lr: float):
     """(model, loss_fn, batch(g) -> (x, y), data generator, default steps) as fp8lab trains them elsewhere."""
     if model == "mlp":
-        from fp8lab.training.models import TeacherTask, make_model
-        from fp8lab.training.train import LESSON
-
         task = TeacherTask(seed=seed)
         return (make_model("mlp", seed), task.loss, lambda g: task.batch(g, LESSON.batch),
                 torch.Generator().manual_seed(1_000 + seed), LESSON.steps, lr or LESSON.lr)
-    from fp8lab.training.capstone import make_case
-
     case = make_case("llm_like", seed)
     return case.make_model(), case.loss, case.batch, torch.Generator().manual_seed(seed), case.steps, lr or case.lr
 
@@ -77,8 +75,6 @@ def record_dy(model: str = "mlp", steps: int | None = None, at: Sequence[int] = 
     LLM-like model) with Adam, keeping every nn.Linear's output gradient dy[M, N] (batch dims flattened) at the steps
     in `at` (those beyond the run are dropped) and its range at every step: the data notebook 09 quantizes."""
     import pandas as pd
-
-    from fp8lab.training.train import train_step
 
     if model not in DY_MODELS:
         raise ValueError(f"unknown model {model!r}; valid: {', '.join(DY_MODELS)}")

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from fp8lab.numerics.recipes import NVFP4_PARTS, Recipe, get_recipe, nvfp4_with
+from fp8lab.training.capstone import make_case
 from fp8lab.training.convert import convert, fp8_layers, unwrap
 from fp8lab.training.models import MarkovTask, TeacherTask, make_model
 from fp8lab.training.train import LESSON, train_step
@@ -108,8 +109,6 @@ MODELS = ("mlp", "transformer", "llm_like")  # the lesson MLP, the lab's transfo
 def _setup(model: str, seed: int, sink_magnitude: float):
     """(base model, batch(g), loss, data generator, held-out (x, y), default steps), as the lab trains `model`."""
     if model == "llm_like":  # notebook 08's case: its own batches, held-out batch and steps
-        from fp8lab.training.capstone import make_case
-
         case = make_case("llm_like", seed)
         return (case.make_model(), case.batch, case.loss, torch.Generator().manual_seed(seed), case.heldout,
                 case.steps)

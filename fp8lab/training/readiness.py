@@ -24,6 +24,8 @@ from fp8lab.numerics.quantize import QuantizedTensor
 from fp8lab.numerics.recipes import Recipe, get_recipe
 from fp8lab.progress import progress_bar
 from fp8lab.training.capture import MAX_CAPTURE_MB, LinearCall, captures
+from fp8lab.training.convert import convert
+from fp8lab.training.export import TARGETS, export
 from fp8lab.training.layers import layer_gemms
 
 __all__ = ["COST_ORDER", "DEFAULT_RECIPES", "ReadinessReport", "inspect"]
@@ -261,6 +263,8 @@ class ReadinessReport:
     # -- presentation ---------------------------------------------------------------------------------
     def heatmap(self, ax=None, target_db: float | None = None):
         """Layers x recipes, coloured by the worst operand's SQNR; each layer's recommendation boxed."""
+        # matplotlib and seaborn load on the first heatmap, not at `import fp8lab` (which imports this module):
+        # about 1.5-2 s of CPU that a script which never plots does not pay
         from fp8lab.figures.plots import readiness_heatmap
 
         target = self.target_db if target_db is None else target_db
@@ -269,15 +273,11 @@ class ReadinessReport:
 
     def convert(self, model: nn.Module, recipe: str | None = None, **kw) -> nn.Module:
         """fp8lab.training.layers.convert(model, recipe, skip=self.skip(recipe)); recipe defaults to best_recipe()."""
-        from fp8lab.training.convert import convert
-
         recipe = recipe or self.best_recipe()
         return convert(model, recipe, skip=self.skip(recipe), **kw)
 
     def export(self, target: str, recipe: str | None = None) -> str:
         """fp8lab.export(recipe, target, skip=...)'s text: this report's skip list spelled for that target."""
-        from fp8lab.training.export import TARGETS, export
-
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; valid targets: {', '.join(TARGETS)}")
         recipe = recipe or self.best_recipe()

@@ -1,9 +1,10 @@
 """Running a command under torchrun, watched: the processes fp8lab.training.distributed launches.
 
-Public: MAX_TIMEOUT_S. The rest serves distributed.run_distributed: the workers' environment, a free
-port, a process group of their own, ending every process of a run (through the watchdog where there
-are no process groups), a bounded timeout, the output written through a private temporary, the root
-cause read off the ranks' output, and their output followed line by line as it comes.
+Public, for distributed.run_distributed: worker_env (the workers' environment), free_port,
+own_process_group, end_run (every process of a run ended, through the watchdog where there are no
+process groups), MAX_TIMEOUT_S and check_timeout (a bounded timeout), write_atomically (the output
+written through a private temporary), root_cause (read off the ranks' output) and follow_output
+(their output followed line by line as it comes).
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from fp8lab.training import _watchdog
+from fp8lab.training import watchdog
 
-__all__ = ["MAX_TIMEOUT_S"]
+__all__ = ["MAX_TIMEOUT_S", "check_timeout", "end_run", "follow_output", "free_port", "own_process_group", "root_cause",
+           "worker_env", "write_atomically"]
 
 
-def _worker_env() -> dict[str, str]:
+def worker_env() -> dict[str, str]:
+    """This process's environment for torchrun's workers: this fp8lab on PYTHONPATH, one thread, no inherited rank."""
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])  # the fp8lab this process imported
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -37,7 +40,8 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the rendezvous port)."""
     import socket
 
     with socket.socket() as s:
@@ -45,7 +49,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _own_process_group() -> dict:
+def own_process_group() -> dict:
     """Popen arguments that start the launched process in a process group of its own, so that
     one signal reaches it and its children (POSIX: a new session; Windows: a new group)."""
     if hasattr(os, "setsid"):
@@ -53,7 +57,7 @@ def _own_process_group() -> dict:
     return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
 
 
-def _kill(proc: subprocess.Popen, run_dir: Path, grace_s: float = 5.0) -> None:
+def end_run(proc: subprocess.Popen, run_dir: Path, grace_s: float = 5.0) -> None:
     """End the watchdog, torchrun and every worker: gently, then for good after grace_s.
 
     Closing the watchdog's stdin is its cue to stop torchrun and the workers itself (the one way
@@ -68,15 +72,15 @@ def _kill(proc: subprocess.Popen, run_dir: Path, grace_s: float = 5.0) -> None:
     groups = hasattr(os, "killpg")
     for hard in (False, True):
         if groups:
-            _watchdog._signal(proc.pid, hard, group=True)
+            watchdog.signal_process(proc.pid, hard, group=True)
         elif hard and proc.poll() is None:
             proc.kill()
         if groups or hard:
-            for pid in _watchdog.worker_pids(run_dir):
-                _watchdog._signal(pid, hard, group=groups)
+            for pid in watchdog.worker_pids(run_dir):
+                watchdog.signal_process(pid, hard, group=groups)
         if not hard:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=grace_s if groups else grace_s + _watchdog.GRACE_S + 1)
+                proc.wait(timeout=grace_s if groups else grace_s + watchdog.GRACE_S + 1)
     proc.wait()
 
 
@@ -85,7 +89,7 @@ def _kill(proc: subprocess.Popen, run_dir: Path, grace_s: float = 5.0) -> None:
 MAX_TIMEOUT_S = 30 * 86400.0
 
 
-def _check_timeout(timeout_s: float) -> float:
+def check_timeout(timeout_s: float) -> float:
     """timeout_s as a positive finite float up to MAX_TIMEOUT_S, or ValueError."""
     why = f"timeout must be a positive, finite number of seconds up to {MAX_TIMEOUT_S:.0f} (30 days), got {timeout_s!r}"
     try:
@@ -97,7 +101,7 @@ def _check_timeout(timeout_s: float) -> float:
     return value
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     """Write `text` to `path` whole or not at all: a private temporary of an unguessable name beside
     it (created anew, so nothing planted under a predictable name is followed or written), then a
     rename. The file gets the mode a new file gets (the umask's), or keeps an existing one's."""
@@ -118,7 +122,7 @@ def _write_atomically(path: Path, text: str) -> None:
             os.unlink(tmp)
 
 
-def _root_cause(lines: list[str]) -> str:
+def root_cause(lines: list[str]) -> str:
     """The failing rank and its error, from torchrun's failure summary ("Root Cause ...")."""
     starts = [i for i, line in enumerate(lines) if line.startswith("Root Cause")]
     if not starts:
@@ -135,7 +139,7 @@ def _root_cause(lines: list[str]) -> str:
     return f"rank {fields_.get('rank', '?')}: {cause}"
 
 
-def _follow(proc: subprocess.Popen, deadline: float, tail: deque[str],
+def follow_output(proc: subprocess.Popen, deadline: float, tail: deque[str],
             stream: Callable[[str], object] | None) -> int:
     """Pass proc's output lines to `stream` as they come, until it exits; TimeoutError at `deadline`.
 

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from fp8lab.gemm import GemmBackend, default_backend
-from fp8lab.numerics.recipes import Recipe, get_recipe
+from fp8lab.numerics.recipes import RECIPES, ROLES, DelayedSpec, Recipe, TensorScaling, get_recipe
+from fp8lab.numerics.scaling import PerBlock
 from fp8lab.progress import progress_bar
 from fp8lab.training.convert import convert
 from fp8lab.training.delayed import end_step
@@ -78,9 +79,6 @@ LESSON = Lesson()
 
 def block_size_recipes(cols: Sequence[int] = (32, 128, 512)) -> list[Recipe]:
     """DeepSeek-style blockwise recipes whose activation and gradient tiles are 1 x cols."""
-    from fp8lab.numerics.recipes import RECIPES, TensorScaling
-    from fp8lab.numerics.scaling import PerBlock
-
     base = RECIPES["blockwise"]
     return [base.replace(name=f"blockwise 1x{c}", input=TensorScaling(base.input.fmt, PerBlock(1, c)),
                          grad_output=TensorScaling(base.grad_output.fmt, PerBlock(1, c))) for c in cols]
@@ -90,8 +88,6 @@ def delayed_recipes(lengths: Sequence[int] = (LESSON.short_history, LESSON.long_
                     algo: str = "max", margin: int = 0) -> list[Recipe]:
     """The delayed recipe with amax histories of these lengths (and this margin on every role:
     scale = amax_used * 2**margin / fmt.max_value). Named "delayed h{n}" ("... m{margin}" if any)."""
-    from fp8lab.numerics.recipes import RECIPES, ROLES, DelayedSpec
-
     base = RECIPES["delayed"]
     roles = {role: replace(getattr(base, role), margin=margin) for role in ROLES} if margin else {}
     suffix = f" m{margin}" if margin else ""

@@ -330,9 +330,9 @@ def test_a_timeout_beyond_thirty_days_is_refused_before_any_rank_starts(value, c
     assert "up to 2592000 (30 days)" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"up to 2592000 \(30 days\)"):
         run_distributed(steps=1, stream=None, timeout_s=float(value))
-    from fp8lab.training.distributed import MAX_TIMEOUT_S, _check_timeout
+    from fp8lab.training.distributed import MAX_TIMEOUT_S, check_timeout
 
-    assert _check_timeout(MAX_TIMEOUT_S) == MAX_TIMEOUT_S  # the limit itself is a valid timeout
+    assert check_timeout(MAX_TIMEOUT_S) == MAX_TIMEOUT_S  # the limit itself is a valid timeout
     timedelta(seconds=MAX_TIMEOUT_S + 30)  # what the workers make of it
 
 
@@ -340,7 +340,7 @@ def test_out_is_written_through_a_private_temporary_never_a_planted_link(tmp_pat
     """--out is written through a temporary created anew under an unguessable name: a predictable one
     beside the file (.NAME.PID.tmp) follows a symlink planted there, so anyone who can write the folder
     could have the run overwrite another file of the user's."""
-    from fp8lab.training.distributed import _write_atomically
+    from fp8lab.training.distributed import write_atomically
 
     victim = tmp_path / "victim.txt"
     victim.write_text("the user's other file")
@@ -348,7 +348,7 @@ def test_out_is_written_through_a_private_temporary_never_a_planted_link(tmp_pat
     for pid in {os.getpid(), os.getppid()}:  # the predictable names a temporary could take
         (tmp_path / f".{out.name}.{pid}.tmp").symlink_to(victim)
     (tmp_path / f"{out.name}.tmp").symlink_to(victim)
-    _write_atomically(out, '{"loss": [1.0]}')
+    write_atomically(out, '{"loss": [1.0]}')
     assert victim.read_text() == "the user's other file"
     assert out.read_text() == '{"loss": [1.0]}' and not out.is_symlink()
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~_umask()

@@ -2,7 +2,8 @@
 learner's function without letting it raise and read its answer as a number or a tensor, saying what it
 got and what was expected where the answer is neither.
 
-Public: Feedback, describe (an answer in a few words). The checkers are fp8lab.lab.exercises' other modules.
+Public: Feedback, describe (an answer in a few words); for the checkers (fp8lab.lab.exercises' other
+modules): not_a_function, call_learner, as_number, as_tensor, one_name_not_a_list, same_number.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ import torch
 
 __all__ = [
     "Feedback",
+    "as_number",
+    "as_tensor",
+    "call_learner",
     "describe",
+    "not_a_function",
+    "one_name_not_a_list",
+    "same_number",
 ]
 
 
@@ -65,21 +72,22 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _function(fn: object, example: str) -> Feedback | None:
+def not_a_function(fn: object, example: str) -> Feedback | None:
     """Feedback where `fn` is not a function (a learner passed its result, or nothing), else None."""
     if callable(fn):
         return None
     return Feedback(False, f"pass your function itself, as in {example}; got {describe(fn)}.")
 
 
-def _call(fn: Callable, *args) -> tuple[object, str | None]:
+def call_learner(fn: Callable, *args) -> tuple[object, str | None]:
+    """A learner's function called on `args`: (its result, None), or (None, what it raised) where it raises."""
     try:
         return fn(*args), None
     except Exception as err:  # the learner's code: report, don't raise
         return None, f"your function raised {type(err).__name__}: {err}"
 
 
-def _number(value: object, what: str) -> tuple[float | None, str | None]:
+def as_number(value: object, what: str) -> tuple[float | None, str | None]:
     """A learner's number as a float (a Python or NumPy number, or a one-element tensor or array), or why it is
     not one: (None, "expected <what>, got <what it is>")."""
     if (isinstance(value, torch.Tensor) and value.numel() == 1) or (isinstance(value, np.ndarray) and value.size == 1):
@@ -92,7 +100,7 @@ def _number(value: object, what: str) -> tuple[float | None, str | None]:
     return None, f"expected {what}, got {describe(value)}{hint}"
 
 
-def _as_tensor(value: object, what: str) -> tuple[torch.Tensor | None, str | None]:
+def as_tensor(value: object, what: str) -> tuple[torch.Tensor | None, str | None]:
     """A learner's tensor (a tensor, an array, a list of numbers, a number) as a real float64 tensor, or why it
     is not one: (None, "expected <what>, got <what it is>")."""
     if isinstance(value, torch.Tensor):
@@ -107,7 +115,7 @@ def _as_tensor(value: object, what: str) -> tuple[torch.Tensor | None, str | Non
     return None, f"expected {what}, got {describe(value)}"
 
 
-def _one_name_not_a_list(answer: object) -> str:
+def one_name_not_a_list(answer: object) -> str:
     """The nudge for a name wrapped in a list: "; one name, not a list: 'fc3', not ['fc3']" (else "")."""
     if isinstance(answer, list | tuple | set) and len(answer) == 1 and isinstance(next(iter(answer)), str):
         name = next(iter(answer))
@@ -115,7 +123,8 @@ def _one_name_not_a_list(answer: object) -> str:
     return "."
 
 
-def _same(a: float, b: float) -> bool:
+def same_number(a: float, b: float) -> bool:
+    """a == b, with NaN the same as NaN (a decoded code's value compared with the format's)."""
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 

@@ -10,8 +10,10 @@ from collections.abc import Callable
 
 import torch
 
-from fp8lab.lab.exercises.base import Feedback, _as_tensor, _call, _function, _one_name_not_a_list, describe
+from fp8lab.data.synthetic import sample
+from fp8lab.lab.exercises.base import Feedback, as_tensor, call_learner, describe, not_a_function, one_name_not_a_list
 from fp8lab.numerics.formats import E4M3
+from fp8lab.numerics.metrics import sqnr
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.scaling import PerBlock, parse_granularity
 
@@ -30,20 +32,20 @@ __all__ = [
 
 def check_block_amax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Feedback:
     """fn(x[M, K], block) -> amax[M, K // block]: max |x| over each 1 x block tile along K."""
-    if (wrong := _function(fn, "check_block_amax(fn)")) is not None:
+    if (wrong := not_a_function(fn, "check_block_amax(fn)")) is not None:
         return wrong
     g = torch.Generator().manual_seed(4)
     cases = [("x[4, 64], block 32", torch.randn(4, 64, generator=g), 32),
              ("x[3, 256], block 128, negative extremes", -torch.rand(3, 256, generator=g) * 7, 128),
              ("x[8, 16], block 16 (per row)", torch.randn(8, 16, generator=g), 16)]
     for name, x, block in cases:
-        got, err = _call(fn, x.clone(), block)
+        got, err = call_learner(fn, x.clone(), block)
         if err:
             return Feedback(False, f"{name}: {err}")
         want = quantize(x, E4M3, PerBlock(1, block)).amax
         if got is None:
             return Feedback(False, "fn returned None: write the code that returns the amaxes.")
-        got, err = _as_tensor(got, f"a tensor of amaxes shaped {tuple(want.shape)} (M, K / block)")
+        got, err = as_tensor(got, f"a tensor of amaxes shaped {tuple(want.shape)} (M, K / block)")
         if err:
             return Feedback(False, f"{name}: {err}.")
         if tuple(got.shape) != tuple(want.shape):
@@ -78,14 +80,10 @@ CHOICE_THRESHOLD = 18.0
 
 def block_choice_tensor() -> torch.Tensor:
     """The tensor of exercise 04b: heavy-tailed (Laplace) activations, 128 x 1024."""
-    from fp8lab.data.synthetic import sample
-
     return sample("laplace", (128, 1024), seed=42)
 
 
 def _block_table() -> list[tuple[str, float, float]]:
-    from fp8lab.numerics.metrics import sqnr
-
     x = block_choice_tensor()
     rows = []
     for label in CHOICE_BLOCKS:
@@ -99,7 +97,7 @@ def check_block_choice(label: str) -> Feedback:
     block_choice_tensor() at or above 18 dB with the least scale overhead (bits/element)?"""
     if not isinstance(label, str):
         return Feedback(False, f"answer with one block label, a string such as '1x32' (one of "
-                               f"{', '.join(CHOICE_BLOCKS)}); got {describe(label)}" + _one_name_not_a_list(label))
+                               f"{', '.join(CHOICE_BLOCKS)}); got {describe(label)}" + one_name_not_a_list(label))
     label = label.strip()
     rows = {r[0]: r for r in _block_table()}
     if label not in rows:

@@ -7,6 +7,10 @@ Public: MONITORS, check_capstone, hint_capstone, solution_capstone.
 from __future__ import annotations
 
 from fp8lab.lab.exercises.base import Feedback, describe
+from fp8lab.numerics.recipes import RECIPES
+from fp8lab.training.capstone import CaseResult
+from fp8lab.training.cost import cost_class
+from fp8lab.training.readiness import ReadinessReport
 
 __all__ = [
     "MONITORS",
@@ -20,15 +24,11 @@ MONITORS = ("loss", "amax", "overflow", "underflow", "sqnr")
 
 
 def _fp8_runs(result) -> list[str]:
-    from fp8lab.numerics.recipes import RECIPES
-
     return [r for r in result.table.index if r in RECIPES]
 
 
 def _monitor_feedback(monitor: str, result, report) -> tuple[bool, str]:
     """Would `monitor` have flagged the cheapest recipe that failed this model? Judged on the report."""
-    from fp8lab.training.cost import cost_class
-
     runs = sorted(_fp8_runs(result), key=cost_class)
     failed = [r for r in runs if not result.suits(r)]
     if not failed:
@@ -73,10 +73,6 @@ def check_capstone(prediction: dict, result, report) -> Feedback:
     cost_class: per-tensor < per-row < blocks) also within it. monitor (one of MONITORS): the
     per-layer statistic that would have flagged the cheapest recipe that failed, judged on the report.
     """
-    from fp8lab.training.capstone import CaseResult
-    from fp8lab.training.cost import cost_class
-    from fp8lab.training.readiness import ReadinessReport
-
     if not isinstance(prediction, dict) or not {"recipe", "monitor"} <= set(prediction):
         return Feedback(False, "predict with a dict: {'recipe': 'tensorwise', 'monitor': 'underflow'}; got "
                                f"{describe(prediction)}")
@@ -126,8 +122,6 @@ def hint_capstone() -> str:
 def solution_capstone(result, report) -> str:
     """The answer for this model, from what was measured: the cheapest recipe within the budget, and
     the statistic that flags the cheapest one that failed."""
-    from fp8lab.training.cost import cost_class
-
     runs = sorted(_fp8_runs(result), key=cost_class)
     good = [r for r in runs if result.suits(r)]
     best = good[0] if good else "none of these: keep the flagged layers in high precision (report.skip)"

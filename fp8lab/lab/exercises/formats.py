@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fp8lab.lab.exercises.base import Feedback, _call, _function, _number, _same
+from fp8lab.lab.exercises.base import Feedback, as_number, call_learner, not_a_function, same_number
 from fp8lab.numerics.formats import E4M3
 
 __all__ = [
@@ -20,17 +20,17 @@ __all__ = [
 
 def check_decode(decode: Callable[[int], float]) -> Feedback:
     """decode(code) -> value of an E4M3 (fn) code, 0..255. Checked on all 256 codes."""
-    if (wrong := _function(decode, "check_decode(decode)")) is not None:
+    if (wrong := not_a_function(decode, "check_decode(decode)")) is not None:
         return wrong
     for code in range(256):
-        got, err = _call(decode, code)
+        got, err = call_learner(decode, code)
         if err:
             return Feedback(False, f"code {code} (0b{code:08b}): {err}")
         want = E4M3.decode(code)
-        got, err = _number(got, "the code's value, a number")
+        got, err = as_number(got, "the code's value, a number")
         if err:
             return Feedback(False, f"code {code}: {err}.")
-        if not _same(got, want):
+        if not same_number(got, want):
             f = E4M3.fields(code)
             why = ""
             if abs(got) == abs(want):

@@ -12,8 +12,10 @@ from collections.abc import Callable
 
 import torch
 
-from fp8lab.lab.exercises.base import Feedback, _as_tensor, _call, _function, _number
+from fp8lab.lab.exercises.base import Feedback, as_number, as_tensor, call_learner, not_a_function
 from fp8lab.numerics.formats import E2M1, cast, stochastic_reference
+from fp8lab.training.measured_fp4 import split
+from fp8lab.training.parts import split_gaps
 
 __all__ = [
     "SPLIT_TOLERANCE",
@@ -41,13 +43,13 @@ def check_stochastic_round(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tens
     to its next E2M1 value when u < (|x| - lo) / (hi - lo), else down to lo, the sign kept, beyond 6 saturated.
     Graded element by element against fp8lab's float64 reference (formats.stochastic_reference), then over many
     draws for bias."""
-    if (wrong := _function(fn, "check_stochastic_round(my_round)")) is not None:
+    if (wrong := not_a_function(fn, "check_stochastic_round(my_round)")) is not None:
         return wrong
     x, u = _cases()
-    got, err = _call(fn, x.clone(), u.clone())
+    got, err = call_learner(fn, x.clone(), u.clone())
     if err:
         return Feedback(False, err)
-    got, err = _as_tensor(got, f"x rounded to E2M1, a tensor shaped like x {tuple(x.shape)}")
+    got, err = as_tensor(got, f"x rounded to E2M1, a tensor shaped like x {tuple(x.shape)}")
     if err:
         return Feedback(False, f"{err}.")
     got = got.float()
@@ -80,9 +82,9 @@ def check_stochastic_round(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tens
                                "(saturate, as the hardware does).")
     # the mean over many draws: a biased rule shows it whatever the grid details
     v = torch.full((20000,), 0.7)
-    mean, err = _call(fn, v, torch.rand(v.shape, generator=torch.Generator().manual_seed(1)))
+    mean, err = call_learner(fn, v, torch.rand(v.shape, generator=torch.Generator().manual_seed(1)))
     if err is None:
-        mean, err = _as_tensor(mean, "a tensor")
+        mean, err = as_tensor(mean, "a tensor")
     if err is None and mean.numel() and abs(float(mean.mean()) - 0.7) > 0.02:
         return Feedback(False, f"biased: 0.7 averages to {float(mean.mean()):.3f} over 20000 draws "
                                f"(it must average to 0.7). First difference: {example}.")
@@ -116,9 +118,6 @@ def fc1_split_answer() -> dict[str, float]:
     """The share of NVFP4's final-loss gap to bf16 that fc1's forward and fc1's weight gradient, each kept in high
     precision alone, close on the lesson MLP, seed 0 (the shipped split, fp8lab.training.measured_fp4.split(), as
     fp8lab.training.parts.split_gaps reads it): keys "whole", "forward", "wgrad"."""
-    from fp8lab.training.measured_fp4 import split
-    from fp8lab.training.parts import split_gaps
-
     t = split()
     return split_gaps(t[t.seed == 0].set_index("run"))
 
@@ -134,7 +133,7 @@ def check_fc1_split(forward: float, wgrad: float) -> Feedback:
             return Feedback(False, "measure first: result = fc1_split(seed=0), then split_gaps(result.table) gives "
                                    "the share of the gap each run closes; fill in forward and wgrad with those two "
                                    "numbers (None is the blank)")
-        number, err = _number(value, f"{name}: the share of the gap it closes, one number (1 closes it, 0 leaves it)")
+        number, err = as_number(value, f"{name}: the share of the gap it closes, one number (1 closes it, 0 leaves it)")
         if err:
             return Feedback(False, err + ".")
         if number != number or abs(number) == float("inf"):

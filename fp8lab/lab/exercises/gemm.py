@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8lab.lab.exercises.base import Feedback, _as_tensor, _call, _function
+from fp8lab.lab.exercises.base import Feedback, as_tensor, call_learner, not_a_function
 from fp8lab.numerics.formats import E4M3
 from fp8lab.numerics.quantize import QuantizedTensor, quantize
 from fp8lab.numerics.scaling import PerBlock, PerTensor
@@ -69,12 +69,12 @@ def check_scaled_gemm(fn: Callable[[GemmOperand, GemmOperand], torch.Tensor]) ->
     """fn(a_q, b_q) -> out[M, N] for GemmOperands a_q[M, K], b_q[N, K]: what torch's scaled_mm
     computes, per tensor and with 1x16 block scales along K (where only scales applied per K
     block give the right answer)."""
-    if (wrong := _function(fn, "check_scaled_gemm(fn)")) is not None:
+    if (wrong := not_a_function(fn, "check_scaled_gemm(fn)")) is not None:
         return wrong
     for name, a, b, gran in _gemm_cases():
         a_q, b_q = GemmOperand.of(quantize(a, E4M3, gran)), GemmOperand.of(quantize(b, E4M3, gran))
         blocked = a_q.scale.shape[1] > 1
-        got, err = _call(fn, a_q, b_q)
+        got, err = call_learner(fn, a_q, b_q)
         if err:
             extra = ""
             if "dequantize" in err:
@@ -86,7 +86,7 @@ def check_scaled_gemm(fn: Callable[[GemmOperand, GemmOperand], torch.Tensor]) ->
         want = _reference_gemm(a_q, b_q)
         if got is None:
             return Feedback(False, "fn returned None: write the code that returns the product.")
-        got, err = _as_tensor(got, f"the product out[M, N], a tensor shaped {tuple(want.shape)}")
+        got, err = as_tensor(got, f"the product out[M, N], a tensor shaped {tuple(want.shape)}")
         if err:
             return Feedback(False, f"{name}: {err}.")
         if got.shape != want.shape:

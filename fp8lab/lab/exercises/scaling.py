@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from fp8lab.lab.exercises.base import Feedback, _call, _function, _number, describe
+from fp8lab.lab.exercises.base import Feedback, as_number, call_learner, describe, not_a_function
 from fp8lab.numerics.formats import E4M3
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.scaling import PerTensor
@@ -38,16 +38,16 @@ def _scale_cases() -> list[tuple[str, torch.Tensor]]:
 
 def check_scale(scale_fn: Callable[[torch.Tensor], float]) -> Feedback:
     """scale_fn(x) -> fp8lab's per-tensor E4M3 scale: the dequantization multiplier."""
-    if (wrong := _function(scale_fn, "check_scale(scale_fn)")) is not None:
+    if (wrong := not_a_function(scale_fn, "check_scale(scale_fn)")) is not None:
         return wrong
     for name, x in _scale_cases():
-        got, err = _call(scale_fn, x)
+        got, err = call_learner(scale_fn, x)
         if err:
             return Feedback(False, f"{name}: {err}")
         want = float(quantize(x, E4M3, PerTensor()).scale)
         if got is None:
             return Feedback(False, "scale_fn returned None: write the code that returns the scale.")
-        got, err = _number(got, f"the scale of x{list(x.shape)}, one number (per tensor: one scale for all of x)")
+        got, err = as_number(got, f"the scale of x{list(x.shape)}, one number (per tensor: one scale for all of x)")
         if err:
             return Feedback(False, f"{name}: {err}.")
         if math.isclose(got, want, rel_tol=1e-5):
@@ -88,15 +88,15 @@ def _delayed_cases():
 
 def check_delayed_amax(fn: Callable[[list[float], float, str], float]) -> Feedback:
     """fn(history, current_amax, algo) -> the amax this step's scale uses (before recording)."""
-    if (wrong := _function(fn, "check_delayed_amax(fn)")) is not None:
+    if (wrong := not_a_function(fn, "check_delayed_amax(fn)")) is not None:
         return wrong
     for name, hist, current, algo, want in _delayed_cases():
-        got, err = _call(fn, list(hist), current, algo)
+        got, err = call_learner(fn, list(hist), current, algo)
         if err:
             return Feedback(False, f"{name}: {err}")
         if got is not None:
             answer = got
-            got, err = _number(got, f"one amax, the number this step's scale uses ({want:g} here)")
+            got, err = as_number(got, f"one amax, the number this step's scale uses ({want:g} here)")
             if err:
                 itself = (" - the history itself: pick one amax from it"
                           if isinstance(answer, list | tuple) and hist and list(answer) == hist else "")

@@ -10,6 +10,9 @@ from __future__ import annotations
 import numbers
 
 from fp8lab.lab.exercises.base import Feedback, describe
+from fp8lab.numerics.recipes import RECIPES
+from fp8lab.training.measured import cliff, recovery, survivors
+from fp8lab.training.train import BASELINES, HISTORIES
 
 __all__ = [
     "RECOVER_WITHIN",
@@ -60,10 +63,6 @@ def _names(answer) -> tuple[set[str] | None, str]:
 def check_survivors(answer) -> Feedback:
     """Which FP8 recipes end within 5% of their own no-outlier loss with 4 sink channels at 1e6
     (LESSON settings, mean of 3 seeds: fp8lab.training.measured)? A set of names (a string of names works)."""
-    from fp8lab.numerics.recipes import RECIPES
-    from fp8lab.training.measured import survivors
-    from fp8lab.training.train import BASELINES
-
     chosen, err = _names(answer)
     if chosen is None:
         return Feedback(False, err)
@@ -98,8 +97,6 @@ def hint_survivors() -> str:
 
 
 def solution_survivors() -> str:
-    from fp8lab.training.measured import survivors
-
     return f"{sorted(survivors(SURVIVAL_SINKS, SURVIVAL_LIMIT))} - the sink cliff panel below shows the losses"
 
 
@@ -109,8 +106,6 @@ RECOVER_WITHIN = 20  # steps after the input drop
 def history_answer() -> int:
     """The longest amax history (of fp8lab.training.train.HISTORIES) with which the delayed recipe brings
     fc1's input underflow back under 1% within RECOVER_WITHIN steps of the drop (fp8lab.training.measured)."""
-    from fp8lab.training.measured import recovery
-
     rec = recovery()
     if rec.empty:
         raise ValueError("fp8lab.training.measured holds no results: run `python -m fp8lab measured --write`")
@@ -122,9 +117,6 @@ def history_answer() -> int:
 def check_history(history: int) -> Feedback:
     """The longest amax history that brings fc1's input underflow back under 1% within 20 steps
     after the input shrinks 1e5-fold at step 75 (delayed recipe, algo max, margin 0)."""
-    from fp8lab.training.measured import recovery
-    from fp8lab.training.train import HISTORIES
-
     lengths = (*HISTORIES, 1024)  # the panel's lengths; 1024 (TransformerEngine's default) lags longer than 256
     if isinstance(history, bool) or not isinstance(history, numbers.Integral) or int(history) not in lengths:
         return Feedback(False, f"answer with one of the panel's history lengths, an integer: "
@@ -168,8 +160,6 @@ def _rankings(history) -> tuple[list[str], list[str], dict, dict]:
 
 def ranking_answer(sinks: float = SURVIVAL_SINKS, seed: int = 0) -> tuple[bool, list[str], list[str]]:
     """From fp8lab.training.measured (LESSON settings): (same ranking?, ranking at step 30, at step 150)."""
-    from fp8lab.training.measured import cliff
-
     df = cliff()
     d = df[(df.sinks == sinks) & (df.seed == seed)]
     r30, r150 = list(d.sort_values("loss_short").run), list(d.sort_values("loss").run)

@@ -1,6 +1,6 @@
 """Run a command, and end it if the process that started it dies: fp8lab.training.distributed's launcher.
 
-    python -I _watchdog.py RUN_DIR -- COMMAND...
+    python -I watchdog.py RUN_DIR -- COMMAND...
 
 run_distributed starts this (standard library only, no torch: it starts in a few ms) with a
 pipe on its stdin, in a process group of its own, and this starts COMMAND (torchrun) in that
@@ -10,6 +10,7 @@ happens before COMMAND exits, this ends COMMAND (SIGTERM, then SIGKILL after GRA
 TerminateProcess) and the workers whose pids are in RUN_DIR/pid.* (each in a session of its
 own), then removes RUN_DIR. Otherwise it exits with COMMAND's exit code, and the launcher
 cleans up. Run with -I: this file's folder (fp8lab/) must not shadow the standard library.
+Public: main, stop, and signal_process, worker_pids, GRACE_S (fp8lab.training.torchrun.end_run uses them).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 GRACE_S = 5.0
 
 
-def _signal(pid: int, hard: bool, group: bool) -> None:
+def signal_process(pid: int, hard: bool, group: bool) -> None:
     """Signal a process (its process group where `group` and POSIX has them); gone is fine."""
     sig = getattr(signal, "SIGKILL", signal.SIGTERM) if hard else signal.SIGTERM  # Windows: TerminateProcess
     try:
@@ -57,7 +58,7 @@ def stop(child: subprocess.Popen, run_dir: Path, grace_s: float = GRACE_S) -> No
             else:
                 child.terminate()
         for pid in worker_pids(run_dir):
-            _signal(pid, hard, group=True)
+            signal_process(pid, hard, group=True)
         if not hard:
             try:
                 child.wait(timeout=grace_s)
@@ -68,7 +69,7 @@ def stop(child: subprocess.Popen, run_dir: Path, grace_s: float = GRACE_S) -> No
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -I _watchdog.py RUN_DIR -- COMMAND...", file=sys.stderr)
+        print("usage: python -I watchdog.py RUN_DIR -- COMMAND...", file=sys.stderr)
         return 2
     run_dir, command = Path(argv[0]), argv[2:]
     child = subprocess.Popen(command)  # same stdout/stderr, same process group as this one
