@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 from fp8lab.figures.axes import log_axis, steady_limits
 from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, WINDOW, _ax
 
-__all__ = ["block_bars", "dy_range", "error_vs_draws", "layer_bars", "parts_bars", "rounding_means"]
+__all__ = ["block_bars", "block_bars_data", "dy_range", "error_vs_draws", "layer_bars", "parts_bars", "rounding_means"]
 
 
 def dy_range(ranges, layer: str, step: int | None = None, binades: dict[str, float] | None = None, ax=None):
@@ -45,20 +45,28 @@ def dy_range(ranges, layer: str, step: int | None = None, binades: dict[str, flo
     return ax
 
 
+def block_bars_data(values: torch.Tensor, kept: torch.Tensor, ylim: float | None = None) -> dict:
+    """What block_bars draws: element indices, the values (bars), the (x, y) of the kept values (dots) and of
+    the values flushed to zero (crosses), the y limit `top` (the plot spans -top to top)."""
+    v, k = values.detach().double().numpy(), kept.detach().double().numpy()
+    idx = np.arange(len(v))
+    zero = (k == 0) & (v != 0)
+    top = ylim if ylim is not None else max(float(np.abs(v).max()), float(np.abs(k).max()), 1e-30) * 1.1
+    return {"idx": idx, "values": v, "kept": (idx[~zero], k[~zero]), "flushed": (idx[zero], k[zero]), "top": top}
+
+
 def block_bars(values: torch.Tensor, kept: torch.Tensor, ax=None, title: str = "", ylim: float | None = None):
     """One block's values (bars) and what a quantization keeps of them (dots), element by element; the
     values kept as zero marked in grey."""
     ax = _ax(ax)
-    v, k = values.detach().double().numpy(), kept.detach().double().numpy()
-    idx = np.arange(len(v))
-    bars = ax.bar(idx, v, color=PALETTE[0], alpha=0.45)
-    zero = (k == 0) & (v != 0)
-    kept = ax.scatter(idx[~zero], k[~zero], color=PALETTE[3], s=14, zorder=3)
-    flushed = ax.scatter(idx[zero], k[zero], color=FLUSH, marker="x", s=18, zorder=3)
+    d = block_bars_data(values, kept, ylim)
+    bars = ax.bar(d["idx"], d["values"], color=PALETTE[0], alpha=0.45)
+    kept = ax.scatter(*d["kept"], color=PALETTE[3], s=14, zorder=3)
+    flushed = ax.scatter(*d["flushed"], color=FLUSH, marker="x", s=18, zorder=3)
     ax.axhline(0, color="black", lw=0.6)
-    top = ylim if ylim is not None else max(float(np.abs(v).max()), float(np.abs(k).max()), 1e-30) * 1.1
-    ax.set_ylim(-top, top)
-    ax.set_xticks([0, len(v) // 2, len(v) - 1])
+    ax.set_ylim(-d["top"], d["top"])
+    n = len(d["values"])
+    ax.set_xticks([0, n // 2, n - 1])
     ax.set_xlabel("element of the block")
     ax.set_ylabel("value")
     ax.set_title(title, fontsize=9)

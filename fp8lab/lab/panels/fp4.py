@@ -190,11 +190,37 @@ class HadamardPanel(Panel):
                 "gemm_rot": _rel(q1.double() @ gemm_rot.t(), exact),
                 "block": block, "source": source}
 
-    def draw(self, data, axes) -> None:
+    @staticmethod
+    def _blocks(data) -> tuple[float, list[tuple]]:
+        """The y limit both plots share, and each plot's (values, what NVFP4 keeps, title)."""
         top = 1.1 * max(float(data["before"].abs().max()), float(data["after"].abs().max()), 1e-30)
-        figs.block_bars(data["before"], data["kept_before"], axes[0], f"block {data['block']}, as it is", top)
-        figs.block_bars(data["after"], data["kept_after"], axes[1], f"block {data['block']}, transformed (d = 16)",
-                        top)
+        return top, [(data["before"], data["kept_before"], f"block {data['block']}, as it is"),
+                     (data["after"], data["kept_after"], f"block {data['block']}, transformed (d = 16)")]
+
+    def draw(self, data, axes) -> None:
+        top, blocks = self._blocks(data)
+        for ax, (values, kept, title) in zip(axes, blocks, strict=True):
+            figs.block_bars(values, kept, ax, title, top)
+        self._drawn = [(list(ax.patches), *ax.collections) for ax in axes]  # bars, kept dots, flushed crosses
+
+    def draw_in_place(self, data) -> bool:
+        """Another block, outlier size or source: the same 16 bars and two sets of points, moved; the limits and
+        titles set again (what block_bars draws for these values)."""
+        drawn = getattr(self, "_drawn", None)
+        if drawn is None:
+            return False
+        top, blocks = self._blocks(data)
+        for ax, (bars, kept, flushed), (values, kept_values, title) in zip(self._figure[1], drawn, blocks,
+                                                                           strict=True):
+            d = figs.block_bars_data(values, kept_values, top)
+            if len(bars) != len(d["values"]):
+                return False
+            redraw.move_bars(bars, d["values"])
+            redraw.move_points(kept, *d["kept"])
+            redraw.move_points(flushed, *d["flushed"])
+            ax.set_ylim(-d["top"], d["top"])
+            ax.set_title(title, fontsize=9)
+        return True
 
     def describe(self, data) -> str:
         rows = {"SQNR of the tensor, NVFP4": f"as it is {data['sqnr_plain']:.1f} dB, transformed "
