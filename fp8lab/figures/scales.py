@@ -69,7 +69,7 @@ def shares_vs_magnitude(df, columns: dict[str, str], ax=None, mark: float | None
     for i, (column, label) in enumerate(columns.items()):
         ax.plot(x, df[column].to_numpy(), marker="o", ms=4, color=PALETTE[i % 10], label=label)
     if mark is not None:
-        ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1)
+        ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1, gid="mark")
     ax.set_xscale("log")
     log_axis(ax, "x")
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
