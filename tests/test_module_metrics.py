@@ -14,7 +14,7 @@ import module_metrics  # noqa: E402
 sys.path.remove(str(ROOT / "tools"))
 
 # Counted on the package as it stands; lower a ceiling when a change lowers its count, never raise it.
-CEILINGS = {"private_imports": 59, "function_imports": 209, "granularity_checks": 30, "cycles": 2}
+CEILINGS = {"private_imports": 49, "function_imports": 209, "granularity_checks": 30, "cycles": 2}
 NAMED_TESTS_FLOOR = 34
 
 

@@ -16,7 +16,7 @@ import ipywidgets as W
 import torch
 
 from fp8lab.figures import fp4 as figs
-from fp8lab.figures.plots import PALETTE, _block_grid, _heatmap
+from fp8lab.figures.plots import PALETTE, block_grid, heatmap
 from fp8lab.gemm import emulated_mm
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
@@ -92,7 +92,7 @@ class TwoDWeightPanel(Panel):
 
     def draw(self, data, axes) -> None:
         diff = (data["wd"] - data["wf"]).abs() / data["w"].abs().max()
-        _heatmap(axes[0], _block_grid(diff[:48, :48], 48), "magma_r", "|difference| / max |w|", vmin=0,
+        heatmap(axes[0], block_grid(diff[:48, :48], 48), "magma_r", "|difference| / max |w|", vmin=0,
                  vmax=0.2, shape=(48, 48), colorbar=redraw.kept_colorbar(axes[0]))
         axes[0].set_xlabel("K (input channel)")
         axes[0].set_ylabel("N (output channel)")
