@@ -16,16 +16,16 @@ import torch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from fp8lab.figures.axes import log_axis, steady_limits
-from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, WINDOW, _ax
+from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, WINDOW, ax_or_new
 
-__all__ = ["block_bars", "dy_range", "error_vs_draws", "layer_bars", "parts_bars", "rounding_means"]
+__all__ = ["block_bars", "block_bars_data", "dy_range", "error_vs_draws", "layer_bars", "parts_bars", "rounding_means"]
 
 
 def dy_range(ranges, layer: str, step: int | None = None, binades: dict[str, float] | None = None, ax=None):
     """log2 of a layer's largest |dy| and its smallest nonzero |dy| at every step (ranges: step, layer, amax,
     smallest), the span between them shaded; each format's span of binades drawn down from the largest value
     (one scale per tensor covers that much); the chosen step marked."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     part = ranges[ranges.layer == layer]
     hi, lo = np.log2(part["amax"].to_numpy()), np.log2(part["smallest"].to_numpy())
     steps = part["step"].to_numpy()
@@ -45,20 +45,28 @@ def dy_range(ranges, layer: str, step: int | None = None, binades: dict[str, flo
     return ax
 
 
+def block_bars_data(values: torch.Tensor, kept: torch.Tensor, ylim: float | None = None) -> dict:
+    """What block_bars draws: element indices, the values (bars), the (x, y) of the kept values (dots) and of
+    the values flushed to zero (crosses), the y limit `top` (the plot spans -top to top)."""
+    v, k = values.detach().double().numpy(), kept.detach().double().numpy()
+    idx = np.arange(len(v))
+    zero = (k == 0) & (v != 0)
+    top = ylim if ylim is not None else max(float(np.abs(v).max()), float(np.abs(k).max()), 1e-30) * 1.1
+    return {"idx": idx, "values": v, "kept": (idx[~zero], k[~zero]), "flushed": (idx[zero], k[zero]), "top": top}
+
+
 def block_bars(values: torch.Tensor, kept: torch.Tensor, ax=None, title: str = "", ylim: float | None = None):
     """One block's values (bars) and what a quantization keeps of them (dots), element by element; the
     values kept as zero marked in grey."""
-    ax = _ax(ax)
-    v, k = values.detach().double().numpy(), kept.detach().double().numpy()
-    idx = np.arange(len(v))
-    bars = ax.bar(idx, v, color=PALETTE[0], alpha=0.45)
-    zero = (k == 0) & (v != 0)
-    kept = ax.scatter(idx[~zero], k[~zero], color=PALETTE[3], s=14, zorder=3)
-    flushed = ax.scatter(idx[zero], k[zero], color=FLUSH, marker="x", s=18, zorder=3)
+    ax = ax_or_new(ax)
+    d = block_bars_data(values, kept, ylim)
+    bars = ax.bar(d["idx"], d["values"], color=PALETTE[0], alpha=0.45)
+    kept = ax.scatter(*d["kept"], color=PALETTE[3], s=14, zorder=3)
+    flushed = ax.scatter(*d["flushed"], color=FLUSH, marker="x", s=18, zorder=3)
     ax.axhline(0, color="black", lw=0.6)
-    top = ylim if ylim is not None else max(float(np.abs(v).max()), float(np.abs(k).max()), 1e-30) * 1.1
-    ax.set_ylim(-top, top)
-    ax.set_xticks([0, len(v) // 2, len(v) - 1])
+    ax.set_ylim(-d["top"], d["top"])
+    n = len(d["values"])
+    ax.set_xticks([0, n // 2, n - 1])
     ax.set_xlabel("element of the block")
     ax.set_ylabel("value")
     ax.set_title(title, fontsize=9)
@@ -71,7 +79,7 @@ def block_bars(values: torch.Tensor, kept: torch.Tensor, ax=None, title: str = "
 def rounding_means(x: torch.Tensor, nearest: torch.Tensor, stochastic: torch.Tensor, draws: int, grid=None, ax=None):
     """The rounded value against x: round to nearest (a staircase: its error never averages out) and the mean of
     `draws` stochastic roundings (on the diagonal, within its noise); the format's values as ticks."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     xs = x.double().numpy()
     ax.plot(xs, xs, color=FLUSH, lw=0.8, ls=":", label="x itself")
     ax.plot(xs, nearest.double().numpy(), color=PALETTE[0], lw=1.5, label="round to nearest")
@@ -90,7 +98,7 @@ def rounding_means(x: torch.Tensor, nearest: torch.Tensor, stochastic: torch.Ten
 def error_vs_draws(draws: list[int], stochastic: list[float], nearest: float, single: float | None = None, ax=None):
     """Relative error of one GEMM's output against the exact product: round to nearest (one line: the same every
     time), stochastic rounding averaged over n draws (falls like 1/sqrt(n) until only the scale's error is left)."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     ax.plot(draws, stochastic, color=PALETTE[3], marker="o", ms=3, lw=1.5, label="stochastic: mean of n draws")
     ax.axhline(nearest, color=PALETTE[0], lw=1.5, label="round to nearest")
     if single is not None:
@@ -107,7 +115,7 @@ def error_vs_draws(draws: list[int], stochastic: list[float], nearest: float, si
 def layer_bars(df, column: str, ax=None, ylabel: str = "", title: str = "", percent: bool = False):
     """A bar per layer (df indexed by layer, with `column` and "kept in high precision"), the kept layers in
     vermillion; percent: the column is a share (0-1), shown in %."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     names = list(df.index)
     colors = [CLIP if k else PALETTE[0] for k in df["kept in high precision"]]
     ax.bar(range(len(names)), df[column], color=colors)
@@ -125,7 +133,7 @@ def parts_bars(values: dict[str, float], spread: dict[str, float] | None = None,
                reference: float | None = None, ax=None, ylabel: str = "final loss vs bf16", title: str = ""):
     """A bar per run: its loss relative to a reference (values: run -> relative change, 0.05 = 5% above), the
     seeds' spread as an error bar, the highlighted run in vermillion."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     names = list(values)
     colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
     err = [spread.get(n, 0.0) for n in names] if spread else None

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.ticker import PercentFormatter
 
 from fp8lab.figures.axes import log_axis
-from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, _ax
+from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, ax_or_new
 
 __all__ = ["contrast_bars", "depth_curves", "pair_bars", "sum_error", "weight_path"]
 
@@ -23,7 +23,7 @@ def sum_error(ks, nearest, stochastic, per_value: dict[str, float], mark: int | 
               title: str = ""):
     """Relative error of sums of k values against k (log-log): round to nearest and one stochastic draw (solid), each
     rounding's error per value (dotted, the same colour); the chosen k marked."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     ax.plot(ks, nearest, color=NEAREST, marker="o", ms=3, lw=1.5, label="round to nearest: the sum")
     ax.plot(ks, stochastic, color=STOCHASTIC, marker="o", ms=3, lw=1.5, label="stochastic (one draw): the sum")
     ax.axhline(per_value["nearest"], color=NEAREST, lw=1, ls=":", label="round to nearest: per value")
@@ -41,7 +41,7 @@ def sum_error(ks, nearest, stochastic, per_value: dict[str, float], mark: int | 
 
 def weight_path(exact, nearest, stochastic, ax=None, title: str = ""):
     """A weight's value after each step: the exact updates (dotted), round to nearest and stochastic rounding."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     steps = np.arange(len(exact))
     ax.plot(steps, np.asarray(exact), color=FLUSH, lw=1, ls=":", label="exact updates")
     ax.plot(steps, np.asarray(nearest), color=NEAREST, lw=1.5, label="gradient rounded to nearest")
@@ -56,7 +56,7 @@ def weight_path(exact, nearest, stochastic, ax=None, title: str = ""):
 def contrast_bars(table, ax=None, title: str = ""):
     """table indexed by (format, rounding) with "without" and "with": a pair of bars per row, the transform's bar
     hatched."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     labels = [f"{f}\n{'to nearest' if r == 'nearest' else 'stochastic'}" for f, r in table.index]
     x = np.arange(len(labels))
     ax.bar(x - 0.2, table["without"], 0.4, color=PALETTE[0], label="as it is")
@@ -70,7 +70,7 @@ def contrast_bars(table, ax=None, title: str = ""):
 
 def depth_curves(depths, one_d, two_d, mark: int | None = None, ax=None, title: str = ""):
     """dgrad's drift from the chain rule against depth: 1-D weight copies and 2-D blocks."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     ax.plot(depths, one_d, color=CLIP, marker="o", ms=3, lw=1.5, label="1 x c weight blocks (two copies)")
     ax.plot(depths, two_d, color=PALETTE[2], marker="s", ms=3, lw=1.5, label="c x c weight blocks (one copy)")
     if mark is not None:
@@ -86,7 +86,7 @@ def depth_curves(depths, one_d, two_d, mark: int | None = None, ax=None, title: 
 
 def pair_bars(groups, first, second, names: tuple[str, str], ax=None, ylabel: str = "", title: str = ""):
     """Two bars per group (first, second: a value per group, relative changes), the second hatched; 0 drawn."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     x = np.arange(len(groups))
     ax.bar(x - 0.2, first, 0.4, color=PALETTE[0], label=names[0])
     ax.bar(x + 0.2, second, 0.4, color=PALETTE[2], hatch="//", label=names[1])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, _ax, _block_grid, _heatmap
+from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, ax_or_new, block_grid, heatmap
 
 __all__ = ["copies_bars", "flushed_map", "mismatch_flush", "mismatch_losses"]
 
@@ -21,11 +21,11 @@ def flushed_map(x: torch.Tensor, values: torch.Tensor | None, ax=None, title: st
     """Where x[M, K]'s nonzero values became zero in `values` (its dequantized operand, in x's layout; None:
     the GEMM runs in high precision, nothing flushes), pooled to at most 64 x 64 cells: dark cells lost most.
     Outlier channels are marked along the top."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     x = x.detach().float()
     flushed = torch.zeros_like(x) if values is None else ((x != 0) & (values == 0)).float()
     m, k = x.shape
-    _heatmap(ax, _block_grid(flushed), "magma_r", "share flushed to 0", vmin=0, vmax=1, shape=(m, k),
+    heatmap(ax, block_grid(flushed), "magma_r", "share flushed to 0", vmin=0, vmax=1, shape=(m, k),
              colorbar=colorbar)
     if outlier_channels is not None and len(outlier_channels):
         cols = np.asarray(outlier_channels, dtype=float) + 0.5
@@ -41,7 +41,7 @@ def mismatch_flush(df, ax=None):
     """Share of fc2's input flushed to zero, per recipe (groups) and GEMM (bars: fprop, wgrad), each bar
     labelled with its share; a GEMM kept in high precision is marked "no FP8" instead of a bar. df: index
     (recipe, gemm), columns underflow and format ("high precision" where nothing is quantized)."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     recipes = list(dict.fromkeys(df.index.get_level_values(0)))
     width = 0.38
     for j, (gemm, color) in enumerate((("fprop", PALETTE[0]), ("wgrad", PALETTE[1]))):
@@ -67,7 +67,7 @@ def mismatch_flush(df, ax=None):
 def mismatch_losses(df, ax=None):
     """Final loss per recipe: the mean over seeds (bar) and each seed (dots), with the loss of predicting the
     mean target (dashed). df: columns seed, run, loss, constant."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     runs = list(dict.fromkeys(df["run"]))
     for i, run in enumerate(runs):
         part = df[df.run == run]
@@ -85,7 +85,7 @@ def mismatch_losses(df, ax=None):
 def copies_bars(shares: dict[str, float], ax=None, highlight: str | None = None):
     """The share of a weight's elements whose fprop and dgrad copies differ, one horizontal bar per recipe (the
     highlighted one in vermillion), each labelled with its share."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     names = list(shares)
     for i, name in enumerate(names):
         v = shares[name]

@@ -3,9 +3,10 @@
 Public: histogram_log2, number_line, scale_heatmap,
 block_error_heatmap, metric_vs_block, overflow_vs_block, gemm_error_vs_k, bars,
 loss_curves, monitor_lines, amax_over_steps, outlier_cliff, sink_cliff, published_markers, readiness_heatmap,
-PALETTE; and from fp8lab.figures.axes, which makes the figures and their axes: use_theme, figure,
-to_png, log_axis, steady_limits, magnitude, PIXEL_RATIO. One seaborn theme and a colour-blind-safe
-palette everywhere; axes carry units and tick labels (tests/test_widgets.py checks every panel's axes).
+PALETTE, and the pieces other figure modules build on (ax_or_new, block_grid, heatmap); and from
+fp8lab.figures.axes, which makes the figures and their axes: use_theme, figure, to_png, log_axis, steady_limits,
+magnitude, PIXEL_RATIO. One seaborn theme and a colour-blind-safe palette everywhere; axes carry units and tick
+labels (tests/test_widgets.py checks every panel's axes).
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ __all__ = [
     "PALETTE",
     "PIXEL_RATIO",
     "amax_over_steps",
+    "ax_or_new",
     "bars",
     "block_error_heatmap",
+    "block_grid",
     "figure",
     "gemm_error_vs_k",
+    "heatmap",
     "histogram_log2",
     "log_axis",
     "loss_curves",
@@ -59,7 +63,8 @@ WINDOW = "#009e73"  # green: the representable window
 LAYER_STYLES = ("-", "--", ":", "-.")
 
 
-def _ax(ax):
+def ax_or_new(ax):
+    """`ax`, or a new figure's single axes where it is None (every plot function takes an optional ax)."""
     return ax if ax is not None else figure()[1]
 
 
@@ -74,7 +79,7 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     precision (normal range), lighter where subnormal, grey where they flush to zero,
     vermillion beyond the max where they clip. A per-tensor scale sets the window. xlim: the
     x range (log2) to show at least (a panel's fixed axis); wider where the data or window are."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     fmt = get_format(fmt if fmt is not None else q.fmt if q is not None else "e4m3")
     if scale is None:
         scale = float(q.scale.max()) if q is not None and q.scale.numel() == 1 else 1.0
@@ -108,7 +113,7 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
 
 def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: float = 17, mark: float | None = None):
     """Where each format's positive values sit on a log2 axis (one row per format)."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     formats = [get_format(f) for f in formats]
     inside = []  # each format's positive values in [2^lo, 2^hi]
     for fmt in formats:
@@ -145,7 +150,8 @@ def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: 
 # ---- blocks ------------------------------------------------------------------------------------------
 
 
-def _block_grid(values: torch.Tensor, max_cells: int = 64) -> np.ndarray:
+def block_grid(values: torch.Tensor, max_cells: int = 64) -> np.ndarray:
+    """A (rows, cols) grid of values as a float64 array for a heatmap, average-pooled to at most max_cells a side."""
     v = values.detach().double()
     if v.dim() == 0:
         v = v.reshape(1, 1)
@@ -157,7 +163,7 @@ def _block_grid(values: torch.Tensor, max_cells: int = 64) -> np.ndarray:
     return v.numpy()
 
 
-def _heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = None, vmax: float | None = None,
+def heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = None, vmax: float | None = None,
              shape: tuple[int, int] | None = None, colorbar=None):
     """imshow + colorbar (what seaborn's heatmap draws, at a fraction of the cost). shape: the
     (rows, cols) of blocks the grid stands for (it may be pooled): the ticks count blocks.
@@ -178,12 +184,12 @@ def _heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = N
 
 def scale_heatmap(q: QuantizedTensor, ax=None, colorbar=None):
     """log2 of each block's scale: where the blocks with large values are."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     s = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
-    grid = _block_grid(torch.log2(s.clamp(min=1e-45)))
+    grid = block_grid(torch.log2(s.clamp(min=1e-45)))
     # colours on whole multiples of 4 binades: the same colour is the same scale across settings
     lo, hi = 4 * math.floor(float(grid.min()) / 4), 4 * math.ceil(float(grid.max()) / 4)
-    _heatmap(ax, grid, "viridis", "log2(scale)", vmin=lo, vmax=max(hi, lo + 4),
+    heatmap(ax, grid, "viridis", "log2(scale)", vmin=lo, vmax=max(hi, lo + 4),
              shape=tuple(s.reshape(-1, s.shape[-1]).shape) if s.dim() else (1, 1), colorbar=colorbar)
     ax.set_xlabel(f"block column ({s.shape[-1] if s.dim() else 1} along K)")
     ax.set_ylabel(f"block row ({s.shape[0] if s.dim() else 1} along M)")
@@ -195,13 +201,13 @@ def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None, colorbar=N
     """The fraction of each block's values that lost more than rounding allows: a relative
     error beyond half a step of the format's normal range, 2^-(mantissa_bits + 1) (flushed
     and subnormal values). A block's SQNR would hide it: its energy is the outlier's."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     r, c = q.block_shape
     x2 = x.detach().reshape(q.shape).float()
     lost = ((x2 - q.dequantize()).abs() > x2.abs() * 2.0 ** -(q.fmt.mantissa_bits + 1)).float()
     # padding counts as neither lost nor present: divide by the real elements of each block
     frac = padded_blocks(lost, (r, c)).sum((1, 3)) / padded_blocks(torch.ones_like(lost), (r, c)).sum((1, 3))
-    _heatmap(ax, _block_grid(frac), "magma_r", "fraction of values lost", vmin=0, vmax=1, shape=tuple(frac.shape),
+    heatmap(ax, block_grid(frac), "magma_r", "fraction of values lost", vmin=0, vmax=1, shape=tuple(frac.shape),
              colorbar=colorbar)
     ax.set_xlabel("block column (along K)")
     ax.set_ylabel("block row (along M)")
@@ -212,7 +218,7 @@ def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None, colorbar=N
 def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | None = None):
     """A metric (default SQNR in dB) against block size, one line per strategy; each tick
     also gives the scales' memory in bits per element (of the first strategy)."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     labels = list(dict.fromkeys(df["block"]))
     xs = {b: i for i, b in enumerate(labels)}
     for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False)):
@@ -235,7 +241,7 @@ def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | Non
 def overflow_vs_block(df, ax=None):
     """The share of values that clipped (overflow) against block size, one line per strategy:
     where the OCP floor rule pays for its higher SQNR."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     labels = list(dict.fromkeys(df["block"]))
     xs = {b: i for i, b in enumerate(labels)}
     for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False)):
@@ -258,7 +264,7 @@ def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | N
     """A quantization metric against outlier magnitude (log x), one line per recipe: where
     each recipe's ordinary values fall off. df: recipe, outliers, and the metric's column.
     markers: label -> outlier magnitude, drawn as labelled dotted lines (published ratios)."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     if markers:
         published_markers(ax, markers, at="top" if metric.endswith("underflow") else "bottom")
     for i, (recipe, part) in enumerate(df.groupby("recipe", sort=False)):
@@ -299,7 +305,7 @@ def sink_cliff(df, ax=None, relative: bool = False, mark: float | None = None, l
     sink value, drawn as labelled dotted lines (published ratios); extra: optional
     rows (run, sinks, loss, change) trained at such a value, drawn as diamonds (change: against the
     run's own no-sink run, for relative=True)."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     if markers:
         published_markers(ax, markers)
     d = df.copy()
@@ -350,7 +356,7 @@ def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K", da
     """Relative error of the GEMM against K, one line per accumulation setting (log-log); the settings named in
     `dashed` drawn dashed (a comparison, not an accumulator); `reference`: label -> a level drawn as a dotted
     horizontal line, labelled at its right end."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     for i, (label, part) in enumerate(df.groupby("accumulation", sort=False)):
         ax.plot(part["K"].to_numpy(), part["relative error"].to_numpy(), marker="o", color=PALETTE[i % 10],
                 label=label, linestyle="--" if label in dashed else "-")
@@ -371,7 +377,7 @@ def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K", da
 def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", log: bool = False,
          highlight: str | None = None):
     """A bar per named value (e.g. error per recipe, time per backend), the highlighted one in vermillion."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     names = list(values)
     colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
     ax.bar(range(len(names)), [values[n] for n in names], color=colors)
@@ -399,7 +405,7 @@ def run_colors(runs) -> dict:
 def loss_curves(history, ax=None, smooth: int = 5, title: str = "training loss", colors: dict | None = None,
                 legend: bool = True):
     """Loss against step, one line per run (a rolling mean over `smooth` steps), log y."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     colors = colors or run_colors(history["run"])
     for run, part in history.groupby("run", sort=False):
         y = part["loss"].rolling(smooth, min_periods=1).mean() if smooth > 1 else part["loss"]
@@ -418,7 +424,7 @@ def monitor_lines(monitor, metric: str = "underflow", ax=None, gemm: str = "fpro
                   colors: dict | None = None, legend: bool = True):
     """A per-layer statistic over training (fraction underflowed, overflowed, amax), per run:
     colour = run, line style = layer."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     if monitor is None or len(monitor) == 0:
         ax.set_title(f"{metric}: nothing recorded yet")
         return ax
@@ -456,7 +462,7 @@ def runs_legend(ax, colors: dict, layers=()) -> None:
 
 def amax_over_steps(df, ax=None):
     """Delayed scaling over steps: each step's amax, the amax its scale used, and the clips."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     ax.plot(df["step"].to_numpy(), df["amax"].to_numpy(), color=PALETTE[0], label="this step's amax")
     for i, col in enumerate(c for c in df.columns if c.startswith("scale amax")):
         ax.plot(df["step"].to_numpy(), df[col].to_numpy(), drawstyle="steps-mid", color=PALETTE[i + 1],
@@ -480,7 +486,7 @@ def readiness_heatmap(worst, target_db: float, chosen: dict[str, str] | None = N
     """Layers x recipes coloured by each layer's worst operand SQNR (dB); red below target_db,
     blue above; the recipe chosen for each layer (`chosen`: layer -> recipe) is boxed.
     worst: DataFrame indexed by layer, one column per recipe (ReadinessReport.worst())."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     grid = worst.to_numpy(dtype=float)
     shown = np.clip(np.nan_to_num(grid, nan=-10.0, posinf=target_db + 30, neginf=-10.0), -10.0, target_db + 30)
     span = max(abs(shown.max() - target_db), abs(shown.min() - target_db), 1.0)

@@ -16,7 +16,7 @@ import torch
 from matplotlib.ticker import PercentFormatter
 
 from fp8lab.figures.axes import log_axis
-from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, WINDOW, _ax, _block_grid, _heatmap
+from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, WINDOW, ax_or_new, block_grid, heatmap
 
 __all__ = ["NVFP4_BINS", "nvfp4_block_scales", "scale_histogram", "shares_vs_magnitude", "weight_copies"]
 
@@ -40,7 +40,7 @@ def nvfp4_block_scales(counts: tuple[np.ndarray, np.ndarray], ax=None, ymax: flo
     block's small values flush); the training engines store it as an E4M3 subnormal, and as 0 below half the
     smallest subnormal (the block flushes whole).
     ymax: a fixed top for the count axis (the panel's largest count over every setting: the axes stay put)."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     for values, color, label in ((counts[0], PALETTE[0], "blocks without an outlier"),
                                  (counts[1], CLIP, "blocks holding an outlier channel")):
         ax.stairs(values, NVFP4_BINS, fill=True, color=color, alpha=0.75, label=label)
@@ -64,12 +64,12 @@ def nvfp4_block_scales(counts: tuple[np.ndarray, np.ndarray], ax=None, ymax: flo
 def shares_vs_magnitude(df, columns: dict[str, str], ax=None, mark: float | None = None, title: str = ""):
     """Shares (0..1) against outlier magnitude (log x; 'none' drawn at 1), one line per column of df (columns:
     column -> label), the magnitude `mark` marked. df: a column "outliers" and the share columns."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     x = df["outliers"].where(df["outliers"] > 0, 1.0).to_numpy()
     for i, (column, label) in enumerate(columns.items()):
         ax.plot(x, df[column].to_numpy(), marker="o", ms=4, color=PALETTE[i % 10], label=label)
     if mark is not None:
-        ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1)
+        ax.axvline(mark if mark > 0 else 1.0, color=FLUSH, ls=":", lw=1, gid="mark")
     ax.set_xscale("log")
     log_axis(ax, "x")
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
@@ -84,9 +84,9 @@ def shares_vs_magnitude(df, columns: dict[str, str], ax=None, mark: float | None
 def weight_copies(differ: torch.Tensor, ax=None, title: str = "", colorbar=None):
     """Where a weight w[N, K]'s two quantized copies (fprop's, dgrad's) hold different values, pooled to at most
     64 x 64 cells: the share of each cell's elements whose copies differ."""
-    ax = _ax(ax)
+    ax = ax_or_new(ax)
     n, k = differ.shape
-    _heatmap(ax, _block_grid(differ.float()), "magma_r", "share that differs", vmin=0, vmax=1, shape=(n, k),
+    heatmap(ax, block_grid(differ.float()), "magma_r", "share that differs", vmin=0, vmax=1, shape=(n, k),
              colorbar=colorbar)
     ax.set_xlabel("input channel (K)")
     ax.set_ylabel("output channel (N)")

@@ -1,11 +1,14 @@
 """Redrawing a panel's figure in place: the axes stay, the data is drawn again on them.
 
-Public: clear_data(ax), kept_colorbar(ax). A panel that redraws while a slider moves keeps its
+Public: clear_data(ax), kept_colorbar(ax), move_bars(bars, heights), move_points(collection, x, y).
+A panel that redraws while a slider moves keeps its
 axes (their ticks, tick labels and grid are most of a drawing's cost, and fp8lab.figures.render's
 LayeredCanvas keeps their pixels while they do not change) and asks the plot functions, which
 know nothing of this, to draw on them again. clear_data takes off what a drawing put on an axes
 and puts back what a new axes starts with, so that the drawing that follows gives the pixels it
-gives on a new axes (tests/test_widgets.py compares them, plot by plot and panel by panel).
+gives on a new axes (tests/test_widgets.py compares them, plot by plot and panel by panel). Where a
+drawing's artists stay and only their data change (bars' heights, a scatter's points), move_bars and
+move_points set the data on the artists drawn, as the plot function would have made them.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from __future__ import annotations
 import weakref
 
 import matplotlib
+import numpy as np
 from matplotlib.transforms import Bbox
 
-__all__ = ["clear_data", "kept_colorbar"]
+__all__ = ["clear_data", "kept_colorbar", "move_bars", "move_points"]
 
 _colorbars: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ax -> the Colorbar beside it
 
@@ -51,3 +55,16 @@ def kept_colorbar(ax):
     """The colorbar an earlier drawing put beside `ax` (None if none): the next heatmap draws into it
     (fp8lab.figures.plots' heatmaps take it as `colorbar=`) instead of taking space for a new one."""
     return _colorbars.get(ax)
+
+
+def move_bars(bars, heights) -> None:
+    """Give the vertical bars `bars` (Rectangles from ax.bar, bottoms at 0) these heights, one each."""
+    if len(bars) != len(heights):
+        raise ValueError(f"{len(bars)} bars, {len(heights)} heights")
+    for bar, height in zip(bars, heights, strict=True):
+        bar.set_height(height)
+
+
+def move_points(collection, x, y) -> None:
+    """Put the points of `collection` (from ax.scatter, one size and colour for all) at (x, y), as many as given."""
+    collection.set_offsets(np.ma.column_stack([np.asarray(x, float), np.asarray(y, float)]))

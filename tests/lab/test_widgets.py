@@ -10,8 +10,9 @@ import time
 import pytest
 from PIL import Image
 
+from fp8lab.bench.widgets import changes
 from fp8lab.figures import plots
-from fp8lab.lab.panels import PANELS, BitsPanel, DistributedPanel, TimingPanel, TrainingPanel, sweep_values
+from fp8lab.lab.panels import LIVE_PANELS, PANELS, BitsPanel, DistributedPanel, TimingPanel, TrainingPanel, sweep_values
 from fp8lab.lab.predictions import Prediction
 from tests.notebooks.test_lessons import SHIPPED_BROKEN, SHIPPED_FP32, SHIPPED_TRAINS_WELL
 
@@ -451,6 +452,31 @@ def test_a_redraw_shows_what_a_whole_fresh_drawing_shows(name):
         assert glyph_cache_stats()["glyph hits"] > hits, "the glyph cache was never used"
     if name in ("per_tensor", "gemm", "training_cliff"):
         assert canvas.stats["kept"] > 0, canvas.stats  # the background was kept at least once
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "gradients" else n
+                                  for n in LIVE_PANELS])
+def test_after_a_drag_the_picture_and_numbers_are_those_of_a_fresh_drawing(name):
+    """Every live panel, each slider dragged as `bench widgets` drags it (to one end, the other and back; a panel
+    without a slider: its controls clicked), then let go at a value the drag passed: the PNG's bytes and the text
+    with its numbers are those of a new panel drawn once at the same values, whatever a redraw kept or moved in
+    place on the way (gradients: slow to make, it trains notebook 09's models)."""
+    panel = PANELS[name]()
+    panel.refresh()
+    defaults = panel.values()
+    drags, clicks = changes(panel)
+    for control, path in (drags or clicks).items():
+        if panel.values() != defaults:
+            panel.update(**defaults)
+        for value in path:
+            panel.update(**{control: value})
+        panel.update(**{control: path[len(path) // 2]})  # let go
+        fresh = PANELS[name]()
+        if name == "cost":
+            fresh._measured = panel._measured  # it times quantization once per panel
+        fresh.update(**panel.values())
+        assert fresh.image.value == panel.image.value, f"{name}.{control}: the picture after the drag differs"
+        assert fresh.text.value == panel.text.value, f"{name}.{control}: the numbers after the drag differ"
 
 
 def test_a_redraw_computes_with_one_torch_thread_and_the_timing_panel_with_all(monkeypatch):

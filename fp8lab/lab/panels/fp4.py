@@ -16,9 +16,21 @@ import ipywidgets as W
 import torch
 
 from fp8lab.figures import fp4 as figs
-from fp8lab.figures.plots import PALETTE, _block_grid, _heatmap
+from fp8lab.figures.plots import PALETTE, block_grid, heatmap
+from fp8lab.gemm import emulated_mm
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
+from fp8lab.lab.panels.weights import weight_copies
+from fp8lab.numerics.formats import E2M1, cast
+from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.recipes import NVFP4_HADAMARD, get_recipe, nvfp4_with
+from fp8lab.training.capstone import make_case
+from fp8lab.training.capture import capture
+from fp8lab.training.cost import PUBLISHED
+from fp8lab.training.layers import layer_gemms
+from fp8lab.training.measured_fp4 import PARTS_ON, parts
+from fp8lab.training.models import TeacherTask, make_model
+from fp8lab.training.parts import flops_speedup, layer_costs, part_label, train_parts
 
 __all__ = ["HadamardPanel", "HighPrecisionPanel", "PartsPanel", "RoundingPanel", "TwoDWeightPanel"]
 
@@ -28,8 +40,6 @@ OUTLIERS = (1.0, 3.0, 10.0, 30.0, 100.0, 1000.0)
 
 def _lesson_weight(rows: int = 256, cols: int = 256) -> torch.Tensor:
     """A corner of the lesson MLP's fc2 weight at its initial values (fp8lab.training.models, seed 0)."""
-    from fp8lab.training.models import make_model
-
     return make_model("mlp", 0).fc2.weight.detach()[:rows, :cols].clone()
 
 
@@ -50,7 +60,6 @@ class TwoDWeightPanel(Panel):
     """A weight quantized as fprop reads it (w[N, K] along K) and as dgrad reads it (w^T[K, N] along N): with 1 x c
     blocks those are two sets of codes, with c x c blocks one. The map shows where the copies differ; the text what
     it does to dgrad's gradient (the chain rule differentiates the forward's weight, dgrad multiplies by the other)."""
-
     title = "2-D weight blocks: does dgrad multiply by the weight the forward used?"
     ncols, width, height = 2, 4.2, 3.3
     keep_axes = True  # the map's colorbar kept
@@ -70,9 +79,6 @@ class TwoDWeightPanel(Panel):
         )
 
     def compute(self, recipe, blocks, outliers) -> dict:
-        from fp8lab.lab.panels.weights import weight_copies
-        from fp8lab.numerics.recipes import get_recipe
-
         w = self.weight.clone()
         w.view(-1)[self.spots] *= outliers
         r = get_recipe(recipe).with_2d_weight(blocks)
@@ -86,7 +92,7 @@ class TwoDWeightPanel(Panel):
 
     def draw(self, data, axes) -> None:
         diff = (data["wd"] - data["wf"]).abs() / data["w"].abs().max()
-        _heatmap(axes[0], _block_grid(diff[:48, :48], 48), "magma_r", "|difference| / max |w|", vmin=0,
+        heatmap(axes[0], block_grid(diff[:48, :48], 48), "magma_r", "|difference| / max |w|", vmin=0,
                  vmax=0.2, shape=(48, 48), colorbar=redraw.kept_colorbar(axes[0]))
         axes[0].set_xlabel("K (input channel)")
         axes[0].set_ylabel("N (output channel)")
@@ -122,8 +128,6 @@ SOURCES = {
 
 def _fc2_input() -> torch.Tensor:
     """fc2's input x[M, K] in the lesson MLP without sinks, one batch, initial weights (GELU(fc1(x) + b1))."""
-    from fp8lab.training.models import TeacherTask, make_model
-
     model = make_model("mlp", 0)
     x, _ = TeacherTask(seed=0).batch(torch.Generator().manual_seed(1_000), 128)
     with torch.no_grad():
@@ -133,7 +137,6 @@ def _fc2_input() -> torch.Tensor:
 class HadamardPanel(Panel):
     """A tensor's blocks of 16 along the contraction, before and after the random Hadamard transform (d = 16), and
     what NVFP4 keeps of each: one block drawn, the whole tensor's SQNR and a GEMM's error in the text."""
-
     title = "the random Hadamard transform: a block before and after, in NVFP4"
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = True
@@ -165,19 +168,16 @@ class HadamardPanel(Panel):
         return x[:64, :256] if source == "sinks_fprop" else x.t()[:64, :128].contiguous()
 
     def compute(self, source, outlier, block) -> dict:
-        from fp8lab.numerics.quantize import quantize
-        from fp8lab.numerics.recipes import NVFP4_HADAMARD as h
-
         t = self._tensor(source, outlier)
         k = t.shape[1]
-        rotated = h.apply(t)
+        rotated = NVFP4_HADAMARD.apply(t)
         q0 = quantize(t, granularity="1x16", **NVFP4).dequantize()
         q1 = quantize(rotated, granularity="1x16", **NVFP4).dequantize()
-        back = h.inverse(q1)[:, :k]
+        back = NVFP4_HADAMARD.inverse(q1)[:, :k]
         b = self.other[:, :k]
         exact = t.double() @ b.double().t()
         gemm_plain = quantize(b, granularity="1x16", **NVFP4).dequantize().double()
-        gemm_rot = quantize(h.apply(b), granularity="1x16", **NVFP4).dequantize().double()
+        gemm_rot = quantize(NVFP4_HADAMARD.apply(b), granularity="1x16", **NVFP4).dequantize().double()
         ordinary = t.abs() < t.abs().amax(1, keepdim=True) / 8  # the values well below their row's largest
         sl = slice(16 * block, 16 * block + 16)
         return {"before": t[0, sl], "kept_before": q0[0, sl], "after": rotated[0, sl], "kept_after": q1[0, sl],
@@ -190,11 +190,37 @@ class HadamardPanel(Panel):
                 "gemm_rot": _rel(q1.double() @ gemm_rot.t(), exact),
                 "block": block, "source": source}
 
-    def draw(self, data, axes) -> None:
+    @staticmethod
+    def _blocks(data) -> tuple[float, list[tuple]]:
+        """The y limit both plots share, and each plot's (values, what NVFP4 keeps, title)."""
         top = 1.1 * max(float(data["before"].abs().max()), float(data["after"].abs().max()), 1e-30)
-        figs.block_bars(data["before"], data["kept_before"], axes[0], f"block {data['block']}, as it is", top)
-        figs.block_bars(data["after"], data["kept_after"], axes[1], f"block {data['block']}, transformed (d = 16)",
-                        top)
+        return top, [(data["before"], data["kept_before"], f"block {data['block']}, as it is"),
+                     (data["after"], data["kept_after"], f"block {data['block']}, transformed (d = 16)")]
+
+    def draw(self, data, axes) -> None:
+        top, blocks = self._blocks(data)
+        for ax, (values, kept, title) in zip(axes, blocks, strict=True):
+            figs.block_bars(values, kept, ax, title, top)
+        self._drawn = [(list(ax.patches), *ax.collections) for ax in axes]  # bars, kept dots, flushed crosses
+
+    def draw_in_place(self, data) -> bool:
+        """Another block, outlier size or source: the same 16 bars and two sets of points, moved; the limits and
+        titles set again (what block_bars draws for these values)."""
+        drawn = getattr(self, "_drawn", None)
+        if drawn is None:
+            return False
+        top, blocks = self._blocks(data)
+        for ax, (bars, kept, flushed), (values, kept_values, title) in zip(self._figure[1], drawn, blocks,
+                                                                           strict=True):
+            d = figs.block_bars_data(values, kept_values, top)
+            if len(bars) != len(d["values"]):
+                return False
+            redraw.move_bars(bars, d["values"])
+            redraw.move_points(kept, *d["kept"])
+            redraw.move_points(flushed, *d["flushed"])
+            ax.set_ylim(-d["top"], d["top"])
+            ax.set_title(title, fontsize=9)
+        return True
 
     def describe(self, data) -> str:
         rows = {"SQNR of the tensor, NVFP4": f"as it is {data['sqnr_plain']:.1f} dB, transformed "
@@ -217,14 +243,11 @@ GEMM_DRAWS = (1, 2, 4, 8, 16, 32, 64)  # the weight gradient's: each a quantizat
 class RoundingPanel(Panel):
     """Stochastic rounding against round to nearest, on E2M1: the rounded value's mean over n draws (left), and the
     lesson MLP's weight gradient (fc2's, one batch) in NVFP4, one draw against the mean of n (right)."""
-
     title = "stochastic rounding: no bias on average; per value, more noise in one step"
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = True
 
     def __init__(self) -> None:
-        from fp8lab.numerics.formats import E2M1, cast
-
         self.x = torch.linspace(0.0, 6.0, 241)
         self._gemm = None
         # every draw the slider can average, made once: row i is the i-th stochastic rounding of x; the mean of the
@@ -239,8 +262,6 @@ class RoundingPanel(Panel):
         in NVFP4 with dy rounded to nearest and stochastically (x to nearest; no Hadamard transform): the error of
         one draw and of the mean of n draws, for every n in GEMM_DRAWS (computed once)."""
         if self._gemm is None:
-            from fp8lab.numerics.quantize import quantize
-            from fp8lab.training.models import TeacherTask, make_model
 
             model = make_model("mlp", 0)
             task = TeacherTask(seed=0)
@@ -267,8 +288,6 @@ class RoundingPanel(Panel):
         return self._gemm
 
     def compute(self, draws) -> dict:
-        from fp8lab.numerics.formats import E2M1, cast
-
         sr = (self._sums[draws - 1] / draws).float()  # the mean of the first `draws` stochastic roundings
         nearest = cast(self.x, E2M1)
         gemm = self._wgrad()
@@ -278,8 +297,6 @@ class RoundingPanel(Panel):
                 "bias_sr": bias_sr}
 
     def draw(self, data, axes) -> None:
-        from fp8lab.numerics.formats import E2M1
-
         grid = [v for v in E2M1.values().tolist() if v >= 0]
         figs.rounding_means(self.x, data["nearest"], data["sr"], data["draws"], grid, axes[0])
         gemm = data["gemm"]
@@ -305,19 +322,12 @@ SHARES = (0.0, 0.15, 0.3, 0.5)
 def _wgrad_errors(model: str) -> dict[str, float]:
     """Each linear layer's weight-gradient GEMM in NVFP4 (1x16, no parts), relative error against the exact product,
     on one batch at the initial weights (the paper's sign of a layer to keep: a large wgrad error)."""
-    from fp8lab.gemm import emulated_mm
-    from fp8lab.numerics.recipes import nvfp4_with
-    from fp8lab.training.capture import capture
-    from fp8lab.training.layers import layer_gemms
-
     if model == "mlp":
-        from fp8lab.training.models import TeacherTask, make_model
 
         net, task = make_model("mlp", 0), TeacherTask(seed=0)
         x, y = task.batch(torch.Generator().manual_seed(1_000), 128)
         loss = task.loss
     else:
-        from fp8lab.training.capstone import make_case
 
         case = make_case("llm_like", 0)
         net, (x, y), loss = case.make_model(), case.batch(torch.Generator().manual_seed(0)), case.loss
@@ -334,7 +344,6 @@ class HighPrecisionPanel(Panel):
     """Which linear layers a share kept in high precision means (the last ones: fp8lab's choice for nvfp4_training),
     their weight-gradient error in NVFP4 and their share of the GEMM work, and the speed-up left (Amdahl, with
     NVFP4's published GEMM speed-up)."""
-
     title = "layers kept in high precision: which ones, and what they cost"
     ncols, width, height = 2, 4.0, 3.4
     bottom = 1.2  # layer names under the bars, upright
@@ -349,10 +358,6 @@ class HighPrecisionPanel(Panel):
         )
 
     def compute(self, model, share) -> dict:
-        from fp8lab.numerics.recipes import nvfp4_with
-        from fp8lab.training.cost import PUBLISHED
-        from fp8lab.training.parts import flops_speedup, layer_costs
-
         if not self._errors:  # both models at the first draw (the cell's run), so that a switch redraws at once
             self._errors = {name: _wgrad_errors(name) for name in ("mlp", "llm_like")}
         recipe = nvfp4_with([]).with_high_precision_layers(share)
@@ -371,8 +376,6 @@ class HighPrecisionPanel(Panel):
                         percent=True)
 
     def describe(self, data) -> str:
-        from fp8lab.training.cost import PUBLISHED
-
         p = PUBLISHED["nvfp4"][0]
         kept = ", ".join(data["kept"]) or "none"
         rows = {"kept in high precision": f"{kept} ({percent(data['high'])} of the GEMM work)",
@@ -392,7 +395,6 @@ class PartsPanel(Panel):
     """The lesson MLP's final loss with NVFP4 and the chosen parts of its training recipe, beside NVFP4 without
     them, MXFP8 and bf16 (shipped runs: mean of 3 seeds, the seeds' spread as error bars), relative to bf16; a
     button trains the chosen combination now (seed 0)."""
-
     title = "the 4-bit recipe, trained: switch its parts on and off"
     live_sliders = False  # (no slider: checkboxes and a dropdown redraw the shipped runs; the button trains)
     ncols, width, height = 1, 6.5, 3.4
@@ -400,8 +402,6 @@ class PartsPanel(Panel):
     keep_axes = True
 
     def __init__(self) -> None:
-        from fp8lab.training.measured_fp4 import parts
-
         self.table = parts()
         self.train_button = W.Button(description="Train this combination (seed 0)", button_style="info",
                                      icon="play", layout=W.Layout(width="260px"))
@@ -422,8 +422,6 @@ class PartsPanel(Panel):
         return tuple(p for p, on in chosen.items() if on)
 
     def compute(self, two_d, hadamard, stochastic, high, measure) -> dict:
-        from fp8lab.training.parts import part_label
-
         label = part_label(self.parts_of(two_d, hadamard, stochastic, high))
         t = self.table[self.table.model == "mlp"]
         by = t.pivot_table(index="seed", columns="run", values=measure)
@@ -440,8 +438,6 @@ class PartsPanel(Panel):
                         title="mean of 3 seeds (bars: the seeds' spread); dashed: bf16")
 
     def describe(self, data) -> str:
-        from fp8lab.training.measured_fp4 import PARTS_ON
-
         rows = {r: f"{data['mean'][r]:.4f} ({100 * data['values'][r]:+.1f}% vs bf16)" for r in data["values"]}
         if data["live"] is not None:
             rows[f"{data['label']}, trained now (seed 0)"] = f"{data['live']:+.1%} vs bf16"
@@ -452,7 +448,6 @@ class PartsPanel(Panel):
         """Train bf16 and the chosen combination from seed 0 (150 steps) and show the result beside the bars."""
         if self._thread is not None and self._thread.is_alive():
             return None
-        from fp8lab.training.parts import train_parts
 
         v = self.values()
         chosen = self.parts_of(v["two_d"], v["hadamard"], v["stochastic"], v["high"])

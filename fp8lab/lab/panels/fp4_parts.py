@@ -15,6 +15,18 @@ import torch
 
 from fp8lab.figures import fp4_parts as figs
 from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
+from fp8lab.settings import smoke
+from fp8lab.training.fp4_effects import (
+    depth_drift,
+    flush_threshold,
+    hadamard_contrast,
+    signed_values,
+    small_update,
+    sum_rounding,
+)
+from fp8lab.training.gradients import WHEN, lesson_records
+from fp8lab.training.measured_fp4 import BACKWARD_ON, backward_runs, parts
+from fp8lab.training.parts import part_label
 
 __all__ = ["BackwardOnlyPanel", "DepthPanel", "HadamardContrastPanel", "SumRoundingPanel"]
 
@@ -30,9 +42,6 @@ SUM_SOURCES = {"the LLM-like model's head: dy at the first step": "head_first",
 def _head_dy(when: str) -> torch.Tensor:
     """The LLM-like model's head dy[M, N] (tokens, classes) at the first or last recorded step (the recording notebook
     09's gradient panel shows: fp8lab.training.gradients.lesson_records)."""
-    from fp8lab.settings import smoke
-    from fp8lab.training.gradients import lesson_records
-
     rec = lesson_records(0, smoke())["llm_like"]
     step = rec.at[0] if when == "first" else rec.at[-1]
     return rec.snapshots[step, "head"]
@@ -42,7 +51,6 @@ class SumRoundingPanel(Panel):
     """Left: a GEMM's sums (each row summed over k values, the values quantized to NVFP4 along k) against k, to
     nearest and with one stochastic draw, beside each rounding's error per value. Right: a weight updated by one
     value of a gradient block, step by step, the value a share of its block's largest."""
-
     title = "stochastic rounding: in a GEMM's sum, and over many small updates"
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = True
@@ -58,8 +66,6 @@ class SumRoundingPanel(Panel):
 
     def _sum(self, source: str | float) -> dict:
         """source: "head_first", "head_last", or the share of positive synthetic values."""
-        from fp8lab.training.fp4_effects import signed_values, sum_rounding
-
         if source not in self._sums:
             if isinstance(source, float):
                 values = signed_values(64, KS[-1], source)
@@ -69,8 +75,6 @@ class SumRoundingPanel(Panel):
         return self._sums[source]
 
     def compute(self, source, k, ratio, steps) -> dict:
-        from fp8lab.training.fp4_effects import flush_threshold, small_update
-
         s = self._sum(source)
         mark = min(s["ks"], key=lambda x: abs(x - k))
         at = s["ks"].index(mark)
@@ -101,15 +105,11 @@ class HadamardContrastPanel(Panel):
     """A trained gradient (the LLM-like model's dy, as notebook 09's gradient panel records it) in wgrad's layout,
     blocks along the tokens, quantized in NVFP4 and MXFP4, to nearest and stochastically, without and with NVFP4's
     random Hadamard transform: the relative error of dy, measured back in its own values."""
-
     title = "the Hadamard transform by contrast: NVFP4 against MXFP4, on trained gradients"
     live_sliders = False
     ncols, width, height = 1, 6.5, 3.2
 
     def __init__(self) -> None:
-        from fp8lab.settings import smoke
-        from fp8lab.training.gradients import WHEN, lesson_records
-
         self.record = lesson_records(0, smoke())["llm_like"]
         self._tables: dict = {}
         super().__init__(
@@ -118,8 +118,6 @@ class HadamardContrastPanel(Panel):
         )
 
     def compute(self, layer, when) -> dict:
-        from fp8lab.training.fp4_effects import hadamard_contrast
-
         step = self.record.at[when]
         if (layer, step) not in self._tables:
             self._tables[layer, step] = hadamard_contrast(self.record.snapshots[step, layer])
@@ -144,7 +142,6 @@ class DepthPanel(Panel):
     """dgrad through a chain of layers, against the chain rule of the forward that ran: with 1 x c weight blocks
     each layer's dgrad multiplies by a copy of the weight other than the forward's, and the errors add up with
     depth; with c x c blocks the copy is the forward's, at every depth."""
-
     title = "2-D weight blocks through depth: dgrad against the chain rule"
     live_sliders = True
     ncols, width, height = 1, 6.0, 3.2
@@ -159,8 +156,6 @@ class DepthPanel(Panel):
         )
 
     def _both(self, recipe: str) -> dict:
-        from fp8lab.training.fp4_effects import depth_drift
-
         if recipe not in self._curves:
             self._curves[recipe] = {"1d": depth_drift(DEPTHS[-1], two_d=False, recipe=recipe, width=128),
                                     "2d": depth_drift(DEPTHS[-1], two_d=True, recipe=recipe, width=128)}
@@ -198,8 +193,6 @@ def backward_table(measure: str = "final loss"):
     (each seed against its own bf16 run, then the mean of 3 seeds), and the seeds' half-spread. DataFrame."""
     import pandas as pd
 
-    from fp8lab.training.measured_fp4 import backward_runs, parts
-    from fp8lab.training.parts import part_label
 
     rows = []
     for frame, kind in ((parts(), "full"), (backward_runs(), "backward only")):
@@ -217,7 +210,6 @@ class BackwardOnlyPanel(Panel):
     """NVFP4 in every GEMM (the parts panel's runs) against NVFP4 in the backward GEMMs only, the forward GEMM in
     high precision, for no part, each part alone and all four: the lesson MLP's loss against bf16 (shipped runs,
     mean of 3 seeds)."""
-
     title = "the parts act in the backward pass: NVFP4 everywhere, and in the backward GEMMs only"
     live_sliders = False
     ncols, width, height = 1, 6.5, 3.2
@@ -237,8 +229,6 @@ class BackwardOnlyPanel(Panel):
                        "parts switched on (mean of 3 seeds); dashed: bf16")
 
     def describe(self, data) -> str:
-        from fp8lab.training.measured_fp4 import BACKWARD_ON
-
         t = data["table"]
         rows = {p: f"every GEMM {100 * t.loc[p, ('vs bf16', 'full')]:+.2f}%, backward only "
                    f"{100 * t.loc[p, ('vs bf16', 'backward only')]:+.2f}% (seeds' spread "

@@ -10,6 +10,11 @@ from __future__ import annotations
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures import plots
 from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
+from fp8lab.numerics.formats import E4M3, E5M2
+from fp8lab.numerics.quantize import quantize
+from fp8lab.settings import smoke
+from fp8lab.training.gradients import DY_CHOICES, WHEN, dy_choice_table, lesson_records
+from fp8lab.training.measured_fp4 import dy_control_runs, dy_runs, means
 
 __all__ = ["GradientPanel", "dy_loss_table"]
 
@@ -20,15 +25,11 @@ class GradientPanel(Panel):
     """dy of one linear layer at one point of training: as the chosen FP8 choice sees it (each value over its
     block's scale, against the format's window) and its range over the whole run; in the text, how far apart the
     scales of a 1x128 tiling lie (tokens differ), and every choice's flushed share and SQNR."""
-
     title = "the gradient side: dy over training, and what E4M3 / E5M2, per tensor / 1x128 keep of it"
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = True
 
     def __init__(self) -> None:
-        from fp8lab.settings import smoke
-        from fp8lab.training.gradients import DY_CHOICES, WHEN, lesson_records
-
         self.records = lesson_records(0, smoke())
         layers = [(f"{MODEL_NAMES[m]}: {layer}", (m, layer)) for m, rec in self.records.items() for layer in rec.layers]
         self._tables: dict = {}  # per (model, layer, step): what every choice shares (_step)
@@ -45,8 +46,6 @@ class GradientPanel(Panel):
         """What every choice shares at one layer and step: the table, the 1x128 tiles' scales, the span; made once."""
         import torch
 
-        from fp8lab.numerics.quantize import quantize
-        from fp8lab.training.gradients import dy_choice_table
 
         key = (model, name, step)
         if key not in self._tables:
@@ -67,9 +66,6 @@ class GradientPanel(Panel):
         return float(torch.log2(s.max() / s.min())) if s.numel() else 0.0
 
     def compute(self, layer, when, choice) -> dict:
-        from fp8lab.numerics.quantize import quantize
-        from fp8lab.training.gradients import DY_CHOICES, WHEN
-
         model, name = layer
         rec = self.records[model]
         step = rec.at[WHEN.index(when)]
@@ -84,8 +80,6 @@ class GradientPanel(Panel):
                 "span": shared["span"], "shape": tuple(dy.shape)}
 
     def draw(self, data, axes) -> None:
-        from fp8lab.numerics.formats import E4M3, E5M2
-
         plots.histogram_log2(data["seen"], fmt=data["q"].fmt, scale=1.0, ax=axes[0], xlim=(-40, 15),
                              title=f"dy over its scale: {data['choice']} ({len(data['seen'])} tokens)")
         figs.dy_range(data["ranges"], data["layer"], data["step"], {"E4M3": E4M3.dynamic_range_binades,
@@ -109,7 +103,6 @@ def dy_loss_table():
     forward's share taken out): a DataFrame per (model, run)."""
     import pandas as pd
 
-    from fp8lab.training.measured_fp4 import dy_control_runs, dy_runs, means
 
     runs = pd.concat([dy_runs(), dy_control_runs()])
     order = ["fp32", "dy unquantized", *[r for r in dict.fromkeys(dy_runs().run) if r != "fp32"]]

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import pandas as pd
 import torch
+from matplotlib.patches import StepPatch
 
 from fp8lab.data.synthetic import sample
 from fp8lab.figures import scales
@@ -110,6 +111,23 @@ class Nvfp4ScalesPanel(Panel):
                                                    "at_floor": "needing a scale under 2^-6",
                                                    "below_subnormals": "needing a scale under 2^-10"},
                                    axes[1], mark=data["outliers"], title="blocks without an outlier channel")
+        steps = [p for p in axes[0].patches if isinstance(p, StepPatch)]  # the two histograms, in counts' order
+        mark = next(line for line in axes[1].lines if line.get_gid() == "mark")
+        self._moving = (steps, mark)
+
+    def draw_in_place(self, data) -> bool:
+        """Another magnitude: the histograms' counts and the marked magnitude move; the axes (their limits fixed
+        over every magnitude), the curves and the E4M3 range stay, as nvfp4_block_scales and
+        shares_vs_magnitude draw them."""
+        moving = getattr(self, "_moving", None)
+        if moving is None:
+            return False
+        steps, mark = moving
+        for patch, counts in zip(steps, data["counts"], strict=True):
+            patch.set_data(counts)
+        x = data["outliers"] if data["outliers"] > 0 else 1.0
+        mark.set_xdata([x, x])
+        return True
 
     def describe(self, data) -> str:
         ts = data["tensor_scale"]

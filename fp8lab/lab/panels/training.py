@@ -23,6 +23,9 @@ from fp8lab.lab.panels.base import (
 )
 from fp8lab.numerics.recipes import RECIPES
 from fp8lab.settings import size
+from fp8lab.training.measured import PUBLISHED_ON, PUBLISHED_RATIO, TOKEN_SEEDS, cliff_rows, measured_on, published_runs
+from fp8lab.training.published import lesson_median, marker_sinks, sinks_for
+from fp8lab.training.train import HISTORIES, LESSON, delayed_recipes, train
 
 __all__ = ["TrainingCliffPanel", "TrainingPanel"]
 
@@ -38,15 +41,12 @@ class TrainingPanel(Panel):
     shrinks fc1's input 1e5-fold at LESSON.gain_drop_step (the mlp). Controls that only a new
     run can apply (recipes, model, sinks, steps, history, margin, input drop) are listed over
     the plot, against the run it shows, until Start trains with them."""
-
     title = "live training: recipes side by side"
     live_sliders = False  # its controls set up the next run; Start trains
     ncols, width, height, right = 2, 4.6, 3.3, 1.5
     RUN_CONTROLS = ("recipes", "model", "sinks", "placement", "steps", "history", "margin", "input_drop")
 
     def __init__(self, model: str = "mlp") -> None:
-        from fp8lab.training.train import HISTORIES, LESSON
-
         self.start = W.Button(description="Start", button_style="success", icon="play")
         self.stop = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
         self.progress = W.IntProgress(value=0, min=0, max=1, description="steps")
@@ -87,8 +87,6 @@ class TrainingPanel(Panel):
 
     def recipes_to_run(self, v: dict | None = None) -> list:
         """The runs Start trains: the chosen recipes, the delayed one with this history and margin."""
-        from fp8lab.training.train import delayed_recipes
-
         v = v or self.values()
         return [delayed_recipes([v["history"]], margin=v["margin"])[0] if r == "delayed" else r for r in v["recipes"]]
 
@@ -144,7 +142,6 @@ class TrainingPanel(Panel):
         the kernel keeps answering widget messages (Stop, the plots) while it trains."""
         if self._thread is not None and self._thread.is_alive():
             return None
-        from fp8lab.training.train import LESSON, train
 
         v = self.values()
         if not v["recipes"] or (v["input_drop"] and v["model"] != "mlp"):
@@ -186,14 +183,11 @@ class TrainingCliffPanel(Panel):
     """Final loss against sink magnitude per recipe, from fp8lab.training.measured (measured by `python -m fp8lab
     measured --write`), with the sinks in every token's channels (3 seeds) or in the first 2 tokens' channels
     (TOKEN_SEEDS seeds), each with the published ratios measured at that placement; one point recomputed live."""
-
     title = "the sink cliff: final loss vs sink magnitude (shipped runs), one point live"
     width, height = 7.0, 3.6
     keep_axes = True  # a drag moves the marked point: the axes and their ticks stay
 
     def __init__(self) -> None:
-        from fp8lab.training.measured import cliff_rows
-
         self.tables = {placement: cliff_rows(placement) for _, placement in PLACEMENT_OPTIONS}  # the shipped runs
         self.table = self.tables["channels"]
         self._mark, self._drawn = None, ()  # the marked point's line and what else its drawing shows (draw)
@@ -223,9 +217,6 @@ class TrainingCliffPanel(Panel):
     def _published(self, placement: str) -> pd.DataFrame:
         """The diamonds: each run's mean over seeds at the massive-activation ratio's sinks (sinks_for(1e5)) against
         its own no-sink mean; with the sinks in every token from published_runs(), in 2 tokens from the cliff."""
-        from fp8lab.training.measured import PUBLISHED_RATIO, published_runs
-        from fp8lab.training.published import sinks_for
-
         pub = published_runs() if placement == "channels" else self.tables[placement]
         at = sinks_for(PUBLISHED_RATIO)
         pub = pub[pub.sinks.isin((0.0, at))]
@@ -238,9 +229,6 @@ class TrainingCliffPanel(Panel):
         return mean.reset_index(drop=True)
 
     def compute(self, placement, recipes, measure, sinks) -> dict:
-        from fp8lab.training.measured import TOKEN_SEEDS
-        from fp8lab.training.published import marker_sinks
-
         if not recipes:
             raise ValueError("pick at least one recipe")
         if self.tables[placement].empty:
@@ -284,9 +272,6 @@ class TrainingCliffPanel(Panel):
         return True
 
     def describe(self, data) -> str:
-        from fp8lab.training.measured import PUBLISHED_ON, measured_on
-        from fp8lab.training.published import lesson_median
-
         rows = {}
         for run, p in data["point"].items():
             txt = (f"{p['mean']:.4f} ({100 * p['change vs no sinks']:+.0f}%); seed 0: {p['seed 0']:.4f}"
@@ -319,7 +304,6 @@ class TrainingCliffPanel(Panel):
         the final losses over the shipped curve."""
         if self._thread is not None and self._thread.is_alive():
             return None
-        from fp8lab.training.train import LESSON, train
 
         v = self.values()
 

@@ -17,6 +17,10 @@ from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent
 from fp8lab.numerics.formats import E2M1, E4M3
 from fp8lab.numerics.recipes import RECIPES, VARIANTS, Recipe, TensorScaling
 from fp8lab.numerics.scaling import PerBlock
+from fp8lab.training.layers import layer_gemms
+from fp8lab.training.measured import cliff_means, mismatch
+from fp8lab.training.models import make_model
+from fp8lab.training.operands import lesson_mismatch
 
 __all__ = ["WEIGHT_RECIPES", "WeightCopiesPanel", "weight_copies"]
 
@@ -50,8 +54,6 @@ def weight_copies(weight: torch.Tensor, recipe: Recipe | str) -> dict:
     (where they hold different values: another code, or the same code under another scale), "share" (of the
     elements), "gap" (||fprop - dgrad|| / ||w||), and each copy's relative error against w ("fprop_error",
     "dgrad_error")."""
-    from fp8lab.training.layers import layer_gemms
-
     w = weight.detach().float()
     n, k = w.shape
     g = torch.Generator().manual_seed(0)  # an activation and a gradient: any; they only shape the other operands
@@ -68,8 +70,6 @@ def weight_copies(weight: torch.Tensor, recipe: Recipe | str) -> dict:
 
 def lesson_weight(seed: int = 0) -> torch.Tensor:
     """fc2's weight of notebook 06's MLP at its initial values (1024 x 1024; its sink columns are zero)."""
-    from fp8lab.training.models import make_model
-
     return make_model("mlp", seed, 0.0).fc2.weight.detach().clone()
 
 
@@ -91,7 +91,6 @@ class WeightCopiesPanel(Panel):
     """fc2's weight in notebook 06's MLP, as each recipe's forward and input-gradient GEMMs quantize it: where the
     two copies differ, how far apart they are, beside fc2's input mismatch and each recipe's final loss with sinks
     at 1e6."""
-
     title = "the weight's two copies: fprop reads w along K, dgrad along N"
     live_sliders = False  # no slider: two dropdowns, each redrawn on a change
     ncols, width, height = 2, 4.4, 3.2
@@ -114,8 +113,6 @@ class WeightCopiesPanel(Panel):
         """Per trained recipe: fc2's input flushed in fprop and in wgrad at sinks 1e6 (fp8lab.inspect, one batch at
         the initial weights) and the final loss against its own no-sink run (3 seeds, shipped)."""
         if self._lesson is None:
-            from fp8lab.training.measured import cliff_means, mismatch
-            from fp8lab.training.operands import lesson_mismatch
 
             flush = lesson_mismatch(tuple(TRAINED.values()))
             change = cliff_means()[2]

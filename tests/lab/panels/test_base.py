@@ -79,9 +79,9 @@ def test_the_kernels_interrupt_stops_a_run_in_sync_mode(sync, monkeypatch):
         calls.append(1)
         raise KeyboardInterrupt
 
-    import fp8lab.training.train as train_module
+    import fp8lab.lab.panels.training as panel_module  # the name the panel calls
 
-    monkeypatch.setattr(train_module, "train", interrupted)
+    monkeypatch.setattr(panel_module, "train", interrupted)
     panel.start.click()
     assert calls and "Stopped" in panel.text.value and panel.start.disabled is False
 
