@@ -84,6 +84,8 @@ def drag(panel, control: str, interval: float = 0.04, sweeps: int = 3) -> dict:
 
 def drag_all(interval: float = 0.04, sweeps: int = 3) -> list[dict]:
     """Each of DRAGS on a new panel (drawn once before the drag, as a notebook shows it)."""
+    # the panels load matplotlib and every notebook's panel (measured: 2.3 s of CPU): bench widgets imports this
+    # module for its drag table, and only a drag needs them
     from fp8lab.lab.panels import PANELS
 
     out = []

@@ -25,7 +25,11 @@ import torch
 from torch import nn
 
 from fp8lab.bench.table import print_table
-from fp8lab.timing import time_interleaved
+from fp8lab.timing import time_interleaved, timed
+from fp8lab.training.capstone import make_case
+from fp8lab.training.convert import convert
+from fp8lab.training.models import TeacherTask, make_model
+from fp8lab.training.train import LESSON, train_step
 
 __all__ = ["MODELS", "TARGET_RATIO", "TIMED_RECIPES", "Workload", "bench_train", "make_workload"]
 
@@ -56,9 +60,6 @@ def _unseen_mlp() -> nn.Module:
 
 def make_workload(name: str) -> Workload:
     """One of MODELS with its batch (seeded: the same inputs every call)."""
-    from fp8lab.training.capstone import make_case
-    from fp8lab.training.models import TeacherTask, make_model
-    from fp8lab.training.train import LESSON
 
     g = torch.Generator().manual_seed(0)
     if name == "unseen_mlp":
@@ -80,7 +81,6 @@ def make_workload(name: str) -> Workload:
 
 def _model_for(label: str, work: Workload) -> nn.Module | None:
     """The model a candidate trains (None: torchao is not installed)."""
-    from fp8lab.training.convert import convert
 
     base = work.make()
     if label in ("fp32", "bf16"):
@@ -101,7 +101,6 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
 def _slow_bf16(cands: dict[str, Callable[[], None]], limit: float = 3.0) -> str:
     """Why bf16 is left out of the rounds ("" where it is not): a CPU without bf16 matrix units takes many times
     fp32's step for it, which would make the benchmark's run time mostly bf16's."""
-    from fp8lab.timing import timed
 
     fp32 = min(timed(cands["fp32"], 1, 1))
     bf16 = min(timed(cands["bf16"], 1, 1))
@@ -113,7 +112,6 @@ def bench_train(size: int | None = None, rounds: int | None = None, models: tupl
                 consecutive: int = 4) -> list[dict]:
     """One table: for each model (all of MODELS, or `models`), fp32, bf16 (autocast), every recipe of
     TIMED_RECIPES and torchao's tensorwise (emulate=True), `rounds` rounds (default 20) of `consecutive` steps."""
-    from fp8lab.training.train import train_step
 
     if size is not None:
         print("bench train: --size does not apply (each model has its own sizes); ignored", file=sys.stderr)

@@ -9,7 +9,7 @@ GEMM's output), keep_freed_memory() (the allocator setting fp8lab.setup() and th
 
 quantize.py and gemm define the numbers in torch; on the CPU they call these kernels, which
 compute the same bits in one pass over memory instead of five passes with a fresh temporary
-each (tests/test_kernels.py checks every result against the torch code). Formats and rules
+each (tests/numerics/test_kernels.py checks every result against the torch code). Formats and rules
 reach C as data, in one parameter block (_Params) filled from FloatFormat and SCALE_RULES;
 every call checks the sizes it passes, and the C side checks them again. C reads raw memory, so
 a tensor reaches it only as accepts() allows (a plain strided float32 CPU tensor with memory of
@@ -172,7 +172,7 @@ class Engine:
     """What computes quantization (and the per-row epilogue of emulated GEMMs) on CPU tensors:
     fp8lab's C kernels, or the torch code that defines every number. Decided once per process
     (engine()), said by `python -m fp8lab doctor`, `bench` and notebook 00; quantize_with and
-    emulated_mm each ask it in one place. The two give the same bits (tests/test_kernels.py)."""
+    emulated_mm each ask it in one place. The two give the same bits (tests/numerics/test_kernels.py)."""
 
     kernels: bool
     reason: str

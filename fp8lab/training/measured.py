@@ -9,7 +9,7 @@ flush_costs() and with_trained_loss() (why a flushed share costs what it costs),
 with the sinks in every token, or in a few tokens), measured_on(placement), and the machine lines MEASURED_ON,
 MISMATCH_ON, PUBLISHED_ON, FLUSH_ON, TOKENS_ON, BOTH_ON.
 The rows are data files, fp8lab/training/runs/*.json (fp8lab.training.shipped); `python -m fp8lab measured --write`
-measures them again (fp8lab.harness.measure). tests/test_lessons.py recomputes some of them live and compares.
+measures them again (fp8lab.harness.measure). tests/notebooks/test_lessons.py recomputes some of them live and compares.
 Notebook 06 plots them and lets the learner recompute one point; fp8lab.exercises grades 06's exercises against them.
 """
 

@@ -9,8 +9,9 @@ layer_recipes(), backward_recipes(), PARTS_ON, BACKWARD_ON, DY_ON, DY_CONTROL_ON
 fp8lab/training/runs/fp4_*.json (fp8lab.training.shipped); `python -m fp8lab measured_fp4 --write` trains them
 again (fp8lab.harness.measure_fp4; --part one table, --jobs seeds side by side).
 Every row: final loss (mean of the last 10 training steps), the held-out loss as trained, and the held-out loss of
-the trained weights with a high-precision forward (fp8lab.training.parts.train_parts). tests/test_fp4_lessons.py
-trains seed 0 again and compares; fp8lab.lab's notebook-09 panels, answers and exercise read these.
+the trained weights with a high-precision forward (fp8lab.training.parts.train_parts).
+tests/notebooks/test_fp4_lessons.py trains seed 0 again and compares; fp8lab.lab's notebook-09 panels, answers
+and exercise read these.
 """
 
 from __future__ import annotations

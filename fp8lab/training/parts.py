@@ -6,7 +6,8 @@ as trained, and the held-out loss of the trained weights with a high-precision f
 of NVFP4_PARTS, in a fixed order), REFERENCES, KeepLayers / KeepGemm (a run with layers, or one GEMM of a layer,
 in high precision), FC1_SPLIT / fc1_split / split_gaps (notebook 09's fc1 split), part_label, layer_costs(model)
 (each linear layer's share of the GEMM work, and the layers a recipe keeps), flops_speedup. Notebook 09 shows these
-runs (shipped in fp8lab.training.measured_fp4); tests/test_fp4_lessons.py trains seed 0 again and checks its claims.
+runs (shipped in fp8lab.training.measured_fp4); tests/notebooks/test_fp4_lessons.py trains seed 0 again and checks
+its claims.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ BASELINES = ("fp32", "bf16")  # high-precision references trained beside the FP8
 
 @dataclass(frozen=True)
 class Lesson:
-    """The settings of notebook 06 and tests/test_lessons.py (measured numbers: README).
+    """The settings of notebook 06 and tests/notebooks/test_lessons.py (measured numbers: README).
 
     MLP 256 -> 1024 -> 1024 -> 8, Adam 2e-3, batch 128, 150 steps, teacher task.
     sink_magnitude: 4 adjacent hidden channels set to 1e6 after fc1, in every token (fc2 ignores them).

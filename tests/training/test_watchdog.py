@@ -1,4 +1,4 @@
-"""fp8lab.training._watchdog: the pids it reads, how it ends a command, its usage. (A launcher that dies mid-run is
+"""fp8lab.training.watchdog: the pids it reads, how it ends a command, its usage. (A launcher that dies mid-run is
 tested end to end with the distributed runs.)"""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fp8lab.training import _watchdog
-from fp8lab.training._watchdog import main, stop, worker_pids
+from fp8lab.training import watchdog as wd
+from fp8lab.training.watchdog import main, stop, worker_pids
 
 
 def test_worker_pids_reads_each_pid_file_and_skips_one_being_written(tmp_path):
@@ -28,7 +28,7 @@ def test_stop_ends_a_running_command(tmp_path):
 def test_run_as_a_script_it_returns_the_commands_exit_code_while_its_launcher_lives(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    watchdog = subprocess.Popen([sys.executable, "-I", _watchdog.__file__, str(run_dir), "--", sys.executable, "-c",
+    watchdog = subprocess.Popen([sys.executable, "-I", wd.__file__, str(run_dir), "--", sys.executable, "-c",
                                  "raise SystemExit(3)"], stdin=subprocess.PIPE)  # the launcher's end of the pipe
     try:
         assert watchdog.wait(timeout=60) == 3
@@ -40,7 +40,7 @@ def test_run_as_a_script_it_returns_the_commands_exit_code_while_its_launcher_li
 def test_when_its_launcher_goes_it_ends_the_command_and_removes_the_run_dir(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    watchdog = subprocess.Popen([sys.executable, "-I", _watchdog.__file__, str(run_dir), "--", sys.executable, "-c",
+    watchdog = subprocess.Popen([sys.executable, "-I", wd.__file__, str(run_dir), "--", sys.executable, "-c",
                                  "import time; time.sleep(60)"], stdin=subprocess.PIPE)
     watchdog.stdin.close()  # the launcher's end closes: as if it died
     assert watchdog.wait(timeout=30) != 0  # the command was ended, not left to finish

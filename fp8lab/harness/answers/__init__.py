@@ -14,7 +14,7 @@ before a panel reveals them are fp8lab.lab.predictions; the key lists their answ
 Each answer drives the panel the question sits under (fp8lab.lab.panels) at the settings the
 question states and reads the numbers off the data that panel draws; training numbers come
 from fp8lab.training.measured (see there). Each answer also carries claims: the comparisons the
-notebook's prose makes, as booleans that tests/test_answers.py requires to be True.
+notebook's prose makes, as booleans that tests/harness/answers/test_answers.py requires to be True.
 Timings depend on the machine, so the key explains them instead of quoting them.
 """
 
@@ -57,8 +57,8 @@ def markdown(answers: list[Answer] | None = None) -> str:
              f"{MEASURED_ON}). Your screen may differ from these numbers in the last digits: fp32 sums round "
              "differently with another CPU's instruction set, and an FP8 cast turns such a last-bit difference "
              "into a different code now and then, so a training run drifts a little. The claims below hold "
-             "everywhere. tests/test_answers.py regenerates this file, compares it with this one within the "
-             "tolerance it states, and checks every claim. Do not edit by hand.", ""]
+             "everywhere. tests/harness/answers/test_answers.py regenerates this file, compares it with this one "
+             "within the tolerance it states, and checks every claim. Do not edit by hand.", ""]
     for nb in dict.fromkeys(a.notebook for a in answers):
         lines += [f"## {nb}", ""]
         for a in (a for a in answers if a.notebook == nb):

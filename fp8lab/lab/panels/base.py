@@ -50,6 +50,7 @@ __all__ = [
     "outlier_options",
     "percent",
     "selection_slider",
+    "torch_threads",
 ]
 
 OUTLIERS = (0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
@@ -76,7 +77,7 @@ TORCH_THREADS = torch.get_num_threads()  # the process's default, as the kernel 
 
 
 @contextmanager
-def _torch_threads(n: int | None) -> Iterator[None]:
+def torch_threads(n: int | None) -> Iterator[None]:
     """torch (and fp8lab's kernels, on torch's OpenMP) with `n` threads in this thread only, then
     as before; None: unchanged. A redraw's tensors are small (~1e5 elements): on 2 shared cores,
     with the browser drawing the last frame, a 2-thread region waits for a core that is busy, and
@@ -195,7 +196,7 @@ class Panel:
         return fig, axes
 
     def refresh(self) -> dict:
-        with self._lock, _torch_threads(self.redraw_threads):
+        with self._lock, torch_threads(self.redraw_threads):
             return self._refresh()
 
     def _refresh(self) -> dict:

@@ -15,7 +15,8 @@ from fp8lab.lab.panels.base import (
     selection_slider,
 )
 from fp8lab.settings import size
-from fp8lab.training.cost import PARALLEL
+from fp8lab.training import cost
+from fp8lab.training.cost import PARALLEL, PUBLISHED_NOTE
 
 __all__ = ["CostPanel"]
 
@@ -39,7 +40,6 @@ class CostPanel(Panel):
         self._measured = None  # timed once per panel: the controls change nothing that is timed
 
     def compute(self, k, parallel) -> dict:
-        from fp8lab.training import cost
 
         if self._measured is None:
             self._measured = cost.measure(size=self.size, rounds=3)
@@ -65,7 +65,6 @@ class CostPanel(Panel):
             f"<tr><td><b>{html.escape(r)}</b></td><td>{html.escape(t['amax'])}</td>"
             f"<td>{html.escape(t['published GPU speed-up'])}</td></tr>" for r, t in table.iterrows())
         sources = sorted({s for v in table["sources"] for s in v.split("; ") if s})
-        from fp8lab.training.cost import PUBLISHED_NOTE
 
         where = html.escape(data["parallel"])
         return (f"<table style='font-size:12px'><tr><th>recipe</th><th>how the amax is found ({where})</th>"

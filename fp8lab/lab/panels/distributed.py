@@ -19,6 +19,8 @@ from fp8lab.lab.panels.base import (
 )
 from fp8lab.numerics.recipes import RECIPES
 from fp8lab.settings import size
+from fp8lab.training.distributed import DistributedRunError, compare
+from fp8lab.training.export import TARGETS, export
 
 __all__ = ["DistributedPanel", "ExportPanel"]
 
@@ -30,13 +32,11 @@ class ExportPanel(Panel):
     height = 0.6
 
     def __init__(self) -> None:
-        from fp8lab.training.export import TARGETS
 
         super().__init__(recipe=dropdown([*RECIPES, "rowwise_with_gw_hp"], "mxfp8", "recipe"),
                          target=dropdown(TARGETS, "torchao", "target"))
 
     def compute(self, recipe, target) -> dict:
-        from fp8lab.training.export import export
 
         e = export(recipe, target)
         return {"recipe": e.recipe, "target": e.target, "available": e.available, "text": e.text,
@@ -106,7 +106,6 @@ class DistributedPanel(Panel):
         """Train in this process and on 2 ranks; the workers' output streams into the log."""
         if self._thread is not None and self._thread.is_alive():
             return None
-        from fp8lab.training.distributed import DistributedRunError, compare
 
         v = self.values()
         lines: list[str] = []

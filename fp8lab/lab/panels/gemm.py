@@ -16,7 +16,7 @@ import torch
 from fp8lab.data.synthetic import DISTRIBUTIONS, sample
 from fp8lab.figures import gemms, plots
 from fp8lab.gemm import AccumulatorModel, accumulation_errors, matmul, resolve_backend
-from fp8lab.gemm.accumulation import operand_rounding_error
+from fp8lab.gemm.accumulation import deepseek_check, operand_rounding_error
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     Panel,
@@ -183,7 +183,6 @@ class AccumulationPanel(Panel):
         return self._curves[key]
 
     def compute(self, bits, promote, distribution, measure) -> dict:
-        from fp8lab.gemm.accumulation import deepseek_check
 
         frames = {}
         for alignment in self.READINGS:

@@ -11,6 +11,8 @@ import ipywidgets as W
 
 from fp8lab.figures import gemms
 from fp8lab.lab.panels.base import Panel, metrics_html, percent
+from fp8lab.training.measured import MISMATCH_ON, MISMATCH_RUNS, mismatch
+from fp8lab.training.operands import lesson_mismatch
 
 __all__ = ["MismatchPanel"]
 
@@ -24,7 +26,6 @@ class MismatchPanel(Panel):
     keep_axes = False  # redrawn only when the recipe list changes: the axes are cleared whole
 
     def __init__(self) -> None:
-        from fp8lab.training.measured import MISMATCH_RUNS
 
         super().__init__(
             recipes=W.SelectMultiple(options=list(MISMATCH_RUNS), value=list(MISMATCH_RUNS), description="recipes",
@@ -33,8 +34,6 @@ class MismatchPanel(Panel):
         self._flush = None  # fc2's input per recipe and GEMM: measured once (a forward and backward pass)
 
     def compute(self, recipes) -> dict:
-        from fp8lab.training.measured import MISMATCH_ON, MISMATCH_RUNS, mismatch
-        from fp8lab.training.operands import lesson_mismatch
 
         if not recipes:
             raise ValueError(f"pick at least one recipe; valid: {', '.join(MISMATCH_RUNS)}")

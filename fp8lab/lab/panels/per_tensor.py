@@ -37,6 +37,7 @@ from fp8lab.numerics.recipes import RECIPES
 from fp8lab.numerics.scaling import PerTensor
 from fp8lab.settings import size
 from fp8lab.training.operands import operand_losses
+from fp8lab.training.published import PUBLISHED, measured_at, outlier_multiplier
 
 __all__ = ["CliffPanel", "PerTensorPanel"]
 
@@ -148,7 +149,6 @@ class CliffPanel(Panel):
         """Every recipe at the outlier magnitude of each published ratio measured at `placement` (fp8lab.training.
         published: the largest outlier that many times the median of the other channels): columns label, ratio,
         outliers, recipe, ordinary_sqnr_db, ordinary_underflow."""
-        from fp8lab.training.published import PUBLISHED, measured_at, outlier_multiplier
 
         key = (distribution, placement, gemm)
         if key not in self._published:

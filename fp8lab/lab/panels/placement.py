@@ -13,6 +13,9 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 from fp8lab.figures import gemms
 from fp8lab.figures.plots import magnitude
 from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
+from fp8lab.training.models import PLACEMENTS
+from fp8lab.training.operands import placement_flush
+from fp8lab.training.published import sinks_for
 
 __all__ = ["PlacementPanel"]
 
@@ -33,7 +36,6 @@ class PlacementPanel(Panel):
     live_sliders = False  # a new ratio quantizes fc2's input anew: it redraws when the slider is released
 
     def __init__(self) -> None:
-        from fp8lab.training.models import PLACEMENTS
 
         super().__init__(
             placement=dropdown([(WHERE[p].split(" (")[0], p) for p in PLACEMENTS], "channels", "sinks in"),
@@ -43,14 +45,12 @@ class PlacementPanel(Panel):
 
     def table(self, placement: str, ratio: float) -> pd.DataFrame:
         """fp8lab.training.operands.placement_flush at one placement and ratio (measured once per pair)."""
-        from fp8lab.training.operands import placement_flush
 
         if (placement, ratio) not in self._cache:
             self._cache[placement, ratio] = placement_flush(ratio, (placement,))
         return self._cache[placement, ratio]
 
     def compute(self, placement, ratio) -> dict:
-        from fp8lab.training.published import sinks_for
 
         return {"df": self.table(placement, ratio), "placement": placement, "ratio": ratio, "sinks": sinks_for(ratio)}
 

@@ -14,10 +14,10 @@ from fp8lab.gemm import matmul, quantize_operands, resolve_backend
 from fp8lab.lab.panels.base import (
     TORCH_THREADS,
     Panel,
-    _torch_threads,
     dropdown,
     metrics_html,
     selection_slider,
+    torch_threads,
 )
 from fp8lab.numerics.recipes import RECIPES
 from fp8lab.settings import smoke
@@ -66,7 +66,7 @@ class TimingPanel(Panel):
         return self.result if blocking else thread
 
     def _time(self, n: int, recipe: str) -> None:
-        with _torch_threads(TORCH_THREADS):  # this machine's GEMMs, with every thread torch uses
+        with torch_threads(TORCH_THREADS):  # this machine's GEMMs, with every thread torch uses
             self.result = self.measure(n, recipe)
 
     @staticmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fp8lab.training.measured_fp4 import split
 from fp8lab.training.parts import FC1_SPLIT, PartsResult, split_gaps
 
 __all__ = ["fc1_split_table"]
@@ -19,7 +20,6 @@ def fc1_split_table(result: PartsResult | None = None) -> pd.DataFrame:
     """Per run of the fc1 split: "final loss" (the shipped runs: mean of 3 seeds; or `result`'s, one seed), "vs bf16"
     (final loss / bf16's - 1) and "gap closed" ((nvfp4 1x16 - run) / (nvfp4 1x16 - bf16), for the three fc1 runs)."""
     if result is None:
-        from fp8lab.training.measured_fp4 import split
 
         loss = split().groupby("run", sort=False)[["final loss"]].mean()
     else:

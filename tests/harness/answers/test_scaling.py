@@ -1,4 +1,5 @@
-"""fp8lab.harness.answers.scaling: the key's answers for notebooks 02 (per-tensor), 03 (delayed) and 04 (per-block scaling).
+"""fp8lab.harness.answers.scaling: the key's answers for notebooks 02 (per-tensor), 03 (delayed) and 04
+(per-block scaling).
 The quick answers are computed here (question verbatim in its notebook and in the committed key,
 every claim true); the whole key is regenerated and compared in test_answers."""
 
