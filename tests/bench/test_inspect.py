@@ -5,8 +5,8 @@ import types
 
 from torch import nn
 
+import fp8lab.bench.inspect
 import fp8lab.bench.table
-import fp8lab.training.readiness
 from fp8lab.bench.inspect import bench_inspect
 
 
@@ -18,7 +18,7 @@ def test_models_and_rows(monkeypatch):
         seen.append((len(linears), linears[0].in_features, tuple(x.shape)))
         return types.SimpleNamespace(layers=linears, recipes=["a", "b"], frame=list(range(7)))
 
-    monkeypatch.setattr(fp8lab.training.readiness, "inspect", fake_inspect)
+    monkeypatch.setattr(fp8lab.bench.inspect, "inspect", fake_inspect)
     monkeypatch.setattr(fp8lab.bench.table, "reference_speed", lambda: "not measured")
     rows = bench_inspect(size=8, rounds=2)
     assert seen == [(100, 8, (64, 8))] * 3  # a warm-up and two timed rounds
@@ -33,7 +33,7 @@ def test_models_and_rows(monkeypatch):
 def test_each_block_is_fused_in_out_and_an_mlp(monkeypatch):
     width = 8
     models = []
-    monkeypatch.setattr(fp8lab.training.readiness, "inspect", lambda model, x: models.append(model) or
+    monkeypatch.setattr(fp8lab.bench.inspect, "inspect", lambda model, x: models.append(model) or
                         types.SimpleNamespace(layers=[], recipes=[], frame=[]))
     monkeypatch.setattr(fp8lab.bench.table, "reference_speed", lambda: "not measured")
     bench_inspect(size=width, rounds=1)
