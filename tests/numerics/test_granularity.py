@@ -60,7 +60,7 @@ def test_labels_parse_back_and_bad_ones_name_the_choices():
         with pytest.raises(ValueError, match="'per-tensor', 'per-row', 'ROWSxCOLS'"):
             parse_granularity(bad)
     for rows, cols in ((0, 1), (1, MAX_BLOCK + 1), (True, 1), (1.0, 1)):
-        with pytest.raises(ValueError, match="PerBlock (rows|cols) must be a positive integer"):
+        with pytest.raises(ValueError, match=r"PerBlock (rows|cols) must be a positive integer"):
             PerBlock(rows, cols)
 
 
