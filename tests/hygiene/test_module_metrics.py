@@ -16,7 +16,7 @@ sys.path.remove(str(ROOT / "tools"))
 
 # Counted on the package as it stands; lower a ceiling when a change lowers its count, never raise it.
 CEILINGS = {"private_imports": 0, "function_imports": 4, "granularity_checks": 0, "cycles": 0}
-NAMED_TESTS_FLOOR = 111
+NAMED_TESTS_FLOOR = 117
 
 
 def _plant(tmp_path: Path, files: dict[str, str]) -> module_metrics.Metrics:
