@@ -27,7 +27,6 @@ from fp8lab.bench.quota import DEFAULT_PERIOD_MS, QUOTA_BENCHES, QuotaUnavailabl
 from fp8lab.bench.room import RoomTooBig, bench_room
 from fp8lab.bench.threadcount import bench_threads
 from fp8lab.bench.train import MODELS, bench_train
-from fp8lab.bench.widgets import bench_widgets
 from fp8lab.numerics import kernels
 from fp8lab.timing import machine_line
 from fp8lab.training.train import lesson_table
@@ -122,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "train":
             bench_train(**kw, models=tuple(args.only) if args.only else None)
         elif name == "widgets":
+            # ipywidgets and the panels are the lab extra's: `bench gpu` on a GPU box runs with torch alone
+            from fp8lab.bench.widgets import bench_widgets
+
             bench_widgets(rounds=args.rounds, panels=tuple(args.only) if args.only else None)
         elif name == "notebooks":
             bench_notebooks(tuple(args.only) if args.only else None)

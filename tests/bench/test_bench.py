@@ -5,7 +5,6 @@ import argparse
 
 import pytest
 
-import fp8lab.bench.quantize
 from fp8lab import bench
 
 
@@ -30,7 +29,7 @@ def test_bad_command_lines_are_usage_errors(argv, capsys):
 
 def test_size_and_rounds_reach_the_benchmark(monkeypatch):
     calls = []
-    monkeypatch.setattr(fp8lab.bench.quantize, "bench_quantize", lambda **kw: calls.append(kw) or [])
+    monkeypatch.setattr(bench, "bench_quantize", lambda **kw: calls.append(kw) or [])
     assert bench.main(["quantize", "--size", "64", "--rounds", "2"]) == 0
     assert calls == [{"size": 64, "rounds": 2}]
     assert bench.main(["quantize"]) == 0
