@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0
+from fp8lab.numerics.quantize import quantize, quantize_transposed
 from fp8lab.numerics.recipes import (
     NVFP4_PARTS,
     RECIPES,
@@ -17,7 +18,6 @@ from fp8lab.numerics.recipes import (
     get_recipe,
     nvfp4_with,
 )
-from fp8lab.numerics.quantize import quantize, quantize_transposed
 from fp8lab.numerics.scaling import PerBlock, PerRow, PerTensor
 
 

@@ -30,7 +30,7 @@ def test_scale_bits_per_element_by_hand_and_as_a_quantized_tensor_reports(recipe
     s = get_recipe(recipe).input
     assert scale_bits_per_element(s, 256, 512) == pytest.approx(expected, rel=1e-12)
     x = torch.randn(256, 512, generator=torch.Generator().manual_seed(0))
-    assert scale_bits_per_element(s, 256, 512) == pytest.approx(s.quantize(x).scale_bits_per_element, rel=1e-12)
+    assert scale_bits_per_element(s, 256, 512) == pytest.approx(quantize(x, s).scale_bits_per_element, rel=1e-12)
 
 
 def test_a_partial_block_costs_a_whole_scale():
