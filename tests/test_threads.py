@@ -280,7 +280,7 @@ before_env, before = dict(os.environ), (state() if first else None)
 import fp8lab
 after_env = dict(os.environ)
 print(json.dumps({"changed": {k: v for k, v in after_env.items() if before_env.get(k) != v},
-                  "removed": sorted(set(before_env) - set(after_env)), "before": before, "after": state(),
+                  "removed": sorted(set(before_env) - set(after_env)), "at_import": before, "after": state(),
                   "variables": dict(fp8lab.threads.decision().variables)}))
 """
 # the variables `import fp8lab` may set, as its docstring's table lists them (TORCHINDUCTOR_CACHE_DIR is torch's own,
@@ -330,7 +330,7 @@ def test_import_fp8lab_after_torch_changes_only_mkls_mode_and_nothing_of_torchs(
     changed.pop("TORCHINDUCTOR_CACHE_DIR", None)
     assert out["variables"] == {} and changed == {"MKL_CBWR": "AUTO,STRICT"} and not out["removed"]
     if threads.cpu_quota()[0] is None or threads.cpu_quota()[0] >= len(threads.affinity_cpus()):
-        assert out["after"] == out["before"]
+        assert out["after"] == out["at_import"]
 
 
 def test_the_documented_effects_are_the_docstring_and_the_docs():

@@ -14,10 +14,18 @@ from pathlib import Path
 
 from fp8lab.bench.table import print_table
 
-__all__ = ["NOTEBOOK_TARGET_S", "bench_notebooks", "notebook_dir"]
+__all__ = ["NOTEBOOK_TARGET_S", "PEAK_PROBE", "bench_notebooks", "notebook_dir"]
 
 NOTEBOOK_TARGET_S = 60.0
-PEAK = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+# the kernel's own peak: Linux's VmHWM belongs to the process's address space, made new at exec; getrusage's
+# ru_maxrss survives fork and exec, so a kernel started by a large process would report its parent's peak
+PEAK_PROBE = """
+import pathlib, resource, sys
+status = pathlib.Path("/proc/self/status")
+hwm = [line for line in status.read_text().splitlines() if line.startswith("VmHWM:")] if status.exists() else []
+maxrss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+print(int(hwm[0].split()[1]) / 1024 if hwm else maxrss_mb)
+"""
 
 
 def notebook_dir() -> Path:
@@ -38,7 +46,7 @@ def _run(path: Path, timeout: float) -> tuple[float, float]:
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)
         seconds = time.perf_counter() - start
-        probe = nbformat.v4.new_code_cell(PEAK)
+        probe = nbformat.v4.new_code_cell(PEAK_PROBE)
         nb.cells.append(probe)  # (the client executes the notebook's own cells)
         client.execute_cell(probe, len(nb.cells) - 1)
         peak = float("".join(o.get("text", "") for o in probe.outputs).split()[-1])

@@ -34,3 +34,18 @@ def test_rows_say_whether_each_run_was_under_a_minute(monkeypatch):
     assert [r["notebook"][:2] for r in rows] == ["01", "06"] and len(ran) == 2
     assert [r["under a minute"] for r in rows] == ["yes", "NO"]
     assert rows[0]["kernel peak MB"] == 512 and rows[1]["run all s"] == 61.0
+
+
+def test_the_peak_is_the_kernels_own_not_the_large_process_that_started_it():
+    """A kernel forked from a process holding a gigabyte (pytest late in a run, a user's notebook server) reports
+    its own peak: getrusage's ru_maxrss survives fork and exec and would report the parent's."""
+    import subprocess
+
+    import torch
+
+    held = torch.ones(2**28)  # 1 GiB, touched
+    # preexec_fn makes Python fork (not vfork or posix_spawn), as jupyter_client's kernel launch can
+    r = subprocess.run([sys.executable, "-c", notebooks.PEAK_PROBE], capture_output=True, text=True, check=True,
+                       preexec_fn=lambda: None)
+    del held
+    assert 1 < float(r.stdout.split()[-1]) < 512, r.stdout

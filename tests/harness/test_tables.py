@@ -21,10 +21,10 @@ def runs(tmp_path, monkeypatch):
 
 def test_a_written_table_reads_back_with_its_types_and_floats_bit_for_bit(runs):
     rows = [(0, 1e-310, "fp32", None), (2, 0.1 + 0.2, "blockwise", -0.0), (3, 2.0 ** -1074, "mx", 1 / 3)]
-    tables.write_table("t", "2026-01-01 some machine", ["seed", "loss", "run", "other"], rows, "a note")
+    tables.write_table("t", "2026-01-01 on a 2-core CPU", ["seed", "loss", "run", "other"], rows, "a note")
     assert [p.name for p in runs.iterdir()] == ["t.json"]
     back = shipped.read_table("t")
-    assert back.measured_on == "2026-01-01 some machine" and back.note == "a note"
+    assert back.measured_on == "2026-01-01 on a 2-core CPU" and back.note == "a note"
     assert back.columns == ("seed", "loss", "run", "other") and back.rows == tuple(rows)
     for got, want in zip(back.rows, rows, strict=True):
         assert type(got[0]) is int and got[1].hex() == want[1].hex()

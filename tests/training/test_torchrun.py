@@ -48,7 +48,7 @@ def test_a_write_is_whole_and_keeps_an_existing_files_mode(tmp_path):
 
 def test_the_root_cause_names_the_rank_and_its_error():
     lines = ["[rank1]: Traceback (most recent call last):", "Root Cause (first observed failure):",
-             "[0]:", "  time      : 2026-12-01", "  host      : box", "  rank      : 1 (local_rank: 1)",
+             "[0]:", "  time      : 2026-12-01_10:00:00", "  host      : box", "  rank      : 1 (local_rank: 1)",
              "  exitcode  : 1 (pid: 42)", "  error_file: <N/A>", "RuntimeError: the ranks disagree"]
     assert torchrun.root_cause(lines) == "rank 1 (local_rank: 1): RuntimeError: the ranks disagree"
     assert torchrun.root_cause(["all fine"]) == ""
