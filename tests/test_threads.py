@@ -276,11 +276,11 @@ def state():
             "matmul": torch.get_float32_matmul_precision(), "grad": torch.is_grad_enabled(),
             "frozen": gc.get_freeze_count(), "plots": "matplotlib" in sys.modules}
 first = TORCH_FIRST
-before_env, before = dict(os.environ), (state() if first else None)
+env_at_start, state_at_start = dict(os.environ), (state() if first else None)
 import fp8lab
 after_env = dict(os.environ)
-print(json.dumps({"changed": {k: v for k, v in after_env.items() if before_env.get(k) != v},
-                  "removed": sorted(set(before_env) - set(after_env)), "at_import": before, "after": state(),
+print(json.dumps({"changed": {k: v for k, v in after_env.items() if env_at_start.get(k) != v},
+                  "removed": sorted(set(env_at_start) - set(after_env)), "at_import": state_at_start, "after": state(),
                   "variables": dict(fp8lab.threads.decision().variables)}))
 """
 # the variables `import fp8lab` may set, as its docstring's table lists them (TORCHINDUCTOR_CACHE_DIR is torch's own,
