@@ -30,7 +30,8 @@ def test_the_data_file_loads_every_source_field_for_field_in_order():
                   "large features with magnitudes up to 20x larger than in other dimensions", 20.0,
                   "the other feature dimensions", "channels"),
         Published("SmoothQuant: ~100x", "Xiao et al. 2023, SmoothQuant, section 3", "https://arxiv.org/abs/2211.10438",
-                  "The scale of outliers in activations is ~100\u00d7 larger than most of the activation values.", 100.0,
+                  "The scale of outliers in activations is ~100\u00d7 larger than most of the activation values.",
+                  100.0,
                   "most of the activation values", "channels"),
         Published("massive activations: e.g. 100,000x", "Sun et al. 2024, Massive Activations in Large Language "
                   "Models, abstract", "https://arxiv.org/abs/2402.17762",
