@@ -63,6 +63,7 @@ G, N, MT, R = "fp8lab/gemm/", "fp8lab/training/layers.py", NUM + "metrics.py", N
 ARM = "fp8lab/training/armour.py"
 X = "fp8lab/lab/exercises/scaling.py"
 PUB = "fp8lab/training/published.py"
+PUB_DATA = "fp8lab/training/sources/published.json"
 RD, EX, RUN, TR = ("fp8lab/training/" + f for f in ("readiness.py", "export.py", "torchrun.py", "train.py"))
 CV, DL, AT, CAP = ("fp8lab/training/" + f for f in ("convert.py", "delayed.py", "attention.py", "capture.py"))
 T = "tests/"
@@ -333,13 +334,11 @@ MUTATIONS = [
     m("published markers at the ratio, not at the ratio times the median", PUB, "    v = ratio * lesson_median()",
       "    v = ratio", EXPL + "::test_the_published_ratios_are_their_sources_words_placed_at_ratio_"
       "times_the_median"),
-    m("the massive activations' ratio is not its source's", PUB,
-      '              1e5, "the other activations", "tokens"),',
-      '              1e4, "the other activations", "tokens"),',
+    m("the massive activations' ratio is not its source's", PUB_DATA, '    "ratio": 100000.0,',
+      '    "ratio": 10000.0,',
       EXPL + "::test_the_published_ratios_are_their_sources_words_placed_at_ratio_times_the_median"),
-    m("the massive activations placed on the channel cliff", PUB,
-      '              1e5, "the other activations", "tokens"),',
-      '              1e5, "the other activations", "channels"),',
+    m("the massive activations placed on the channel cliff", PUB_DATA, '    "placement": "tokens"',
+      '    "placement": "channels"',
       EXPL + "::test_the_published_ratios_are_their_sources_words_placed_at_ratio_times_the_median"),
     m("notebook 02's markers placed against the median alone", PUB,
       "    return ratio * float(x[:, keep].abs().median()) / float(x[mask].abs().max())",

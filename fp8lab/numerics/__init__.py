@@ -10,7 +10,8 @@
   kernels.py   quantize's fast path on the CPU: the calls into _kernels.c, chosen once per process
   kernels_build.py  building, caching and loading _kernels.c (first use; a checked cache)
   metrics.py   SQNR, relative error, overflow / underflow / subnormal fractions
-  recipes.py   the named recipes: format, granularity and scale rule per tensor role and GEMM
+  recipes.py   the named recipes: format, granularity and scale rule per tensor role and GEMM; the named
+               ways of storing block scales (SCALE_PRESETS)
   anatomy.py   one value in a format: its neighbours, the gap, what rounding did
 Notebooks 01-04 introduce them; 09 the Hadamard transform and stochastic rounding.
 """

@@ -1,7 +1,8 @@
 """Named training recipes: which format, granularity and scale rule each tensor uses.
 
 Public: TensorScaling, Recipe, RECIPES (tensorwise, delayed, rowwise, blockwise, mxfp8,
-nvfp4), VARIANTS (rowwise_with_gw_hp, nvfp4_training), TORCHAO_RECIPES (the ones torchao's
+nvfp4), ScalePreset and SCALE_PRESETS (how a block's scale is stored, by name: the panels' choices),
+VARIANTS (rowwise_with_gw_hp, nvfp4_training), TORCHAO_RECIPES (the ones torchao's
 float8 training has under the same names), get_recipe(name), RoundingDraws; the 4-bit recipe's
 parts as options of any recipe (Recipe.with_2d_weight, .with_wgrad_hadamard,
 .with_stochastic_gradients, .with_high_precision_layers) and NVFP4_PARTS / nvfp4_with(parts).
@@ -24,13 +25,13 @@ from typing import Literal
 
 import torch
 
-from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0
+from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0, FloatFormat
 from fp8lab.numerics.hadamard import RandomHadamard
-from fp8lab.numerics.scaling import AmaxHistory, PerBlock, PerRow, PerTensor, TensorScaling
+from fp8lab.numerics.scaling import AmaxHistory, Granularity, PerBlock, PerRow, PerTensor, TensorScaling
 
 __all__ = [
-    "GEMMS", "NVFP4_HADAMARD", "NVFP4_PARTS", "RECIPES", "ROLES", "TORCHAO_RECIPES", "VARIANTS", "DelayedSpec",
-    "Recipe", "RoundingDraws", "TensorScaling", "get_recipe", "nvfp4_with",
+    "GEMMS", "NVFP4_HADAMARD", "NVFP4_PARTS", "RECIPES", "ROLES", "SCALE_PRESETS", "TORCHAO_RECIPES", "VARIANTS",
+    "DelayedSpec", "Recipe", "RoundingDraws", "ScalePreset", "TensorScaling", "get_recipe", "nvfp4_with",
 ]
 
 Role = Literal["input", "weight", "grad_output"]
@@ -349,6 +350,40 @@ VARIANTS: dict[str, Recipe] = {
         "wgrad GEMM's operands, stochastic rounding of gradients, the last 15% of linear layers in high precision "
         "(fp8lab's choice of layers)",
     ),
+}
+
+@dataclass(frozen=True)
+class ScalePreset:
+    """How a block's scale is chosen and stored, by name: a TensorScaling's scale settings without its element
+    format and granularity (notebook 04's "scales" choice; `scaling(fmt, granularity)` completes it).
+
+    label       what a panel shows for it
+    scale_rule  one of scaling.SCALE_RULES ("exact", "rceil": rounded up to a power of two, "floor")
+    scale_fmt   None (float32 scales), E8M0 (powers of two: MX) or E4M3 (NVFP4's block scales)
+    two_level   a per-tensor float32 scale above E4M3 block scales (NVFP4)
+    Checked in __post_init__ by TensorScaling's own checks (E8M0 needs "rceil" or "floor", and so on).
+    """
+
+    label: str
+    scale_rule: str = "exact"
+    scale_fmt: FloatFormat | None = None
+    two_level: bool = False
+
+    def __post_init__(self) -> None:
+        self.scaling(E4M3, PerTensor())
+
+    def scaling(self, fmt: FloatFormat | str, granularity: Granularity | str) -> TensorScaling:
+        """These scale settings for elements in `fmt`, one scale per block of `granularity`."""
+        return TensorScaling(fmt, granularity, self.scale_rule, self.scale_fmt, self.two_level)
+
+
+# the ways of storing block scales the lab compares, by name (fp8lab.lab.panels.base.SCALES shows their labels)
+SCALE_PRESETS: dict[str, ScalePreset] = {
+    "fp32": ScalePreset("fp32, exact"),
+    "fp32_pow2": ScalePreset("fp32, power of two (rceil)", "rceil"),  # torchao's rowwise
+    "e8m0_rceil": ScalePreset("E8M0, rceil (MX as cuBLAS/TE)", "rceil", E8M0),
+    "e8m0_floor": ScalePreset("E8M0, floor (OCP MX)", "floor", E8M0),
+    "nvfp4": ScalePreset("E4M3 under an fp32 tensor scale (NVFP4)", "exact", E4M3, two_level=True),
 }
 
 # the recipes torchao's float8 training has under the same names (Float8LinearConfig.from_recipe_name):

@@ -14,7 +14,8 @@
   shipped.py      reads the shipped runs' data files, runs/*.json (one table each; fp8lab.harness writes them)
   lesson.py       notebook 06's lesson MLP at its fixed inputs, and the loss of predicting the mean
   measured.py     the training runs shipped with the lab (the sink cliff, delayed recovery, rowwise's mismatch)
-  published.py    LLM outlier ratios as papers publish them, placed on the lesson's cliff; what flushing costs
+  published.py    LLM outlier ratios as papers publish them (data: sources/published.json), placed on the
+                  lesson's cliff; what flushing costs
   operands.py     one activation as the forward and the weight-gradient GEMM quantize it; why rowwise fails
   sharding.py     an FP8 all-gather of a sharded tensor: where ranks must agree on one amax
   distributed.py  FSDP2 under torchrun on the CPU: the run, its worker and its command line

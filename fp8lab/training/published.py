@@ -1,8 +1,9 @@
 """Outliers of real models as their papers publish them, placed on the lab's cliffs; and why flushing costs the lesson's
 toy what it costs.
 
-Public: Published, PUBLISHED (each source's words, link and ratio), lesson_median() (the median |value| of the
-ordinary channels of fc2's input in notebook 06's MLP), sinks_for(ratio) (the sink value with that ratio to it),
+Public: Published, PUBLISHED (each source's words, link and ratio: data, read from sources/published.json by
+read_published), lesson_median() (the median |value| of the ordinary channels of fc2's input in notebook 06's
+MLP), sinks_for(ratio) (the sink value with that ratio to it),
 outlier_multiplier(ratio, ...) (the same for notebook 02's synthetic tensor), flush_cost(...) (which values flush,
 how much of fc2's input they carry, and what that costs a model that learned without them and one that learns
 with them). Notebooks 02 and 06 mark PUBLISHED on their cliffs; fp8lab.training.measured ships the runs at them.
@@ -11,8 +12,10 @@ with them). Notebooks 02 and 06 mark PUBLISHED on their cliffs; fp8lab.training.
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -24,8 +27,8 @@ from fp8lab.training.measured import with_trained_loss
 from fp8lab.training.models import TeacherTask, make_model
 from fp8lab.training.train import LESSON, train_step
 
-__all__ = ["PUBLISHED", "Published", "flush_cost", "lesson_fc2_input", "lesson_median", "marker_sinks",
-           "measured_at", "outlier_multiplier", "sinks_for"]
+__all__ = ["PUBLISHED", "SOURCES", "Published", "flush_cost", "lesson_fc2_input", "lesson_median", "marker_sinks",
+           "measured_at", "outlier_multiplier", "read_published", "sinks_for"]
 
 
 @dataclass(frozen=True)
@@ -45,18 +48,15 @@ class Published:
     placement: str
 
 
-PUBLISHED: tuple[Published, ...] = (
-    Published("LLM.int8(): up to 20x", "Dettmers et al. 2022, LLM.int8(), section 1", "https://arxiv.org/abs/2208.07339",
-              "large features with magnitudes up to 20x larger than in other dimensions", 20.0,
-              "the other feature dimensions", "channels"),
-    Published("SmoothQuant: ~100x", "Xiao et al. 2023, SmoothQuant, section 3", "https://arxiv.org/abs/2211.10438",
-              "The scale of outliers in activations is ~100× larger than most of the activation values.", 100.0,
-              "most of the activation values", "channels"),
-    Published("massive activations: e.g. 100,000x", "Sun et al. 2024, Massive Activations in Large Language Models, "
-              "abstract", "https://arxiv.org/abs/2402.17762",
-              "very few activations exhibit significantly larger values than others (e.g., 100,000 times larger)",
-              1e5, "the other activations", "tokens"),
-)
+SOURCES = Path(__file__).with_name("sources")  # the published figures' data files
+
+
+def read_published(path: Path = SOURCES / "published.json") -> tuple[Published, ...]:
+    """The published measurements in a JSON file (a list of objects, one field of Published each), in its order."""
+    return tuple(Published(**entry) for entry in json.loads(path.read_text(encoding="utf-8")))
+
+
+PUBLISHED: tuple[Published, ...] = read_published()
 
 
 def lesson_fc2_input(sinks: float, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 SHIPPED = ["fp8lab/numerics/_kernels.c", "fp8lab/lab/jupyter_config/jupyter_lab_config.json",
            "fp8lab/lab/jupyter_config/labconfig/default_setting_overrides.json", "fp8lab/notebooks/ANSWERS.md",
            *(f"fp8lab/notebooks/{p.name}" for p in sorted((REPO / "notebooks").glob("*.ipynb"))),
-           *(f"fp8lab/training/runs/{p.name}" for p in sorted((REPO / "fp8lab" / "training" / "runs").glob("*.json")))]
+           *(f"fp8lab/training/runs/{p.name}" for p in sorted((REPO / "fp8lab" / "training" / "runs").glob("*.json"))),
+           "fp8lab/training/sources/published.json"]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """fp8lab.numerics.recipes: the named recipes say what their sources say, per GEMM and operand; the 4-bit
-recipe's parts compose; quantize_transposed gives x^T's codes without copying.
+recipe's parts compose; quantize_transposed gives x^T's codes without copying; the named scale presets are
+valid settings and the panels' choices.
 
 Recipes trained: tests/training/; exported: tests/training/test_export.py.
 """
@@ -7,13 +8,17 @@ Recipes trained: tests/training/; exported: tests/training/test_export.py.
 import pytest
 import torch
 
+from fp8lab.lab.panels.base import SCALES
+from fp8lab.lab.panels.blocks import BlockPanel
 from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0
 from fp8lab.numerics.quantize import quantize, quantize_transposed
 from fp8lab.numerics.recipes import (
     NVFP4_PARTS,
     RECIPES,
+    SCALE_PRESETS,
     VARIANTS,
     Recipe,
+    ScalePreset,
     TensorScaling,
     get_recipe,
     nvfp4_with,
@@ -84,3 +89,37 @@ def test_quantize_transposed_is_the_quantization_of_the_transpose(g):
     assert got.shape == (64, 24)
     torch.testing.assert_close(got.dequantize(), want.dequantize(), atol=0, rtol=0)
     assert s.down_columns(24) is s.down_columns(24)  # made once per rows
+
+
+def test_each_scale_preset_builds_the_tensor_scaling_it_names():
+    assert {name: (p.scale_rule, p.scale_fmt, p.two_level) for name, p in SCALE_PRESETS.items()} == {
+        "fp32": ("exact", None, False), "fp32_pow2": ("rceil", None, False), "e8m0_rceil": ("rceil", E8M0, False),
+        "e8m0_floor": ("floor", E8M0, False), "nvfp4": ("exact", E4M3, True)}
+    for preset in SCALE_PRESETS.values():
+        for fmt in (E4M3, E5M2, E2M1):
+            s = preset.scaling(fmt, "1x32")
+            assert isinstance(s, TensorScaling) and s.fmt == fmt and s.granularity == PerBlock(1, 32)
+            assert (s.scale_rule, s.scale_fmt, s.two_level) == (preset.scale_rule, preset.scale_fmt, preset.two_level)
+    nvfp4 = SCALE_PRESETS["nvfp4"].scaling("e2m1", "1x16")
+    assert nvfp4 == TensorScaling(E2M1, PerBlock(1, 16), "exact", E4M3, two_level=True)
+
+
+def test_the_scale_presets_labels_are_unique():
+    labels = [p.label for p in SCALE_PRESETS.values()]
+    assert len(set(labels)) == len(labels) == len(SCALE_PRESETS)
+
+
+def test_a_scale_preset_is_checked_as_a_tensor_scaling_is():
+    with pytest.raises(ValueError, match="E8M0 scales are powers of two"):
+        ScalePreset("E8M0, exact", "exact", E8M0)
+    with pytest.raises(ValueError, match="two_level"):
+        ScalePreset("two levels over fp32", two_level=True)
+
+
+def test_notebook_04s_scales_options_are_the_presets_labels():
+    assert list(SCALES) == [p.label for p in SCALE_PRESETS.values()]
+    assert all(SCALES[p.label] is p for p in SCALE_PRESETS.values())
+    options = BlockPanel().controls["scales"].options
+    assert list(options) == list(SCALES) == ["fp32, exact", "fp32, power of two (rceil)",
+                                             "E8M0, rceil (MX as cuBLAS/TE)", "E8M0, floor (OCP MX)",
+                                             "E4M3 under an fp32 tensor scale (NVFP4)"]

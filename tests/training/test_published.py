@@ -10,13 +10,44 @@ import torch
 from fp8lab.data.synthetic import sample
 from fp8lab.training.published import (
     PUBLISHED,
+    SOURCES,
+    Published,
     lesson_fc2_input,
     lesson_median,
     marker_sinks,
     measured_at,
     outlier_multiplier,
+    read_published,
     sinks_for,
 )
+
+
+def test_the_data_file_loads_every_source_field_for_field_in_order():
+    """sources/published.json read into Published values equal to each source's words, link and ratio."""
+    assert PUBLISHED == (
+        Published("LLM.int8(): up to 20x", "Dettmers et al. 2022, LLM.int8(), section 1",
+                  "https://arxiv.org/abs/2208.07339",
+                  "large features with magnitudes up to 20x larger than in other dimensions", 20.0,
+                  "the other feature dimensions", "channels"),
+        Published("SmoothQuant: ~100x", "Xiao et al. 2023, SmoothQuant, section 3", "https://arxiv.org/abs/2211.10438",
+                  "The scale of outliers in activations is ~100\u00d7 larger than most of the activation values.",
+                  100.0,
+                  "most of the activation values", "channels"),
+        Published("massive activations: e.g. 100,000x", "Sun et al. 2024, Massive Activations in Large Language "
+                  "Models, abstract", "https://arxiv.org/abs/2402.17762",
+                  "very few activations exhibit significantly larger values than others (e.g., 100,000 times larger)",
+                  1e5, "the other activations", "tokens"),
+    )
+    assert all(type(p.ratio) is float for p in PUBLISHED)
+    assert read_published(SOURCES / "published.json") == PUBLISHED
+
+
+def test_a_data_file_with_an_unknown_field_is_refused(tmp_path):
+    path = tmp_path / "published.json"
+    path.write_text('[{"label": "x", "source": "s", "url": "u", "quote": "q", "ratio": 2.0, "against": "a", '
+                    '"placement": "channels", "year": 2024}]', encoding="utf-8")
+    with pytest.raises(TypeError, match="year"):
+        read_published(path)
 
 
 def test_the_sources_ratios_and_where_they_measured():

@@ -30,6 +30,7 @@ from matplotlib.transforms import Bbox
 from fp8lab.figures import plots
 from fp8lab.figures.render import LayeredCanvas
 from fp8lab.lab import redraw
+from fp8lab.numerics.recipes import SCALE_PRESETS, ScalePreset
 from fp8lab.numerics.scaling import SCALE_RULES
 from fp8lab.settings import draw_requested
 
@@ -57,15 +58,9 @@ OUTLIERS = (0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7)
 BLOCKS = ("1x16", "1x32", "1x64", "1x128", "32x32", "128x128", "per-row", "per-tensor")
 ELEMENT_FORMATS = ("e4m3", "e5m2", "e2m1")
 RULES = SCALE_RULES  # the scale rules a panel offers: all of them
-# how a block's scale is stored and rounded: (rule, scale format, two-level). E8M0 holds only
+# how a block's scale is stored and rounded, by the label a panel shows: numerics' named presets. E8M0 holds only
 # powers of two (rceil or floor); E4M3 scales sit under an fp32 tensor scale (NVFP4)
-SCALES = {
-    "fp32, exact": ("exact", None, False),
-    "fp32, power of two (rceil)": ("rceil", None, False),
-    "E8M0, rceil (MX as cuBLAS/TE)": ("rceil", "e8m0", False),
-    "E8M0, floor (OCP MX)": ("floor", "e8m0", False),
-    "E4M3 under an fp32 tensor scale (NVFP4)": ("exact", "e4m3", True),
-}
+SCALES: dict[str, ScalePreset] = {p.label: p for p in SCALE_PRESETS.values()}
 SLIDERS = (W.SelectionSlider, W.SelectionRangeSlider, W.IntSlider, W.FloatSlider, W.FloatLogSlider, W.IntRangeSlider,
            W.FloatRangeSlider)
 CSS_DPI = 72  # the panels' size on the page: a figure of w inches is w * 72 CSS pixels wide

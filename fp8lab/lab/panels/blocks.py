@@ -31,7 +31,7 @@ from fp8lab.numerics.metrics import (
     sqnr,
 )
 from fp8lab.numerics.quantize import quantize
-from fp8lab.numerics.scaling import parse_granularity
+from fp8lab.numerics.recipes import SCALE_PRESETS
 from fp8lab.settings import size
 
 __all__ = ["BlockPanel", "BlockSweepPanel", "activation_shape", "block_table"]
@@ -49,11 +49,11 @@ def block_table(blocks: tuple[str, ...] = ("per-tensor", "per-row", "128x128", "
     scales (per-row: rounded up to powers of two, as torchao's rowwise; 1x32: E8M0 rceil, as MX): DataFrame of
     quantization reports, indexed by block (notebook 04 reveals its prediction's options with it)."""
     x, idx = sample("normal", activation_shape(), outliers, seed=seed, return_outliers=True)
-    rules = {"per-row": ("rceil", None), "1x32": ("rceil", "e8m0")}
+    scales = {"per-row": SCALE_PRESETS["fp32_pow2"], "1x32": SCALE_PRESETS["e8m0_rceil"]}
     rows = {}
     for b in blocks:
-        rule, sf = rules.get(b, ("exact", None))
-        rows[b] = quantization_report(x, quantize(x, "e4m3", parse_granularity(b), rule, scale_fmt=sf), idx)
+        spec = scales.get(b, SCALE_PRESETS["fp32"]).scaling("e4m3", b)
+        rows[b] = quantization_report(x, quantize(x, spec), idx)
     return pd.DataFrame(rows).T[["scale_rule", "ordinary_sqnr_db", "ordinary_underflow", "sqnr_db",
                                  "scale_bits_per_element"]]
 
@@ -77,8 +77,7 @@ class BlockPanel(Panel):
 
     def compute(self, block, fmt, scales, distribution, outliers) -> dict:
         x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
-        rule, sf, two_level = SCALES[scales]
-        q = quantize(x, fmt, parse_granularity(block), rule, scale_fmt=sf, two_level=two_level)
+        q = quantize(x, SCALES[scales].scaling(fmt, block))
         return {"x": x, "q": q, "report": quantization_report(x, q, idx)}
 
     def draw(self, data, axes) -> None:
@@ -122,12 +121,12 @@ class BlockSweepPanel(Panel):
         if key in self._cache:
             return self._cache[key]
         x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
-        strategies = {"fp32 scales, exact": ("exact", None), "E8M0 scales, rceil": ("rceil", "e8m0"),
-                      "E8M0 scales, floor (OCP)": ("floor", "e8m0")}
+        strategies = {"fp32 scales, exact": SCALE_PRESETS["fp32"], "E8M0 scales, rceil": SCALE_PRESETS["e8m0_rceil"],
+                      "E8M0 scales, floor (OCP)": SCALE_PRESETS["e8m0_floor"]}
         rows = []
-        for name, (rule, sf) in strategies.items():
+        for name, preset in strategies.items():
             for block in BLOCKS:
-                q = quantize(x, fmt, parse_granularity(block), rule, scale_fmt=sf)
+                q = quantize(x, preset.scaling(fmt, block))
                 deq = q.dequantize()
                 db = channel_sqnr(x, deq, idx) if measure == "ordinary channels" else sqnr(x, deq)
                 rows.append({"strategy": name, "block": block, "sqnr_db": db, "overflow": overflow_fraction(x, q),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import replace
 
 import ipywidgets as W
 import torch
@@ -23,7 +24,7 @@ from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selec
 from fp8lab.lab.panels.weights import weight_copies
 from fp8lab.numerics.formats import E2M1, cast
 from fp8lab.numerics.quantize import quantize
-from fp8lab.numerics.recipes import NVFP4_HADAMARD, get_recipe, nvfp4_with
+from fp8lab.numerics.recipes import NVFP4_HADAMARD, SCALE_PRESETS, get_recipe, nvfp4_with
 from fp8lab.training.capstone import make_case
 from fp8lab.training.capture import capture
 from fp8lab.training.cost import PUBLISHED
@@ -34,7 +35,7 @@ from fp8lab.training.parts import flops_speedup, layer_costs, part_label, train_
 
 __all__ = ["HadamardPanel", "HighPrecisionPanel", "PartsPanel", "RoundingPanel", "TwoDWeightPanel"]
 
-NVFP4 = {"fmt": "e2m1", "scale_fmt": "e4m3", "two_level": True}  # quantize()'s arguments for NVFP4 elements
+NVFP4 = SCALE_PRESETS["nvfp4"].scaling("e2m1", "1x16")  # NVFP4: E2M1 elements, 1x16 blocks, E4M3 scales, two levels
 OUTLIERS = (1.0, 3.0, 10.0, 30.0, 100.0, 1000.0)
 
 
@@ -171,13 +172,13 @@ class HadamardPanel(Panel):
         t = self._tensor(source, outlier)
         k = t.shape[1]
         rotated = NVFP4_HADAMARD.apply(t)
-        q0 = quantize(t, granularity="1x16", **NVFP4).dequantize()
-        q1 = quantize(rotated, granularity="1x16", **NVFP4).dequantize()
+        q0 = quantize(t, NVFP4).dequantize()
+        q1 = quantize(rotated, NVFP4).dequantize()
         back = NVFP4_HADAMARD.inverse(q1)[:, :k]
         b = self.other[:, :k]
         exact = t.double() @ b.double().t()
-        gemm_plain = quantize(b, granularity="1x16", **NVFP4).dequantize().double()
-        gemm_rot = quantize(NVFP4_HADAMARD.apply(b), granularity="1x16", **NVFP4).dequantize().double()
+        gemm_plain = quantize(b, NVFP4).dequantize().double()
+        gemm_rot = quantize(NVFP4_HADAMARD.apply(b), NVFP4).dequantize().double()
         ordinary = t.abs() < t.abs().amax(1, keepdim=True) / 8  # the values well below their row's largest
         sl = slice(16 * block, 16 * block + 16)
         return {"before": t[0, sl], "kept_before": q0[0, sl], "after": rotated[0, sl], "kept_after": q1[0, sl],
@@ -271,11 +272,11 @@ class RoundingPanel(Panel):
             loss = task.loss(model(x), y)
             dy = torch.autograd.grad(loss, keep["o"])[0].detach()[:, :64]  # (M, 64)
             exact = dy.t().double() @ keep["x"].double()
-            xq = quantize(keep["x"].t().contiguous(), granularity="1x16", **NVFP4).dequantize().double()
+            xq = quantize(keep["x"].t().contiguous(), NVFP4).dequantize().double()
 
             def dw(rounding: str, seed: int = 0):
-                q = quantize(dy.t().contiguous(), granularity="1x16", rounding=rounding,
-                             generator=torch.Generator().manual_seed(seed), **NVFP4)
+                q = quantize(dy.t().contiguous(), replace(NVFP4, rounding=rounding),
+                             generator=torch.Generator().manual_seed(seed))
                 return q.dequantize().double() @ xq.t()
 
             nearest = dw("nearest")
