@@ -1,41 +1,9 @@
 """fp8lab.harness.answers.fp4_parts: the key's answers for notebooks 09 (the backward parts at work).
-The quick answers are computed here (question verbatim in its notebook and in the committed key,
-every claim true); the whole key is regenerated and compared in test_answers."""
-
-from __future__ import annotations
-
-import json
-
-import pytest
+Checked: its answers in notebook order, each quick answer's question and claims (tests.harness.answers.part_tests)."""
 
 from fp8lab.harness.answers import fp4_parts
-from fp8lab.harness.answers.base import KEY_PATH
+from tests.harness.answers import part_tests
 
-NOTEBOOKS = ('09',)
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _notebook_text(name: str) -> str:
-    cells = json.loads((KEY_PATH.parent / f"{name}.ipynb").read_text())["cells"]
-    return _norm(" ".join("".join(c["source"]) for c in cells))
-
-
-def test_the_answers_are_this_parts_notebooks_in_notebook_order():
-    numbers = [fn.__name__[2:4] for fn in fp4_parts.ANSWERS]
-    assert numbers and set(numbers) == set(NOTEBOOKS)
-    assert numbers == sorted(numbers)
-    assert len(set(fp4_parts.ANSWERS)) == len(fp4_parts.ANSWERS)
-
-
-@pytest.mark.parametrize("name", ['_q09_backward_only'])
-def test_a_quick_answer_asks_its_notebooks_question_and_its_claims_hold(name):
-    fn = next(f for f in fp4_parts.ANSWERS if f.__name__ == name)
-    a = fn()
-    assert a.notebook.startswith(name[2:4] + "_")
-    assert _norm(a.question) in _notebook_text(a.notebook)
-    assert _norm(a.question) in _norm(KEY_PATH.read_text())
-    assert a.answer.strip()
-    assert all(a.claims.values()), [c for c, ok in a.claims.items() if not ok]
+(test_the_answers_are_this_parts_notebooks_in_notebook_order,
+ test_a_quick_answer_asks_its_notebooks_question_and_its_claims_hold) = part_tests(
+    fp4_parts, ('09',), ['_q09_backward_only'])

@@ -1,42 +1,9 @@
 """fp8lab.harness.answers.gemm: the key's answers for notebooks 05 (the FP8 GEMM).
-The quick answers are computed here (question verbatim in its notebook and in the committed key,
-every claim true); the whole key is regenerated and compared in test_answers."""
-
-from __future__ import annotations
-
-import json
-
-import pytest
+Checked: its answers in notebook order, each quick answer's question and claims (tests.harness.answers.part_tests)."""
 
 from fp8lab.harness.answers import gemm
-from fp8lab.harness.answers.base import KEY_PATH
+from tests.harness.answers import part_tests
 
-NOTEBOOKS = ('05',)
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _notebook_text(name: str) -> str:
-    cells = json.loads((KEY_PATH.parent / f"{name}.ipynb").read_text())["cells"]
-    return _norm(" ".join("".join(c["source"]) for c in cells))
-
-
-def test_the_answers_are_this_parts_notebooks_in_notebook_order():
-    numbers = [fn.__name__[2:4] for fn in gemm.ANSWERS]
-    assert numbers and set(numbers) == set(NOTEBOOKS)
-    assert numbers == sorted(numbers)
-    assert len(set(gemm.ANSWERS)) == len(gemm.ANSWERS)
-
-
-@pytest.mark.slow  # the GEMM panel at workshop size (seconds)
-@pytest.mark.parametrize("name", ['_q05_gemm'])
-def test_a_quick_answer_asks_its_notebooks_question_and_its_claims_hold(name):
-    fn = next(f for f in gemm.ANSWERS if f.__name__ == name)
-    a = fn()
-    assert a.notebook.startswith(name[2:4] + "_")
-    assert _norm(a.question) in _notebook_text(a.notebook)
-    assert _norm(a.question) in _norm(KEY_PATH.read_text())
-    assert a.answer.strip()
-    assert all(a.claims.values()), [c for c, ok in a.claims.items() if not ok]
+(test_the_answers_are_this_parts_notebooks_in_notebook_order,
+ test_a_quick_answer_asks_its_notebooks_question_and_its_claims_hold) = part_tests(
+    gemm, ('05',), ['_q05_gemm'], slow=True)  # the GEMM panel at workshop size (seconds)
