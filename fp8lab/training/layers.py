@@ -303,7 +303,6 @@ class LayerState:
     passes_nonfinite: bool = True  # a non-finite gradient becomes a NonFiniteGradient (False: quantize's error)
 
 
-_LayerState = LayerState  # (the name tests and older callers use)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from fp8lab.numerics.metrics import (
 )
 from fp8lab.numerics.quantize import quantize_spec, quantize_with
 from fp8lab.numerics.recipes import RECIPES, VARIANTS
+from tests.numerics import same_bits
 
 pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
 
@@ -40,30 +41,6 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 10
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SPECIALS = [0.0, -0.0, math.nan, -math.nan, 1e38, -3e38, 2.0**-149, -(2.0**-140), 2.0**-126]
 RARE = [math.inf, -math.inf]  # (quantize refuses them: one case in ~8 has one)
-
-
-def _bits(t):
-    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def _same(a, b) -> bool:
-    """Same dtype, shape and bits, except that any NaN equals any NaN (payloads are not numbers)."""
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, tuple | list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float):
-        return (math.isnan(a) and math.isnan(b)) or a == b
-    if isinstance(a, int):
-        return a == b
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point():
-        nan = torch.isnan(a.float())
-        if not torch.equal(nan, torch.isnan(b.float())):
-            return False
-        a, b = a[~nan], b[~nan]
-    return torch.equal(_bits(a), _bits(b))
 
 
 def _both(fn):
@@ -155,7 +132,7 @@ def test_cast_agrees(x, fmt):
     for impl in (cast, kernels.cast):
         for dtype in (torch.float32, fmt.storage_dtype):
             got = impl(x, fmt, dtype)
-            assert _same(got.float(), want), (impl, dtype)
+            assert same_bits(got.float(), want), (impl, dtype)
 
 
 @FUZZ
@@ -181,10 +158,10 @@ def test_quantize_dequantize_and_the_metrics_agree(x, granularity, scaling, marg
         return
     (q, m_got), (w, m_want) = got, want
     for name in ("data", "scale", "amax", "tensor_scale"):
-        assert _same(getattr(q, name), getattr(w, name)), name
-    assert _same(q.values(), w.values()) and _same(q.dequantize(), w.dequantize())
-    assert _same(q.scale_range(), w.scale_range())
-    assert _same(tuple(m_got[:5]), tuple(m_want[:5])) and _same(m_got[5], m_want[5])
+        assert same_bits(getattr(q, name), getattr(w, name)), name
+    assert same_bits(q.values(), w.values()) and same_bits(q.dequantize(), w.dequantize())
+    assert same_bits(q.scale_range(), w.scale_range())
+    assert same_bits(tuple(m_got[:5]), tuple(m_want[:5])) and same_bits(m_got[5], m_want[5])
     assert (q.counts is not None) == count  # counted in the kernel's pass where asked ...
     assert w.counts is None  # ... and left to the metrics by the torch code
 
@@ -197,4 +174,4 @@ def test_matmul_agrees_for_every_recipe(data, recipe, emulation):
     b = data.draw(tensors(rows=k, cols=n))
     got, want = _both(lambda: fp8lab.matmul(a, b, recipe, backend="emulated", emulation=emulation, verbose=False))
     if _agree(got, want, "matmul"):
-        assert got.shape == (m, n) and _same(got, want)
+        assert got.shape == (m, n) and same_bits(got, want)

@@ -15,33 +15,14 @@ from fp8lab.gemm import emulated_mm
 from fp8lab.numerics import kernels, kernels_build, scaling
 from fp8lab.numerics.quantize import quantize_spec, quantize_with
 from fp8lab.numerics.recipes import RECIPES, get_recipe
-from fp8lab.training.layers import _LayerState, _operand
+from fp8lab.training.layers import LayerState, _operand
+from tests.numerics import same_bits
 
 pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
 
 GRANULARITIES = [PerTensor(), PerRow(), PerBlock(1, 16), PerBlock(1, 32), PerBlock(1, 128), PerBlock(128, 128),
                  PerBlock(3, 5), PerBlock(16, 1), PerBlock(32, 1), PerBlock(100, 1)]
 SHAPES = [(256, 256), (100, 300), (1, 7), (257, 129)]
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """Bit patterns, so that -0 vs 0 and NaN payloads count."""
-    t = t.contiguous()
-    return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int32)
-
-
-def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
-    """Same dtype, shape and bits, except that any NaN equals any NaN (payloads are not numbers)."""
-    if a is None or b is None:
-        return a is None and b is None
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point():
-        nan = torch.isnan(a.float())
-        if not torch.equal(nan, torch.isnan(b.float())):
-            return False
-        return torch.equal(_bits(a)[~nan], _bits(b)[~nan])  # torch < 2.9 cannot boolean-index float8 on the CPU
-    return torch.equal(_bits(a), _bits(b))
 
 
 def _nasty(shape, seed):
@@ -82,12 +63,12 @@ def _compare(x, **kw):
         want_values = want.values()
         want_dequantized = want.dequantize()
     assert not calls, "kernels.disabled() still ran C"
-    assert _same(got.data, want.data), f"codes differ for {kw}"
-    assert _same(got.scale, want.scale), f"scales differ for {kw}"
+    assert same_bits(got.data, want.data), f"codes differ for {kw}"
+    assert same_bits(got.scale, want.scale), f"scales differ for {kw}"
     assert torch.equal(got.amax.nan_to_num(-1.0), want.amax.nan_to_num(-1.0))  # by value: torch's max gives -0 too
-    assert _same(got.tensor_scale, want.tensor_scale)
-    assert _same(got.values(), want_values), f"values differ for {kw}"
-    assert _same(got.dequantize(), want_dequantized), f"dequantized values differ for {kw}"
+    assert same_bits(got.tensor_scale, want.tensor_scale)
+    assert same_bits(got.values(), want_values), f"values differ for {kw}"
+    assert same_bits(got.dequantize(), want_dequantized), f"dequantized values differ for {kw}"
     # the kernel's (smallest, largest) scale, as torch.aminmax finds it (NaN if a scale is NaN)
     assert str(got.scale_range()) == str(want.scale_range()), f"scale range differs for {kw}"
     return got
@@ -141,7 +122,7 @@ def test_scale_from_amax_twins_agree_on_every_kind_of_amax(fmt):
             for amax in (_AMAXES, _AMAXES[3:], _AMAXES[9:], _AMAXES[9:] * 1e-37, torch.zeros(3)):
                 want = scaling.scale_from_amax(amax, fmt, rule, margin, scale_fmt, two_level, floor)
                 got = kernels.scale_from_amax(amax, fmt, rule, margin, scale_fmt, two_level, floor)
-                assert all(_same(a, b) for a, b in zip(got, want, strict=True)), (fmt.name, margin, rule, scale_fmt,
+                assert all(same_bits(a, b) for a, b in zip(got, want, strict=True)), (fmt.name, margin, rule, scale_fmt,
                                                                                  floor)
 
 
@@ -165,7 +146,7 @@ def test_emulated_gemm_matches_with_and_without_kernels(recipe):
     got = emulated_mm(quantize(a, sa), quantize(b, sb))
     with kernels.disabled():
         want = emulated_mm(quantize(a, sa), quantize(b, sb))
-    assert _same(got, want)
+    assert same_bits(got, want)
 
 
 def test_matmul_of_transposed_weights_matches_with_and_without_kernels():
@@ -181,7 +162,7 @@ def test_matmul_of_transposed_weights_matches_with_and_without_kernels():
             got = fp8lab.matmul(a, b, recipe, backend="emulated", verbose=False)
             with kernels.disabled():
                 want = fp8lab.matmul(a, b, recipe, backend="emulated", verbose=False)
-            assert _same(got, want), (m, k, n, recipe)
+            assert same_bits(got, want), (m, k, n, recipe)
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "blockwise", "mxfp8", "nvfp4"])
@@ -206,7 +187,7 @@ def test_gemm_operands_get_their_values_in_the_quantize_pass_at_any_size(monkeyp
     got = emulated_mm(a_q, b_q)
     with kernels.disabled():
         want = emulated_mm(*quantize_operands(a, b, recipe))
-    assert _same(got, want)
+    assert same_bits(got, want)
 
 
 def test_per_row_scales_of_both_operands_match_with_and_without_kernels():
@@ -218,14 +199,14 @@ def test_per_row_scales_of_both_operands_match_with_and_without_kernels():
     got = emulated_mm(a_q, b_q)
     with kernels.disabled():
         want = emulated_mm(a_q, b_q)
-    assert _same(got, want)
+    assert same_bits(got, want)
 
 
 @pytest.mark.parametrize("recipe", [*RECIPES, "rowwise_with_gw_hp"])
 def test_transposed_operands_equal_quantizing_the_transposed_copy(recipe):
     """wgrad and dgrad operands are quantized down source's columns, not from a copy of source^T."""
     r = get_recipe(recipe)
-    state = _LayerState("fc", r, None, None, "emulated")
+    state = LayerState("fc", r, None, None, "emulated")
     x = _nasty((160, 96), 3)
     for role, gemm in (("input", "wgrad"), ("grad_output", "wgrad"), ("weight", "dgrad")):
         scaling = r.scaling(role, gemm)
@@ -235,8 +216,8 @@ def test_transposed_operands_equal_quantizing_the_transposed_copy(recipe):
             continue
         want = quantize(x.t().contiguous(), scaling)
         assert got.granularity == want.granularity and got.shape == want.shape
-        assert _same(got.data, want.data) and _same(got.scale, want.scale), (role, gemm)
-        assert _same(got.values(), want.values()) and _same(got.dequantize(), want.dequantize())
+        assert same_bits(got.data, want.data) and same_bits(got.scale, want.scale), (role, gemm)
+        assert same_bits(got.values(), want.values()) and same_bits(got.dequantize(), want.dequantize())
 
 
 def test_fold_of_a_transposed_operand_matches():
@@ -246,7 +227,7 @@ def test_fold_of_a_transposed_operand_matches():
     got = emulated_mm(q, w)
     with kernels.disabled():
         want = emulated_mm(q, w)
-    assert _same(got, want)
+    assert same_bits(got, want)
 
 
 def _python(code: str, **env) -> str:
@@ -293,7 +274,7 @@ def test_parts_may_split_a_block_row_and_any_thread_count_gives_the_same_bits(gr
             for n in (1, 3):
                 torch.set_num_threads(n)
                 again = quantize(x, granularity=granularity, **kw)
-                assert _same(again.data, got.data) and _same(again.values(), got.values()), (n, kw)
+                assert same_bits(again.data, got.data) and same_bits(again.values(), got.values()), (n, kw)
         finally:
             torch.set_num_threads(threads)
 
@@ -342,4 +323,4 @@ def test_the_portable_build_without_openmp_or_native_code_gives_the_same_bits(tm
             monkeypatch.setattr(kernels, "_load", lambda: ours)
             native = quantize(x, granularity=granularity, **kw)
             monkeypatch.setattr(kernels, "_load", lambda: (portable, "portable build"))
-            assert _same(got.data, native.data) and _same(got.values(), native.values()), (shape, kw)
+            assert same_bits(got.data, native.data) and same_bits(got.values(), native.values()), (shape, kw)
