@@ -352,6 +352,7 @@ VARIANTS: dict[str, Recipe] = {
     ),
 }
 
+
 @dataclass(frozen=True)
 class ScalePreset:
     """How a block's scale is chosen and stored, by name: a TensorScaling's scale settings without its element

@@ -303,8 +303,6 @@ class LayerState:
     passes_nonfinite: bool = True  # a non-finite gradient becomes a NonFiniteGradient (False: quantize's error)
 
 
-
-
 @dataclass(frozen=True)
 class NonFiniteGradient:
     """What a gradient operand becomes where it holds an inf or NaN: not quantized (a scale needs a finite
