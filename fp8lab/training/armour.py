@@ -87,6 +87,7 @@ def all_finite(t: torch.Tensor) -> bool:
     reductions instead of torch.isfinite's boolean copy (about 15x faster on the CPU)."""
     if t.numel() == 0:
         return True
+    t = t.detach()  # a check, not a step of the graph: no warning when t needs its gradient
     return math.isfinite(float(t.amax())) and math.isfinite(float(t.amin()))
 
 
