@@ -15,6 +15,8 @@ import math
 import torch
 from torch import nn
 
+from fp8lab.numerics import kernels
+from fp8lab.numerics.scaling import PerTensor
 from fp8lab.training.delayed import DelayedState
 
 __all__ = ["VMAP_REFUSAL", "all_finite", "at_least_one_row", "autocast_operands", "fp8_subclass", "load_histories",
@@ -84,9 +86,12 @@ def at_least_one_row(t: torch.Tensor, m: int) -> torch.Tensor:
 
 def all_finite(t: torch.Tensor) -> bool:
     """Whether t holds no inf and no NaN: its max and min are finite (both propagate NaN), two vectorized
-    reductions instead of torch.isfinite's boolean copy (about 15x faster on the CPU)."""
+    reductions instead of torch.isfinite's boolean copy (about 15x faster on the CPU); where the C kernels
+    run and may read t, its amax (NaN where a NaN is, else inf where an inf is) in one pass."""
     if t.numel() == 0:
         return True
+    if kernels.enabled(t):
+        return math.isfinite(float(kernels.amax_per_block(t, PerTensor())))
     return math.isfinite(float(t.amax())) and math.isfinite(float(t.amin()))
 
 
