@@ -66,6 +66,15 @@ def ieee_fp32_matmul() -> Iterator[None]:
     "medium") or the backends' fp32_precision would run them in TF32 (10-bit mantissas) or bf16,
     which is not what an emulation of FP8 products summed in fp32 may compute. The settings in
     force are restored when the last thread inside leaves."""
+    _pin()
+    try:
+        yield
+    finally:
+        _unpin()
+
+
+def _pin() -> None:
+    """ieee_fp32_matmul's entry (emulated_mm calls it and _unpin directly, in try/finally)."""
     with _PIN_LOCK:
         if not _pinned:
             settings = _precision_settings()
@@ -78,19 +87,20 @@ def ieee_fp32_matmul() -> Iterator[None]:
                 torch.set_float32_matmul_precision("highest")
             _pinned[:] = [0, saved]
         _pinned[0] += 1
-    try:
-        yield
-    finally:
-        with _PIN_LOCK:
-            _pinned[0] -= 1
-            if _pinned[0] == 0:
-                saved = _pinned[1]
-                if isinstance(saved, str):
-                    torch.set_float32_matmul_precision(saved)
-                else:
-                    for m, value in saved:
-                        m.fp32_precision = value
-                _pinned.clear()
+
+
+def _unpin() -> None:
+    """ieee_fp32_matmul's exit: the settings restored when the last thread inside leaves."""
+    with _PIN_LOCK:
+        _pinned[0] -= 1
+        if _pinned[0] == 0:
+            saved = _pinned[1]
+            if isinstance(saved, str):
+                torch.set_float32_matmul_precision(saved)
+            else:
+                for m, value in saved:
+                    m.fp32_precision = value
+            _pinned.clear()
 
 
 # ---- operands -----------------------------------------------------------------------------------
@@ -182,8 +192,11 @@ def emulated_mm(
         )
     if accumulation is not None:
         return scale_output(_accumulate(accumulation, a_q, b_q), a_q, b_q)
-    with ieee_fp32_matmul():
+    _pin()  # (ieee_fp32_matmul without its context manager's own cost, as every GEMM of a step pays it)
+    try:
         return _emulated(a_q, b_q, emulation)
+    finally:
+        _unpin()
 
 
 def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> torch.Tensor:

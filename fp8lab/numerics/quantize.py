@@ -229,8 +229,8 @@ def _given_amax(amax: torch.Tensor | float, blocks: tuple[int, int], granularity
 
 def _quantized(x, spec: TensorScaling, data, scale, tensor_scale, block_amax, values=None, folded=False,
                scale_range=None, counts=None) -> QuantizedTensor:
-    scale_shape = spec.granularity.scale_shape(tuple(data.shape))  # () per tensor
-    scale, block_amax = scale.reshape(scale_shape), block_amax.reshape(scale_shape)
+    if spec.granularity.whole_tensor:  # () per tensor; else one per block, (MB, KB) as made
+        scale, block_amax = scale.reshape(()), block_amax.reshape(())
     if data.shape != x.shape:
         data = data.reshape(x.shape)
         values = None if values is None else values.reshape(x.shape)

@@ -46,7 +46,7 @@ def kernel_input(x2d: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | No
     None: the torch code runs."""
     if kernel_parameters(spec) is None or x2d.device.type != "cpu" or not kernels.engine().kernels:
         return None
-    x32 = x2d.to(torch.float32)  # (the kernel reads float32)
+    x32 = x2d if x2d.dtype == torch.float32 else x2d.to(torch.float32)  # (the kernel reads float32)
     return x32 if kernels.accepts(x32) and (amax is None or kernels.accepts(amax)) else None
 
 

@@ -1,7 +1,8 @@
 """What lets FP8Linear stand in for nn.Linear in a user's model: the compatibility armour around its GEMMs.
 
 Public: autocast_operands and no_autocast (torch.autocast), refuse_double_backward and VMAP_REFUSAL
-(torch.func and create_graph=True), at_least_one_row (empty batches), all_finite (a loss scaler's
+(torch.func and create_graph=True), apply_positional (an autograd.Function's apply without torch's per-call
+signature binding), at_least_one_row (empty batches), all_finite (a loss scaler's
 overflow, found in one cheap pass), save_histories and load_histories (delayed scaling's state_dict),
 fp8_subclass (the FP8 class of another linear class). fp8lab.training.layers uses them; none of this
 changes a number FP8Linear computes.
@@ -14,13 +15,14 @@ import math
 
 import torch
 from torch import nn
+from torch._functorch.utils import unwrap_dead_wrappers
 
 from fp8lab.numerics import kernels
 from fp8lab.numerics.scaling import PerTensor
 from fp8lab.training.delayed import DelayedState
 
-__all__ = ["VMAP_REFUSAL", "all_finite", "at_least_one_row", "autocast_operands", "fp8_subclass", "load_histories",
-           "no_autocast", "refuse_double_backward", "save_histories"]
+__all__ = ["VMAP_REFUSAL", "all_finite", "apply_positional", "at_least_one_row", "autocast_operands", "fp8_subclass",
+           "load_histories", "no_autocast", "refuse_double_backward", "save_histories"]
 
 
 # ---- torch.autocast: the operands cast as nn.Linear's, the GEMMs exact -------------------------------------------
@@ -73,6 +75,15 @@ def refuse_double_backward(name: str) -> None:
     """RuntimeError inside a backward pass that is itself differentiated (see _differentiating_backward)."""
     if _differentiating_backward():
         raise RuntimeError(_NO_DOUBLE_BACKWARD.format(name=name or "an FP8Linear"))
+
+
+def apply_positional(function: type[torch.autograd.Function], args: tuple):
+    """function.apply(*args) for an autograd.Function whose forward takes every argument positionally, with no
+    defaults: the same call without torch's binding of the arguments to forward's signature (inspect.signature on
+    every call, which only fills defaults); under a torch.func transform, torch's own apply."""
+    if torch._C._are_functorch_transforms_active():
+        return torch.autograd.Function.apply.__func__(function, *args)
+    return super(torch.autograd.Function, function).apply(*unwrap_dead_wrappers(args))
 
 
 # ---- empty batches and non-finite gradients ------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from fp8lab.training import delayed as delayed_steps
 from fp8lab.training.armour import (
     VMAP_REFUSAL,
     all_finite,
+    apply_positional,
     at_least_one_row,
     autocast_operands,
     fp8_subclass,
@@ -138,6 +139,11 @@ class _FP8LinearFunction(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, *args):
         raise RuntimeError(VMAP_REFUSAL)
+
+    @classmethod
+    def apply(cls, *args):
+        """Function.apply (its four arguments always given, positionally): armour.apply_positional."""
+        return apply_positional(cls, args)
 
 
 def _dgrad(state: LayerState, dy: torch.Tensor, weight: torch.Tensor, w_q: Operand | None, m: int):
