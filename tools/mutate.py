@@ -231,7 +231,7 @@ MUTATIONS = [
       T + "lab/exercises/test_exercises.py", HARD),
     # ---- models as users handle them: compile, copy, save, empty batches
     m("the fused quantize is traced by torch.compile", K,
-      "@torch.compiler.disable\ndef quantize(x2d", "def quantize(x2d",
+      "@opaque_to_compile\ndef quantize(x2d", "def quantize(x2d",
       MODELS + "::test_torch_compile_runs_with_the_c_kernels_on"),
     m("a pickled format is a new object", F,
       "        if FORMATS.get(self.name) == self:\n            return (get_format",
@@ -257,8 +257,8 @@ MUTATIONS = [
     m("a pending negation reaches the C code", K, "    t = t.resolve_conj().resolve_neg().contiguous()",
       "    t = t.contiguous()", HARD + "::test_views_the_c_code_cannot_read_as_memory_give_the_values"),
     m("the C code reads any CPU float32 tensor", K,
-      "    if type(t) not in _PLAIN or t.layout != torch.strided or t.device.type != \"cpu\" or t.dtype != "
-      "torch.float32:\n        return False", "    return t.device.type == \"cpu\" and t.dtype == torch.float32",
+      "    if type(t) not in _PLAIN or t.layout != torch.strided or not t.is_cpu or t.dtype != "
+      "torch.float32:\n        return False", "    return t.is_cpu and t.dtype == torch.float32",
       HARD + "::test_tensors_without_memory_of_their_own_run_in_torch"),
     m("the torch code lets an infinity beside a NaN through", Q,
       " or (bool(torch.isnan(own).any()) and bool(torch.isinf(x2d).any())):", ":",

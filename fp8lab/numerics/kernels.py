@@ -6,8 +6,8 @@ status() -> (bool, reason), quantize(x2d, block, parameters(args), amax) (quanti
 code in one call), the twins amax_per_block, scale_from_amax and cast (the torch definitions'
 signatures, by the kernels), scale_outer_(out, a, b) (per-row scales of both operands applied to a
 GEMM's output), add_scaled_outer_(out, part, a, b) (one K segment of the emulated GEMM's definition),
-hadamard(transform, x) (RandomHadamard.apply's twin), keep_freed_memory() (the allocator setting
-fp8lab.setup() and the benchmarks make).
+hadamard(transform, x) (RandomHadamard.apply's twin), opaque_to_compile (how each entry point meets
+torch.compile), keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
 
 quantize.py and gemm define the numbers in torch; on the CPU they call these kernels, which
 compute the same bits in one pass over memory instead of five passes with a fresh temporary
@@ -17,8 +17,8 @@ every call checks the sizes it passes, and the C side checks them again. C reads
 a tensor reaches it only as accepts() allows (a plain strided float32 CPU tensor with memory of
 its own: no fake, functional or zero tensor, no tensor subclass) and as _readable() makes it (no
 pending negation or conjugation, contiguous, 4-byte aligned); anything else runs in torch. Each
-entry point is opaque to torch.compile (torch.compiler.disable): a compiled function calls it
-with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
+entry point is opaque to torch.compile (opaque_to_compile: torch.compiler.disable where traced): a
+compiled function calls it with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
 Tensors beyond 32768 elements are split by rows (the same bits for any split) over the threads
 of torch's own OpenMP runtime where the library shares it (as many as torch.get_num_threads(), which
 fp8lab.threads sizes to the CPU quota; each calling thread is given torch's count before its first
@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import platform
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -55,6 +57,7 @@ __all__ = [
     "engine",
     "hadamard",
     "keep_freed_memory",
+    "opaque_to_compile",
     "parameters",
     "quantize",
     "scale_from_amax",
@@ -74,6 +77,19 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     """kernels_build.load()'s library with its functions' argument types bound, and the reason."""
     lib, reason = kernels_build.load()
     return (None if lib is None else _bind(lib)), reason
+
+
+def opaque_to_compile(fn: Callable) -> Callable:
+    """fn, opaque to torch.compile: traced, it is torch.compiler.disable(fn) (a compiled function calls it with
+    real tensors); run eagerly, fn itself, without that wrapper's cost (microseconds a call, dozens of calls a
+    training step)."""
+    disabled = torch.compiler.disable(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return disabled(*args, **kwargs) if torch.compiler.is_compiling() else fn(*args, **kwargs)
+
+    return call
 
 
 # ---- the parameter block: formats and rules as data (_kernels.c: fp8lab_format, fp8lab_params) ------------
@@ -228,9 +244,9 @@ def accepts(t: torch.Tensor) -> bool:
     zero tensors and meta tensors have no such memory, or memory that does not hold their values:
     they run in torch. (A pending negation or conjugation, a layout that is not contiguous and an
     address that is not 4-byte aligned are made readable by a copy: _readable.)"""
-    if type(t) not in _PLAIN or t.layout != torch.strided or t.device.type != "cpu" or t.dtype != torch.float32:
+    if type(t) not in _PLAIN or t.layout != torch.strided or not t.is_cpu or t.dtype != torch.float32:
         return False
-    if t.is_meta or t.is_nested or t._is_zerotensor() or _wrapped(t):
+    if t.is_nested or t._is_zerotensor() or _wrapped(t):  # (a CPU tensor is not a meta one)
         return False
     try:
         return t.numel() == 0 or t.data_ptr() != 0
@@ -238,10 +254,12 @@ def accepts(t: torch.Tensor) -> bool:
         return False
 
 
+_FUNCTORCH = getattr(torch._C, "_functorch", None)
+
+
 def _wrapped(t: torch.Tensor) -> bool:
     """A functorch (vmap, grad) or functionalization wrapper: its data pointer is not its values'."""
-    functorch = getattr(torch._C, "_functorch", None)
-    if functorch is not None and functorch.is_functorch_wrapped_tensor(t):
+    if _FUNCTORCH is not None and _FUNCTORCH.is_functorch_wrapped_tensor(t):
         return True
     return bool(torch._is_functional_tensor(t))
 
@@ -340,7 +358,7 @@ class Fused(NamedTuple):
     nan: bool
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: torch.Tensor | None = None, *,
              fold: bool = False, count: bool = False, values: bool | None = None,
              draws: torch.Tensor | None = None) -> Fused | None:
@@ -386,7 +404,7 @@ def _template(fmt: FloatFormat | str, scale_rule: str = "exact", margin: int = 0
     return p
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     """scaling.amax_per_block, by the kernel: max|x| per block, [ceil(M/rows), ceil(K/cols)] float32."""
     x2d = as_2d(x, granularity).to(torch.float32)
@@ -399,7 +417,7 @@ def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     return out
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def scale_from_amax(amax: torch.Tensor, fmt: FloatFormat | str = "e4m3", scale_rule: str = "exact", margin: int = 0,
                     scale_fmt: FloatFormat | str | None = None, two_level: bool = False,
                     scale_floor: str = "zero") -> Scales:
@@ -413,7 +431,7 @@ def scale_from_amax(amax: torch.Tensor, fmt: FloatFormat | str = "e4m3", scale_r
     return Scales(scale, inverse, torch.tensor(p.tensor_scale) if p.two_level else None)
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """formats.cast, by the kernel's cast (the one quantize runs), for e4m3, e5m2 and e2m1."""
     fmt = get_format(fmt)
@@ -430,7 +448,7 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
     return (values if dtype == torch.float32 else codes).reshape(x.shape)
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """out[M, N] *= outer(a[M], b[N]), in place, without making the [M, N] factor matrix: the same
     bits as out.mul_(a[:, None] * b[None, :]) (its torch twin, in fp8lab.gemm). out is written in
@@ -446,7 +464,7 @@ def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.T
     return out
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def add_scaled_outer_(out: torch.Tensor, part: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """out[M, N] += part[M, N] * outer(a[M], b[N]), in place, without the [M, N] factor and product matrices:
     the same bits as out.add_(part * (a[:, None] * b[None, :])) (its torch twin, in fp8lab.gemm). out is
@@ -464,7 +482,7 @@ def add_scaled_outer_(out: torch.Tensor, part: torch.Tensor, a: torch.Tensor, b:
     return out
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
     """transform.apply(x), by the kernel: x[..., C] @ Q per block of d along the last dim (zero-padded), float32
     [..., ceil(C/d) * d], the torch code's operations in its order (the same bits). x: a float32 CPU tensor
