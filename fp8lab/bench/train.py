@@ -10,7 +10,9 @@ The models (MODELS):
 Each recipe's model is converted from the same fp32 weights and trains on the same batch with Adam; fp32, bf16
 and every recipe take turns in each round (timing.time_interleaved), each sample a few consecutive steps as in a
 training loop. A recipe's ratio is the median over the rounds of its time over fp32's in the same round; the
-target is within TARGET_RATIO of fp32.
+target is within TARGET_RATIO of fp32. Beside the wall-clock columns, the CPU time of the calling thread
+(time.thread_time: what other processes on a shared machine leave untouched; all of a step's work with one torch
+thread, torch.set_num_threads(1)) and its ratio to fp32's, by the same median of per-round ratios.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -123,18 +126,20 @@ def bench_train(size: int | None = None, rounds: int | None = None, models: tupl
     for name in (m for m in MODELS if not models or m in models):
         work = make_workload(name)
         titles.append(f"{name}: {work.title}")
-        cands, skipped = {}, {}
+        cands, skipped, cpu = {}, {}, {}
         for label in ("fp32", *TIMED_RECIPES, *REFERENCES):
             model = _model_for(label, work)
             if model is None:
                 continue
             opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
-            def steps(model=model, opt=opt, label=label, work=work, skipped=skipped) -> None:
+            def steps(model=model, opt=opt, label=label, work=work, skipped=skipped, cpu=cpu) -> None:
+                start = time.thread_time()
                 for _ in range(consecutive):
                     loss = train_step(model, opt, work.loss, work.x, work.y, autocast=label == "bf16")
                     if not math.isfinite(loss):  # train_step returns without a backward pass: not a step
                         skipped[label] = skipped.get(label, 0) + 1
+                cpu.setdefault(label, []).append(time.thread_time() - start)
 
             cands[label] = steps
         slow = _slow_bf16(cands)
@@ -142,18 +147,24 @@ def bench_train(size: int | None = None, rounds: int | None = None, models: tupl
             del cands["bf16"]
             notes.append(f"{name}: bf16 left out, {slow}")
         times = time_interleaved(cands, rounds=rounds, warmup=2)
+        cpu_rounds = {label: cpu[label][-rounds:] for label in times}  # (the rounds' samples: warm-ups came first)
         for label, ts in times.items():
             ratios = [t / base for t, base in zip(ts, times["fp32"], strict=True)]
             ratio = statistics.median(ratios)
             low, high = _quartiles(ratios)
+            cpu_ratio = statistics.median(t / max(base, 1e-9) for t, base in
+                                          zip(cpu_rounds[label], cpu_rounds["fp32"], strict=True))
             held = label in TIMED_RECIPES
             rows.append({"model": name, "what": label, "ms/step": statistics.median(ts) / consecutive * 1e3,
                          "x fp32": ratio, "x fp32, middle half": f"{low:.2f}-{high:.2f}",
+                         "cpu ms/step": statistics.median(cpu_rounds[label]) / consecutive * 1e3,
+                         "cpu x fp32": cpu_ratio,
                          f"within {TARGET_RATIO:g}x": ("yes" if ratio <= TARGET_RATIO else "NO") if held else "-",
                          **({"note": f"{skipped[label]} steps with a non-finite loss (no backward)"}
                             if label in skipped else {})})
     print_table(f"bench train: training step time against fp32, Adam, median of {rounds} rounds of {consecutive} "
-                "consecutive steps, every candidate in each round (x fp32: the median of each round's ratio)", rows,
+                "consecutive steps, every candidate in each round (x fp32: the median of each round's ratio; cpu: "
+                "the calling thread's CPU time)", rows,
                 "\n".join([f"target: every recipe within {TARGET_RATIO:g}x of fp32; bf16 (autocast) and torchao's "
                            "tensorwise (emulate=True) for reference", "; ".join(titles), *notes]))
     return rows

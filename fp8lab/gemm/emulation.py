@@ -48,9 +48,15 @@ _pinned: list = []  # [depth, saved settings] while some thread is inside ieee_f
 
 def _precision_settings() -> list:
     """The objects whose fp32_precision lets torch run float32 matmuls in lower precision (TF32 on
-    CUDA, bf16 through oneDNN on the CPU): torch.backends.cuda.matmul, torch.backends.mkldnn.matmul."""
-    found = [torch.backends.cuda.matmul, getattr(torch.backends.mkldnn, "matmul", None)]
-    return [m for m in found if m is not None and hasattr(m, "fp32_precision")]
+    CUDA, bf16 through oneDNN on the CPU): torch.backends.cuda.matmul, torch.backends.mkldnn.matmul
+    (found once: which objects torch has does not change while it runs)."""
+    if not _FOUND:
+        found = [torch.backends.cuda.matmul, getattr(torch.backends.mkldnn, "matmul", None)]
+        _FOUND.append([m for m in found if m is not None and hasattr(m, "fp32_precision")])
+    return _FOUND[0]
+
+
+_FOUND: list = []  # _precision_settings' answer, once found
 
 
 @contextlib.contextmanager
@@ -60,31 +66,41 @@ def ieee_fp32_matmul() -> Iterator[None]:
     "medium") or the backends' fp32_precision would run them in TF32 (10-bit mantissas) or bf16,
     which is not what an emulation of FP8 products summed in fp32 may compute. The settings in
     force are restored when the last thread inside leaves."""
+    _pin()
+    try:
+        yield
+    finally:
+        _unpin()
+
+
+def _pin() -> None:
+    """ieee_fp32_matmul's entry (emulated_mm calls it and _unpin directly, in try/finally)."""
     with _PIN_LOCK:
         if not _pinned:
             settings = _precision_settings()
-            if settings:
-                saved = [(m, m.fp32_precision) for m in settings]
-                for m in settings:
+            if settings:  # (each set where it is not "ieee" already, and only those restored)
+                saved = [(m, value) for m in settings if (value := m.fp32_precision) != "ieee"]
+                for m, _ in saved:
                     m.fp32_precision = "ieee"
             else:  # a torch without the per-backend settings: the legacy switch
                 saved = torch.get_float32_matmul_precision()
                 torch.set_float32_matmul_precision("highest")
             _pinned[:] = [0, saved]
         _pinned[0] += 1
-    try:
-        yield
-    finally:
-        with _PIN_LOCK:
-            _pinned[0] -= 1
-            if _pinned[0] == 0:
-                saved = _pinned[1]
-                if isinstance(saved, str):
-                    torch.set_float32_matmul_precision(saved)
-                else:
-                    for m, value in saved:
-                        m.fp32_precision = value
-                _pinned.clear()
+
+
+def _unpin() -> None:
+    """ieee_fp32_matmul's exit: the settings restored when the last thread inside leaves."""
+    with _PIN_LOCK:
+        _pinned[0] -= 1
+        if _pinned[0] == 0:
+            saved = _pinned[1]
+            if isinstance(saved, str):
+                torch.set_float32_matmul_precision(saved)
+            else:
+                for m, value in saved:
+                    m.fp32_precision = value
+            _pinned.clear()
 
 
 # ---- operands -----------------------------------------------------------------------------------
@@ -176,8 +192,11 @@ def emulated_mm(
         )
     if accumulation is not None:
         return scale_output(_accumulate(accumulation, a_q, b_q), a_q, b_q)
-    with ieee_fp32_matmul():
+    _pin()  # (ieee_fp32_matmul without its context manager's own cost, as every GEMM of a step pays it)
+    try:
         return _emulated(a_q, b_q, emulation)
+    finally:
+        _unpin()
 
 
 def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> torch.Tensor:
@@ -193,11 +212,18 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
     sb, wb = k_blocks(b_q)  # (N, KBb)
     seg = _segments(k, wa, wb)
     out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
+    add_scaled_ = kernels.add_scaled_outer_ if kernels.enabled(out, sa, sb) else _add_scaled_outer_  # (same bits)
     for start in range(0, k, seg):
         part = a[:, start : start + seg] @ b[:, start : start + seg].t()  # (M, N), fp32 sums
-        factor = sa[:, start // wa, None] * sb[None, :, start // wb]  # (M, N)
-        out += part * factor
+        add_scaled_(out, part, sa[:, start // wa], sb[:, start // wb])  # out += part * (sa[m] * sb[n])
     return scale_output(out, a_q, b_q)
+
+
+def _add_scaled_outer_(out: torch.Tensor, part: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """out[M, N] += part[M, N] * (a[M, None] * b[None, N]): one K segment's partial sums scaled by both operands'
+    scales of that segment (the factor rounded to float32 first); kernels.add_scaled_outer_ is its twin."""
+    factor = a[:, None] * b[None, :]  # (M, N)
+    return out.add_(part * factor)
 
 
 def scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:

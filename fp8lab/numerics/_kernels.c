@@ -73,9 +73,10 @@ typedef struct {
     float tensor_scale;                 /* two-level: written */
     float scale_range[2];               /* smallest and largest scale (written by quantize) */
     int64_t counts[2];                  /* clipped, flushed (written by quantize if count) */
+    const float *draws;                 /* [M, K] uniform draws in [0, 1): stochastic rounding; NULL: to nearest */
 } fp8lab_params;
 
-enum { OK = 0, INFINITE_AMAX = 1, BAD_SIZE = -1, BAD_SHAPE = -2, BAD_FORMAT = -3, BAD_RULE = -4 };
+enum { OK = 0, INFINITE_AMAX = 1, NAN_AMAX = 2, BAD_SIZE = -1, BAD_SHAPE = -2, BAD_FORMAT = -3, BAD_RULE = -4 };
 
 FP8LAB_API const char *fp8lab_rule_names(void) { return RULE_NAMES; }
 
@@ -187,6 +188,7 @@ typedef struct {
     uint32_t s_min_normal_bits, s_shift_bits, s_drop;     /* the storage format */
     uint32_t nan_code, sign_shift;                        /* the storage format's NaN and sign bit */
     int same;                                             /* storage is the element format */
+    float max_value, step_scale, min_subnormal;           /* stochastic rounding: max, 2^-m, smallest step */
 } fmt_t;
 
 static fmt_t make_fmt(fp8lab_format e, fp8lab_format s) {
@@ -201,6 +203,9 @@ static fmt_t make_fmt(fp8lab_format e, fp8lab_format s) {
     f.nan_code = s.nan_code;
     f.sign_shift = 32u - (uint32_t)s.bits;
     f.same = e.mantissa_bits == s.mantissa_bits && e.min_exponent == s.min_exponent;
+    f.max_value = e.max_value;
+    f.step_scale = ldexpf(1.0f, -e.mantissa_bits);
+    f.min_subnormal = ldexpf(1.0f, e.min_exponent - e.mantissa_bits);
     return f;
 }
 
@@ -238,6 +243,21 @@ static inline void cast_one(float t, fmt_t f, uint8_t *code_out, float *value_ou
     *value_out = float_of(nan ? tb : (bits_of(r) | sign));
 }
 
+/* formats.round_stochastic's twin for one element, then its code (cast_one of a value on the grid is
+   itself): |t| clamped to the largest value lies between lo and lo + step on its binade's grid, step =
+   max(2^floor(log2|t|) * 2^-m, smallest subnormal); it rounds up where draw < |t| / step - floor(|t| / step).
+   The same float32 operations in the same order as the torch code (every one exact), NaN staying NaN. */
+static inline void cast_stochastic_one(float t, float draw, fmt_t f, uint8_t *code_out, float *value_out) {
+    float a = fabsf(t);
+    a = a > f.max_value ? f.max_value : a; /* (NaN stays) */
+    float step = float_of(bits_of(a) & 0x7F800000u) * f.step_scale;
+    step = step < f.min_subnormal ? f.min_subnormal : step;
+    float units = a / step;
+    float low = floorf(units);
+    float out = (low + (draw < units - low ? 1.0f : 0.0f)) * step;
+    cast_one(copysignf(out, t), f, code_out, value_out);
+}
+
 /* one run of a block row with inverse scale s; values (if not NULL) = the value times fs:
    1 for the values themselves, the block's scale for the values folded for a GEMM
    (multiplying by 1 changes no bits, -0 and NaN included) */
@@ -273,8 +293,23 @@ static void run_cast_per_element(const float *x, int64_t n, const float *s, cons
    x's first row in the whole tensor (a part of it, split over threads). */
 static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K, int64_t r, int64_t c,
                               const float *inv, int64_t inv_count, const float *fold, fmt_t f, uint8_t *codes,
-                              float *values) {
+                              float *values, const float *draws) {
     int64_t KB = (K + c - 1) / c;
+    if (draws) { /* stochastic rounding: each element with its own draw */
+        float v;
+        for (int64_t m = 0; m < M; m++) {
+            for (int64_t j = 0; j < KB; j++) {
+                int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
+                int64_t b = inv_count == 1 ? 0 : ((row0 + m) / r) * KB + j;
+                float s = inv[b], fs = fold ? fold[b] : 1.0f;
+                for (int64_t k = m * K + k0; k < m * K + k1; k++) {
+                    cast_stochastic_one(x[k] * s, draws[k], f, codes + k, &v);
+                    if (values) values[k] = v * fs;
+                }
+            }
+        }
+        return;
+    }
     if (inv_count == 1) { /* one scale: the whole tensor is one run */
         run_cast(x, M * K, inv[0], fold ? fold[0] : 1.0f, f, codes, values);
         return;
@@ -362,14 +397,14 @@ typedef struct {
     int kind; /* 0 amax, 1 scale_cast */
     const float *x; int64_t row0, M, K, r, c; /* row0: the first row's index in the whole tensor */
     const float *inv; int64_t inv_count; const float *fold; fmt_t f;
-    uint8_t *codes; float *values; float *amax;
+    uint8_t *codes; float *values; float *amax; const float *draws;
 } task_t;
 
 static void *run_task(void *p) {
     task_t *t = (task_t *)p;
     if (t->kind == 0) block_amax_serial(t->x, t->M, t->K, t->r, t->c, t->amax);
     else scale_cast_serial(t->x, t->row0, t->M, t->K, t->r, t->c, t->inv, t->inv_count, t->fold, t->f, t->codes,
-                           t->values);
+                           t->values, t->draws);
     return NULL;
 }
 
@@ -401,7 +436,11 @@ static void run_split(task_t base) {
         t.x = base.x + m0 * base.K;
         if (base.kind == 0 && one_row) { t.r = t.M; t.amax = partial + i * KB; } /* one block row of its own */
         if (base.kind == 0 && !one_row) { t.row0 = 0; t.amax = base.amax + b0 * KB; }
-        if (base.kind == 1) { t.codes = base.codes + m0 * base.K; t.values = base.values ? base.values + m0 * base.K : NULL; }
+        if (base.kind == 1) {
+            t.codes = base.codes + m0 * base.K;
+            t.values = base.values ? base.values + m0 * base.K : NULL;
+            t.draws = base.draws ? base.draws + m0 * base.K : NULL;
+        }
         tasks[i] = t;
     }
 #ifdef _OPENMP
@@ -437,7 +476,7 @@ static void scale_cast(const fp8lab_params *p, const float *inverse, int64_t inv
     task_t t = {0};
     t.kind = 1; t.x = p->x; t.M = p->M; t.K = p->K; t.r = p->r; t.c = p->c; t.inv = inverse;
     t.inv_count = inv_count; t.fold = fold; t.f = make_fmt(p->element, p->storage); t.codes = p->codes;
-    t.values = p->values;
+    t.values = p->values; t.draws = p->draws;
     run_split(t);
 }
 
@@ -591,18 +630,23 @@ static void clip_flush_counts(fp8lab_params *p) {
 }
 
 /* quantize() in one call: x's own block amaxes (p->amax), scales from them or from p->given_amax,
-   the scale-and-cast (values folded with the scales if p->fold), the smallest and largest scale
-   (both NaN if one is, as torch.aminmax), and the clipped and flushed counts if p->count.
-   Returns INFINITE_AMAX, having written only the amaxes, if x holds an infinity (the caller
-   raises), else OK (or a negative code, having written nothing, for an inconsistent block). */
+   the scale-and-cast (values folded with the scales if p->fold; rounded stochastically with p->draws),
+   the smallest and largest scale (both NaN if one is, as torch.aminmax), and the clipped and flushed
+   counts if p->count. Returns INFINITE_AMAX, having written only the amaxes, if x holds an infinity
+   (the caller raises); else NAN_AMAX where a block of x holds a NaN (its own amax is NaN: the caller
+   looks for an infinity it may hide), else OK (or a negative code, having written nothing, for an
+   inconsistent block). */
 FP8LAB_API int fp8lab_quantize(fp8lab_params *p) {
     int bad = check(p);
     if (bad) return bad;
     int64_t n = p->blocks;
     block_amax(p, p->amax);
     const uint32_t *amax_bits = (const uint32_t *)p->amax;
-    uint32_t inf = 0u; /* amaxes are >= 0 or NaN: an infinite one has the bits of +inf */
-    for (int64_t i = 0; i < n; i++) inf |= amax_bits[i] == 0x7F800000u;
+    uint32_t inf = 0u, nan_amax = 0u; /* amaxes are >= 0 or NaN: an infinite one has the bits of +inf */
+    for (int64_t i = 0; i < n; i++) {
+        inf |= amax_bits[i] == 0x7F800000u;
+        nan_amax |= amax_bits[i] > 0x7F800000u;
+    }
     if (inf) return INFINITE_AMAX;
     block_scales(p, p->given_amax ? p->given_amax : p->amax, n, p->scale, p->inverse, &p->tensor_scale);
     scale_cast(p, p->inverse, n, p->fold ? p->scale : NULL);
@@ -618,6 +662,46 @@ FP8LAB_API int fp8lab_quantize(fp8lab_params *p) {
     p->scale_range[0] = nan ? NAN : float_of(smallest);
     p->scale_range[1] = nan ? NAN : float_of(largest);
     if (p->count) clip_flush_counts(p);
+    return nan_amax ? NAN_AMAX : OK;
+}
+
+/* ---- the random Hadamard transform (hadamard.RandomHadamard.apply's twin) ---------------------------------- */
+
+/* out[R, Cp] (Cp = ceil(C / d) * d): each row of x[R, C] zero-padded to Cp, in blocks of d: times signs[d],
+   butterflied (log2(d) stages; stage h turns each pair (v[i], v[i + h]) of a group of 2h into (sum,
+   difference), Sylvester's order), times norm (1 / sqrt(d), a power of two). The torch code's float32
+   operations, one by one, in its order: the same bits. */
+static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *signs, int64_t d, float norm,
+                          float *out) {
+    int64_t Cp = (C + d - 1) / d * d;
+#ifdef _OPENMP
+#pragma omp parallel for if (threads_for(R * Cp, R) > 1) num_threads(threads_for(R * Cp, R))
+#endif
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * C;
+        float *o = out + r * Cp;
+        for (int64_t k = 0; k < Cp; k++) o[k] = (k < C ? xr[k] : 0.0f) * signs[k % d];
+        for (int64_t b = 0; b < Cp; b += d) {
+            float *v = o + b;
+            for (int64_t h = 1; h < d; h *= 2) {
+                for (int64_t g = 0; g < d; g += 2 * h) {
+                    for (int64_t i = g; i < g + h; i++) {
+                        float lo = v[i], hi = v[i + h];
+                        v[i] = lo + hi;
+                        v[i + h] = lo - hi;
+                    }
+                }
+            }
+            for (int64_t k = 0; k < d; k++) v[k] = v[k] * norm;
+        }
+    }
+}
+
+FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, const float *signs, int64_t d, float norm,
+                               float *out) {
+    if (x == NULL || signs == NULL || out == NULL || R < 0 || C < 0 || d < 1 || d > 4096 || (d & (d - 1)))
+        return BAD_SHAPE;
+    hadamard_rows(x, R, C, signs, d, norm, out);
     return OK;
 }
 
@@ -633,6 +717,26 @@ FP8LAB_API void fp8lab_scale_outer(float *out, int64_t M, int64_t N, const float
         for (int64_t n = 0; n < N; n++) {
             float factor = am * b[n];
             row[n] = row[n] * factor;
+        }
+    }
+}
+
+/* out[m, n] += part[m, n] * (a[m] * b[n]) (the factor rounded to float32, then the product, then the sum,
+   each on its own, as torch's out += part * outer(a, b) forms them): one K segment of the emulated GEMM's
+   definition (gemm/emulation.py), without the [M, N] factor and product matrices. */
+FP8LAB_API void fp8lab_add_scaled_outer(float *out, const float *part, int64_t M, int64_t N, const float *a,
+                                        const float *b) {
+#ifdef _OPENMP
+#pragma omp parallel for if (threads_for(M * N, M) > 1) num_threads(threads_for(M * N, M))
+#endif
+    for (int64_t m = 0; m < M; m++) {
+        float am = a[m];
+        float *row = out + m * N;
+        const float *prow = part + m * N;
+        for (int64_t n = 0; n < N; n++) {
+            float factor = am * b[n];
+            float product = prow[n] * factor;
+            row[n] = row[n] + product;
         }
     }
 }

@@ -5,7 +5,9 @@ disabled() (a context manager: the torch code in this thread), enabled(), accept
 status() -> (bool, reason), quantize(x2d, block, parameters(args), amax) (quantize_with's torch
 code in one call), the twins amax_per_block, scale_from_amax and cast (the torch definitions'
 signatures, by the kernels), scale_outer_(out, a, b) (per-row scales of both operands applied to a
-GEMM's output), keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
+GEMM's output), add_scaled_outer_(out, part, a, b) (one K segment of the emulated GEMM's definition),
+hadamard(transform, x) (RandomHadamard.apply's twin), opaque_to_compile (how each entry point meets
+torch.compile), keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
 
 quantize.py and gemm define the numbers in torch; on the CPU they call these kernels, which
 compute the same bits in one pass over memory instead of five passes with a fresh temporary
@@ -15,8 +17,8 @@ every call checks the sizes it passes, and the C side checks them again. C reads
 a tensor reaches it only as accepts() allows (a plain strided float32 CPU tensor with memory of
 its own: no fake, functional or zero tensor, no tensor subclass) and as _readable() makes it (no
 pending negation or conjugation, contiguous, 4-byte aligned); anything else runs in torch. Each
-entry point is opaque to torch.compile (torch.compiler.disable): a compiled function calls it
-with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
+entry point is opaque to torch.compile (opaque_to_compile: torch.compiler.disable where traced): a
+compiled function calls it with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
 Tensors beyond 32768 elements are split by rows (the same bits for any split) over the threads
 of torch's own OpenMP runtime where the library shares it (as many as torch.get_num_threads(), which
 fp8lab.threads sizes to the CPU quota; each calling thread is given torch's count before its first
@@ -27,9 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import platform
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -38,18 +42,22 @@ import torch
 
 from fp8lab.numerics import kernels_build
 from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_format
+from fp8lab.numerics.hadamard import RandomHadamard
 from fp8lab.numerics.scaling import SCALE_RULES, Granularity, Scales, TensorScaling, as_2d
 
 __all__ = [
     "EAGER_VALUES",
     "Engine",
     "accepts",
+    "add_scaled_outer_",
     "amax_per_block",
     "cast",
     "disabled",
     "enabled",
     "engine",
+    "hadamard",
     "keep_freed_memory",
+    "opaque_to_compile",
     "parameters",
     "quantize",
     "scale_from_amax",
@@ -69,6 +77,19 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     """kernels_build.load()'s library with its functions' argument types bound, and the reason."""
     lib, reason = kernels_build.load()
     return (None if lib is None else _bind(lib)), reason
+
+
+def opaque_to_compile(fn: Callable) -> Callable:
+    """fn, opaque to torch.compile: traced, it is torch.compiler.disable(fn) (a compiled function calls it with
+    real tensors); run eagerly, fn itself, without that wrapper's cost (microseconds a call, dozens of calls a
+    training step)."""
+    disabled = torch.compiler.disable(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return disabled(*args, **kwargs) if torch.compiler.is_compiling() else fn(*args, **kwargs)
+
+    return call
 
 
 # ---- the parameter block: formats and rules as data (_kernels.c: fp8lab_format, fp8lab_params) ------------
@@ -102,6 +123,7 @@ class _Params(ctypes.Structure):
         ("fold", ctypes.c_int32), ("count", ctypes.c_int32), ("clip_limit", ctypes.c_double),
         ("x", _p), ("given_amax", _p), ("amax", _p), ("scale", _p), ("inverse", _p), ("codes", _p), ("values", _p),
         ("tensor_scale", ctypes.c_float), ("scale_range", ctypes.c_float * 2), ("counts", ctypes.c_int64 * 2),
+        ("draws", _p),
     ]
 
 
@@ -146,6 +168,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fp8lab_openmp": ([], ctypes.c_int),
         # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
         "fp8lab_scale_outer": ([_p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
+        "fp8lab_add_scaled_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
+        "fp8lab_hadamard": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_float, _p], ctypes.c_int),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
@@ -220,9 +244,9 @@ def accepts(t: torch.Tensor) -> bool:
     zero tensors and meta tensors have no such memory, or memory that does not hold their values:
     they run in torch. (A pending negation or conjugation, a layout that is not contiguous and an
     address that is not 4-byte aligned are made readable by a copy: _readable.)"""
-    if type(t) not in _PLAIN or t.layout != torch.strided or t.device.type != "cpu" or t.dtype != torch.float32:
+    if type(t) not in _PLAIN or t.layout != torch.strided or not t.is_cpu or t.dtype != torch.float32:
         return False
-    if t.is_meta or t.is_nested or t._is_zerotensor() or _wrapped(t):
+    if t.is_nested or t._is_zerotensor() or _wrapped(t):  # (a CPU tensor is not a meta one)
         return False
     try:
         return t.numel() == 0 or t.data_ptr() != 0
@@ -230,10 +254,12 @@ def accepts(t: torch.Tensor) -> bool:
         return False
 
 
+_FUNCTORCH = getattr(torch._C, "_functorch", None)
+
+
 def _wrapped(t: torch.Tensor) -> bool:
     """A functorch (vmap, grad) or functionalization wrapper: its data pointer is not its values'."""
-    functorch = getattr(torch._C, "_functorch", None)
-    if functorch is not None and functorch.is_functorch_wrapped_tensor(t):
+    if _FUNCTORCH is not None and _FUNCTORCH.is_functorch_wrapped_tensor(t):
         return True
     return bool(torch._is_functional_tensor(t))
 
@@ -305,6 +331,9 @@ def _per_block(p: _Params, t: torch.Tensor | None) -> torch.Tensor | None:
     return _readable(t, "amax")
 
 
+_INFINITE_AMAX, _NAN_AMAX = 1, 2  # fp8lab_quantize's answers beside OK (0): x holds an infinity, a NaN
+
+
 # values (float32) are written alongside the codes up to this size, where a GEMM will soon
 # want them and writing them costs little; beyond it (16M elements are 64 MB of fresh
 # pages) QuantizedTensor.values() widens the codes when asked
@@ -316,7 +345,7 @@ class Fused(NamedTuple):
     their block scale if folded; None beyond EAGER_VALUES elements); scale and amax (the amax the
     scales came from: given, or x's own) [ceil(M/r), ceil(K/c)]; tensor_scale (0-d, two-level,
     else None); scale_range (smallest, largest scale); counts (clipped, flushed) or None; own:
-    x's own block amaxes (NaN where a block holds a NaN)."""
+    x's own block amaxes (NaN where a block holds a NaN); nan: whether one of them is NaN."""
 
     codes: torch.Tensor
     values: torch.Tensor | None
@@ -326,16 +355,20 @@ class Fused(NamedTuple):
     scale_range: tuple[float, float]
     counts: tuple[int, int] | None
     own: torch.Tensor
+    nan: bool
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: torch.Tensor | None = None, *,
-             fold: bool = False, count: bool = False, values: bool | None = None) -> Fused | None:
+             fold: bool = False, count: bool = False, values: bool | None = None,
+             draws: torch.Tensor | None = None) -> Fused | None:
     """quantize_with's torch code in one call (template: parameters(...) for its settings): x's
     block amaxes, scales from them (or from `amax`, one per block), the cast, the scale range,
     and with count=True the clipped and flushed counts. values: write the float32 values (folded
     if `fold`) in the same pass: True always (a GEMM operand, which reads them next), False
-    never, None up to EAGER_VALUES elements. None if x holds an infinity (the caller explains)."""
+    never, None up to EAGER_VALUES elements. draws: None (round to nearest) or [M, K] uniform
+    draws (formats.uniform_draws) for stochastic rounding (formats.round_stochastic's twin). None
+    if x holds an infinity (the caller explains)."""
     p, x2d = _block_params(template, x2d, block)
     mb, kb = -(-p.M // p.r), -(-p.K // p.c)
     own, scale, inverse = torch.empty(mb, kb), torch.empty(mb, kb), torch.empty(mb, kb)  # (float32: the default)
@@ -343,18 +376,25 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
     eager = p.M * p.K <= EAGER_VALUES if values is None else values
     out = torch.empty(p.M, p.K) if eager else None
     given = _per_block(p, amax)
+    if draws is not None:
+        if tuple(draws.shape) != (p.M, p.K):
+            raise ValueError(f"draws must be one per element of x[{p.M}, {p.K}], got shape {tuple(draws.shape)}")
+        draws = _readable(draws, "draws")
     p.given_amax, p.amax, p.scale, p.inverse = _ptr(given), own.data_ptr(), scale.data_ptr(), inverse.data_ptr()
-    p.codes, p.values, p.fold, p.count = codes.data_ptr(), _ptr(out), fold, count
-    if _run("fp8lab_quantize", p):
+    p.codes, p.values, p.fold, p.count, p.draws = codes.data_ptr(), _ptr(out), fold, count, _ptr(draws)
+    code = _run("fp8lab_quantize", p)
+    if code == _INFINITE_AMAX:
         return None
     tensor_scale = torch.tensor(p.tensor_scale) if p.two_level else None
     return Fused(codes, out, scale, own if given is None else given, tensor_scale,
-                 (p.scale_range[0], p.scale_range[1]), (p.counts[0], p.counts[1]) if count else None, own)
+                 (p.scale_range[0], p.scale_range[1]), (p.counts[0], p.counts[1]) if count else None, own,
+                 code == _NAN_AMAX)
 
 
 # ---- the twins: the torch definitions' signatures, computed by the kernels (tests compare each pair) -----------
 
 
+@lru_cache(maxsize=64)
 def _template(fmt: FloatFormat | str, scale_rule: str = "exact", margin: int = 0,
               scale_fmt: FloatFormat | str | None = None, two_level: bool = False, scale_floor: str = "zero") -> bytes:
     p = parameters(TensorScaling(fmt, scale_rule=scale_rule, scale_fmt=scale_fmt, two_level=two_level, margin=margin,
@@ -364,7 +404,7 @@ def _template(fmt: FloatFormat | str, scale_rule: str = "exact", margin: int = 0
     return p
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     """scaling.amax_per_block, by the kernel: max|x| per block, [ceil(M/rows), ceil(K/cols)] float32."""
     x2d = as_2d(x, granularity).to(torch.float32)
@@ -377,7 +417,7 @@ def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     return out
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def scale_from_amax(amax: torch.Tensor, fmt: FloatFormat | str = "e4m3", scale_rule: str = "exact", margin: int = 0,
                     scale_fmt: FloatFormat | str | None = None, two_level: bool = False,
                     scale_floor: str = "zero") -> Scales:
@@ -391,7 +431,7 @@ def scale_from_amax(amax: torch.Tensor, fmt: FloatFormat | str = "e4m3", scale_r
     return Scales(scale, inverse, torch.tensor(p.tensor_scale) if p.two_level else None)
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """formats.cast, by the kernel's cast (the one quantize runs), for e4m3, e5m2 and e2m1."""
     fmt = get_format(fmt)
@@ -408,7 +448,7 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
     return (values if dtype == torch.float32 else codes).reshape(x.shape)
 
 
-@torch.compiler.disable
+@opaque_to_compile
 def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """out[M, N] *= outer(a[M], b[N]), in place, without making the [M, N] factor matrix: the same
     bits as out.mul_(a[:, None] * b[None, :]) (its torch twin, in fp8lab.gemm). out is written in
@@ -422,6 +462,41 @@ def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.T
     _torch_threads_here()
     _load()[0].fp8lab_scale_outer(out.data_ptr(), out.shape[0], out.shape[1], a.data_ptr(), b.data_ptr())
     return out
+
+
+@opaque_to_compile
+def add_scaled_outer_(out: torch.Tensor, part: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """out[M, N] += part[M, N] * outer(a[M], b[N]), in place, without the [M, N] factor and product matrices:
+    the same bits as out.add_(part * (a[:, None] * b[None, :])) (its torch twin, in fp8lab.gemm). out is
+    written in place, so it must be readable as it is (accepts, contiguous, no pending negation, aligned)."""
+    a, b = _readable(a.to(torch.float32), "a"), _readable(b.to(torch.float32), "b")
+    part = _readable(part, "part")
+    if not (accepts(out) and out.dim() == 2 and out.is_contiguous() and not out.is_neg() and not out.is_conj()
+            and out.data_ptr() % 4 == 0 and part.shape == out.shape and a.numel() == out.shape[0]
+            and b.numel() == out.shape[1]):
+        raise ValueError(f"add_scaled_outer_ takes out[M, N] float32 contiguous (a plain CPU tensor), part[M, N], "
+                         f"a[M], b[N]: got {tuple(out.shape)}, {tuple(part.shape)}, {a.numel()}, {b.numel()}")
+    _torch_threads_here()
+    _load()[0].fp8lab_add_scaled_outer(out.data_ptr(), part.data_ptr(), out.shape[0], out.shape[1], a.data_ptr(),
+                                       b.data_ptr())
+    return out
+
+
+@opaque_to_compile
+def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
+    """transform.apply(x), by the kernel: x[..., C] @ Q per block of d along the last dim (zero-padded), float32
+    [..., ceil(C/d) * d], the torch code's operations in its order (the same bits). x: a float32 CPU tensor
+    the C code may read (accepts)."""
+    d = transform.size
+    x2 = _readable(x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x, "x")  # (R, C)
+    out = torch.empty(x2.shape[0], -(-x2.shape[1] // d) * d)  # (R, ceil(C/d) * d)
+    signs = _readable(transform.signs, "signs")
+    _torch_threads_here()
+    code = _load()[0].fp8lab_hadamard(x2.data_ptr(), x2.shape[0], x2.shape[1], signs.data_ptr(), d,
+                                      1.0 / math.sqrt(d), out.data_ptr())
+    if code < 0:
+        raise RuntimeError(f"fp8lab kernel fp8lab_hadamard refused the call: {_REFUSED.get(code, code)}")
+    return out.reshape(*x.shape[:-1], -1)
 
 
 @lru_cache(maxsize=1)

@@ -3,7 +3,8 @@
 Public: quantize (the one a learner calls), quantize_definition (what quantization is, in torch, on one
 screen: each block's amax, its scale, the cast), quantize_with (the same with the settings already in a
 TensorScaling: the seam that picks a fast twin from quantize_fast, the C kernel or the chunked torch code,
-for the same bits), quantize_transposed, quantize_delayed, quantize_spec, QuantizedTensor.
+for the same bits), quantize_transposed, quantize_delayed, quantize_spec, block_amax and transformed (amax per
+block, an operand's Hadamard transform: by the kernel where it runs), QuantizedTensor.
 x[M, K] -> data[M, K] (the format's codes) and scale[ceil(M/rows), ceil(K/cols)] (float32 dequantization
 multipliers): x ~= data.float() * scale, broadcast per block; NVFP4 adds a per-tensor float32 factor.
 Notebook 02 introduces quantize; 04 the block shapes; 01 the codes.
@@ -38,8 +39,17 @@ from fp8lab.numerics.scaling import (
     scale_from_amax,
 )
 
-__all__ = ["QuantizedTensor", "quantize", "quantize_definition", "quantize_delayed", "quantize_spec",
-           "quantize_transposed", "quantize_with"]
+__all__ = [
+    "QuantizedTensor",
+    "block_amax",
+    "quantize",
+    "quantize_definition",
+    "quantize_delayed",
+    "quantize_spec",
+    "quantize_transposed",
+    "quantize_with",
+    "transformed",
+]
 
 
 def quantize(
@@ -79,8 +89,8 @@ def quantize(
                neighbouring code, up with probability its distance from the lower one over the gap,
                so the mean over draws is x (formats.round_stochastic); one torch.rand draw per
                element of x[M, K], in order, from `generator` (None: torch's default generator).
-               Scales are unchanged (amax and the scale rule decide them). The C kernels round to
-               nearest only: stochastic rounding runs the torch code, the same on every machine.
+               Scales are unchanged (amax and the scale rule decide them). The C kernel rounds with
+               the same draws to the same codes as the torch code, the same on every machine.
     NaN in x makes its block NaN (NaN propagates); an infinite value raises ValueError, and
     so does a float64 value beyond float32's range: a scale needs a finite amax, and quantize does not
     guess one (torch.nan_to_num first, where an infinity is meant). fp8lab.nn.FP8Linear keeps that for
@@ -91,7 +101,7 @@ def quantize(
     graph (fp8lab.nn.FP8Linear defines the gradients of FP8 training).
     """
     if isinstance(fmt, TensorScaling):
-        return quantize_with(fmt.transform(x), fmt, amax, generator=generator)
+        return quantize_with(transformed(x, fmt), fmt, amax, generator=generator)
     spec = TensorScaling(fmt, granularity, scale_rule, scale_fmt, two_level, margin, rounding, scale_floor=scale_floor)
     return quantize_with(x, spec, amax, generator=generator)
 
@@ -126,13 +136,13 @@ def quantize_with(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | flo
     """quantize_definition's bits, fast: the one place that picks a twin (quantize_fast). x is quantized as
     given (spec's transform is the caller's: quantize(x, spec) applies it).
 
-    On the CPU the C kernel computes them in one pass (kernels.engine(), decided once per process); elsewhere,
-    and for stochastic rounding, the definition's torch code runs a bounded chunk at a time. count=True also
-    counts, in the kernel's pass, the elements that clipped and flushed (QuantizedTensor.counts, for the
-    Monitor); the torch code leaves that to metrics. values=True has the kernel write the float32 values
-    (scale-folded where a GEMM folds them) in the same pass whatever the size, for an operand a GEMM reads
-    next (None: up to kernels.EAGER_VALUES elements). generator: stochastic rounding's draws (None: torch's
-    default generator), one per element of x[M, K] in order.
+    On the CPU the C kernel computes them in one pass (kernels.engine(), decided once per process), stochastic
+    rounding included (from the same draws); elsewhere the definition's torch code runs a bounded chunk at a
+    time. count=True also counts, in the kernel's pass, the elements that clipped and flushed
+    (QuantizedTensor.counts, for the Monitor); the torch code leaves that to metrics. values=True has the
+    kernel write the float32 values (scale-folded where a GEMM folds them) in the same pass whatever the size,
+    for an operand a GEMM reads next (None: up to kernels.EAGER_VALUES elements). generator: stochastic
+    rounding's draws (None: torch's default generator), one per element of x[M, K] in order.
     """
     x2d = _input_2d(x, spec.granularity)
     m, k = x2d.shape
@@ -140,12 +150,13 @@ def quantize_with(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | flo
     blocks = (-(-m // block[0]), -(-k // block[1]))  # (MB, KB)
     given = None if amax is None else _given_amax(amax, blocks, spec.granularity, (m, k), x2d.device)
 
+    draws = uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None
     x32 = quantize_fast.kernel_input(x2d, spec, given)
     if x32 is not None:  # the C kernel
         fold = quantize_fast.folds(block, (m, k))
         fused = kernels.quantize(x32, block, quantize_fast.kernel_parameters(spec), given, fold=fold, count=count,
-                                 values=values)
-        if fused is None or (bool(torch.isnan(fused.own).any()) and bool(torch.isinf(x32).any())):
+                                 values=values, draws=draws)
+        if fused is None or (fused.nan and bool(torch.isinf(x32).any())):
             _refuse_inf(x32)  # an infinite amax (or an infinity beside a NaN, whose amax is NaN)
         return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
                           fused.scale_range, fused.counts)
@@ -154,7 +165,6 @@ def quantize_with(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | flo
     _check_amax(own, x2d)
     block_amax = own if given is None else given
     scale, inverse, tensor_scale = scale_from_amax(block_amax, spec)
-    draws = uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None
     data = quantize_fast.scale_and_cast(x2d, block, inverse, spec.fmt, draws)
     return _quantized(x, spec, data, scale, tensor_scale, block_amax)
 
@@ -219,15 +229,40 @@ def _given_amax(amax: torch.Tensor | float, blocks: tuple[int, int], granularity
 
 def _quantized(x, spec: TensorScaling, data, scale, tensor_scale, block_amax, values=None, folded=False,
                scale_range=None, counts=None) -> QuantizedTensor:
-    scale_shape = spec.granularity.scale_shape(tuple(data.shape))  # () per tensor
-    scale, block_amax = scale.reshape(scale_shape), block_amax.reshape(scale_shape)
+    if spec.granularity.whole_tensor:  # () per tensor; else one per block, (MB, KB) as made
+        scale, block_amax = scale.reshape(()), block_amax.reshape(())
     if data.shape != x.shape:
         data = data.reshape(x.shape)
         values = None if values is None else values.reshape(x.shape)
     derived = Derived(None if folded else values, values if folded else None, scale_range)
-    return QuantizedTensor(data, scale, spec.fmt, spec.granularity, spec.scale_rule, spec.scale_fmt, tensor_scale,
-                           block_amax, spec.margin, counts, derived, spec.rounding,
-                           spec.scale_floor, spec)
+    return _made(data, scale, spec, tensor_scale, block_amax, counts, derived)
+
+
+def _made(data: torch.Tensor, scale: torch.Tensor, spec: TensorScaling, tensor_scale: torch.Tensor | None,
+          amax: torch.Tensor | None, counts: tuple[int, int] | None, derived: Derived) -> QuantizedTensor:
+    """The QuantizedTensor of what quantize (or a transpose) made: its fields agree by construction (spec checked
+    once, as a TensorScaling; shapes and dtypes from the kernel or the torch code), so __post_init__'s checks of a
+    hand-built one are skipped on this path, which every GEMM operand takes."""
+    q = object.__new__(QuantizedTensor)
+    q.__dict__.update(data=data, scale=scale, fmt=spec.fmt, granularity=spec.granularity, scale_rule=spec.scale_rule,
+                      scale_fmt=spec.scale_fmt, tensor_scale=tensor_scale, amax=amax, margin=spec.margin,
+                      counts=counts, derived=derived, rounding=spec.rounding, scale_floor=spec.scale_floor,
+                      scaling=spec)
+    return q
+
+
+def block_amax(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
+    """scaling.amax_per_block(x, granularity): max|x| per block (NaN where a block holds a NaN), by the C kernel
+    where it runs and may read x (kernels.amax_per_block: the same bits)."""
+    return (kernels.amax_per_block if kernels.enabled(x) else amax_per_block)(x, granularity)
+
+
+def transformed(x: torch.Tensor, spec: TensorScaling) -> torch.Tensor:
+    """spec.transform(x): the operand x[rows, contraction] as its GEMM reads it (a Hadamard transform along the
+    contraction, where spec has one), by the C kernel where it runs and may read x (kernels.hadamard: the same bits)."""
+    if spec.hadamard is not None and kernels.enabled(x):
+        return kernels.hadamard(spec.hadamard, x)
+    return spec.transform(x)
 
 
 def quantize_spec(
@@ -251,7 +286,7 @@ def quantize_transposed(x: torch.Tensor, spec: TensorScaling, values: bool | Non
     activation x[M, K] for wgrad's x^T[K, M]). With a Hadamard transform, x^T is copied and transformed
     along its rows (its contraction)."""
     if spec.hadamard is not None:
-        return quantize_with(spec.transform(x.t().contiguous()), spec, values=values)
+        return quantize_with(transformed(x.t().contiguous(), spec), spec, values=values)
     return quantize_with(x, spec.down_columns(x.shape[0]), values=values).t(spec.granularity)
 
 
@@ -413,9 +448,8 @@ class QuantizedTensor:
             if gran.block_shape(tuple(self.shape[::-1])) != granularity.block_shape(tuple(self.shape[::-1])):
                 raise ValueError(f"the transpose's blocks are {gran.label}, not {granularity.label}")
             gran = granularity
-        return QuantizedTensor(self.data.t(), scale, self.fmt, gran, self.scale_rule, self.scale_fmt,
-                               self.tensor_scale, amax, self.margin, self.counts, self.derived.t(), self.rounding,
-                               self.scale_floor, self.scaling.with_granularity(gran))
+        return _made(self.data.t(), scale, self.scaling.with_granularity(gran), self.tensor_scale, amax, self.counts,
+                     self.derived.t())
 
     def to(self, device: torch.device | str) -> QuantizedTensor:
         """The same codes and scales on another device (cached float32 copies are not moved)."""

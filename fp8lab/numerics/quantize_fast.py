@@ -25,14 +25,14 @@ GPU_CHUNK_ELEMENTS = 1 << 24  # (64 MiB of float32 per temporary)
 
 def kernel_parameters(spec: TensorScaling) -> bytes | None:
     """fp8lab.numerics.kernels' parameter block for these settings (the formats and the rule as data),
-    made once and kept on the spec; None where the kernels don't store this format or round stochastically
-    (the torch code runs: the C kernels round to nearest only)."""
+    made once and kept on the spec; None where the kernels don't store this format (the torch code runs).
+    Either rounding: stochastic rounding's draws reach the kernel with each call."""
     memo = spec.__dict__  # a frozen dataclass's own dict: a cache beside its fields, as cached_property keeps
     if "kernel_parameters" not in memo:
         # (one block per settings, shared by every spec that has them: quantize() makes a spec per call)
-        key = (spec.fmt, spec.scale_rule, spec.margin, spec.scale_fmt, spec.two_level, spec.scale_floor, spec.rounding)
+        key = (spec.fmt, spec.scale_rule, spec.margin, spec.scale_fmt, spec.two_level, spec.scale_floor)
         if key not in _PARAMETERS:
-            _PARAMETERS[key] = kernels.parameters(spec) if spec.rounding == "nearest" else None
+            _PARAMETERS[key] = kernels.parameters(spec)
         memo["kernel_parameters"] = _PARAMETERS[key]
     return memo["kernel_parameters"]
 
@@ -46,7 +46,7 @@ def kernel_input(x2d: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | No
     None: the torch code runs."""
     if kernel_parameters(spec) is None or x2d.device.type != "cpu" or not kernels.engine().kernels:
         return None
-    x32 = x2d.to(torch.float32)  # (the kernel reads float32)
+    x32 = x2d if x2d.dtype == torch.float32 else x2d.to(torch.float32)  # (the kernel reads float32)
     return x32 if kernels.accepts(x32) and (amax is None or kernels.accepts(amax)) else None
 
 

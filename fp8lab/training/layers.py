@@ -29,13 +29,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8lab.gemm import GemmBackend, default_backend
-from fp8lab.numerics.quantize import QuantizedTensor, quantize_with
+from fp8lab.numerics.quantize import QuantizedTensor, block_amax, quantize_with, transformed
 from fp8lab.numerics.recipes import Recipe, RoundingDraws, TensorScaling, get_recipe
-from fp8lab.numerics.scaling import AmaxHistory, Granularity, amax_per_block
+from fp8lab.numerics.scaling import AmaxHistory, Granularity
 from fp8lab.training import delayed as delayed_steps
 from fp8lab.training.armour import (
     VMAP_REFUSAL,
     all_finite,
+    apply_positional,
     at_least_one_row,
     autocast_operands,
     fp8_subclass,
@@ -139,6 +140,11 @@ class _FP8LinearFunction(torch.autograd.Function):
     def vmap(info, in_dims, *args):
         raise RuntimeError(VMAP_REFUSAL)
 
+    @classmethod
+    def apply(cls, *args):
+        """Function.apply (its four arguments always given, positionally): armour.apply_positional."""
+        return apply_positional(cls, args)
+
 
 def _dgrad(state: LayerState, dy: torch.Tensor, weight: torch.Tensor, w_q: Operand | None, m: int):
     """dgrad dx[M, K] = dy[M, N] @ w[N, K]: dy quantized along N, w^T[K, N] along N (fprop's w_q transposed
@@ -224,10 +230,10 @@ def _quantize(state: LayerState, t: torch.Tensor, role: str, gemm: str,
     and every operand goes through here (and its reduction) as in a finite step: every rank makes the
     same collective calls.
     """
-    t = scaling.transform(t)  # the operand as its GEMM reads it (a recipe's Hadamard transform on wgrad's)
+    t = transformed(t, scaling)  # the operand as its GEMM reads it (a recipe's Hadamard transform on wgrad's)
     current = None  # this tensor's amax (per block), reduced across ranks where they share a scale
     if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
-        current = state.amax_reducer(amax_per_block(t, scaling.granularity))
+        current = state.amax_reducer(block_amax(t, scaling.granularity))
     if role == "grad_output" and state.passes_nonfinite and not all_finite(
             current if current is not None else t):
         return _nonfinite(state, t, role, gemm, scaling, current)
@@ -247,7 +253,7 @@ def _delayed_amax(state: LayerState, t: torch.Tensor, role: str, scaling: Tensor
     per use (`current`: this tensor's, already reduced across ranks where they share a scale). None where the
     amax is infinite: quantize then refuses it, with the error every recipe gives."""
     if current is None:
-        current = amax_per_block(t, scaling.granularity)
+        current = block_amax(t, scaling.granularity)
     if math.isinf(float(current.max())):  # quantize refuses it
         return None
     if state.delayed is None:

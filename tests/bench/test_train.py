@@ -45,11 +45,13 @@ def test_every_recipe_is_timed_against_fp32_on_the_unseen_mlp(capsys):
     assert set(whats) - {"fp32", *TIMED_RECIPES} <= {"bf16", "tensorwise (torchao)"}
     for r in rows:
         assert r["model"] == "unseen_mlp" and r["ms/step"] > 0 and r["x fp32"] > 0
+        assert r["cpu ms/step"] > 0 and r["cpu x fp32"] > 0  # (the calling thread's CPU time beside the wall clock)
         if r["what"] in TIMED_RECIPES:
             assert r["within 1.5x"] == ("yes" if r["x fp32"] <= TARGET_RATIO else "NO")
         else:
             assert r["within 1.5x"] == "-"
     assert next(r for r in rows if r["what"] == "fp32")["x fp32"] == 1.0
+    assert next(r for r in rows if r["what"] == "fp32")["cpu x fp32"] == 1.0
     out = capsys.readouterr().out
     assert "unseen_mlp: MLP 256-512-256-8 (nn.Sequential), batch 256" in out and "reference: fp32 2048^3 mm" in out
     with pytest.raises(ValueError, match="unknown models"):

@@ -149,6 +149,24 @@ def test_emulated_gemm_matches_with_and_without_kernels(recipe):
     assert same_bits(got, want)
 
 
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_the_reference_gemms_segments_match_with_and_without_kernels(recipe):
+    """emulation="reference" adds each K segment's scaled partial sums with the kernel's add_scaled_outer_ where the
+    kernels run: the torch code's bits, also where NVFP4 block scales are 0 (sinks far above ordinary values), the
+    case that sends the fast emulation to the reference."""
+    r = get_recipe(recipe)
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(96, 320, generator=g), torch.randn(80, 320, generator=g)
+    a[:, 7] = 1e6  # (a sink channel: NVFP4's tensor scale leaves the ordinary blocks' E4M3 scales at 0)
+    sa, sb = r.scaling("input", "fprop"), r.scaling("weight", "fprop")
+    got = emulated_mm(quantize(a, sa), quantize(b, sb), emulation="reference")
+    with kernels.disabled():
+        want = emulated_mm(quantize(a, sa), quantize(b, sb), emulation="reference")
+    assert same_bits(got, want)
+    if r.name == "nvfp4":
+        assert float(quantize(a, sa).scale.min()) == 0.0 and emulated_mm(quantize(a, sa), quantize(b, sb)).equal(got)
+
+
 def test_matmul_of_transposed_weights_matches_with_and_without_kernels():
     """b[K, N] is quantized down its columns and used as a transposed view: the torch code folds its
     scales in that layout too, as the kernel writes them (a GEMM's summation order follows the layout:
@@ -324,3 +342,38 @@ def test_the_portable_build_without_openmp_or_native_code_gives_the_same_bits(tm
             native = quantize(x, granularity=granularity, **kw)
             monkeypatch.setattr(kernels, "_load", lambda: (portable, "portable build"))
             assert same_bits(got.data, native.data) and same_bits(got.values(), native.values()), (shape, kw)
+
+
+@pytest.mark.parametrize("size", [4, 16, 64, 256])
+def test_the_hadamard_twin_gives_the_torch_codes_bits(size):
+    """kernels.hadamard against RandomHadamard.apply: bit for bit (NaN where NaN), rows narrower than d, widths d
+    does not divide (zero padding), -0, tiny, huge and NaN values, and a tensor split over threads."""
+    from fp8lab.numerics.hadamard import RandomHadamard
+
+    for seed, shape in ((0, (33, 70)), (1, (5, 3)), (2, (17, size * 4)), (3, (600, 130))):
+        transform = RandomHadamard(size, seed)
+        x = _nasty(shape, seed).clamp(-1e30, 1e30)  # (sums of huge values would overflow in both alike; kept finite)
+        x[shape[0] // 2, 0] = float("nan")
+        assert same_bits(kernels.hadamard(transform, x), transform.apply(x)), (seed, shape)
+
+
+@pytest.mark.parametrize("granularity", [PerTensor(), PerBlock(1, 16), PerBlock(16, 1), PerBlock(3, 5)],
+                         ids=lambda g: g.label)
+def test_stochastic_rounding_split_over_threads_gives_the_same_bits(granularity):
+    """The kernel's stochastic rounding, on a tensor split by rows over 1, 2 or 3 threads, reads each element's own
+    draw: the torch code's codes and values."""
+    x = _nasty((1000, 96), 6).nan_to_num(0.0)
+    for kw in ({"fmt": E4M3}, {"fmt": E5M2, "scale_rule": "rceil"},
+               {"fmt": E2M1, "scale_fmt": E4M3, "two_level": True}):
+        spec = quantize_spec(granularity=granularity, rounding="stochastic", **kw)
+        with kernels.disabled():
+            want = quantize_with(x, spec, generator=torch.Generator().manual_seed(9))
+        threads = torch.get_num_threads()
+        try:
+            for n in (1, 2, 3):
+                torch.set_num_threads(n)
+                got = quantize_with(x, spec, generator=torch.Generator().manual_seed(9))
+                assert same_bits(got.data, want.data) and same_bits(got.values(), want.values()), (n, kw)
+                assert same_bits(got.scaled_values(), want.scaled_values()), (n, kw)
+        finally:
+            torch.set_num_threads(threads)

@@ -50,6 +50,27 @@ def test_the_twins_give_the_definitions_codes_and_scales(settings, kernel):
             assert _same_floats(fast.amax, want.amax), (granularity, shape)
 
 
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: "-".join(map(str, s.values())))
+def test_the_kernels_stochastic_rounding_gives_the_definitions_codes(settings):
+    """Stochastic rounding, the kernel against the torch definition from the same generator's draws: codes,
+    scales and the folded values a GEMM reads, bit for bit, over granularities, odd shapes, zeros, a NaN block,
+    values that saturate and values far below the smallest subnormal."""
+    for granularity in ("per-tensor", "per-row", "1x16", "16x1", "7x5"):
+        spec = quantize_spec(granularity=granularity, rounding="stochastic", **settings)
+        for shape in ((33, 70), (1, 257), (64, 48)):
+            x = _x(shape)
+            x[shape[0] // 2, :5] = torch.tensor([1e-30, -1e-30, 3e-8, -0.0, 1e4])[:min(5, shape[1])]
+            amax = None if granularity != "per-tensor" else torch.tensor(float(x.nan_to_num(0).abs().max()) / 4)
+            fast = quantize_with(x, spec, amax, values=True, generator=torch.Generator().manual_seed(shape[1]))
+            want = quantize_definition(x, spec, amax, generator=torch.Generator().manual_seed(shape[1]))
+            assert torch.equal(fast.data.view(torch.uint8), want.data.view(torch.uint8)), (granularity, shape)
+            assert _same_floats(fast.scale, want.scale), (granularity, shape)
+            assert _same_floats(fast.dequantize(), want.dequantize()), (granularity, shape)
+            with kernels.disabled():
+                torch_code = quantize_with(x, spec, amax, generator=torch.Generator().manual_seed(shape[1]))
+            assert _same_floats(fast.scaled_values(), torch_code.scaled_values()), (granularity, shape)
+
+
 @pytest.mark.parametrize("fmt", [E4M3, E5M2, E2M1], ids=lambda f: f.name)
 @pytest.mark.parametrize("block", [(1, 1024), (3, 8), (1, 7), (40, 300)])
 def test_the_chunked_cast_equals_the_unchunked_one(monkeypatch, fmt, block):
@@ -79,8 +100,9 @@ def test_folds_only_blocks_smaller_than_the_tensor_both_ways():
 
 def test_the_kernel_runs_only_where_it_stores_the_settings():
     nearest, stochastic = quantize_spec("e4m3", "1x32"), quantize_spec("e4m3", "1x32", rounding="stochastic")
-    assert quantize_fast.kernel_parameters(stochastic) is None  # the C kernels round to nearest only
-    assert quantize_fast.kernel_input(torch.ones(4, 64), stochastic, None) is None
+    # either rounding: the parameters are the formats and the rule; stochastic draws come with each call
+    assert quantize_fast.kernel_parameters(stochastic) == quantize_fast.kernel_parameters(nearest)
+    assert quantize_fast.kernel_parameters(quantize_spec("bf16")) is None  # a format the kernels do not store
     with kernels.disabled():
         assert quantize_fast.kernel_input(torch.ones(4, 64), nearest, None) is None
     # kept on the spec, shared by every spec with the same settings
