@@ -53,6 +53,7 @@ class PerTensorPanel(Panel):
     title = "per-tensor scaling: what lands in the window, what clips, what flushes"
     left = 1.0  # the counts' labels reach 100000
     keep_axes = True
+    XLIM = (-30, 40)  # an x axis that holds every setting's values and window: they move, not the axis
 
     def __init__(self) -> None:
         super().__init__(
@@ -76,8 +77,26 @@ class PerTensorPanel(Panel):
                 "normalized": normalize, "placement": placement}
 
     def draw(self, data, ax) -> None:
-        # an x axis that holds every setting's values and window: the learner sees them move, not the axis
-        plots.histogram_log2(data["x"], data["q"], ax=ax, xlim=(-30, 40))
+        plots.histogram_log2(data["x"], data["q"], ax=ax, xlim=self.XLIM)
+        self._moving = (ax, data["q"].fmt.name, ax.patches[:4], ax.patches[4])  # the 4 shaded spans, the histogram
+
+    def draw_in_place(self, data) -> bool:
+        """The same format (the same legend): the shaded window, the histogram, the x range and the title move,
+        the count axis follows as histogram_log2 sets it (histogram_log2_parts: the same numbers)."""
+        moving = getattr(self, "_moving", None)
+        if moving is None or moving[1] != data["q"].fmt.name:
+            return False
+        ax, _, spans, stairs = moving
+        parts = plots.histogram_log2_parts(data["x"], data["q"], xlim=self.XLIM)
+        for span, (x0, x1, *_) in zip(spans, parts["spans"], strict=True):
+            span.set_x(x0)
+            span.set_width(x1 - x0)
+        stairs.set_data(parts["counts"], parts["edges"])
+        ax.set_xlim(*parts["xlim"])
+        ax.relim()  # as a new drawing's histogram sets them
+        plots.steady_limits(ax, "y", lo=0.5)
+        ax.set_title(parts["title"])
+        return True
 
     def describe(self, data) -> str:
         r = data["report"]
