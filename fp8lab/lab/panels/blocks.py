@@ -16,6 +16,7 @@ from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     BLOCKS,
     ELEMENT_FORMATS,
+    OUTLIERS,
     SCALES,
     Panel,
     dropdown,
@@ -138,6 +139,9 @@ class BlockSweepPanel(Panel):
         )
         self.shape = activation_shape()
         self._cache: dict[tuple, pd.DataFrame] = {}
+        start = self.values()
+        for magnitude in OUTLIERS:  # the settings the notebook opens on, at every magnitude: their drag only draws
+            self.sweep(start["fmt"], start["distribution"], magnitude, start["measure"])
 
     def sweep(self, fmt: str, distribution: str, outliers: float, measure: str) -> pd.DataFrame:
         """Every strategy at every block size: SQNR, clipped share, scale bits (cached: the target

@@ -19,6 +19,7 @@ from fp8lab.gemm import AccumulatorModel, accumulation_errors, matmul, resolve_b
 from fp8lab.gemm.accumulation import deepseek_check, operand_rounding_error
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
+    OUTLIERS,
     Panel,
     dropdown,
     metrics_html,
@@ -49,6 +50,8 @@ class GemmOperandsPanel(Panel):
         )
         self.shape = (size(128, 64), size(1024, 256))
         self._views: dict[tuple, dict] = {}  # (recipe, outliers) -> compute's data: a drag back only draws
+        for magnitude in OUTLIERS:  # the recipe the notebook opens on, at every magnitude: its drag only draws
+            self.compute(self.controls["recipe"].value, magnitude)
 
     def compute(self, recipe, outliers) -> dict:
         key = (recipe, outliers, self.shape)
