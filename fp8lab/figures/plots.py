@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 import torch
+from matplotlib.collections import LineCollection
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from fp8lab.figures.axes import PIXEL_RATIO, figure, log_axis, magnitude, steady_limits, to_png, use_theme
@@ -148,8 +149,12 @@ def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: 
         if band:
             span = [values.min(), values.max()] if len(values) else [np.nan, np.nan]
             ax.fill_between(span, row - half, row + half, color=PALETTE[row % 10], alpha=alpha, lw=0)
-        else:
-            ax.vlines(values, row - half, row + half, color=PALETTE[row % 10], lw=0.8, alpha=alpha)
+        else:  # what ax.vlines draws, without its masked arrays and data limits (the limits are set below)
+            ticks = np.empty((len(values), 2, 2))  # (values, the tick's two ends, x and y)
+            ticks[:, :, 0] = values[:, None]
+            ticks[:, 0, 1], ticks[:, 1, 1] = row - half, row + half
+            ax.add_collection(LineCollection(ticks, colors=PALETTE[row % 10], linewidths=0.8, alpha=alpha),
+                              autolim=False)
     for row, v in enumerate(inside):
         ax.text(hi + 0.3, row, f"{len(v)} values", va="center", fontsize=8)
     if mark is not None and mark > 0:
@@ -192,11 +197,21 @@ def heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = No
         ax.figure.colorbar(im, ax=ax, label=label)
     else:
         im.colorbar = colorbar
-        colorbar.update_normal(im)
-        colorbar.set_label(label)
+        if not _colorbar_shows(colorbar, im, label):  # else it already shows these colours, range and label
+            colorbar.update_normal(im)
+            colorbar.set_label(label)
     ax.set_xticks([0, cols], ["0", str(cols)])
     ax.set_yticks([0, rows], ["0", str(rows)])
     ax.grid(False)
+
+
+def _colorbar_shows(colorbar, im, label: str) -> bool:
+    """Whether `colorbar` already shows what it would show for image `im` and `label`: the same colour map, the same
+    kind of norm over the same range, the same label (then drawing it again gives the same pixels)."""
+    norm, shown = im.norm, colorbar.norm
+    long_axis = colorbar.ax.yaxis if colorbar.orientation == "vertical" else colorbar.ax.xaxis
+    return (type(norm) is type(shown) and (norm.vmin, norm.vmax) == (shown.vmin, shown.vmax)
+            and im.get_cmap() == colorbar.cmap and long_axis.get_label().get_text() == label)
 
 
 def scale_heatmap(q: QuantizedTensor, ax=None, colorbar=None):
