@@ -66,12 +66,20 @@ class PerTensorPanel(Panel):
             normalize=W.Checkbox(value=False, description="divide each channel by its amax first"),
         )
         self.shape = (size(128, 64), size(1024, 256))
+        self._samples: dict[tuple, tuple] = {}  # (distribution, outliers, placement, normalize, shape) -> (x, idx)
 
     def compute(self, distribution, outliers, placement, fmt, rule, margin, normalize) -> dict:
-        x, idx = sample(distribution, self.shape, outliers, return_outliers=True, placement=placement)
-        if normalize:  # the tensor the cast sees, outlier channels included: x[:, c] / amax_c (the factors go to
-            # the next layer's weights' columns, as SmoothQuant folds them, or are an input feature's normalization)
-            x = x / x.abs().amax(0).clamp(min=torch.finfo(torch.float32).tiny)
+        key = (distribution, outliers, placement, normalize, self.shape)
+        if key not in self._samples:  # a drag of the margin (or back over a value) draws no new sample
+            if len(self._samples) > 64:
+                self._samples.clear()
+            x, idx = sample(distribution, self.shape, outliers, return_outliers=True, placement=placement)
+            if normalize:  # the tensor the cast sees, outlier channels included: x[:, c] / amax_c (the factors go to
+                # the next layer's weights' columns, as SmoothQuant folds them, or are an input feature's
+                # normalization)
+                x = x / x.abs().amax(0).clamp(min=torch.finfo(torch.float32).tiny)
+            self._samples[key] = (x, idx)
+        x, idx = self._samples[key]
         q = quantize(x, fmt, PerTensor(), rule, margin)
         return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx), "margin": margin,
                 "normalized": normalize, "placement": placement}
@@ -93,7 +101,10 @@ class PerTensorPanel(Panel):
             span.set_width(x1 - x0)
         stairs.set_data(parts["counts"], parts["edges"])
         ax.set_xlim(*parts["xlim"])
-        ax.relim()  # as a new drawing's histogram sets them
+        # the y data limits a new drawing gets from its histogram (the spans leave y alone): from the baseline 0.5
+        # to the largest count (ax.relim() gives the same, walking every step of the histogram's outline)
+        ax.dataLim.intervaly = (0.5, float(parts["counts"].max()))
+        ax.dataLim.minposy = 0.5
         plots.steady_limits(ax, "y", lo=0.5)
         ax.set_title(parts["title"])
         return True
