@@ -1,6 +1,7 @@
 """Figures of a linear layer's GEMMs: one activation as two GEMMs quantize it, and what the mismatch costs.
 
-Public: flushed_map (the share of x[M, K]'s values one GEMM's quantization flushed to zero, in x's layout),
+Public: flushed_map (the share of x[M, K]'s values one GEMM's quantization flushed to zero, in x's layout;
+flushed_grid: its cells),
 mismatch_flush and mismatch_losses (notebook 06: fc2's input flushed per recipe and GEMM; final losses beside
 a constant predictor), copies_bars (notebook 06: the share of a weight's codes its fprop and dgrad copies hold
 differently, per recipe). Declarative, as fp8lab.figures.plots: data in, the ax out.
@@ -13,7 +14,7 @@ import torch
 
 from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, ax_or_new, block_grid, heatmap
 
-__all__ = ["copies_bars", "flushed_map", "mismatch_flush", "mismatch_losses"]
+__all__ = ["copies_bars", "flushed_grid", "flushed_map", "mismatch_flush", "mismatch_losses"]
 
 
 def flushed_map(x: torch.Tensor, values: torch.Tensor | None, ax=None, title: str = "", colorbar=None,
@@ -22,10 +23,8 @@ def flushed_map(x: torch.Tensor, values: torch.Tensor | None, ax=None, title: st
     the GEMM runs in high precision, nothing flushes), pooled to at most 64 x 64 cells: dark cells lost most.
     Outlier channels are marked along the top."""
     ax = ax_or_new(ax)
-    x = x.detach().float()
-    flushed = torch.zeros_like(x) if values is None else ((x != 0) & (values == 0)).float()
     m, k = x.shape
-    heatmap(ax, block_grid(flushed), "magma_r", "share flushed to 0", vmin=0, vmax=1, shape=(m, k),
+    heatmap(ax, flushed_grid(x, values), "magma_r", "share flushed to 0", vmin=0, vmax=1, shape=(m, k),
              colorbar=colorbar)
     if outlier_channels is not None and len(outlier_channels):
         cols = np.asarray(outlier_channels, dtype=float) + 0.5
@@ -35,6 +34,14 @@ def flushed_map(x: torch.Tensor, values: torch.Tensor | None, ax=None, title: st
     ax.set_ylabel("token (M)")
     ax.set_title(title, fontsize=9)
     return ax
+
+
+def flushed_grid(x: torch.Tensor, values: torch.Tensor | None) -> np.ndarray:
+    """The cells flushed_map colours: the share of x's nonzero values that are zero in `values` (None: none),
+    pooled to at most 64 x 64 (fp8lab.figures.plots.block_grid)."""
+    x = x.detach().float()
+    flushed = torch.zeros_like(x) if values is None else ((x != 0) & (values == 0)).float()
+    return block_grid(flushed)
 
 
 def mismatch_flush(df, ax=None):

@@ -1,12 +1,12 @@
 """Figures: each function takes data (and an optional ax), draws, and returns the ax.
 
-Public: histogram_log2, number_line, scale_heatmap,
-block_error_heatmap, metric_vs_block, overflow_vs_block, gemm_error_vs_k, bars,
-loss_curves, monitor_lines, amax_over_steps, outlier_cliff, sink_cliff, published_markers, readiness_heatmap,
-PALETTE, and the pieces other figure modules build on (ax_or_new, block_grid, heatmap); and from
-fp8lab.figures.axes, which makes the figures and their axes: use_theme, figure, to_png, log_axis, steady_limits,
-magnitude, PIXEL_RATIO. One seaborn theme and a colour-blind-safe palette everywhere; axes carry units and tick
-labels (tests/test_widgets.py checks every panel's axes).
+Public: histogram_log2 (histogram_log2_parts: what it draws), number_line, scale_heatmap (scale_heatmap_parts),
+block_error_heatmap (block_error_grid), metric_vs_block, overflow_vs_block (overflow_top: its y axis' top),
+gemm_error_vs_k, bars (bar_colors: their colours), loss_curves, monitor_lines, amax_over_steps, outlier_cliff,
+sink_cliff, published_markers, readiness_heatmap, PALETTE, and the pieces other figure modules build on (ax_or_new,
+block_grid, heatmap); and from fp8lab.figures.axes, which makes the figures and their axes: use_theme, figure,
+to_png, log_axis, steady_limits, magnitude, PIXEL_RATIO. One seaborn theme and a colour-blind-safe palette
+everywhere; axes carry units and tick labels (tests/test_widgets.py checks every panel's axes).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 import torch
+from matplotlib.collections import LineCollection
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from fp8lab.figures.axes import PIXEL_RATIO, figure, log_axis, magnitude, steady_limits, to_png, use_theme
@@ -30,13 +31,16 @@ __all__ = [
     "PIXEL_RATIO",
     "amax_over_steps",
     "ax_or_new",
+    "bar_colors",
     "bars",
+    "block_error_grid",
     "block_error_heatmap",
     "block_grid",
     "figure",
     "gemm_error_vs_k",
     "heatmap",
     "histogram_log2",
+    "histogram_log2_parts",
     "log_axis",
     "loss_curves",
     "magnitude",
@@ -44,12 +48,14 @@ __all__ = [
     "monitor_lines",
     "number_line",
     "outlier_cliff",
+    "overflow_top",
     "overflow_vs_block",
     "published_markers",
     "readiness_heatmap",
     "run_colors",
     "runs_legend",
     "scale_heatmap",
+    "scale_heatmap_parts",
     "sink_cliff",
     "steady_limits",
     "to_png",
@@ -78,8 +84,29 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     """Histogram of log2|x| with the format's window shaded: green where values keep full
     precision (normal range), lighter where subnormal, grey where they flush to zero,
     vermillion beyond the max where they clip. A per-tensor scale sets the window. xlim: the
-    x range (log2) to show at least (a panel's fixed axis); wider where the data or window are."""
+    x range (log2) to show at least (a panel's fixed axis); wider where the data or window are.
+    What it draws is histogram_log2_parts(...)."""
     ax = ax_or_new(ax)
+    parts = histogram_log2_parts(x, q, fmt, scale, bins, xlim)
+    for x0, x1, color, alpha, label in parts["spans"]:
+        ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
+    ax.stairs(parts["counts"], parts["edges"], fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)
+    ax.set_xlim(*parts["xlim"])
+    ax.set_yscale("log")
+    steady_limits(ax, "y", lo=0.5)  # whole decades of counts
+    ax.set_xlabel("log2 |x|  (each unit is a binade: a factor of 2)")
+    ax.set_ylabel("count (log)")
+    ax.set_title(title or parts["title"])
+    ax.legend(loc="upper left", fontsize=7, frameon=True)
+    return ax
+
+
+def histogram_log2_parts(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: FloatFormat | str | None = None,
+                         scale: float | None = None, bins: int = 80,
+                         xlim: tuple[float, float] | None = None) -> dict:
+    """What histogram_log2 draws, as data: "fmt", "scale", "spans" ((x0, x1, colour, alpha, label) per shaded
+    region, in log2 units), "counts" (per bin, at least 0.5: the log axis' floor), "edges" (bins + 1 of them),
+    "xlim" (left, right) and "title"."""
     fmt = get_format(fmt if fmt is not None else q.fmt if q is not None else "e4m3")
     if scale is None:
         scale = float(q.scale.max()) if q is not None and q.scale.numel() == 1 else 1.0
@@ -98,17 +125,8 @@ def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: Float
     spans = [(left, lo_flush, FLUSH, 0.18, "flushes to 0"), (lo_flush, lo_normal, WINDOW, 0.08, "subnormal"),
              (lo_normal, hi, WINDOW, 0.18, f"{fmt.name} normal range"), (hi, right, CLIP, 0.15, "clips to max")]
     counts, edges = np.histogram(logs, bins=bins, range=(left, right))
-    for x0, x1, color, alpha, label in spans:
-        ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
-    ax.stairs(np.maximum(counts, 0.5), edges, fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)
-    ax.set_xlim(left, right)
-    ax.set_yscale("log")
-    steady_limits(ax, "y", lo=0.5)  # whole decades of counts
-    ax.set_xlabel("log2 |x|  (each unit is a binade: a factor of 2)")
-    ax.set_ylabel("count (log)")
-    ax.set_title(title or f"|x| against the {fmt.name} window (scale {scale:.3g})")
-    ax.legend(loc="upper left", fontsize=7, frameon=True)
-    return ax
+    return {"fmt": fmt, "scale": scale, "spans": spans, "counts": np.maximum(counts, 0.5), "edges": edges,
+            "xlim": (left, right), "title": f"|x| against the {fmt.name} window (scale {scale:.3g})"}
 
 
 def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: float = 17, mark: float | None = None):
@@ -131,8 +149,12 @@ def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: 
         if band:
             span = [values.min(), values.max()] if len(values) else [np.nan, np.nan]
             ax.fill_between(span, row - half, row + half, color=PALETTE[row % 10], alpha=alpha, lw=0)
-        else:
-            ax.vlines(values, row - half, row + half, color=PALETTE[row % 10], lw=0.8, alpha=alpha)
+        else:  # what ax.vlines draws, without its masked arrays and data limits (the limits are set below)
+            ticks = np.empty((len(values), 2, 2))  # (values, the tick's two ends, x and y)
+            ticks[:, :, 0] = values[:, None]
+            ticks[:, 0, 1], ticks[:, 1, 1] = row - half, row + half
+            ax.add_collection(LineCollection(ticks, colors=PALETTE[row % 10], linewidths=0.8, alpha=alpha),
+                              autolim=False)
     for row, v in enumerate(inside):
         ax.text(hi + 0.3, row, f"{len(v)} values", va="center", fontsize=8)
     if mark is not None and mark > 0:
@@ -175,44 +197,72 @@ def heatmap(ax, grid: np.ndarray, cmap: str, label: str, vmin: float | None = No
         ax.figure.colorbar(im, ax=ax, label=label)
     else:
         im.colorbar = colorbar
-        colorbar.update_normal(im)
-        colorbar.set_label(label)
+        if not _colorbar_shows(colorbar, im, label):  # else it already shows these colours, range and label
+            colorbar.update_normal(im)
+            colorbar.set_label(label)
     ax.set_xticks([0, cols], ["0", str(cols)])
     ax.set_yticks([0, rows], ["0", str(rows)])
     ax.grid(False)
 
 
+def _colorbar_shows(colorbar, im, label: str) -> bool:
+    """Whether `colorbar` already shows what it would show for image `im` and `label`: the same colour map, the same
+    kind of norm over the same range, the same label (then drawing it again gives the same pixels)."""
+    norm, shown = im.norm, colorbar.norm
+    long_axis = colorbar.ax.yaxis if colorbar.orientation == "vertical" else colorbar.ax.xaxis
+    return (type(norm) is type(shown) and (norm.vmin, norm.vmax) == (shown.vmin, shown.vmax)
+            and im.get_cmap() == colorbar.cmap and long_axis.get_label().get_text() == label)
+
+
 def scale_heatmap(q: QuantizedTensor, ax=None, colorbar=None):
-    """log2 of each block's scale: where the blocks with large values are."""
+    """log2 of each block's scale: where the blocks with large values are (scale_heatmap_parts: what it draws)."""
     ax = ax_or_new(ax)
+    parts = scale_heatmap_parts(q)
+    heatmap(ax, parts["grid"], "viridis", "log2(scale)", vmin=parts["vmin"], vmax=parts["vmax"], shape=parts["shape"],
+            colorbar=colorbar)
+    ax.set_xlabel(parts["xlabel"])
+    ax.set_ylabel(parts["ylabel"])
+    ax.set_title(parts["title"])
+    return ax
+
+
+def scale_heatmap_parts(q: QuantizedTensor) -> dict:
+    """What scale_heatmap draws: "grid" (log2 of each block's scale, pooled by block_grid), "vmin" and "vmax" (the
+    colours' range), "shape" ((rows, cols) of blocks), "xlabel", "ylabel", "title"."""
     s = q.scale if q.tensor_scale is None else q.scale * q.tensor_scale
     grid = block_grid(torch.log2(s.clamp(min=1e-45)))
     # colours on whole multiples of 4 binades: the same colour is the same scale across settings
     lo, hi = 4 * math.floor(float(grid.min()) / 4), 4 * math.ceil(float(grid.max()) / 4)
-    heatmap(ax, grid, "viridis", "log2(scale)", vmin=lo, vmax=max(hi, lo + 4),
-             shape=tuple(s.reshape(-1, s.shape[-1]).shape) if s.dim() else (1, 1), colorbar=colorbar)
-    ax.set_xlabel(f"block column ({s.shape[-1] if s.dim() else 1} along K)")
-    ax.set_ylabel(f"block row ({s.shape[0] if s.dim() else 1} along M)")
-    ax.set_title(f"scales, {q.granularity.label} blocks")
-    return ax
+    return {"grid": grid, "vmin": lo, "vmax": max(hi, lo + 4),
+            "shape": tuple(s.reshape(-1, s.shape[-1]).shape) if s.dim() else (1, 1),
+            "xlabel": f"block column ({s.shape[-1] if s.dim() else 1} along K)",
+            "ylabel": f"block row ({s.shape[0] if s.dim() else 1} along M)",
+            "title": f"scales, {q.granularity.label} blocks"}
 
 
 def block_error_heatmap(x: torch.Tensor, q: QuantizedTensor, ax=None, colorbar=None):
     """The fraction of each block's values that lost more than rounding allows: a relative
     error beyond half a step of the format's normal range, 2^-(mantissa_bits + 1) (flushed
-    and subnormal values). A block's SQNR would hide it: its energy is the outlier's."""
+    and subnormal values). A block's SQNR would hide it: its energy is the outlier's.
+    (block_error_grid: the cells it colours.)"""
     ax = ax_or_new(ax)
+    grid, shape = block_error_grid(x, q)
+    heatmap(ax, grid, "magma_r", "fraction of values lost", vmin=0, vmax=1, shape=shape, colorbar=colorbar)
+    ax.set_xlabel("block column (along K)")
+    ax.set_ylabel("block row (along M)")
+    ax.set_title("values lost per block (dark: most)")
+    return ax
+
+
+def block_error_grid(x: torch.Tensor, q: QuantizedTensor) -> tuple[np.ndarray, tuple[int, int]]:
+    """What block_error_heatmap colours: (the fraction of each block's values lost, pooled by block_grid; the
+    (rows, cols) of blocks)."""
     r, c = q.block_shape
     x2 = x.detach().reshape(q.shape).float()
     lost = ((x2 - q.dequantize()).abs() > x2.abs() * 2.0 ** -(q.fmt.mantissa_bits + 1)).float()
     # padding counts as neither lost nor present: divide by the real elements of each block
     frac = padded_blocks(lost, (r, c)).sum((1, 3)) / padded_blocks(torch.ones_like(lost), (r, c)).sum((1, 3))
-    heatmap(ax, block_grid(frac), "magma_r", "fraction of values lost", vmin=0, vmax=1, shape=tuple(frac.shape),
-             colorbar=colorbar)
-    ax.set_xlabel("block column (along K)")
-    ax.set_ylabel("block row (along M)")
-    ax.set_title("values lost per block (dark: most)")
-    return ax
+    return block_grid(frac), tuple(frac.shape)
 
 
 def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | None = None):
@@ -224,8 +274,8 @@ def metric_vs_block(df, metric: str = "sqnr_db", ax=None, threshold: float | Non
     for i, (strategy, part) in enumerate(df.groupby("strategy", sort=False)):
         ax.plot([xs[b] for b in part["block"]], part[metric].to_numpy(), marker="o", color=PALETTE[i % 10],
                 label=strategy)
-    if threshold is not None:
-        ax.axhline(threshold, color=CLIP, ls="--", lw=1, label=f"{threshold:g} dB")
+    if threshold is not None:  # gid "threshold": a panel moves it in place
+        ax.axhline(threshold, color=CLIP, ls="--", lw=1, label=f"{threshold:g} dB", gid="threshold")
     ticks = labels
     if "scale_bits_per_element" in df:
         bits = df.drop_duplicates("block").set_index("block")["scale_bits_per_element"]
@@ -249,14 +299,19 @@ def overflow_vs_block(df, ax=None):
                 label=strategy)
     ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=90)
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=None))
-    # the top at 1, 2 or 5 x a power of ten: an axis that stays put while the data move a little
-    top = max(float(df["overflow"].max()) * 1.1, 1e-3)
-    power = 10.0 ** math.floor(math.log10(top))
-    ax.set_ylim(bottom=0, top=next(m * power for m in (1, 2, 5, 10) if m * power >= top))
+    ax.set_ylim(bottom=0, top=overflow_top(df["overflow"]))
     ax.set_xlabel("block")
     ax.set_ylabel("values clipped (overflow)")
     ax.set_title("what each rule clips")
     return ax
+
+
+def overflow_top(overflow) -> float:
+    """overflow_vs_block's top: 1.1 x the largest share (at least 0.001), rounded up to 1, 2 or 5 x a power of ten:
+    an axis that stays put while the data move a little."""
+    top = max(float(overflow.max()) * 1.1, 1e-3)
+    power = 10.0 ** math.floor(math.log10(top))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= top)
 
 
 def outlier_cliff(df, metric: str = "ordinary_sqnr_db", ax=None, clean: dict | None = None,
@@ -374,13 +429,17 @@ def gemm_error_vs_k(df, ax=None, title: str = "accumulation precision and K", da
     return ax
 
 
+def bar_colors(names, highlight: str | None = None) -> list:
+    """bars' colours: the palette in order, the highlighted name in vermillion."""
+    return [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
+
+
 def bars(values: dict[str, float], ax=None, ylabel: str = "", title: str = "", log: bool = False,
          highlight: str | None = None):
     """A bar per named value (e.g. error per recipe, time per backend), the highlighted one in vermillion."""
     ax = ax_or_new(ax)
     names = list(values)
-    colors = [CLIP if n == highlight else PALETTE[i % 10] for i, n in enumerate(names)]
-    ax.bar(range(len(names)), [values[n] for n in names], color=colors)
+    ax.bar(range(len(names)), [values[n] for n in names], color=bar_colors(names, highlight))
     labels = [n.replace(" (", "\n(") for n in names]
     # upright where they fit side by side (~0.6 em per character at 8 pt), else turned 90 degrees
     per_bar = ax.get_position().width * ax.figure.get_figwidth() / max(len(names), 1)

@@ -177,8 +177,11 @@ def encode_png(rgba: np.ndarray, level: int = 1) -> bytes:
     if rgba.ndim != 3 or rgba.shape[2] != 4 or rgba.dtype != np.uint8:
         raise ValueError(f"encode_png takes a (height, width, 4) uint8 array, got {rgba.shape} {rgba.dtype}")
     height, width = rgba.shape[:2]
-    rows = np.zeros((height, 1 + 3 * width), np.uint8)  # a 0 byte (filter "none") before each row
-    rows[:, 1:].reshape(height, width, 3)[:] = rgba[..., :3]
+    rows = np.empty((height, 1 + 3 * width), np.uint8)
+    rows[:, 0] = 0  # a 0 byte (filter "none") before each row
+    rgb = rows[:, 1:].reshape(height, width, 3)
+    for channel in range(3):  # one channel at a time: a few times quicker than copying rgba[..., :3] whole
+        rgb[..., channel] = rgba[..., channel]
 
     def chunk(kind: bytes, payload: bytes) -> bytes:
         return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))

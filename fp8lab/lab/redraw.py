@@ -1,6 +1,7 @@
 """Redrawing a panel's figure in place: the axes stay, the data is drawn again on them.
 
-Public: clear_data(ax), kept_colorbar(ax), move_bars(bars, heights), move_points(collection, x, y).
+Public: clear_data(ax), kept_colorbar(ax), move_bars(bars, heights), move_points(collection, x, y),
+move_lines(lines, ys).
 A panel that redraws while a slider moves keeps its
 axes (their ticks, tick labels and grid are most of a drawing's cost, and fp8lab.figures.render's
 LayeredCanvas keeps their pixels while they do not change) and asks the plot functions, which
@@ -19,7 +20,7 @@ import matplotlib
 import numpy as np
 from matplotlib.transforms import Bbox
 
-__all__ = ["clear_data", "kept_colorbar", "move_bars", "move_points"]
+__all__ = ["clear_data", "kept_colorbar", "move_bars", "move_lines", "move_points"]
 
 _colorbars: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ax -> the Colorbar beside it
 
@@ -68,3 +69,15 @@ def move_bars(bars, heights) -> None:
 def move_points(collection, x, y) -> None:
     """Put the points of `collection` (from ax.scatter, one size and colour for all) at (x, y), as many as given."""
     collection.set_offsets(np.ma.column_stack([np.asarray(x, float), np.asarray(y, float)]))
+
+
+def move_lines(lines, ys) -> None:
+    """Give the lines `lines` (Line2D from ax.plot, their x kept) these y values, one sequence per line, as long as
+    its x. A caller whose limits follow the data calls ax.relim() after, as a new drawing's data set them."""
+    if len(lines) != len(ys):
+        raise ValueError(f"{len(lines)} lines, {len(ys)} sets of y values")
+    for line, y in zip(lines, ys, strict=True):
+        y = np.asarray(y, dtype=float)
+        if len(y) != len(line.get_xdata()):
+            raise ValueError(f"{len(y)} y values for a line of {len(line.get_xdata())} points")
+        line.set_ydata(y)

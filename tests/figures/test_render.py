@@ -68,3 +68,14 @@ def test_a_private_api_that_breaks_after_the_self_test_falls_back_mid_run(fresh_
     shown, plain = _panel_pixels()  # no error: both fall back while drawing
     assert not render.status()["glyph cache"][0] and not render.status()["kept background"][0]
     assert (np.abs(plain.astype(int) - shown.astype(int)).max(-1) > 8).mean() < 0.02
+
+
+def test_encode_png_gives_rgb_that_pil_decodes_to_the_same_pixels():
+    encode_png = render.encode_png
+    rgba = np.random.default_rng(0).integers(0, 256, (7, 5, 4), dtype=np.uint8)
+    rgba[..., 3] = 255
+    decoded = Image.open(io.BytesIO(encode_png(rgba)))
+    assert decoded.mode == "RGB" and decoded.size == (5, 7)
+    assert np.array_equal(np.asarray(decoded), rgba[..., :3])
+    with pytest.raises(ValueError, match="uint8"):
+        encode_png(rgba[..., :3])

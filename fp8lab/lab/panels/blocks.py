@@ -16,6 +16,7 @@ from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     BLOCKS,
     ELEMENT_FORMATS,
+    OUTLIERS,
     SCALES,
     Panel,
     dropdown,
@@ -74,15 +75,42 @@ class BlockPanel(Panel):
             outliers=selection_slider(outlier_options(), 1e5, "outlier channels"),
         )
         self.shape = activation_shape()
+        self._computed: dict[tuple, dict] = {}  # the controls' values -> compute's data: a drag back only draws
 
     def compute(self, block, fmt, scales, distribution, outliers) -> dict:
-        x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
-        q = quantize(x, SCALES[scales].scaling(fmt, block))
-        return {"x": x, "q": q, "report": quantization_report(x, q, idx)}
+        key = (block, fmt, scales, distribution, outliers, self.shape)
+        if key not in self._computed:
+            if len(self._computed) > 64:
+                self._computed.clear()
+            x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
+            q = quantize(x, SCALES[scales].scaling(fmt, block))
+            self._computed[key] = {"x": x, "q": q, "report": quantization_report(x, q, idx)}
+        return dict(self._computed[key])
 
     def draw(self, data, axes) -> None:
         plots.scale_heatmap(data["q"], axes[0], colorbar=redraw.kept_colorbar(axes[0]))
         plots.block_error_heatmap(data["x"], data["q"], axes[1], colorbar=redraw.kept_colorbar(axes[1]))
+        self._moving = (self._layout(data["q"], plots.scale_heatmap_parts(data["q"])), [ax.images[0] for ax in axes])
+
+    @staticmethod
+    def _layout(q, parts: dict) -> tuple:
+        """What stays while only the values move: the blocks, the labels, the scales' colour range."""
+        return tuple(q.block_shape), tuple(q.shape), {k: v for k, v in parts.items() if k != "grid"}
+
+    def draw_in_place(self, data) -> bool:
+        """The same blocks, labels and colour range (an outlier magnitude dragged that keeps them): the two maps'
+        cells change, drawn into the same images (scale_heatmap_parts, block_error_grid: what the heatmaps
+        draw); the axes and colorbars stay."""
+        moving = getattr(self, "_moving", None)
+        if moving is None:
+            return False
+        parts = plots.scale_heatmap_parts(data["q"])
+        if moving[0] != self._layout(data["q"], parts):
+            return False
+        scales, errors = moving[1]
+        scales.set_data(parts["grid"])
+        errors.set_data(plots.block_error_grid(data["x"], data["q"])[0])
+        return True
 
     def describe(self, data) -> str:
         r = data["report"]
@@ -111,6 +139,9 @@ class BlockSweepPanel(Panel):
         )
         self.shape = activation_shape()
         self._cache: dict[tuple, pd.DataFrame] = {}
+        start = self.values()
+        for magnitude in OUTLIERS:  # the settings the notebook opens on, at every magnitude: their drag only draws
+            self.sweep(start["fmt"], start["distribution"], magnitude, start["measure"])
 
     def sweep(self, fmt: str, distribution: str, outliers: float, measure: str) -> pd.DataFrame:
         """Every strategy at every block size: SQNR, clipped share, scale bits (cached: the target
@@ -140,12 +171,36 @@ class BlockSweepPanel(Panel):
         df = self.sweep(fmt, distribution, outliers, measure)
         ok = df[(df.strategy == "fp32 scales, exact") & (df.sqnr_db >= threshold)]
         best = ok.sort_values("scale_bits_per_element").iloc[0]["block"] if len(ok) else None
-        return {"df": df, "threshold": threshold, "cheapest": best}
+        return {"df": df, "threshold": threshold, "cheapest": best, "fmt": fmt}
 
     def draw(self, data, axes) -> None:
         plots.metric_vs_block(data["df"], ax=axes[0], threshold=data["threshold"])
         plots.steady_limits(axes[0], "y", step=20)
         plots.overflow_vs_block(data["df"], ax=axes[1])
+        n = data["df"]["strategy"].nunique()
+        threshold = next(line for line in axes[0].lines if line.get_gid() == "threshold")
+        self._moving = {"fmt": data["fmt"], "axes": axes, "sqnr": axes[0].lines[:n], "threshold": threshold,
+                        "label": axes[0].get_legend().get_texts()[n], "overflow": axes[1].lines[:n]}
+
+    def draw_in_place(self, data) -> bool:
+        """The same format (the same blocks, strategies and tick labels): the lines' values, the target's line and
+        its legend entry move, and the limits follow as metric_vs_block, steady_limits and overflow_vs_block set
+        them; the axes, ticks and legend stay."""
+        moving = getattr(self, "_moving", None)
+        if moving is None or moving["fmt"] != data["fmt"]:
+            return False
+        parts = [part for _, part in data["df"].groupby("strategy", sort=False)]
+        redraw.move_lines(moving["sqnr"], [part["sqnr_db"].to_numpy() for part in parts])
+        redraw.move_lines(moving["overflow"], [part["overflow"].to_numpy() for part in parts])
+        t = data["threshold"]
+        moving["threshold"].set_ydata([t, t])
+        moving["threshold"].set_label(f"{t:g} dB")
+        moving["label"].set_text(f"{t:g} dB")
+        sqnr_ax, overflow_ax = moving["axes"]
+        sqnr_ax.relim()  # the lines and the target, as a new drawing's data set the limits
+        plots.steady_limits(sqnr_ax, "y", step=20)
+        overflow_ax.set_ylim(bottom=0, top=plots.overflow_top(data["df"]["overflow"]))
+        return True
 
     def describe(self, data) -> str:
         df = data["df"].set_index(["strategy", "block"])

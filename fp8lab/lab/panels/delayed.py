@@ -12,6 +12,7 @@ import torch
 
 from fp8lab.data.synthetic import activation_stream
 from fp8lab.figures import plots
+from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     Panel,
     dropdown,
@@ -48,18 +49,30 @@ class DelayedPanel(Panel):
         )
         self.steps = 80  # longer than the longest history after the spike, so every length shows
         self.seed = 0  # the stream's draw (tests and the prediction's margins try others)
+        # (steps, seed, spike, drift, fmt, margin) -> the stream and its current scaling: a drag of the history
+        # (or back over a value) quantizes only the delayed side again
+        self._current: dict[tuple, tuple] = {}
+
+    def _stream_and_current(self, spike, drift, fmt, margin) -> tuple:
+        """(steps[S, 32 * 128], current scaling's QuantizedTensor, each step's amax, each step's SQNR), cached."""
+        key = (self.steps, self.seed, spike, drift, fmt, margin)
+        if key not in self._current:
+            if len(self._current) > 64:
+                self._current.clear()
+            # every step as one row: per-row scaling of the stack is per-tensor scaling of each step
+            steps = torch.stack(activation_stream(self.steps, (16, 128), spike_step=self.steps // 4, spike=spike,
+                                                  drift=drift, seed=self.seed)).reshape(self.steps, -1)
+            current = quantize(steps, fmt, PerRow(), "exact", margin)  # each step's own amax
+            self._current[key] = (steps, current, current.amax.flatten(), row_sqnr(steps, current).tolist())
+        return self._current[key]
 
     def compute(self, history, algo, spike, drift, fmt, margin) -> dict:
-        # every step as one row: per-row scaling of the stack is per-tensor scaling of each step
-        steps = torch.stack(activation_stream(self.steps, (16, 128), spike_step=self.steps // 4, spike=spike,
-                                              drift=drift, seed=self.seed)).reshape(self.steps, -1)  # (steps, 32 * 128)
-        current = quantize(steps, fmt, PerRow(), "exact", margin)  # each step's own amax
-        amax = current.amax.flatten()
+        steps, _, amax, sqnr_current = self._stream_and_current(spike, drift, fmt, margin)
         used = torch.tensor(AmaxHistory(history, algo).replay(amax.tolist()))
         delayed = quantize(steps, fmt, PerRow(), "exact", margin, amax=used[:, None])
         rows = {"step": range(self.steps), "amax": amax.tolist(), "scale amax (delayed)": used.tolist(),
                 "overflow (delayed)": row_overflow(steps, delayed).tolist(),
-                "sqnr delayed": row_sqnr(steps, delayed).tolist(), "sqnr current": row_sqnr(steps, current).tolist()}
+                "sqnr delayed": row_sqnr(steps, delayed).tolist(), "sqnr current": sqnr_current}
         return {"df": pd.DataFrame(rows)}
 
     def draw(self, data, axes) -> None:
@@ -71,10 +84,32 @@ class DelayedPanel(Panel):
         axes[1].set_xlabel("step")
         axes[1].set_ylabel("SQNR (dB)")
         axes[1].set_title("SQNR: current (blue), delayed (orange)")
+        self._steady(axes)
+        self._moving = (axes, len(df))
+
+    @staticmethod
+    def _steady(axes) -> None:
         # axes that hold every setting's data (amax 3 to 2.4e6, SQNR 0 to 32 dB): the learner sees
         # the spike grow, not the axis move
         plots.steady_limits(axes[0], "y", lo=1, hi=1e7)
         plots.steady_limits(axes[1], "y", step=10, lo=0, hi=40)
+
+    def draw_in_place(self, data) -> bool:
+        """Any control: the same steps, lines and legend; the amax, the amax used, the clipped steps and the two
+        SQNR curves move, and the limits follow the data as the drawing sets them."""
+        moving = getattr(self, "_moving", None)
+        df = data["df"]
+        if moving is None or moving[1] != len(df):
+            return False
+        axes = moving[0]
+        redraw.move_lines(axes[0].lines, [df["amax"].to_numpy(), df["scale amax (delayed)"].to_numpy()])
+        hit = df[df["overflow (delayed)"] > 0]
+        redraw.move_points(axes[0].collections[0], hit["step"], hit["amax"])
+        redraw.move_lines(axes[1].lines, [df["sqnr current"].to_numpy(), df["sqnr delayed"].to_numpy()])
+        for ax in axes:
+            ax.relim()  # as a new drawing's data set them
+        self._steady(axes)
+        return True
 
     def describe(self, data) -> str:
         df = data["df"]

@@ -123,12 +123,31 @@ class BitsPanel(Panel):
                 self._busy = False
         return data
 
+    @staticmethod
+    def _mark(data) -> float | None:
+        v = data["value"]
+        return abs(v) if math.isfinite(v) and v != 0 else None
+
     def draw(self, data, ax) -> None:
         f = get_format(data["fmt"])
-        v = data["value"]
         lo = math.floor(math.log2(f.min_subnormal)) - 1
         hi = math.ceil(math.log2(f.max_value)) + 1
-        plots.number_line([f], ax, lo=lo, hi=hi, mark=abs(v) if math.isfinite(v) and v != 0 else None)
+        mark = self._mark(data)
+        plots.number_line([f], ax, lo=lo, hi=hi, mark=mark)
+        self._moving = (data["fmt"], ax.lines[0], ax.get_legend()) if mark is not None else None
+
+    def draw_in_place(self, data) -> bool:
+        """The same format, a value marked before and now: the marked value's line and its legend entry move (as
+        number_line draws them); the number line and its axes stay."""
+        moving = getattr(self, "_moving", None)
+        mark = self._mark(data)
+        if moving is None or mark is None or moving[0] != data["fmt"]:
+            return False
+        _, line, legend = moving
+        line.set_xdata([math.log2(mark)] * 2)
+        line.set_label(f"{mark:g}")
+        legend.get_texts()[0].set_text(f"{mark:g}")
+        return True
 
     def describe(self, data) -> str:
         f = get_format(data["fmt"])

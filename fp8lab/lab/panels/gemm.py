@@ -19,6 +19,7 @@ from fp8lab.gemm import AccumulatorModel, accumulation_errors, matmul, resolve_b
 from fp8lab.gemm.accumulation import deepseek_check, operand_rounding_error
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
+    OUTLIERS,
     Panel,
     dropdown,
     metrics_html,
@@ -48,21 +49,44 @@ class GemmOperandsPanel(Panel):
             outliers=selection_slider(outlier_options(), 1e6, "outlier channels"),
         )
         self.shape = (size(128, 64), size(1024, 256))
+        self._views: dict[tuple, dict] = {}  # (recipe, outliers) -> compute's data: a drag back only draws
+        for magnitude in OUTLIERS:  # the recipe the notebook opens on, at every magnitude: its drag only draws
+            self.compute(self.controls["recipe"].value, magnitude)
 
     def compute(self, recipe, outliers) -> dict:
-        x, idx = sample("normal", self.shape, outliers, seed=0, return_outliers=True)
-        r = get_recipe(recipe)
-        roles = {role: getattr(r, role).fmt.name.upper() for role in ("input", "weight", "grad_output")}
-        return {"x": x, "outlier_channels": idx.tolist(), "views": operand_losses(x, r, idx), "recipe": r.name,
-                "formats": roles}
+        key = (recipe, outliers, self.shape)
+        if key not in self._views:
+            if len(self._views) > 64:
+                self._views.clear()
+            x, idx = sample("normal", self.shape, outliers, seed=0, return_outliers=True)
+            r = get_recipe(recipe)
+            roles = {role: getattr(r, role).fmt.name.upper() for role in ("input", "weight", "grad_output")}
+            self._views[key] = {"x": x, "outlier_channels": idx.tolist(), "views": operand_losses(x, r, idx),
+                                "recipe": r.name, "formats": roles}
+        return dict(self._views[key])
+
+    @staticmethod
+    def _titles(data) -> tuple[str, str]:
+        return tuple(f"{gemm}: x scaled {v['label']}" if v["values"] is not None else
+                     f"{gemm}: high precision (nothing quantized)"
+                     for gemm, v in ((g, data["views"][g]) for g in ("fprop", "wgrad")))
 
     def draw(self, data, axes) -> None:
-        for ax, gemm in zip(axes, ("fprop", "wgrad"), strict=True):
-            v = data["views"][gemm]
-            title = (f"{gemm}: x scaled {v['label']}" if v["values"] is not None else
-                     f"{gemm}: high precision (nothing quantized)")
-            gemms.flushed_map(data["x"], v["values"], ax, title=title, colorbar=redraw.kept_colorbar(ax),
-                              outlier_channels=data["outlier_channels"])
+        for ax, title, gemm in zip(axes, self._titles(data), ("fprop", "wgrad"), strict=True):
+            gemms.flushed_map(data["x"], data["views"][gemm]["values"], ax, title=title,
+                              colorbar=redraw.kept_colorbar(ax), outlier_channels=data["outlier_channels"])
+        self._moving = ((self._titles(data), data["outlier_channels"], tuple(data["x"].shape)),
+                        [ax.images[0] for ax in axes])
+
+    def draw_in_place(self, data) -> bool:
+        """The same titles, outlier channels and shape (an outlier magnitude dragged): the two maps' cells change,
+        drawn into the same images (their colour scale is 0 to 1 whatever the data); the rest stays."""
+        moving = getattr(self, "_moving", None)
+        if moving is None or moving[0] != (self._titles(data), data["outlier_channels"], tuple(data["x"].shape)):
+            return False
+        for image, gemm in zip(moving[1], ("fprop", "wgrad"), strict=True):
+            image.set_data(gemms.flushed_grid(data["x"], data["views"][gemm]["values"]))
+        return True
 
     def describe(self, data) -> str:
         rows = {}
@@ -94,6 +118,7 @@ class GemmPanel(Panel):
         )
         self.m = size(128, 32)
         self._backends: dict[str, str] | None = None
+        self._errors: dict[tuple, dict[str, float]] = {}  # (k, outliers, distribution, weights) -> errors(...)
 
     def operands(self, k: int, outliers: float, distribution: str, weights: str, seed: int = 0):
         """a[m, k] with outlier channels (drawn with seed 1 + seed), b[k, 64] (seed 2 + seed), b's rows for the
@@ -113,7 +138,12 @@ class GemmPanel(Panel):
 
     def compute(self, k, outliers, distribution, weights) -> dict:
         _, _, idx, zeroed = self.operands(k, outliers, distribution, weights)
-        errs = self.errors(k, outliers, distribution, weights)
+        key = (k, outliers, distribution, weights)
+        if key not in self._errors:  # a drag back over a value draws it again, it does not multiply again
+            if len(self._errors) > 128:
+                self._errors.clear()
+            self._errors[key] = self.errors(k, outliers, distribution, weights)
+        errs = dict(self._errors[key])
         if self._backends is None:  # decided once per machine: no need to ask again on every redraw
             self._backends = {n: resolve_backend(n).reason for n in RECIPES}
         return {"errors": errs, "backend": self._backends, "zeroed": zeroed.tolist(),
@@ -124,6 +154,22 @@ class GemmPanel(Panel):
         plots.bars(errs, ax, ylabel="relative error (log)", log=True, highlight=max(errs, key=errs.get),
                    title="error of each recipe's GEMM")
         plots.steady_limits(ax, "y")  # whole decades
+        self._moving = (ax, list(ax.patches), tuple(errs))
+
+    def draw_in_place(self, data) -> bool:
+        """The same recipes: the bars' heights and which one is highlighted move, the limits follow as the drawing
+        sets them (plots.bars, steady_limits); the axes, ticks and labels stay."""
+        moving = getattr(self, "_moving", None)
+        errs = data["errors"]
+        if moving is None or moving[2] != tuple(errs):
+            return False
+        ax, bars, names = moving
+        redraw.move_bars(bars, [errs[n] for n in names])
+        for bar, color in zip(bars, plots.bar_colors(names, highlight=max(errs, key=errs.get)), strict=True):
+            bar.set_facecolor(color)
+        ax.relim()  # as a new drawing's bars set them
+        plots.steady_limits(ax, "y")
+        return True
 
     def describe(self, data) -> str:
         e = data["errors"]
@@ -201,13 +247,38 @@ class AccumulationPanel(Panel):
                 "promote": promote, "measure": measure, "check": self._check}
 
     def draw(self, data, axes) -> None:
-        every = f"promoted every {data['promote']}" if data["promote"] else "never promoted"
         for ax, (alignment, df) in zip(axes, data["frames"].items(), strict=True):
             # the title stays put (it is drawn with the kept background); the settings go in the plot
             plots.gemm_error_vs_k(df, ax, title=self.READINGS[alignment], dashed=("E4M3 rounding of the inputs",),
                                   reference={"DeepSeek-V3: nearly 2%": 0.02}, legend=alignment == "group")
-            ax.text(0.03, 0.04, f"{data['bits']}-bit accumulator, {every}", transform=ax.transAxes, fontsize=8)
+            ax.text(0.03, 0.04, self._settings(data), transform=ax.transAxes, fontsize=8)
             plots.steady_limits(ax, "y", lo=1e-12, hi=10)  # every setting's errors, and room for the legend below
+        # what a drag moves: each axes' lines (one per setting, in the frame's order) and its settings' text
+        self._moving = (self._curves_shown(data), [(ax, ax.lines[:len(df["accumulation"].unique())], ax.texts[-1])
+                                                  for ax, df in zip(axes, data["frames"].values(), strict=True)])
+
+    @staticmethod
+    def _settings(data) -> str:
+        every = f"promoted every {data['promote']}" if data["promote"] else "never promoted"
+        return f"{data['bits']}-bit accumulator, {every}"
+
+    @staticmethod
+    def _curves_shown(data) -> tuple:
+        return tuple(tuple(df["accumulation"].unique()) for df in data["frames"].values())
+
+    def draw_in_place(self, data) -> bool:
+        """The same settings shown (promotion on or off as drawn): the curves and the settings' text move, the
+        limits follow as the drawing sets them; the axes, ticks, titles and legend stay."""
+        moving = getattr(self, "_moving", None)
+        if moving is None or moving[0] != self._curves_shown(data):
+            return False
+        for (ax, lines, text), df in zip(moving[1], data["frames"].values(), strict=True):
+            redraw.move_lines(lines, [part["relative error"].to_numpy()
+                                      for _, part in df.groupby("accumulation", sort=False)])
+            text.set_text(self._settings(data))
+            ax.relim()  # as a new drawing's data set them
+            plots.steady_limits(ax, "y", lo=1e-12, hi=10)
+        return True
 
     def describe(self, data) -> str:
         k = max(self.ks)

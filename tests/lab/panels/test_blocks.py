@@ -1,5 +1,5 @@
-"""fp8lab.lab.panels.blocks: notebook 04's block panels computed without drawing (their pictures are swept in the
-widget tests)."""
+"""fp8lab.lab.panels.blocks: notebook 04's block panels computed, and what a drag moves in place (their pictures are
+swept in the widget tests)."""
 
 from __future__ import annotations
 
@@ -39,3 +39,26 @@ def test_the_sweep_names_the_cheapest_block_that_reaches_the_target():
     unreachable = panel.compute(fmt="e4m3", distribution="normal", outliers=1e5, measure="ordinary channels",
                                 threshold=1000)
     assert unreachable["cheapest"] is None
+
+
+def _whole_drawings(panel) -> list:
+    """The values of each whole drawing the panel makes from now on (a redraw in place is not one)."""
+    calls = []
+    panel.draw = lambda data, axes, draw=panel.draw: (calls.append(panel.values()), draw(data, axes))[1]
+    return calls
+
+
+def test_a_drag_of_the_target_moves_its_line_and_legend_in_place_and_another_format_draws_anew():
+    panel = BlockSweepPanel()
+    panel.refresh()
+    whole = _whole_drawings(panel)
+    panel.update(threshold=44)
+    assert whole == []
+    ax = panel._figure[1][0]
+    target = next(line for line in ax.lines if line.get_gid() == "threshold")
+    assert list(target.get_ydata()) == [44, 44]
+    assert ax.get_legend().get_texts()[-1].get_text() == "44 dB"
+    assert ax.get_ylim()[1] >= 44  # the limits follow the target, as a new drawing's do
+    panel.update(fmt="e5m2")
+    assert len(whole) == 1
+

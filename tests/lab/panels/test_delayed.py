@@ -1,4 +1,4 @@
-"""fp8lab.lab.panels.delayed: notebook 03's stream under delayed scaling, computed without drawing."""
+"""fp8lab.lab.panels.delayed: notebook 03's stream under delayed scaling, computed, and what a drag moves in place."""
 
 from __future__ import annotations
 
@@ -31,3 +31,18 @@ def test_the_description_counts_the_steps_that_clipped():
     panel, df = _run(history=4, spike=100)
     clipped = int((df["overflow (delayed)"] > 0).sum())
     assert f"{clipped} ({clipped - 1} besides the spike step {panel.steps // 4})" in panel.describe({"df": df})
+
+
+def test_every_control_redraws_in_place_with_the_new_curves():
+    panel = DelayedPanel()
+    panel.refresh()
+    whole = []
+    panel.draw = lambda data, axes, draw=panel.draw: (whole.append(1), draw(data, axes))[1]
+    for control, value in (("history", 1), ("spike", 1e4), ("fmt", "e5m2"), ("margin", 2)):
+        df = panel.update(**{control: value})["df"]
+        amax, delayed = panel._figure[1][0], panel._figure[1][1]
+        assert amax.lines[1].get_ydata().tolist() == df["scale amax (delayed)"].tolist()
+        assert delayed.lines[1].get_ydata().tolist() == df["sqnr delayed"].tolist()
+        clipped = df[df["overflow (delayed)"] > 0]
+        assert amax.collections[0].get_offsets()[:, 0].tolist() == clipped["step"].tolist()
+    assert whole == []

@@ -1,5 +1,5 @@
-"""fp8lab.lab.panels.formats: notebook 01's bit panel and number line, computed without drawing, against torch's
-own FP8 dtypes and the formats' definitions."""
+"""fp8lab.lab.panels.formats: notebook 01's bit panel and number line, computed against torch's own FP8 dtypes
+and the formats' definitions, and what a typed value moves in place."""
 
 from __future__ import annotations
 
@@ -35,3 +35,17 @@ def test_the_number_line_counts_each_formats_values_in_the_window():
     assert d["rows"]["e4m3"]["values in range"] == 9 and d["rows"]["e5m2"]["values in range"] == 5
     assert d["rows"]["e4m3"]["max"] == 448 and d["rows"]["e5m2"]["max"] == 57344
     assert d["rows"]["e4m3"]["min subnormal"] == 2.0 ** -9
+
+
+def test_a_typed_value_moves_the_marked_line_in_place_and_another_format_draws_anew():
+    panel = BitsPanel()
+    panel.refresh()
+    whole = []
+    panel.draw = lambda data, ax, draw=panel.draw: (whole.append(1), draw(data, ax))[1]
+    panel.update(value=3.0)
+    ax = panel._figure[1]
+    assert list(ax.lines[0].get_xdata()) == [math.log2(3.0)] * 2
+    assert ax.get_legend().get_texts()[0].get_text() == "3"
+    assert whole == []
+    panel.update(fmt="e5m2")
+    assert whole == [1]

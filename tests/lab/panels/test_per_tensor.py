@@ -1,6 +1,8 @@
-"""fp8lab.lab.panels.per_tensor: notebook 02's per-tensor panel computed without drawing."""
+"""fp8lab.lab.panels.per_tensor: notebook 02's per-tensor panel computed, and what a drag moves in place."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -36,3 +38,19 @@ def test_outliers_flush_the_ordinary_channels_and_dividing_by_each_channels_amax
     assert d["report"]["ordinary_underflow"] == pytest.approx(expected, abs=0.01) and expected > 0.3
     assert saved["report"]["ordinary_underflow"] < 0.01
     assert torch.all(saved["x"].abs().amax(0) == 1.0)  # every channel divided by its own amax
+
+
+def test_a_drag_moves_the_histogram_and_window_in_place_and_another_format_draws_anew():
+    panel = PerTensorPanel()
+    panel.refresh()
+    whole = []
+    panel.draw = lambda data, ax, draw=panel.draw: (whole.append(1), draw(data, ax))[1]
+    d = panel.update(outliers=1e4)
+    ax = panel._figure[1]
+    hi = math.log2(d["q"].fmt.max_value * float(d["q"].scale))
+    clips = ax.patches[3]  # the clipping span starts at the scaled max
+    assert clips.get_x() == hi
+    assert ax.get_title() == f"|x| against the e4m3 window (scale {float(d['q'].scale):.3g})"
+    assert whole == []
+    panel.update(fmt="e5m2")
+    assert whole == [1]
