@@ -1,6 +1,6 @@
 """Redrawing a panel's figure in place: the axes stay, the data is drawn again on them.
 
-Public: clear_data(ax), kept_colorbar(ax), move_bars(bars, heights), move_points(collection, x, y).
+Public: clear_data(ax), kept_colorbar(ax), move_bars(bars, heights), move_points(collection, x, y), rescale(ax).
 A panel that redraws while a slider moves keeps its
 axes (their ticks, tick labels and grid are most of a drawing's cost, and fp8lab.figures.render's
 LayeredCanvas keeps their pixels while they do not change) and asks the plot functions, which
@@ -19,7 +19,7 @@ import matplotlib
 import numpy as np
 from matplotlib.transforms import Bbox
 
-__all__ = ["clear_data", "kept_colorbar", "move_bars", "move_points"]
+__all__ = ["clear_data", "kept_colorbar", "move_bars", "move_points", "rescale"]
 
 _colorbars: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ax -> the Colorbar beside it
 
@@ -68,3 +68,11 @@ def move_bars(bars, heights) -> None:
 def move_points(collection, x, y) -> None:
     """Put the points of `collection` (from ax.scatter, one size and colour for all) at (x, y), as many as given."""
     collection.set_offsets(np.ma.column_stack([np.asarray(x, float), np.asarray(y, float)]))
+
+
+def rescale(ax) -> None:
+    """The limits of `ax` from the data its lines, patches and images hold now, as a drawing of them on a new axes
+    autoscales them (after move_bars, or a line's set_data, moved the data's range). Collections (scatter,
+    fill_between) are not counted (matplotlib's relim leaves them out): not for an axes whose limits they set."""
+    ax.relim()
+    ax.autoscale_view()
