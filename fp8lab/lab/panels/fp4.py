@@ -426,19 +426,24 @@ class HighPrecisionPanel(Panel):
         )
 
     def compute(self, model, share) -> dict:
-        if not self._errors:  # both models at the first draw (the cell's run), so that a switch redraws at once
+        if not self._errors:  # both models and every share at the first draw (the cell's run): a change only draws
             self._errors = {name: _wgrad_errors(name) for name in ("mlp", "llm_like")}
+            self._costs = {(name, s): self._layer_costs(name, s) for name in ("mlp", "llm_like") for s in SHARES}
         if (model, share) not in self._costs:
-            recipe = nvfp4_with([]).with_high_precision_layers(share)
-            df = layer_costs(model, recipe)
-            df["error"] = [self._errors[model].get(layer, math.nan) for layer in df.index]
-            self._costs[model, share] = df
+            self._costs[model, share] = self._layer_costs(model, share)
         df = self._costs[model, share].copy()
         speed = float(PUBLISHED["nvfp4"][0].value.rstrip("x"))
         high = float(df.loc[df["kept in high precision"], "share of flops"].sum())
         return {"df": df, "share": share, "high": high, "speedup": flops_speedup(high, speed),
                 "all": speed, "kept": [n for n in df.index if df.loc[n, "kept in high precision"]], "model": model,
                 "worst": df["error"].idxmax()}
+
+    def _layer_costs(self, model: str, share: float):
+        """fp8lab.training.parts.layer_costs for NVFP4 with `share` kept in high precision, with each layer's wgrad
+        error (column "error")."""
+        df = layer_costs(model, nvfp4_with([]).with_high_precision_layers(share))
+        df["error"] = [self._errors[model].get(layer, math.nan) for layer in df.index]
+        return df
 
     COLUMNS = ("error", "share of flops")  # each plot's column of the table
 
