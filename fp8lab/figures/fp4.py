@@ -4,7 +4,8 @@ Public: dy_range (a gradient's largest and smallest values over training, agains
 block_bars (one block's values before and after a transform, and what NVFP4 keeps of them), rounding_means
 (round to nearest against the mean of stochastic roundings), error_vs_draws (one GEMM's error, one draw against
 the mean of many), layer_bars (a value per layer, the layers kept in high precision marked), parts_bars (final losses of
-the recipe's parts against the references). Declarative, as fp8lab.figures.plots: data in, the ax out.
+the recipe's parts against the references). Declarative, as fp8lab.figures.plots: data in, the ax out; block_bars_data,
+stochastic_label and layer_colors say what a plot draws, for a panel that moves it in place.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 from fp8lab.figures.axes import log_axis, steady_limits
 from fp8lab.figures.plots import CLIP, FLUSH, PALETTE, WINDOW, ax_or_new
 
-__all__ = ["block_bars", "block_bars_data", "dy_range", "error_vs_draws", "layer_bars", "parts_bars", "rounding_means"]
+__all__ = ["block_bars", "block_bars_data", "dy_range", "error_vs_draws", "layer_bars", "layer_colors", "parts_bars",
+           "rounding_means", "stochastic_label"]
 
 
 def dy_range(ranges, layer: str, step: int | None = None, binades: dict[str, float] | None = None, ax=None):
@@ -35,7 +37,7 @@ def dy_range(ranges, layer: str, step: int | None = None, binades: dict[str, flo
     for i, (name, span) in enumerate((binades or {}).items()):
         ax.plot(steps, hi - span, color=(WINDOW, CLIP)[i % 2], lw=1, ls=":", label=f"{name}: {span:.0f} binades down")
     if step is not None:
-        ax.axvline(step, color=FLUSH, lw=1)
+        ax.axvline(step, color=FLUSH, lw=1, gid="mark")  # (gid "mark": a panel moves it in place)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     ax.set_xlabel("training step")
     ax.set_ylabel("log2 |dy|")
@@ -83,8 +85,8 @@ def rounding_means(x: torch.Tensor, nearest: torch.Tensor, stochastic: torch.Ten
     xs = x.double().numpy()
     ax.plot(xs, xs, color=FLUSH, lw=0.8, ls=":", label="x itself")
     ax.plot(xs, nearest.double().numpy(), color=PALETTE[0], lw=1.5, label="round to nearest")
-    ax.plot(xs, stochastic.double().numpy(), color=PALETTE[3], lw=1.0,
-            label=f"stochastic, mean of {draws} draw{'s' if draws > 1 else ''}")
+    ax.plot(xs, stochastic.double().numpy(), color=PALETTE[3], lw=1.0, label=stochastic_label(draws),
+            gid="stochastic")
     if grid is not None:
         for g in grid:
             ax.axhline(float(g), color=WINDOW, lw=0.4, alpha=0.5)
@@ -93,6 +95,11 @@ def rounding_means(x: torch.Tensor, nearest: torch.Tensor, stochastic: torch.Ten
     ax.set_title("rounding: its mean over draws", fontsize=9)
     ax.legend(fontsize=6, loc="upper left")
     return ax
+
+
+def stochastic_label(draws: int) -> str:
+    """rounding_means' name for the mean of `draws` stochastic roundings (its legend entry)."""
+    return f"stochastic, mean of {draws} draw{'s' if draws > 1 else ''}"
 
 
 def error_vs_draws(draws: list[int], stochastic: list[float], nearest: float, single: float | None = None, ax=None):
@@ -117,8 +124,7 @@ def layer_bars(df, column: str, ax=None, ylabel: str = "", title: str = "", perc
     vermillion; percent: the column is a share (0-1), shown in %."""
     ax = ax_or_new(ax)
     names = list(df.index)
-    colors = [CLIP if k else PALETTE[0] for k in df["kept in high precision"]]
-    ax.bar(range(len(names)), df[column], color=colors)
+    ax.bar(range(len(names)), df[column], color=layer_colors(df))
     ax.set_xticks(range(len(names)), [n.replace("blocks.", "b") for n in names], rotation=90 if len(names) > 4 else 0,
                   fontsize=7)
     if percent:
@@ -127,6 +133,11 @@ def layer_bars(df, column: str, ax=None, ylabel: str = "", title: str = "", perc
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     return ax
+
+
+def layer_colors(df) -> list:
+    """layer_bars' colour of each layer's bar: vermillion where df["kept in high precision"], else blue."""
+    return [CLIP if k else PALETTE[0] for k in df["kept in high precision"]]
 
 
 def parts_bars(values: dict[str, float], spread: dict[str, float] | None = None, highlight: str | None = None,

@@ -29,7 +29,7 @@ def sum_error(ks, nearest, stochastic, per_value: dict[str, float], mark: int | 
     ax.axhline(per_value["nearest"], color=NEAREST, lw=1, ls=":", label="round to nearest: per value")
     ax.axhline(per_value["stochastic"], color=STOCHASTIC, lw=1, ls=":", label="stochastic: per value")
     if mark is not None:
-        ax.axvline(mark, color=FLUSH, lw=0.8)
+        ax.axvline(mark, color=FLUSH, lw=0.8, gid="mark")  # (gid "mark": a panel moves it in place)
     ax.set_xscale("log", base=2)
     log_axis(ax, "y")
     ax.set_xlabel("values summed (k, the GEMM's contraction)")
@@ -40,7 +40,8 @@ def sum_error(ks, nearest, stochastic, per_value: dict[str, float], mark: int | 
 
 
 def weight_path(exact, nearest, stochastic, ax=None, title: str = ""):
-    """A weight's value after each step: the exact updates (dotted), round to nearest and stochastic rounding."""
+    """A weight's value after each step: the exact updates (dotted), round to nearest and stochastic rounding (three
+    lines, in that order)."""
     ax = ax_or_new(ax)
     steps = np.arange(len(exact))
     ax.plot(steps, np.asarray(exact), color=FLUSH, lw=1, ls=":", label="exact updates")
@@ -74,7 +75,7 @@ def depth_curves(depths, one_d, two_d, mark: int | None = None, ax=None, title: 
     ax.plot(depths, one_d, color=CLIP, marker="o", ms=3, lw=1.5, label="1 x c weight blocks (two copies)")
     ax.plot(depths, two_d, color=PALETTE[2], marker="s", ms=3, lw=1.5, label="c x c weight blocks (one copy)")
     if mark is not None:
-        ax.axvline(mark, color=FLUSH, lw=0.8)
+        ax.axvline(mark, color=FLUSH, lw=0.8, gid="mark")
     ax.set_xscale("log", base=2)
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
     ax.set_xlabel("layers the gradient has come back through")

@@ -1,7 +1,7 @@
 """Redrawing a panel's figure in place: the axes stay, the data is drawn again on them.
 
 Public: clear_data(ax), kept_colorbar(ax), move_bars(bars, heights), move_points(collection, x, y),
-move_lines(lines, ys).
+move_lines(lines, ys), rescale(ax).
 A panel that redraws while a slider moves keeps its
 axes (their ticks, tick labels and grid are most of a drawing's cost, and fp8lab.figures.render's
 LayeredCanvas keeps their pixels while they do not change) and asks the plot functions, which
@@ -20,7 +20,7 @@ import matplotlib
 import numpy as np
 from matplotlib.transforms import Bbox
 
-__all__ = ["clear_data", "kept_colorbar", "move_bars", "move_lines", "move_points"]
+__all__ = ["clear_data", "kept_colorbar", "move_bars", "move_lines", "move_points", "rescale"]
 
 _colorbars: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ax -> the Colorbar beside it
 
@@ -81,3 +81,11 @@ def move_lines(lines, ys) -> None:
         if len(y) != len(line.get_xdata()):
             raise ValueError(f"{len(y)} y values for a line of {len(line.get_xdata())} points")
         line.set_ydata(y)
+
+
+def rescale(ax) -> None:
+    """The limits of `ax` from the data its lines, patches and images hold now, as a drawing of them on a new axes
+    autoscales them (after move_bars, or a line's set_data, moved the data's range). Collections (scatter,
+    fill_between) are not counted (matplotlib's relim leaves them out): not for an axes whose limits they set."""
+    ax.relim()
+    ax.autoscale_view()

@@ -6,7 +6,16 @@ import pandas as pd
 import torch
 
 from fp8lab.figures.axes import figure
-from fp8lab.figures.fp4 import block_bars, dy_range, error_vs_draws, layer_bars, parts_bars
+from fp8lab.figures.fp4 import (
+    block_bars,
+    dy_range,
+    error_vs_draws,
+    layer_bars,
+    layer_colors,
+    parts_bars,
+    rounding_means,
+    stochastic_label,
+)
 
 
 def _ax():
@@ -43,3 +52,23 @@ def test_parts_layer_and_draws_figures_carry_the_values():
     assert [t.get_text() for t in ax2.get_xticklabels()] == ["b0.fc", "out"]
     ax3 = error_vs_draws([1, 4, 16], [0.4, 0.2, 0.1], nearest=0.15, single=0.4, ax=_ax())
     assert list(ax3.lines[0].get_ydata()) == [0.4, 0.2, 0.1] and list(ax3.lines[1].get_ydata()) == [0.15, 0.15]
+
+
+def test_what_a_panel_moves_in_place_is_what_the_figures_draw():
+    """rounding_means names its mean line with stochastic_label (gid "stochastic"); layer_bars colours its bars with
+    layer_colors; dy_range's step mark carries gid "mark"."""
+    x = torch.linspace(0, 6, 5)
+    ax = rounding_means(x, x.round(), x, 4, ax=_ax())
+    line = next(line for line in ax.lines if line.get_gid() == "stochastic")
+    assert line.get_label() == stochastic_label(4) == "stochastic, mean of 4 draws"
+    assert stochastic_label(1) == "stochastic, mean of 1 draw"
+    assert stochastic_label(4) in [t.get_text() for t in ax.get_legend().get_texts()]
+    df = pd.DataFrame({"err": [0.1, 0.3], "kept in high precision": [False, True]}, index=["a", "b"])
+    ax2 = layer_bars(df, "err", ax=_ax())
+    from matplotlib.colors import to_rgba
+
+    assert [p.get_facecolor() for p in ax2.patches] == [to_rgba(c) for c in layer_colors(df)]
+    assert layer_colors(df)[0] != layer_colors(df)[1]
+    ranges = pd.DataFrame({"step": [0, 1, 2], "layer": "fc1", "amax": [1.0, 2.0, 4.0], "smallest": [0.01, 0.01, 0.02]})
+    ax3 = dy_range(ranges, "fc1", step=1, ax=_ax())
+    assert [list(line.get_xdata()) for line in ax3.lines if line.get_gid() == "mark"] == [[1, 1]]

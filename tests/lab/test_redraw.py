@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from fp8lab.lab.redraw import clear_data, kept_colorbar
+from fp8lab.lab.redraw import clear_data, kept_colorbar, move_bars, rescale
 
 
 def _draw(ax) -> None:
@@ -49,3 +49,19 @@ def test_a_colorbar_is_kept_for_the_next_heatmap():
     clear_data(ax)
     assert kept_colorbar(ax) is cbar
     plt.close(fig)
+
+
+def test_bars_moved_and_rescaled_get_the_limits_a_new_drawing_gets():
+    fig, ax = plt.subplots()
+    bars = ax.bar([0, 1, 2], [1.0, 2.0, 3.0])
+    ax.plot([0, 2], [0.5, 0.5])
+    ax.get_ylim()  # the limits of the first drawing, set
+    move_bars(bars, [4.0, 9.0, 2.0])
+    rescale(ax)
+    fig_new, ax_new = plt.subplots()
+    ax_new.bar([0, 1, 2], [4.0, 9.0, 2.0])
+    ax_new.plot([0, 2], [0.5, 0.5])
+    assert ax.get_ylim() == ax_new.get_ylim() and ax.get_ylim()[1] > 9
+    assert ax.get_xlim() == ax_new.get_xlim()
+    plt.close(fig)
+    plt.close(fig_new)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from fp8lab.figures import plots
+from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     Panel,
     dropdown,
@@ -38,26 +39,59 @@ class CostPanel(Panel):
         self.tokens = 4096  # M: rows of x in the GEMM x[M, K] @ w[K, K]^T
         self.size = size(512, 128)
         self._measured = None  # timed once per panel: the controls change nothing that is timed
+        self._tables: dict[tuple[int, str], dict] = {}  # compute's tables per (k, parallel): a drag back reuses them
+        self._drawn: list | None = None  # the two left plots' bars: what a drag moves
 
     def compute(self, k, parallel) -> dict:
 
         if self._measured is None:
             self._measured = cost.measure(size=self.size, rounds=3)
-        table = cost.cost_table(k=k, m=self.tokens, parallel=parallel)
-        comparison = cost.per_tensor_vs_block(table, self._measured)
-        return {"table": table, "measured": self._measured, "comparison": comparison,
-                "answer": cost.answer(comparison), "k": k, "parallel": parallel}
+        kept = self._tables.get((k, parallel))
+        if kept is None or kept["measured"] is not self._measured:
+            table = cost.cost_table(k=k, m=self.tokens, parallel=parallel)
+            comparison = cost.per_tensor_vs_block(table, self._measured)
+            kept = self._tables[k, parallel] = {"table": table, "measured": self._measured, "comparison": comparison,
+                                                "answer": cost.answer(comparison)}
+        return {**kept, "k": k, "parallel": parallel}
+
+    @staticmethod
+    def _moving(data) -> tuple[dict, dict, str]:
+        """The two left plots' values (bars by recipe) and the middle plot's title: what changes with K."""
+        table = data["table"]
+        return ((table["element bits"] + table["scale bits/element (x)"]).to_dict(),
+                table["scale multiplies per output"].astype(float).to_dict(), f"scale multiplies, K={data['k']}")
+
+    def _steady(self, ax) -> None:
+        # up to 1 per 16 elements of the longest K (NVFP4): the axis holds every K's bars
+        plots.steady_limits(ax, "y", lo=0.5, hi=max(self.controls["k"].options) / 16)
 
     def draw(self, data, axes) -> None:
-        table, measured = data["table"], data["measured"]
-        bits = (table["element bits"] + table["scale bits/element (x)"]).to_dict()
+        self._drawn = None
+        measured = data["measured"]
+        bits, multiplies, title = self._moving(data)
         plots.bars(bits, axes[0], ylabel="bits per element of x", title="bits moved (element + scales)")
-        plots.bars(table["scale multiplies per output"].astype(float).to_dict(), axes[1], log=True,
-                   ylabel="multiplies per output element", title=f"scale multiplies, K={data['k']}")
-        # up to 1 per 16 elements of the longest K (NVFP4): the axis holds every K's bars
-        plots.steady_limits(axes[1], "y", lo=0.5, hi=max(self.controls["k"].options) / 16)
+        plots.bars(multiplies, axes[1], log=True, ylabel="multiplies per output element", title=title)
+        self._steady(axes[1])
         plots.bars(measured["quantize ms"].drop("fp32 (no FP8)").to_dict(), axes[2], ylabel="ms (median of 3)",
                    title=f"quantize {self.size}x{self.size} here")
+        self._drawn = [(list(bits), list(axes[0].patches)), (list(multiplies), list(axes[1].patches))]
+
+    def draw_in_place(self, data) -> bool:
+        """Another K: the same recipes' bars take their new heights, the left plot's limits from its data again, the
+        middle one's steady limits and its title set again, as plots.bars and steady_limits draw them."""
+        if self._drawn is None:
+            return False
+        values = self._moving(data)
+        if any(list(v) != names for v, (names, _) in zip(values[:2], self._drawn, strict=True)):
+            return False
+        axes = self._figure[1]
+        for v, (_, bars) in zip(values[:2], self._drawn, strict=True):
+            redraw.move_bars(bars, list(v.values()))
+        redraw.rescale(axes[0])
+        axes[1].relim()
+        self._steady(axes[1])
+        axes[1].set_title(values[2])
+        return True
 
     def describe(self, data) -> str:
         table = data["table"]

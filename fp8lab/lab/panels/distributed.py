@@ -35,6 +35,7 @@ class ExportPanel(Panel):
 
         super().__init__(recipe=dropdown([*RECIPES, "rowwise_with_gw_hp"], "mxfp8", "recipe"),
                          target=dropdown(TARGETS, "torchao", "target"))
+        self._line = None  # the one line of text drawn: what another choice rewrites in place
 
     def compute(self, recipe, target) -> dict:
 
@@ -42,11 +43,25 @@ class ExportPanel(Panel):
         return {"recipe": e.recipe, "target": e.target, "available": e.available, "text": e.text,
                 "differences": e.differences, "source": e.source}
 
+    @staticmethod
+    def _line_of(data) -> tuple[str, str]:
+        """The line drawn and its colour."""
+        return (f"{data['recipe']} -> {data['target']}: {'available' if data['available'] else 'not available'}",
+                plots.PALETTE[2] if data["available"] else plots.CLIP)
+
     def draw(self, data, ax) -> None:
         ax.set_axis_off()
-        ax.text(0.0, 0.5, f"{data['recipe']} -> {data['target']}: "
-                          f"{'available' if data['available'] else 'not available'}", fontsize=11,
-                color=plots.PALETTE[2] if data["available"] else plots.CLIP, va="center")
+        text, color = self._line_of(data)
+        self._line = ax.text(0.0, 0.5, text, fontsize=11, color=color, va="center")
+
+    def draw_in_place(self, data) -> bool:
+        """Another choice: the line's text and colour set again."""
+        if self._line is None:
+            return False
+        text, color = self._line_of(data)
+        self._line.set_text(text)
+        self._line.set_color(color)
+        return True
 
     def describe(self, data) -> str:
         diff = f"<p><b>Differs from fp8lab:</b> {html.escape(data['differences'])}</p>" if data["differences"] else ""

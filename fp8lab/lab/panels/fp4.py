@@ -14,6 +14,7 @@ import math
 from dataclasses import replace
 
 import ipywidgets as W
+import numpy as np
 import torch
 
 from fp8lab.figures import fp4 as figs
@@ -71,6 +72,8 @@ class TwoDWeightPanel(Panel):
         self.dy = torch.randn(32, self.weight.shape[0], generator=g)  # a gradient for dx = dy @ w
         spots = torch.randperm(self.weight.numel(), generator=g)[:8]  # where the outlier weights go
         self.spots = spots
+        self._computed: dict[tuple, dict] = {}  # compute's result per (recipe, blocks, outliers): a drag back reuses it
+        self._drawn: tuple | None = None  # (image, points, diagonal) of the last drawing: what a drag moves
         super().__init__(
             recipe=dropdown([("NVFP4 (E2M1, blocks of 16)", "nvfp4"), ("MXFP8 (E4M3, blocks of 32)", "mxfp8")],
                            "nvfp4", "format"),
@@ -80,6 +83,12 @@ class TwoDWeightPanel(Panel):
         )
 
     def compute(self, recipe, blocks, outliers) -> dict:
+        key = (recipe, blocks, outliers)
+        if key not in self._computed:
+            self._computed[key] = self._copies(recipe, blocks, outliers)
+        return self._computed[key]
+
+    def _copies(self, recipe, blocks, outliers) -> dict:
         w = self.weight.clone()
         w.view(-1)[self.spots] *= outliers
         r = get_recipe(recipe).with_2d_weight(blocks)
@@ -91,23 +100,51 @@ class TwoDWeightPanel(Panel):
                 "err_f": c["fprop_error"], "err_d": c["dgrad_error"], "block": r.weight.granularity.label,
                 "recipe": r.weight.fmt.name, "two_d": blocks}
 
-    def draw(self, data, axes) -> None:
+    @staticmethod
+    def _shown(data) -> dict:
+        """What the plots show: the map's grid (the top-left 48 x 48 weights), its title, the first 4000 weights'
+        two copies (a, b) and the scatter's limit."""
         diff = (data["wd"] - data["wf"]).abs() / data["w"].abs().max()
-        heatmap(axes[0], block_grid(diff[:48, :48], 48), "magma_r", "|difference| / max |w|", vmin=0,
+        n = 4000
+        a, b = data["wf"].flatten()[:n].numpy(), data["wd"].flatten()[:n].numpy()
+        return {"grid": block_grid(diff[:48, :48], 48), "title": f"dgrad's copy minus fprop's ({data['block']} blocks)",
+                "a": a, "b": b, "lim": float(max(abs(a).max(), abs(b).max())) * 1.05}
+
+    def draw(self, data, axes) -> None:
+        self._drawn = None
+        shown = self._shown(data)
+        heatmap(axes[0], shown["grid"], "magma_r", "|difference| / max |w|", vmin=0,
                  vmax=0.2, shape=(48, 48), colorbar=redraw.kept_colorbar(axes[0]))
         axes[0].set_xlabel("K (input channel)")
         axes[0].set_ylabel("N (output channel)")
-        axes[0].set_title(f"dgrad's copy minus fprop's ({data['block']} blocks)", fontsize=9)
-        n = 4000
-        a, b = data["wf"].flatten()[:n].numpy(), data["wd"].flatten()[:n].numpy()
-        axes[1].scatter(a, b, s=3, alpha=0.4, color=PALETTE[0])  # (a colour of its own: kept axes keep their cycle)
-        lim = float(max(abs(a).max(), abs(b).max())) * 1.05
-        axes[1].plot([-lim, lim], [-lim, lim], color="grey", lw=0.6, ls=":")
+        axes[0].set_title(shown["title"], fontsize=9)
+        lim = shown["lim"]
+        # (a colour of its own: kept axes keep their cycle)
+        points = axes[1].scatter(shown["a"], shown["b"], s=3, alpha=0.4, color=PALETTE[0])
+        diagonal, = axes[1].plot([-lim, lim], [-lim, lim], color="grey", lw=0.6, ls=":")
         axes[1].set_xlim(-lim, lim)
         axes[1].set_ylim(-lim, lim)
         axes[1].set_xlabel("weight as fprop reads it")
         axes[1].set_ylabel("weight as dgrad reads it")
         axes[1].set_title("each weight's two copies (off the diagonal: they differ)", fontsize=9)
+        self._drawn = (axes[0].images[-1], points, diagonal)
+
+    def draw_in_place(self, data) -> bool:
+        """Other settings: the map's image and title, the points, the diagonal and the limits set again on the
+        artists drawn (the map's colour range and everything else stay what draw makes)."""
+        if self._drawn is None:
+            return False
+        image, points, diagonal = self._drawn
+        shown = self._shown(data)
+        axes = self._figure[1]
+        image.set_data(shown["grid"])
+        axes[0].set_title(shown["title"], fontsize=9)
+        lim = shown["lim"]
+        redraw.move_points(points, shown["a"], shown["b"])
+        diagonal.set_data([-lim, lim], [-lim, lim])
+        axes[1].set_xlim(-lim, lim)
+        axes[1].set_ylim(-lim, lim)
+        return True
 
     def describe(self, data) -> str:
         rows = {"weights whose two copies differ": percent(data["differ"]),
@@ -154,6 +191,7 @@ class HadamardPanel(Panel):
             outlier=selection_slider([(f"{v:g}x", v) for v in OUTLIERS], 30.0, "outlier size"),
             block=selection_slider(list(range(8)), 0, "block shown"),
         )
+        self._tensors: dict[tuple[str, float], dict] = {}  # _whole per (source, outlier): a block drag reuses it
 
     def _tensor(self, source: str, outlier: float) -> torch.Tensor:
         """The tensor, its contraction along its rows: blocks of 16 consecutive values of a row."""
@@ -169,6 +207,16 @@ class HadamardPanel(Panel):
         return x[:64, :256] if source == "sinks_fprop" else x.t()[:64, :128].contiguous()
 
     def compute(self, source, outlier, block) -> dict:
+        if (source, outlier) not in self._tensors:
+            self._tensors[source, outlier] = self._whole(source, outlier)
+        whole = self._tensors[source, outlier]
+        sl = slice(16 * block, 16 * block + 16)
+        return {"before": whole["t"][0, sl], "kept_before": whole["q0"][0, sl], "after": whole["rotated"][0, sl],
+                "kept_after": whole["q1"][0, sl], **whole["numbers"], "block": block, "source": source}
+
+    def _whole(self, source: str, outlier: float) -> dict:
+        """The tensor as it is ("t") and transformed ("rotated"), what NVFP4 keeps of each ("q0", "q1"), and the
+        whole tensor's numbers ("numbers": SQNRs, flushed shares, a GEMM's errors)."""
         t = self._tensor(source, outlier)
         k = t.shape[1]
         rotated = NVFP4_HADAMARD.apply(t)
@@ -180,16 +228,14 @@ class HadamardPanel(Panel):
         gemm_plain = quantize(b, NVFP4).dequantize().double()
         gemm_rot = quantize(NVFP4_HADAMARD.apply(b), NVFP4).dequantize().double()
         ordinary = t.abs() < t.abs().amax(1, keepdim=True) / 8  # the values well below their row's largest
-        sl = slice(16 * block, 16 * block + 16)
-        return {"before": t[0, sl], "kept_before": q0[0, sl], "after": rotated[0, sl], "kept_after": q1[0, sl],
+        return {"t": t, "rotated": rotated, "q0": q0, "q1": q1, "numbers": {
                 "sqnr_plain": _snr_db(t, q0), "sqnr_rot": _snr_db(t, back),
                 "ordinary_plain": _snr_db(t[ordinary], q0[ordinary]), "ordinary_rot": _snr_db(t[ordinary],
                                                                                               back[ordinary]),
                 "flushed_plain": float(((t != 0) & (q0 == 0)).double().mean()),
                 "flushed_rot": float(((rotated != 0) & (q1 == 0)).double().mean()),
                 "gemm_plain": _rel(q0.double() @ gemm_plain.t(), exact),
-                "gemm_rot": _rel(q1.double() @ gemm_rot.t(), exact),
-                "block": block, "source": source}
+                "gemm_rot": _rel(q1.double() @ gemm_rot.t(), exact)}}
 
     @staticmethod
     def _blocks(data) -> tuple[float, list[tuple]]:
@@ -256,6 +302,7 @@ class RoundingPanel(Panel):
         g = torch.Generator().manual_seed(0)
         draws = cast(self.x.repeat(DRAWS[-1], 1), E2M1, rounding="stochastic", generator=g)  # (draws, x)
         self._sums = draws.double().cumsum(0)
+        self._drawn: tuple | None = None  # (the mean's line, its legend entry): what a drag moves
         super().__init__(draws=selection_slider(DRAWS, 16, "draws averaged"))
 
     def _wgrad(self) -> dict:
@@ -298,11 +345,29 @@ class RoundingPanel(Panel):
                 "bias_sr": bias_sr}
 
     def draw(self, data, axes) -> None:
+        self._drawn = None
         grid = [v for v in E2M1.values().tolist() if v >= 0]
         figs.rounding_means(self.x, data["nearest"], data["sr"], data["draws"], grid, axes[0])
         gemm = data["gemm"]
         ns = list(gemm["means"])
         figs.error_vs_draws(ns, [gemm["means"][n] for n in ns], gemm["nearest"], gemm["means"][1], axes[1])
+        line = next(line for line in axes[0].lines if line.get_gid() == "stochastic")
+        legend = axes[0].get_legend()
+        entry = next(t for t in legend.get_texts() if t.get_text() == line.get_label())
+        self._drawn = (line, entry)
+
+    def draw_in_place(self, data) -> bool:
+        """Another number of draws: the mean's line and its legend entry change, limits from the data again (the
+        weight gradient's plot does not depend on it), as rounding_means draws them."""
+        if self._drawn is None:
+            return False
+        line, entry = self._drawn
+        label = figs.stochastic_label(data["draws"])
+        line.set_ydata(data["sr"].double().numpy())
+        line.set_label(label)
+        entry.set_text(label)
+        redraw.rescale(self._figure[1][0])
+        return True
 
     def describe(self, data) -> str:
         gemm = data["gemm"]
@@ -352,6 +417,8 @@ class HighPrecisionPanel(Panel):
 
     def __init__(self) -> None:
         self._errors: dict[str, dict[str, float]] = {}
+        self._costs: dict[tuple[str, float], object] = {}  # layer_costs per (model, share): it builds the model
+        self._drawn: tuple | None = None  # (model, each plot's bars): what a drag recolours
         super().__init__(
             model=dropdown([("lesson MLP (notebook 06)", "mlp"), ("LLM-like transformer (notebook 08)", "llm_like")],
                           "llm_like", "model"),
@@ -359,22 +426,49 @@ class HighPrecisionPanel(Panel):
         )
 
     def compute(self, model, share) -> dict:
-        if not self._errors:  # both models at the first draw (the cell's run), so that a switch redraws at once
+        if not self._errors:  # both models and every share at the first draw (the cell's run): a change only draws
             self._errors = {name: _wgrad_errors(name) for name in ("mlp", "llm_like")}
-        recipe = nvfp4_with([]).with_high_precision_layers(share)
-        df = layer_costs(model, recipe)
-        df["error"] = [self._errors[model].get(layer, math.nan) for layer in df.index]
+            self._costs = {(name, s): self._layer_costs(name, s) for name in ("mlp", "llm_like") for s in SHARES}
+        if (model, share) not in self._costs:
+            self._costs[model, share] = self._layer_costs(model, share)
+        df = self._costs[model, share].copy()
         speed = float(PUBLISHED["nvfp4"][0].value.rstrip("x"))
         high = float(df.loc[df["kept in high precision"], "share of flops"].sum())
         return {"df": df, "share": share, "high": high, "speedup": flops_speedup(high, speed),
                 "all": speed, "kept": [n for n in df.index if df.loc[n, "kept in high precision"]], "model": model,
                 "worst": df["error"].idxmax()}
 
+    def _layer_costs(self, model: str, share: float):
+        """fp8lab.training.parts.layer_costs for NVFP4 with `share` kept in high precision, with each layer's wgrad
+        error (column "error")."""
+        df = layer_costs(model, nvfp4_with([]).with_high_precision_layers(share))
+        df["error"] = [self._errors[model].get(layer, math.nan) for layer in df.index]
+        return df
+
+    COLUMNS = ("error", "share of flops")  # each plot's column of the table
+
     def draw(self, data, axes) -> None:
+        self._drawn = None
         figs.layer_bars(data["df"], "error", axes[0], "wgrad relative error, NVFP4",
                         "weight-gradient error (kept: vermillion)")
         figs.layer_bars(data["df"], "share of flops", axes[1], "share of the GEMM work", "work per step",
                         percent=True)
+        self._drawn = (data["model"], [list(ax.patches) for ax in axes])
+
+    def draw_in_place(self, data) -> bool:
+        """Another share, the same model: the same bars (checked), the kept layers' colour moved, as layer_bars
+        colours them."""
+        if self._drawn is None or self._drawn[0] != data["model"]:
+            return False
+        df, colors = data["df"], figs.layer_colors(data["df"])
+        for bars, column in zip(self._drawn[1], self.COLUMNS, strict=True):
+            heights = np.array([bar.get_height() for bar in bars], float)
+            if not np.array_equal(heights, df[column].to_numpy(float), equal_nan=True):
+                return False
+        for bars in self._drawn[1]:
+            for bar, color in zip(bars, colors, strict=True):
+                bar.set_facecolor(color)
+        return True
 
     def describe(self, data) -> str:
         p = PUBLISHED["nvfp4"][0]

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
 import torch
 
 from fp8lab.figures import fp4_parts as figs
+from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
 from fp8lab.settings import smoke
 from fp8lab.training.fp4_effects import (
@@ -57,6 +59,8 @@ class SumRoundingPanel(Panel):
 
     def __init__(self) -> None:
         self._sums: dict[str | float, dict] = {}
+        self._updates: dict[tuple[float, int], dict] = {}  # small_update per (ratio, steps), made once each
+        self._drawn: dict | None = None  # what the figure shows and the artists a drag moves (draw_in_place)
         super().__init__(
             source=dropdown(list(SUM_SOURCES.items()), "head_first", "values"),
             k=selection_slider(list(KS), 1024, "k marked"),
@@ -78,15 +82,46 @@ class SumRoundingPanel(Panel):
         s = self._sum(source)
         mark = min(s["ks"], key=lambda x: abs(x - k))
         at = s["ks"].index(mark)
+        if (ratio, steps) not in self._updates:
+            self._updates[ratio, steps] = small_update(ratio, steps)
         return {"sum": s, "k": mark, "at": {r: s["sum"][r][at] for r in ("nearest", "stochastic")},
-                "update": small_update(ratio, steps), "threshold": flush_threshold(), "source": source}
+                "update": self._updates[ratio, steps], "threshold": flush_threshold(), "source": source}
+
+    @staticmethod
+    def _path(update: dict) -> tuple[list, str]:
+        """The right plot's three lines (exact, nearest, stochastic: numpy arrays) and its title."""
+        return ([update[r].numpy() for r in ("exact", "nearest", "stochastic")],
+                f"an update {update['ratio']:g} of its block's largest, each step")
 
     def draw(self, data, axes) -> None:
+        self._drawn = None
         s, u = data["sum"], data["update"]
         figs.sum_error(s["ks"], s["sum"]["nearest"], s["sum"]["stochastic"], s["per_value"], data["k"], axes[0],
                        f"sums of k values in NVFP4 ({percent(s['positive'])} of them positive)")
-        figs.weight_path(u["exact"].numpy(), u["nearest"].numpy(), u["stochastic"].numpy(), axes[1],
-                         f"an update {u['ratio']:g} of its block's largest, each step")
+        lines, title = self._path(u)
+        figs.weight_path(*lines, axes[1], title)
+        self._drawn = {"source": data["source"], "k": data["k"], "update": u,
+                       "mark": next(line for line in axes[0].lines if line.get_gid() == "mark"),
+                       "path": list(axes[1].lines)}
+
+    def draw_in_place(self, data) -> bool:
+        """The same values, another k, ratio or steps: the left plot's mark moves, the right plot's three lines take
+        the new path (limits from their data again, title set), as sum_error and weight_path draw them."""
+        drawn = self._drawn
+        if drawn is None or drawn["source"] != data["source"]:
+            return False
+        if data["k"] != drawn["k"]:
+            drawn["mark"].set_xdata([data["k"], data["k"]])
+            drawn["k"] = data["k"]
+        if data["update"] is not drawn["update"]:
+            ax = self._figure[1][1]
+            lines, title = self._path(data["update"])
+            for line, y in zip(drawn["path"], lines, strict=True):
+                line.set_data(np.arange(len(y)), y)
+            redraw.rescale(ax)
+            ax.set_title(title, fontsize=9)
+            drawn["update"] = data["update"]
+        return True
 
     def describe(self, data) -> str:
         s, u, at = data["sum"], data["update"], data["at"]
@@ -149,6 +184,7 @@ class DepthPanel(Panel):
 
     def __init__(self) -> None:
         self._curves: dict[str, dict] = {}
+        self._drawn: tuple[str, object] | None = None  # (the recipe drawn, its depth mark): what a drag moves
         super().__init__(
             recipe=dropdown([("NVFP4 (E2M1, blocks of 16)", "nvfp4"), ("MXFP8 (E4M3, blocks of 32)", "mxfp8")],
                            "nvfp4", "format"),
@@ -166,9 +202,18 @@ class DepthPanel(Panel):
         return {"one_d": c["1d"], "two_d": c["2d"], "depth": depth, "recipe": recipe}
 
     def draw(self, data, ax) -> None:
+        self._drawn = None
         d = list(range(1, DEPTHS[-1] + 1))
         figs.depth_curves(d, data["one_d"]["drift"], data["two_d"]["drift"], data["depth"], ax,
                           f"{data['recipe']}: a chain of 128 x 128 layers, dy sent back through it")
+        self._drawn = (data["recipe"], next(line for line in ax.lines if line.get_gid() == "mark"))
+
+    def draw_in_place(self, data) -> bool:
+        """The same recipe, another depth: only the mark moves (the curves span every depth)."""
+        if self._drawn is None or self._drawn[0] != data["recipe"]:
+            return False
+        self._drawn[1].set_xdata([data["depth"], data["depth"]])
+        return True
 
     def describe(self, data) -> str:
         i = data["depth"] - 1

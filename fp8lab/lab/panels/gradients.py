@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures import plots
+from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
 from fp8lab.numerics.formats import E4M3, E5M2
 from fp8lab.numerics.quantize import quantize
@@ -33,6 +34,8 @@ class GradientPanel(Panel):
         self.records = lesson_records(0, smoke())
         layers = [(f"{MODEL_NAMES[m]}: {layer}", (m, layer)) for m, rec in self.records.items() for layer in rec.layers]
         self._tables: dict = {}  # per (model, layer, step): what every choice shares (_step)
+        self._computed: dict = {}  # compute's result per (layer, when, choice): a drag back reuses it
+        self._drawn: tuple | None = None  # (the layer drawn, its step mark): what a drag keeps and moves
         super().__init__(
             layer=dropdown(layers, ("llm_like", "blocks.0.qkv") if "llm_like" in self.records else layers[0][1],
                           "layer"),
@@ -66,6 +69,11 @@ class GradientPanel(Panel):
         return float(torch.log2(s.max() / s.min())) if s.numel() else 0.0
 
     def compute(self, layer, when, choice) -> dict:
+        if (layer, when, choice) not in self._computed:
+            self._computed[layer, when, choice] = self._seen(layer, when, choice)
+        return self._computed[layer, when, choice]
+
+    def _seen(self, layer, when, choice) -> dict:
         model, name = layer
         rec = self.records[model]
         step = rec.at[WHEN.index(when)]
@@ -79,11 +87,28 @@ class GradientPanel(Panel):
                 "seen": seen, "tiles": shared["tiles"], "table": shared["table"], "ranges": rec.ranges,
                 "span": shared["span"], "shape": tuple(dy.shape)}
 
-    def draw(self, data, axes) -> None:
-        plots.histogram_log2(data["seen"], fmt=data["q"].fmt, scale=1.0, ax=axes[0], xlim=(-40, 15),
+    @staticmethod
+    def _histogram(data, ax) -> None:
+        plots.histogram_log2(data["seen"], fmt=data["q"].fmt, scale=1.0, ax=ax, xlim=(-40, 15),
                              title=f"dy over its scale: {data['choice']} ({len(data['seen'])} tokens)")
+
+    def draw(self, data, axes) -> None:
+        self._drawn = None
+        self._histogram(data, axes[0])
         figs.dy_range(data["ranges"], data["layer"], data["step"], {"E4M3": E4M3.dynamic_range_binades,
                                                                      "E5M2": E5M2.dynamic_range_binades}, axes[1])
+        self._drawn = ((data["model"], data["layer"]), next(line for line in axes[1].lines if line.get_gid() == "mark"))
+
+    def draw_in_place(self, data) -> bool:
+        """The same layer: the histogram drawn again on its cleared axes, and on the range over training (the
+        same for every step) only the step's mark moved, as dy_range draws it."""
+        if self._drawn is None or self._drawn[0] != (data["model"], data["layer"]):
+            return False
+        ax = self._figure[1][0]
+        redraw.clear_data(ax)
+        self._histogram(data, ax)
+        self._drawn[1].set_xdata([data["step"], data["step"]])
+        return True
 
     def describe(self, data) -> str:
         t = data["table"]

@@ -16,3 +16,12 @@ def test_the_export_panel_shows_the_recipe_written_for_its_target():
     assert (d["recipe"], d["target"], d["text"], d["available"]) == (e.recipe, e.target, e.text, e.available)
     shown = panel.describe(d)
     assert html.escape(e.text) in shown and html.escape(e.source) in shown  # escaped, never injected
+
+
+def test_another_choice_rewrites_the_line_drawn():
+    panel = ExportPanel()
+    panel.update(recipe="tensorwise")
+    ax = panel._figure[1]
+    line = ax.texts[0]
+    panel.update(recipe="mxfp8", target="torchtitan")
+    assert list(ax.texts) == [line] and line.get_text().startswith("mxfp8 -> torchtitan: ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp8lab.lab.panels.fp4 import PartsPanel
+from fp8lab.lab.panels.fp4 import PartsPanel, RoundingPanel, TwoDWeightPanel
 from fp8lab.training.measured_fp4 import parts
 
 
@@ -22,3 +22,23 @@ def test_the_checkboxes_name_the_run_and_its_change_is_each_seed_against_its_bf1
     assert list(d["values"])[:2] == ["nvfp4 1x16", "nvfp4 2D+SR"]
     none = panel.compute(two_d=False, hadamard=False, stochastic=False, high=False, measure="final loss")
     assert none["label"] == "nvfp4 1x16" and list(none["values"]).count("nvfp4 1x16") == 1
+
+
+def test_a_drag_moves_the_artists_drawn():
+    """Two-D weights: the map's image, the points and the diagonal are the ones drawn, holding the new values;
+    rounding: the mean's line and its legend entry say the new number of draws."""
+    panel = TwoDWeightPanel()
+    panel.update(outliers=1.0)
+    left, right = panel._figure[1]
+    drawn = (list(left.images), list(right.collections), list(right.lines))
+    panel.update(outliers=100.0)
+    assert (list(left.images), list(right.collections), list(right.lines)) == drawn
+    assert right.get_xlim()[1] == -right.get_xlim()[0] > 0 and right.get_ylim() == right.get_xlim()
+    assert len(right.collections[0].get_offsets()) == 4000
+    rounding = RoundingPanel()
+    rounding.update(draws=4)
+    ax = rounding._figure[1][0]
+    lines = list(ax.lines)
+    rounding.update(draws=256)
+    assert list(ax.lines) == lines
+    assert "stochastic, mean of 256 draws" in [t.get_text() for t in ax.get_legend().get_texts()]
