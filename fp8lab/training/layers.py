@@ -212,6 +212,10 @@ def _quantize_transposed(state: LayerState, source: torch.Tensor, role: str, gem
         # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
         q = _quantize(state, source, role, gemm, scaling.down_columns(source.shape[0]))
         return q if isinstance(q, NonFiniteGradient) else q.t(g)
+    if state.amax_reducer is None and scaling.hadamard is None and scaling.rounding == "nearest":
+        # (per tensor: one scale, each element cast alone, so source's codes transposed are source^T's)
+        q = _quantize(state, source, role, gemm, scaling)
+        return q if isinstance(q, NonFiniteGradient) else q.t()
     return _quantize(state, source.t().contiguous(), role, gemm, scaling)
 
 
