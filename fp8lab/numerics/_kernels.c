@@ -671,6 +671,19 @@ FP8LAB_API int fp8lab_quantize(fp8lab_params *p) {
    butterflied (log2(d) stages; stage h turns each pair (v[i], v[i + h]) of a group of 2h into (sum,
    difference), Sylvester's order), times norm (1 / sqrt(d), a power of two). The torch code's float32
    operations, one by one, in its order: the same bits. */
+/* one block v[d] in place: log2(d) stages of (sum, difference) pairs, in Sylvester's order */
+static inline __attribute__((always_inline)) void butterfly(float *v, int64_t d) {
+    for (int64_t h = 1; h < d; h *= 2) {
+        for (int64_t g = 0; g < d; g += 2 * h) {
+            for (int64_t i = g; i < g + h; i++) {
+                float lo = v[i], hi = v[i + h];
+                v[i] = lo + hi;
+                v[i + h] = lo - hi;
+            }
+        }
+    }
+}
+
 static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *signs, int64_t d, float norm,
                           float *out) {
     int64_t Cp = (C + d - 1) / d * d;
@@ -679,19 +692,13 @@ static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *sig
 #endif
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * C;
-        float *o = out + r * Cp;
-        for (int64_t k = 0; k < Cp; k++) o[k] = (k < C ? xr[k] : 0.0f) * signs[k % d];
         for (int64_t b = 0; b < Cp; b += d) {
-            float *v = o + b;
-            for (int64_t h = 1; h < d; h *= 2) {
-                for (int64_t g = 0; g < d; g += 2 * h) {
-                    for (int64_t i = g; i < g + h; i++) {
-                        float lo = v[i], hi = v[i + h];
-                        v[i] = lo + hi;
-                        v[i + h] = lo - hi;
-                    }
-                }
-            }
+            float *v = out + r * Cp + b;
+            for (int64_t k = 0; k < d; k++) v[k] = (b + k < C ? xr[b + k] : 0.0f) * signs[k];
+            /* the sizes recipes use as constants: their stages unroll (the same operations in the same order) */
+            if (d == 16) butterfly(v, 16);
+            else if (d == 32) butterfly(v, 32);
+            else butterfly(v, d);
             for (int64_t k = 0; k < d; k++) v[k] = v[k] * norm;
         }
     }
