@@ -697,7 +697,7 @@ static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *sig
             for (int64_t k = 0; k < d; k++) v[k] = (b + k < C ? xr[b + k] : 0.0f) * signs[k];
             /* the sizes recipes use as constants: their stages unroll (the same operations in the same order) */
             if (d == 16) butterfly(v, 16);
-            else if (d == 32) butterfly(v, 32);
+            else if (d == 64) butterfly(v, 64);
             else butterfly(v, d);
             for (int64_t k = 0; k < d; k++) v[k] = v[k] * norm;
         }
