@@ -712,6 +712,14 @@ FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, const float
     return OK;
 }
 
+/* out[i] = table[codes[i]]: one-byte codes to float32 by a table of their 256 values (formats.widen's) */
+FP8LAB_API void fp8lab_widen(const uint8_t *codes, int64_t n, const float *table, float *out) {
+#ifdef _OPENMP
+#pragma omp parallel for if (threads_for(n, n) > 1) num_threads(threads_for(n, n))
+#endif
+    for (int64_t i = 0; i < n; i++) out[i] = table[codes[i]];
+}
+
 /* out[m, n] *= a[m] * b[n] (the product rounded to float32 first, as torch forms the
    factor matrix outer(a, b)): per-row scales of both GEMM operands, without the matrix. */
 FP8LAB_API void fp8lab_scale_outer(float *out, int64_t M, int64_t N, const float *a, const float *b) {
