@@ -213,9 +213,10 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
     seg = _segments(k, wa, wb)
     out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
     add_scaled_ = kernels.add_scaled_outer_ if kernels.enabled(out, sa, sb) else _add_scaled_outer_  # (same bits)
+    sa_k, sb_k = sa.t().contiguous(), sb.t().contiguous()  # (KBa, M), (KBb, N): each K block's scales in a row
     for start in range(0, k, seg):
         part = a[:, start : start + seg] @ b[:, start : start + seg].t()  # (M, N), fp32 sums
-        add_scaled_(out, part, sa[:, start // wa], sb[:, start // wb])  # out += part * (sa[m] * sb[n])
+        add_scaled_(out, part, sa_k[start // wa], sb_k[start // wb])  # out += part * (sa[m] * sb[n])
     return scale_output(out, a_q, b_q)
 
 

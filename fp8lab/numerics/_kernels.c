@@ -671,6 +671,19 @@ FP8LAB_API int fp8lab_quantize(fp8lab_params *p) {
    butterflied (log2(d) stages; stage h turns each pair (v[i], v[i + h]) of a group of 2h into (sum,
    difference), Sylvester's order), times norm (1 / sqrt(d), a power of two). The torch code's float32
    operations, one by one, in its order: the same bits. */
+/* one block v[d] in place: log2(d) stages of (sum, difference) pairs, in Sylvester's order */
+static inline __attribute__((always_inline)) void butterfly(float *v, int64_t d) {
+    for (int64_t h = 1; h < d; h *= 2) {
+        for (int64_t g = 0; g < d; g += 2 * h) {
+            for (int64_t i = g; i < g + h; i++) {
+                float lo = v[i], hi = v[i + h];
+                v[i] = lo + hi;
+                v[i + h] = lo - hi;
+            }
+        }
+    }
+}
+
 static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *signs, int64_t d, float norm,
                           float *out) {
     int64_t Cp = (C + d - 1) / d * d;
@@ -679,19 +692,13 @@ static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *sig
 #endif
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * C;
-        float *o = out + r * Cp;
-        for (int64_t k = 0; k < Cp; k++) o[k] = (k < C ? xr[k] : 0.0f) * signs[k % d];
         for (int64_t b = 0; b < Cp; b += d) {
-            float *v = o + b;
-            for (int64_t h = 1; h < d; h *= 2) {
-                for (int64_t g = 0; g < d; g += 2 * h) {
-                    for (int64_t i = g; i < g + h; i++) {
-                        float lo = v[i], hi = v[i + h];
-                        v[i] = lo + hi;
-                        v[i + h] = lo - hi;
-                    }
-                }
-            }
+            float *v = out + r * Cp + b;
+            for (int64_t k = 0; k < d; k++) v[k] = (b + k < C ? xr[b + k] : 0.0f) * signs[k];
+            /* the sizes recipes use as constants: their stages unroll (the same operations in the same order) */
+            if (d == 16) butterfly(v, 16);
+            else if (d == 64) butterfly(v, 64);
+            else butterfly(v, d);
             for (int64_t k = 0; k < d; k++) v[k] = v[k] * norm;
         }
     }
@@ -703,6 +710,14 @@ FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, const float
         return BAD_SHAPE;
     hadamard_rows(x, R, C, signs, d, norm, out);
     return OK;
+}
+
+/* out[i] = table[codes[i]]: one-byte codes to float32 by a table of their 256 values (formats.widen's) */
+FP8LAB_API void fp8lab_widen(const uint8_t *codes, int64_t n, const float *table, float *out) {
+#ifdef _OPENMP
+#pragma omp parallel for if (threads_for(n, n) > 1) num_threads(threads_for(n, n))
+#endif
+    for (int64_t i = 0; i < n; i++) out[i] = table[codes[i]];
 }
 
 /* out[m, n] *= a[m] * b[n] (the product rounded to float32 first, as torch forms the

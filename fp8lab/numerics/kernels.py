@@ -6,7 +6,8 @@ status() -> (bool, reason), quantize(x2d, block, parameters(args), amax) (quanti
 code in one call), the twins amax_per_block, scale_from_amax and cast (the torch definitions'
 signatures, by the kernels), scale_outer_(out, a, b) (per-row scales of both operands applied to a
 GEMM's output), add_scaled_outer_(out, part, a, b) (one K segment of the emulated GEMM's definition),
-hadamard(transform, x) (RandomHadamard.apply's twin), opaque_to_compile (how each entry point meets
+hadamard(transform, x) (RandomHadamard.apply's twin), widen_codes(data) where widens(data) (formats.widen's
+twin), opaque_to_compile (how each entry point meets
 torch.compile), keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
 
 quantize.py and gemm define the numbers in torch; on the CPU they call these kernels, which
@@ -41,7 +42,7 @@ from typing import NamedTuple
 import torch
 
 from fp8lab.numerics import kernels_build
-from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_format
+from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_format, widen
 from fp8lab.numerics.hadamard import RandomHadamard
 from fp8lab.numerics.scaling import SCALE_RULES, Granularity, Scales, TensorScaling, as_2d
 
@@ -170,6 +171,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fp8lab_scale_outer": ([_p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
         "fp8lab_add_scaled_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
         "fp8lab_hadamard": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_float, _p], ctypes.c_int),
+        "fp8lab_widen": ([_p, ctypes.c_int64, _p, _p], None),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
@@ -479,6 +481,41 @@ def add_scaled_outer_(out: torch.Tensor, part: torch.Tensor, a: torch.Tensor, b:
     _torch_threads_here()
     _load()[0].fp8lab_add_scaled_outer(out.data_ptr(), part.data_ptr(), out.shape[0], out.shape[1], a.data_ptr(),
                                        b.data_ptr())
+    return out
+
+
+_BYTE_CODES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def widens(data: torch.Tensor) -> bool:
+    """Whether widen_codes (below) may read `data`: the kernels on, one-byte FP8 codes in a plain CPU tensor with
+    memory of its own, contiguous or a 2-D transposed view of contiguous codes (else formats.widen runs)."""
+    return (engine().kernels and type(data) in _PLAIN and data.dtype in _BYTE_CODES and data.layout == torch.strided
+            and data.is_cpu and not data.is_nested and not _wrapped(data)
+            and (data.is_contiguous() or (data.dim() == 2 and data.t().is_contiguous()))
+            and data.numel() > 0 and data.data_ptr() != 0)
+
+
+@lru_cache(maxsize=len(_BYTE_CODES))
+def _widen_table(dtype: torch.dtype) -> torch.Tensor:
+    """The float32 value of each of a byte format's 256 codes, as formats.widen gives it (NaN bits included)."""
+    return widen(torch.arange(256, dtype=torch.uint8).view(dtype)).contiguous()
+
+
+@opaque_to_compile
+def widen_codes(data: torch.Tensor) -> torch.Tensor:
+    """formats.widen(data), by the kernel: each code's float32 value looked up in a table of formats.widen's
+    own 256 values (the same bits), data's shape and layout (a transposed view's values are one too: a GEMM's
+    summation order may follow the layout). data: what widens() allows."""
+    if not widens(data):
+        raise ValueError(f"fp8lab.numerics.kernels.widen_codes takes float8 CPU codes, contiguous or transposed, "
+                         f"got a {type(data).__name__} of {data.dtype} on {data.device}")
+    if not data.is_contiguous():  # (M, K) viewing contiguous (K, M) codes
+        return widen_codes(data.t()).t()
+    table = _widen_table(data.dtype)
+    out = torch.empty(data.shape)
+    _torch_threads_here()
+    _load()[0].fp8lab_widen(data.data_ptr(), data.numel(), table.data_ptr(), out.data_ptr())
     return out
 
 

@@ -404,8 +404,8 @@ class QuantizedTensor:
 
     def values(self) -> torch.Tensor:
         """data as float32 (the element values before scaling), computed once (Derived)."""
-        if self.derived.values is None:
-            self.derived.values = widen(self.data)
+        if self.derived.values is None:  # (by a table lookup in C where the kernels run: the same bits)
+            self.derived.values = (kernels.widen_codes if kernels.widens(self.data) else widen)(self.data)
         return self.derived.values
 
     def scaled_values(self) -> torch.Tensor:

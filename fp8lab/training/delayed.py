@@ -60,8 +60,12 @@ def _graph_task() -> int:
 
 
 def watching() -> bool:
-    """Whether any delayed-scaling state is alive (an FP8 layer's backward then reports overflows)."""
-    return bool(_STATES)
+    """Whether a delayed-scaling layer may take gradient amaxes from this backward pass (an FP8 layer's backward
+    then reports overflows): one had a training forward in its step so far, or took one from this pass already."""
+    if not _STATES:
+        return False
+    task = _graph_task()
+    return any(state.forwarded or task in state.pending_gradients for state in list(_STATES))
 
 
 def gradients_overflowed() -> None:
@@ -142,6 +146,7 @@ class DelayedState:
         self.pending_gradients: dict[int, float] = {}  # grad_output: this step's max per backward pass
         self.skipped: dict[str, int] = dict.fromkeys(ROLES, 0)
         self.unstepped = 0  # training forwards since the last entry
+        self.forwarded = False  # a training forward since the step began: its backward may observe gradients
         self.name = name
         self.module = weakref.ref(module)
         _STATES.add(self)
@@ -153,6 +158,7 @@ class DelayedState:
         new.policy, new.name = self.policy, self.name
         new.histories = {role: _copy_history(h) for role, h in self.histories.items()}
         new.pending, new.skipped, new.unstepped = dict(self.pending), dict(self.skipped), self.unstepped
+        new.forwarded = self.forwarded
         new.pending_gradients = dict(self.pending_gradients)
         owner = memo.get(id(self.module()))  # the module's copy, made before its attributes are copied
         new.module = weakref.ref(owner) if owner is not None else self.module
@@ -167,6 +173,7 @@ class DelayedState:
     def __setstate__(self, state: dict) -> None:
         module = state.pop("module")
         state.setdefault("pending_gradients", {})  # (a pickle that holds none)
+        state.setdefault("forwarded", True)  # (a pickle that does not say: its backward may observe)
         vars(self).update(state)
         self.module = weakref.ref(module) if module is not None else (lambda: None)
         _STATES.add(self)
@@ -183,6 +190,7 @@ class DelayedState:
         if training and self.policy == "forward" and not in_recompute():
             self.commit()
         records = training and torch.is_grad_enabled()
+        self.forwarded = self.forwarded or records
         if records and self.policy == "step" and not in_recompute():
             self.unstepped += 1
             if self.unstepped == UNSTEPPED_WARNING:
@@ -227,6 +235,7 @@ class DelayedState:
     def commit(self, skipped: bool = False) -> bool:
         """End this step: each role's pending amax enters its history (skipped=True: is dropped). Whether
         anything was pending."""
+        self.forwarded = False
         if self.pending_gradients:
             self.pending["grad_output"] = max(self.pending_gradients.values())
             self.pending_gradients.clear()

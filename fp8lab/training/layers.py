@@ -124,6 +124,7 @@ class _FP8LinearFunction(torch.autograd.Function):
         if grad_x is not None:
             grad_x = grad_x.reshape(*grad_out.shape[:-1], x2.shape[-1])
         ctx.q_x = ctx.q_w = None
+        state.finite_gradient = None
         return grad_x, grad_w, grad_b, None
 
     @staticmethod
@@ -211,6 +212,10 @@ def _quantize_transposed(state: LayerState, source: torch.Tensor, role: str, gem
         # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
         q = _quantize(state, source, role, gemm, scaling.down_columns(source.shape[0]))
         return q if isinstance(q, NonFiniteGradient) else q.t(g)
+    if state.amax_reducer is None and scaling.hadamard is None and scaling.rounding == "nearest":
+        # (per tensor: one scale, each element cast alone, so source's codes transposed are source^T's)
+        q = _quantize(state, source, role, gemm, scaling)
+        return q if isinstance(q, NonFiniteGradient) else q.t()
     return _quantize(state, source.t().contiguous(), role, gemm, scaling)
 
 
@@ -234,9 +239,11 @@ def _quantize(state: LayerState, t: torch.Tensor, role: str, gemm: str,
     current = None  # this tensor's amax (per block), reduced across ranks where they share a scale
     if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
         current = state.amax_reducer(block_amax(t, scaling.granularity))
-    if role == "grad_output" and state.passes_nonfinite and not all_finite(
-            current if current is not None else t):
-        return _nonfinite(state, t, role, gemm, scaling, current)
+    if role == "grad_output" and state.passes_nonfinite:
+        if current is None and state.recipe.delayed is not None:  # (delayed scaling reads it: one pass for both)
+            current = block_amax(t, scaling.granularity)
+        if not _finite_gradient(state, t, current):
+            return _nonfinite(state, t, role, gemm, scaling, current)
     amax = current if state.recipe.delayed is None else _delayed_amax(state, t, role, scaling, current)
     monitoring = state.monitor is not None and state.monitor.active()
     draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
@@ -244,6 +251,17 @@ def _quantize(state: LayerState, t: torch.Tensor, role: str, gemm: str,
     if monitoring:
         state.monitor.record(state.name, gemm, role, t, q)
     return q
+
+
+def _finite_gradient(state: LayerState, t: torch.Tensor, current: torch.Tensor | None) -> bool:
+    """Whether gradient t holds no inf and no NaN: from `current` (its amax per block: NaN where a NaN is, inf
+    where an inf is) where the caller has it, else one pass over t, once for dgrad's and wgrad's reads of the
+    same dy (state.finite_gradient keeps the answer for the tensor it was about)."""
+    if current is not None:
+        return all_finite(current)
+    if state.finite_gradient is None or state.finite_gradient[0] is not t:
+        state.finite_gradient = (t, all_finite(t))
+    return state.finite_gradient[1]
 
 
 def _delayed_amax(state: LayerState, t: torch.Tensor, role: str, scaling: TensorScaling,
@@ -307,6 +325,7 @@ class LayerState:
     fprop: tuple[QuantizedTensor, QuantizedTensor] | None = None  # the forward's operands, until setup_context
     draws: RoundingDraws | None = None  # stochastic rounding's generators (None: torch's default generator)
     passes_nonfinite: bool = True  # a non-finite gradient becomes a NonFiniteGradient (False: quantize's error)
+    finite_gradient: tuple[torch.Tensor, bool] | None = None  # (dy, whether it is finite), for its second read
 
 
 @dataclass(frozen=True)

@@ -344,6 +344,29 @@ def test_the_portable_build_without_openmp_or_native_code_gives_the_same_bits(tm
             assert same_bits(got.data, native.data) and same_bits(got.values(), native.values()), (shape, kw)
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_the_widen_twin_gives_formats_widens_bits_for_every_code(dtype):
+    """kernels.widen_codes against formats.widen: every one of the 256 codes (NaN codes, -0, subnormals) bit for
+    bit, alone, inside a tensor of codes split over threads and in transposed views (their layout too)."""
+    from fp8lab.numerics.formats import widen
+
+    every = torch.arange(256, dtype=torch.uint8).view(dtype)
+    assert kernels.widens(every) and same_bits(kernels.widen_codes(every), widen(every))
+    g = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 256, (300, 700), dtype=torch.uint8, generator=g)
+    codes[codes == 0x7F] = 0  # (no E4M3 NaN: formats.widen then takes its fast path, whose bits the table holds)
+    data = codes.view(dtype)
+    assert same_bits(kernels.widen_codes(data), widen(data))
+    assert kernels.widen_codes(data).shape == data.shape and not kernels.widens(data[:, ::2])
+    for view in (data.t(), data[:100].t()):  # transposed views: the same bits, laid out as formats.widen lays them
+        got, want = kernels.widen_codes(view), widen(view)
+        assert kernels.widens(view) and same_bits(got, want) and got.stride() == want.stride()
+    q = quantize(torch.randn(64, 96), E2M1, PerBlock(1, 16), scale_fmt=E4M3)  # values() through the twin
+    with kernels.disabled():
+        assert not kernels.widens(q.data)
+    assert same_bits(q.values(), widen(q.data))
+
+
 @pytest.mark.parametrize("size", [4, 16, 64, 256])
 def test_the_hadamard_twin_gives_the_torch_codes_bits(size):
     """kernels.hadamard against RandomHadamard.apply: bit for bit (NaN where NaN), rows narrower than d, widths d

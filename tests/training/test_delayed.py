@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pickle
 import warnings
+import weakref
 
 import pytest
 import torch
 from torch import nn
 
 from fp8lab.numerics.recipes import DelayedSpec
-from fp8lab.training.delayed import DelayedState, end_step, gradients_overflowed, in_recompute
+from fp8lab.training import delayed
+from fp8lab.training.delayed import DelayedState, end_step, gradients_overflowed, in_recompute, watching
 
 
 def _state(record: str = "step", length: int = 4) -> tuple[nn.Module, DelayedState]:
@@ -52,6 +54,25 @@ def test_record_forward_takes_one_entry_per_training_forward():
     assert s.histories["input"].history == [1.0, 4.0]
     s.commit()
     assert s.histories["input"].history == [1.0, 4.0, 2.0]
+
+
+def test_fp8_backwards_watch_for_overflows_while_a_delayed_layers_step_may_still_take_gradient_amaxes(monkeypatch):
+    """watching(): after a delayed layer's training forward, until its step ends (its gradients may still come in
+    this backward pass); an evaluation forward and a finished step leave every other FP8 layer's backward unwatched."""
+    monkeypatch.setattr(delayed, "_STATES", weakref.WeakSet())  # (only this test's state: others' stay out)
+    module, s = _state()
+    module.eval()
+    s.begin_forward()
+    assert not watching()
+    module.train()
+    s.begin_forward()
+    assert watching()
+    torch.optim.SGD(module.parameters(), lr=0.1).step()  # the step ends
+    assert not watching()
+    s.pending_gradients[-1] = 1.0  # a gradient amax taken from this pass (-1: outside any backward pass)
+    assert watching()
+    s.commit()
+    assert not watching() and s.histories["grad_output"].history == [1.0]
 
 
 def test_evaluation_forwards_record_nothing():
