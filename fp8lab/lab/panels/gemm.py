@@ -15,7 +15,7 @@ import torch
 
 from fp8lab.data.synthetic import DISTRIBUTIONS, sample
 from fp8lab.figures import gemms, plots
-from fp8lab.gemm import AccumulatorModel, accumulation_errors, matmul, resolve_backend
+from fp8lab.gemm import AccumulatorModel, accumulation_curves, accumulation_errors, matmul, resolve_backend
 from fp8lab.gemm.accumulation import deepseek_check, operand_rounding_error
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
@@ -213,33 +213,41 @@ class AccumulationPanel(Panel):
     MEASURES: ClassVar[dict[str, str]] = {"the whole output (Frobenius norm)": "frobenius",
                                           "the worst output element (maximum)": "max"}
 
-    def _curve(self, model: AccumulatorModel | str | None, distribution: str, measure: str) -> list[float]:
-        """One curve (error per K), computed once per model, inputs and measure: a drag back over a value
-        (or a promotion change, which leaves the unpromoted curve as it was) reuses it. model "inputs": what
-        rounding the inputs to E4M3 costs (no accumulation error at all)."""
-        key = (model, distribution, measure)
-        if key not in self._curves:
-            if len(self._curves) > 256:
-                self._curves.clear()
-            if model == "inputs":
-                errors = [operand_rounding_error(k, distribution, measure=measure) for k in self.ks]
-            else:
-                errors = accumulation_errors(self.ks, model, distribution, measure=measure)
-            self._curves[key] = [max(e, 1e-9) for e in errors]
-        return self._curves[key]
+    def _curves_for(self, models: list, distribution: str, measure: str) -> list[list[float]]:
+        """One curve (error per K) per model, computed once per model, inputs and measure: a drag back over a value
+        (or a promotion change, which leaves the unpromoted curve as it was) reuses it. The models not met yet walk
+        together (accumulation_curves). model "inputs": what rounding the inputs to E4M3 costs (no accumulation
+        error at all); None: fp32 accumulation."""
+        missing = [m for m in dict.fromkeys(models) if (m, distribution, measure) not in self._curves]
+        if len(self._curves) + len(missing) > 256:
+            self._curves.clear()
+            missing = list(dict.fromkeys(models))
+        walked = [m for m in missing if isinstance(m, AccumulatorModel)]
+        found = dict(zip(walked, accumulation_curves(self.ks, walked, distribution, measure=measure), strict=True))
+        for m in missing:
+            if m == "inputs":
+                found[m] = [operand_rounding_error(k, distribution, measure=measure) for k in self.ks]
+            elif m is None:
+                found[m] = accumulation_errors(self.ks, None, distribution, measure=measure)
+            self._curves[(m, distribution, measure)] = [max(e, 1e-9) for e in found[m]]
+        return [self._curves[(m, distribution, measure)] for m in models]
 
     def compute(self, bits, promote, distribution, measure) -> dict:
-
-        frames = {}
+        settings = {}
         for alignment in self.READINGS:
             # the settings go in the title, not the legend: the legend stays as the sliders move
-            settings = {"fp32 accumulation": None, "no promotion": AccumulatorModel(bits - 1, 32, None, alignment)}
+            settings[alignment] = {"fp32 accumulation": None,
+                                   "no promotion": AccumulatorModel(bits - 1, 32, None, alignment)}
             if promote:
-                settings["promoted to fp32"] = AccumulatorModel(bits - 1, 32, promote, alignment)
-            settings["E4M3 rounding of the inputs"] = "inputs"
+                settings[alignment]["promoted to fp32"] = AccumulatorModel(bits - 1, 32, promote, alignment)
+            settings[alignment]["E4M3 rounding of the inputs"] = "inputs"
+        models = [model for shown in settings.values() for model in shown.values()]
+        curves = iter(self._curves_for(models, distribution, measure))
+        frames = {}
+        for alignment, shown in settings.items():
+            errors = {label: next(curves) for label in shown}
             rows = [{"accumulation": label, "K": k, "relative error": e}
-                    for label, model in settings.items()
-                    for k, e in zip(self.ks, self._curve(model, distribution, measure), strict=True)]
+                    for label in shown for k, e in zip(self.ks, errors[label], strict=True)]
             frames[alignment] = pd.DataFrame(rows)
         if self._check is None:
             self._check = deepseek_check()
