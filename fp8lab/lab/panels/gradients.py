@@ -120,7 +120,10 @@ class GradientPanel(Panel):
                                                                                                  parts["edges"]):
             return False
         drawn[0].set_data(parts["counts"])
-        ax.relim()  # the data limits a new drawing's spans and stairs give
+        # the y data limits a new drawing gives (ax.relim's, without its walk over the outline's segments): the
+        # stairs' outline, counts and baseline (the spans give x only, and x stays)
+        y = drawn[0].get_path().vertices[:, 1]
+        ax.dataLim.intervaly = (y.min(), y.max())
         plots.steady_limits(ax, "y", lo=0.5)
         ax.set_title(self._histogram_title(data))
         return True
