@@ -229,18 +229,22 @@ def _walk_running(models: list[AccumulatorModel], gp: GroupedProducts) -> np.nda
         guessed.append(guess)
         sums.append(gp.truncated_sums(guess * last_bit[c]))
     guessed, sums = np.stack(guessed, 1), np.stack(sums, 1)
+    # where the guessed ulp is above the group's largest product, the guess truncates the whole group to 0
+    guessed_zero = guessed * last_bit[None] > group_max[:, None]  # (G, C, n)
     acc = np.zeros((len(models), n))
     total = np.zeros((len(models), n), dtype=np.float32)
     for g, promoted in enumerate(_promotions(models, groups)):
         top = _power(np.maximum(group_max[g], np.abs(acc)))  # (C, n)
+        ulp = top * last_bit
         group_sum = sums[g]
         wrong = top != guessed[g]
+        if wrong.any():  # a wrong guess matters unless both ulps drop the whole group (a saturated accumulator)
+            wrong &= (ulp <= group_max[g]) | ~guessed_zero[g]
         if wrong.any():  # sum those groups again for the ulp the accumulator reached
             c, r = np.nonzero(wrong)
-            ulp = (top[c, r] * last_bit[c, 0])[:, None]
+            right = ulp[c, r][:, None]
             group_sum = group_sum.copy()
-            group_sum[c, r] = (np.trunc(gp.groups[g, r] / ulp) * ulp).sum(-1)
-        ulp = top * last_bit
+            group_sum[c, r] = (np.trunc(gp.groups[g, r] / right) * right).sum(-1)
         acc = np.trunc(acc / ulp)
         acc *= ulp
         acc += group_sum
