@@ -118,7 +118,7 @@ def test_all_models_at_once_give_each_models_accumulate_bit_for_bit(kind):
 
 def test_the_fast_walk_takes_tame_products_and_leaves_the_rest_to_accumulate():
     assert GroupedProducts(_products("uniform"), 32).fast_for(AccumulatorModel(13))
-    assert not GroupedProducts(_products("uniform"), 32).fast_for(AccumulatorModel(45))  # sums no longer exact
+    assert not GroupedProducts(_products("uniform"), 32).fast_for(AccumulatorModel(45))  # its sums can round
     assert not GroupedProducts(_products("uniform"), 16).fast_for(AccumulatorModel(13))  # another group size
     assert not GroupedProducts(_products("float64 extremes"), 32).fast_for(AccumulatorModel(13))
     assert not GroupedProducts(_products("nan"), 32).fast_for(AccumulatorModel(13))

@@ -243,16 +243,16 @@ class AccumulationPanel(Panel):
             settings[alignment]["E4M3 rounding of the inputs"] = "inputs"
         models = [model for shown in settings.values() for model in shown.values()]
         curves = iter(self._curves_for(models, distribution, measure))
-        frames = {}
+        frames, errors = {}, {}
         for alignment, shown in settings.items():
-            errors = {label: next(curves) for label in shown}
+            errors[alignment] = {label: next(curves) for label in shown}  # the error per K of each setting shown
             rows = [{"accumulation": label, "K": k, "relative error": e}
-                    for label in shown for k, e in zip(self.ks, errors[label], strict=True)]
+                    for label in shown for k, e in zip(self.ks, errors[alignment][label], strict=True)]
             frames[alignment] = pd.DataFrame(rows)
         if self._check is None:
             self._check = deepseek_check()
-        return {"frames": frames, "df": frames["running"], "distribution": distribution, "bits": bits,
-                "promote": promote, "measure": measure, "check": self._check}
+        return {"frames": frames, "df": frames["running"], "errors": errors, "distribution": distribution,
+                "bits": bits, "promote": promote, "measure": measure, "check": self._check}
 
     def draw(self, data, axes) -> None:
         for ax, (alignment, df) in zip(axes, data["frames"].items(), strict=True):
@@ -272,7 +272,7 @@ class AccumulationPanel(Panel):
 
     @staticmethod
     def _curves_shown(data) -> tuple:
-        return tuple(tuple(df["accumulation"].unique()) for df in data["frames"].values())
+        return tuple(tuple(errors) for errors in data["errors"].values())
 
     def draw_in_place(self, data) -> bool:
         """The same settings shown (promotion on or off as drawn): the curves and the settings' text move, the
@@ -280,9 +280,8 @@ class AccumulationPanel(Panel):
         moving = getattr(self, "_moving", None)
         if moving is None or moving[0] != self._curves_shown(data):
             return False
-        for (ax, lines, text), df in zip(moving[1], data["frames"].values(), strict=True):
-            redraw.move_lines(lines, [part["relative error"].to_numpy()
-                                      for _, part in df.groupby("accumulation", sort=False)])
+        for (ax, lines, text), errors in zip(moving[1], data["errors"].values(), strict=True):
+            redraw.move_lines(lines, list(errors.values()))  # in the frame's order, as the drawing's lines
             text.set_text(self._settings(data))
             ax.relim()  # as a new drawing's data set them
             plots.steady_limits(ax, "y", lo=1e-12, hi=10)
@@ -294,10 +293,10 @@ class AccumulationPanel(Panel):
         named = {"no promotion": f"{data['bits']}-bit, no promotion",
                  "promoted to fp32": f"{data['bits']}-bit, promoted every {data['promote']}",
                  "fp32 accumulation": "fp32"}
-        for alignment, df in data["frames"].items():
-            last = df[df.K == k].set_index("accumulation")["relative error"]
+        for alignment, errors in data["errors"].items():
+            at_k = {name: e[self.ks.index(k)] for name, e in errors.items()}
             rows[f"{self.READINGS[alignment]}, at K={k}"] = ", ".join(
-                f"{named.get(name, name)} {100 * v:.3g}%" for name, v in last.items())
+                f"{named.get(name, name)} {100 * v:.3g}%" for name, v in at_k.items())
         rows["inputs"] = ("uniform [0, 1): every product has the same sign, so the truncated bits add up"
                           if data["distribution"] == "uniform" else
                           "normal: products of both signs, so the truncated bits partly cancel")
