@@ -9,7 +9,7 @@ Shapes: a[M, K] @ b[K, N] -> out[M, N]; operands are quantized in their [rows, K
 b^T[N, K], like w[N, K] in nn.Linear). Notebook 05 introduces them.
 """
 
-from fp8lab.gemm.accumulation import AccumulatorModel, accumulation_error, accumulation_errors
+from fp8lab.gemm.accumulation import AccumulatorModel, accumulation_curves, accumulation_error, accumulation_errors
 from fp8lab.gemm.backend import (
     BACKENDS,
     BackendChoice,
@@ -42,6 +42,7 @@ __all__ = [
     "KernelPlan",
     "KernelUnavailable",
     "PreparedGemm",
+    "accumulation_curves",
     "accumulation_error",
     "accumulation_errors",
     "agrees_with_emulation",

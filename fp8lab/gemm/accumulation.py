@@ -1,29 +1,31 @@
 """The accumulation model: a limited-precision tensor-core accumulator, and promotion to fp32.
 
-Public: AccumulatorModel (DeepSeek-V3's ~14-bit accumulator and its fix, in either reading of their
-sentence, ALIGNMENTS), accumulation_error, accumulation_errors (the relative error of a GEMM against its
-exact product, for one K or many: over the whole output, MEASURES "frobenius", or the largest over its
-elements, "max", the measure DeepSeek-V3 quotes), operand_rounding_error (what rounding the same inputs
-to E4M3 costs, against their unquantized product), deepseek_check (both readings against DeepSeek-V3's
-"nearly 2%", per inputs and measure).
-The emulation (fp8lab.gemm.emulation) sums in fp32 unless given an AccumulatorModel. Notebook 05
-introduces it.
+Public: AccumulatorModel (DeepSeek-V3's ~14-bit accumulator and its fix, in either reading of their sentence,
+ALIGNMENTS), and its fast twin accumulate_all (many models in one walk over GroupedProducts, the same bits);
+accumulation_error, accumulation_errors, accumulation_curves (the relative error of a GEMM against its exact
+product, for one K or many, one model or many: over the whole output, MEASURES "frobenius", or the largest over
+its elements, "max", the measure DeepSeek-V3 quotes), operand_rounding_error (what rounding the same inputs to
+E4M3 costs, against their unquantized product), deepseek_check (both readings against DeepSeek-V3's "nearly 2%",
+per inputs and measure). The emulation (fp8lab.gemm.emulation) sums in fp32 unless given an AccumulatorModel.
+Notebook 05 introduces it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import torch
 
 from fp8lab.gemm.emulation import emulated_mm, quantize_operands, scale_output, scaled_products
 from fp8lab.numerics.quantize import QuantizedTensor
 
-__all__ = ["ALIGNMENTS", "DEEPSEEK_ERROR", "DEEPSEEK_K", "MEASURES", "NEAR", "AccumulatorModel", "accumulation_error",
-           "accumulation_errors", "accumulation_operands", "deepseek_check",
-           "operand_rounding_error"]
+__all__ = ["ALIGNMENTS", "DEEPSEEK_ERROR", "DEEPSEEK_K", "MEASURES", "NEAR", "AccumulatorModel", "GroupedProducts",
+           "accumulate_all", "accumulation_curves", "accumulation_error", "accumulation_errors",
+           "accumulation_operands", "deepseek_check", "operand_rounding_error"]
 
 # how a GEMM's error against its exact product is summed up: ||got - exact|| / ||exact|| over the whole
 # output (Frobenius), or max_ij |got - exact| / |exact| (the largest relative error of one output element)
@@ -119,6 +121,161 @@ class AccumulatorModel:
         return torch.ldexp(torch.ones_like(top), e - self.mantissa_bits)
 
 
+# ---- the same walk, fast: all the models at once, in numpy ----------------------------------------
+
+
+class GroupedProducts:
+    """products[..., K] cut into groups of `group` (zeros after the last product, where K is not a multiple: a zero
+    truncates nothing and raises no group's largest product), laid out as the walk reads them, one group of every
+    output at a time: groups (G, n, group) float64 and their largest magnitude group_max (G, n). Built once, walked
+    by many models (accumulate_all)."""
+
+    def __init__(self, products: torch.Tensor, group: int) -> None:
+        self.shape, self.k, self.group = tuple(products.shape[:-1]), products.shape[-1], group
+        x = products.detach().double().cpu().reshape(-1, self.k).numpy()
+        x = np.pad(x, ((0, 0), (0, -self.k % group)))  # (n, G * group)
+        self.groups = np.ascontiguousarray(x.reshape(x.shape[0], -1, group).transpose(1, 0, 2))  # (G, n, group)
+        self.group_max = np.abs(self.groups).max(-1)  # (G, n)
+        self.live = self.group_max > 0  # the groups that hold a nonzero product
+        self.live_groups = self.groups[self.live]  # (L, group)
+        self._products, self._scratch = torch.from_numpy(self.live_groups), torch.empty(self.live_groups.shape,
+                                                                                        dtype=torch.float64)
+        self._lock = threading.Lock()
+        self.group_sums = self.groups.sum(-1)  # (G, n), rounded: only a guess of the running sum
+        nonzero = self.group_max[self.live]
+        # the fast walk forms the same numbers as accumulate where every ulp is a normal float64 and every sum is
+        # exact: finite products within 2^+-900, and mantissa_bits <= 40 (fast_for)
+        self.tame = bool(np.isfinite(self.group_max).all()) and (
+            nonzero.size == 0 or (nonzero.min() >= 2.0**-900 and nonzero.max() <= 2.0**900))
+
+    def fast_for(self, model: AccumulatorModel) -> bool:
+        return self.tame and model.group == self.group and model.mantissa_bits <= 40
+
+    def truncated_sums(self, ulp: np.ndarray) -> np.ndarray:
+        """sum(trunc(groups / ulp) * ulp) per group (G, n), for powers of two ulp (G, n); computed on the groups
+        that hold a nonzero product as ulp * sum(trunc(groups * (1 / ulp))): the same numbers (powers of two scale
+        exactly, the sums are exact). In torch: one thread's vectorized loops over the (L, group) products."""
+        live_ulp = ulp[self.live]  # (L,)
+        with self._lock:  # one scratch (L, group) per GroupedProducts: a new one costs its pages every time
+            work = torch.mul(self._products, torch.from_numpy(1.0 / live_ulp)[:, None], out=self._scratch)
+            truncated = work.trunc_().sum(1).numpy()
+        sums = np.zeros(self.group_max.shape)
+        sums[self.live] = truncated * live_ulp
+        return sums
+
+
+_EXPONENT_BITS = np.int64(0x7FF0000000000000)
+_SMALLEST_NORMAL = 2.0**-1022
+
+
+def _power(x: np.ndarray) -> np.ndarray:
+    """2^floor(log2(x)) for positive normal float64 x: x with its mantissa bits cleared."""
+    return (x.view(np.int64) & _EXPONENT_BITS).view(np.float64)
+
+
+def accumulate_all(models: Sequence[AccumulatorModel], products: torch.Tensor | GroupedProducts) -> list[torch.Tensor]:
+    """[model.accumulate(products) for model in models], the same bits, in one walk per alignment over all the
+    models at once (numpy, small arrays: the walk's steps cost their calls, not their data).
+
+    Each group's truncated products are summed ahead of the walk for a guessed ulp (from the running sum's exact
+    value); the walk checks each guess against the accumulator it reaches and sums the group again where it
+    was wrong, so the guess sets the speed, never the numbers. Where the products are not tame (GroupedProducts)
+    the model's own accumulate runs. tests/gemm/test_accumulation.py compares the two bit for bit."""
+    models = list(models)
+    if isinstance(products, torch.Tensor):
+        grouped = {g: GroupedProducts(products, g) for g in {m.group for m in models}}
+        device = products.device
+    else:
+        grouped, device = {products.group: products}, torch.device("cpu")
+    out: dict[int, torch.Tensor] = {}
+    for alignment, walk in (("running", _walk_running), ("group", _walk_group)):
+        for g, gp in grouped.items():
+            batch = [i for i, m in enumerate(models) if m.alignment == alignment and m.group == g and gp.fast_for(m)]
+            if batch:
+                sums = walk([models[i] for i in batch], gp)  # (len(batch), n) float32
+                for i, total in zip(batch, sums, strict=True):
+                    out[i] = torch.from_numpy(total.reshape(gp.shape)).to(device)
+    for i, m in enumerate(models):
+        if i not in out:  # not tame: the definition itself
+            out[i] = m.accumulate(products if isinstance(products, torch.Tensor) else _ungrouped(products))
+    return [out[i] for i in range(len(models))]
+
+
+def _ungrouped(gp: GroupedProducts) -> torch.Tensor:
+    x = gp.groups.transpose(1, 0, 2).reshape(*gp.shape, -1)[..., : gp.k]
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def _promotions(models: list[AccumulatorModel], groups: int) -> list[list[int]]:
+    """For each group of the walk, the models whose accumulator is promoted to fp32 after it."""
+    return [[c for c, m in enumerate(models)
+             if g == groups - 1 or ((g + 1) * m.group) % (m.promote_every or groups * m.group) == 0]
+            for g in range(groups)]
+
+
+def _walk_running(models: list[AccumulatorModel], gp: GroupedProducts) -> np.ndarray:
+    """The "running" alignment's walk for all `models` (same group) at once: (C, n) float32. ulp = 2^floor(log2(top))
+    * 2^-mantissa_bits as in accumulate (an all-zero group beside a zero sum takes top = the smallest normal
+    float64 instead of 0: it truncates nothing either way)."""
+    groups, n = gp.group_max.shape
+    last_bit = np.ldexp(1.0, -np.array([m.mantissa_bits for m in models]))[:, None]  # (C, 1)
+    group_max = np.maximum(gp.group_max, _SMALLEST_NORMAL)  # (G, n)
+    guessed, sums = [], []  # (G, C, n): each model's guess of 2^floor(log2(top)), its groups' sums for that guess
+    for c, m in enumerate(models):
+        every = (m.promote_every or groups * m.group) // m.group  # groups per promotion interval
+        parts = np.pad(gp.group_sums, ((0, -groups % every), (0, 0))).reshape(-1, every, n)
+        before = (np.cumsum(parts, 1) - parts).reshape(-1, n)[:groups]  # the exact sum before each group
+        guess = _power(np.maximum(group_max, np.abs(before)))
+        guessed.append(guess)
+        sums.append(gp.truncated_sums(guess * last_bit[c]))
+    guessed, sums = np.stack(guessed, 1), np.stack(sums, 1)
+    # where the guessed ulp is above the group's largest product, the guess truncates the whole group to 0
+    guessed_zero = guessed * last_bit[None] > group_max[:, None]  # (G, C, n)
+    acc = np.zeros((len(models), n))
+    total = np.zeros((len(models), n), dtype=np.float32)
+    for g, promoted in enumerate(_promotions(models, groups)):
+        top = _power(np.maximum(group_max[g], np.abs(acc)))  # (C, n)
+        ulp = top * last_bit
+        group_sum = sums[g]
+        wrong = top != guessed[g]
+        if wrong.any():  # a wrong guess matters unless both ulps drop the whole group (a saturated accumulator)
+            wrong &= (ulp <= group_max[g]) | ~guessed_zero[g]
+        if wrong.any():  # sum those groups again for the ulp the accumulator reached
+            c, r = np.nonzero(wrong)
+            right = ulp[c, r][:, None]
+            group_sum = group_sum.copy()
+            group_sum[c, r] = (np.trunc(gp.groups[g, r] / right) * right).sum(-1)
+        acc = np.trunc(acc / ulp)
+        acc *= ulp
+        acc += group_sum
+        if promoted:
+            total[promoted] += acc[promoted].astype(np.float32)
+            acc[promoted] = 0.0
+    return total
+
+
+def _walk_group(models: list[AccumulatorModel], gp: GroupedProducts) -> np.ndarray:
+    """The "group" alignment's walk for all `models` (same group) at once: (C, n) float32. Each group's sum depends
+    on its own products only: summed ahead of the walk, once per mantissa width."""
+    groups, n = gp.group_max.shape
+    top = _power(np.maximum(gp.group_max, _SMALLEST_NORMAL))
+    widths = {bits: gp.truncated_sums(np.ldexp(top, -bits)) for bits in {m.mantissa_bits for m in models}}
+    sums = np.stack([widths[m.mantissa_bits] for m in models], 1)  # (G, C, n)
+    last_bit = np.ldexp(1.0, -np.array([m.mantissa_bits for m in models]))[:, None]  # (C, 1)
+    acc = np.zeros((len(models), n))
+    total = np.zeros((len(models), n), dtype=np.float32)
+    for g, promoted in enumerate(_promotions(models, groups)):
+        acc += sums[g]
+        ulp = _power(np.maximum(np.abs(acc), _SMALLEST_NORMAL))
+        ulp *= last_bit
+        acc = np.trunc(acc / ulp)
+        acc *= ulp
+        if promoted:
+            total[promoted] += acc[promoted].astype(np.float32)
+            acc[promoted] = 0.0
+    return total
+
+
 def accumulation_errors(
     ks: Sequence[int],
     accumulation: AccumulatorModel | None = None,
@@ -127,38 +284,67 @@ def accumulation_errors(
     measure: str = "frobenius",
 ) -> list[float]:
     """[accumulation_error(k, accumulation, distribution, size, measure=measure) for k in ks], the same floats,
-    with the accumulator model walking all the K at once (one pass over the largest).
+    with the accumulator model walking all the K at once (one pass over the largest): accumulation_curves with one
+    model."""
+    if accumulation is None:
+        return [accumulation_error(k, None, distribution, size, measure=measure) for k in ks]
+    return accumulation_curves(ks, [accumulation], distribution, size, measure)[0]
+
+
+def accumulation_curves(
+    ks: Sequence[int],
+    models: Sequence[AccumulatorModel],
+    distribution: str = "uniform",
+    size: int = 8,
+    measure: str = "frobenius",
+) -> list[list[float]]:
+    """accumulation_errors(ks, model, distribution, size, measure) for each of `models`, the same floats, all the
+    models walking all the K at once (accumulate_all).
 
     Each K's products are padded with zeros in front: the model's accumulator stays exactly 0
     through them (a zero group truncates nothing) and adds 0 at each promotion, so the padded
     walk is the unpadded one, provided the padding is a whole number of groups and, where a
     promotion falls inside a K, of promotion intervals (true for the powers of two the panels
-    use; other K are walked one by one). tests/test_gemm.py checks the equality bit for bit."""
-    ks = list(ks)
-    if accumulation is None or not ks:
-        return [accumulation_error(k, accumulation, distribution, size, measure=measure) for k in ks]
+    use; other K are walked one by one). tests/gemm/test_gemm.py checks the equality bit for bit."""
+    ks, models = list(ks), list(models)
+    curves = []
+    for model in models:
+        errors = {k: accumulation_error(k, model, distribution, size, measure=measure)
+                  for k in ks if not _aligned(model, k, max(ks))}
+        curves.append(errors)
+    batches: dict[tuple, list[int]] = {}  # the K walked together, per group: the models sharing them
+    for i, model in enumerate(models):
+        together = tuple(k for k in ks if k not in curves[i])
+        if together:
+            batches.setdefault((together, model.group), []).append(i)
+    for (together, group), which in batches.items():
+        outs = accumulate_all([models[i] for i in which], _padded_products(together, distribution, size, group))
+        for i, out in zip(which, outs, strict=True):  # out: (len(together), size, size)
+            for k, out_k in zip(together, out, strict=True):
+                a_q, b_q, exact = accumulation_operands(k, distribution, size)
+                curves[i][k] = _relative_error(scale_output(out_k, a_q, b_q), exact, measure)
+    return [[errors[k] for k in ks] for errors in curves]
+
+
+def _aligned(model: AccumulatorModel, k: int, longest: int) -> bool:
+    """Whether K's products padded in front to `longest` promote where the unpadded ones do."""
+    pad = longest - k
+    if pad % model.group:
+        return False
+    every = model.promote_every
+    if every is None or pad % every == 0:
+        return True
+    return every > k and (longest % every == 0 or every > longest)  # no promotion inside K either way
+
+
+@lru_cache(maxsize=8)
+def _padded_products(ks: tuple[int, ...], distribution: str, size: int, group: int) -> GroupedProducts:
+    """The products of accumulation_operands(k) for each K, padded with zeros in front to the longest K, stacked
+    (len(ks), size, size, max(ks)) and cut into groups."""
     longest = max(ks)
-    every = accumulation.promote_every
-
-    def aligned(k: int) -> bool:  # the padded walk promotes where the unpadded one does
-        pad = longest - k
-        if pad % accumulation.group:
-            return False
-        if every is None or pad % every == 0:
-            return True
-        return every > k and (longest % every == 0 or every > longest)  # no promotion inside K either way
-
-    together = [k for k in ks if aligned(k)]
-    errors = {k: accumulation_error(k, accumulation, distribution, size, measure=measure)
-              for k in ks if not aligned(k)}
-    if together:
-        operands = [accumulation_operands(k, distribution, size) for k in together]
-        products = torch.stack([torch.nn.functional.pad(scaled_products(a_q, b_q), (longest - k, 0))
-                                for k, (a_q, b_q, _) in zip(together, operands, strict=True)])
-        outs = accumulation.accumulate(products)  # (len(together), M, N)
-        for k, out, (a_q, b_q, exact) in zip(together, outs, operands, strict=True):
-            errors[k] = _relative_error(scale_output(out, a_q, b_q), exact, measure)
-    return [errors[k] for k in ks]
+    products = torch.stack([torch.nn.functional.pad(scaled_products(*accumulation_operands(k, distribution, size)[:2]),
+                                                    (longest - k, 0)) for k in ks])
+    return GroupedProducts(products, group)
 
 
 @lru_cache(maxsize=64)
@@ -241,12 +427,14 @@ def deepseek_check(bits: int = 14, k: int = DEEPSEEK_K, size: int = 8):
     vs_deepseek (error / 2%) and meets (within NEAR of 2%)."""
     import pandas as pd
 
+    models = [AccumulatorModel(bits - 1, 32, None, alignment) for alignment in ALIGNMENTS]
+    errors = {(distribution, measure): accumulation_curves([k], models, distribution, size, measure)
+              for distribution in ("uniform", "normal") for measure in MEASURES}  # the same as accumulation_error
     rows = []
-    for alignment in ALIGNMENTS:
-        model = AccumulatorModel(bits - 1, 32, None, alignment)
+    for i, alignment in enumerate(ALIGNMENTS):
         for distribution in ("uniform", "normal"):
             for measure in MEASURES:
-                err = accumulation_error(k, model, distribution, size, measure=measure)
+                err = errors[distribution, measure][i][0]
                 ratio = err / DEEPSEEK_ERROR
                 rows.append({"alignment": alignment, "inputs": distribution, "measure": measure, "error": err,
                              "operand_rounding": operand_rounding_error(k, distribution, size, measure),

@@ -15,7 +15,7 @@ import torch
 
 from fp8lab.data.synthetic import DISTRIBUTIONS, sample
 from fp8lab.figures import gemms, plots
-from fp8lab.gemm import AccumulatorModel, accumulation_errors, matmul, resolve_backend
+from fp8lab.gemm import AccumulatorModel, accumulation_curves, accumulation_errors, matmul, resolve_backend
 from fp8lab.gemm.accumulation import deepseek_check, operand_rounding_error
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
@@ -213,38 +213,46 @@ class AccumulationPanel(Panel):
     MEASURES: ClassVar[dict[str, str]] = {"the whole output (Frobenius norm)": "frobenius",
                                           "the worst output element (maximum)": "max"}
 
-    def _curve(self, model: AccumulatorModel | str | None, distribution: str, measure: str) -> list[float]:
-        """One curve (error per K), computed once per model, inputs and measure: a drag back over a value
-        (or a promotion change, which leaves the unpromoted curve as it was) reuses it. model "inputs": what
-        rounding the inputs to E4M3 costs (no accumulation error at all)."""
-        key = (model, distribution, measure)
-        if key not in self._curves:
-            if len(self._curves) > 256:
-                self._curves.clear()
-            if model == "inputs":
-                errors = [operand_rounding_error(k, distribution, measure=measure) for k in self.ks]
-            else:
-                errors = accumulation_errors(self.ks, model, distribution, measure=measure)
-            self._curves[key] = [max(e, 1e-9) for e in errors]
-        return self._curves[key]
+    def _curves_for(self, models: list, distribution: str, measure: str) -> list[list[float]]:
+        """One curve (error per K) per model, computed once per model, inputs and measure: a drag back over a value
+        (or a promotion change, which leaves the unpromoted curve as it was) reuses it. The models not met yet walk
+        together (accumulation_curves). model "inputs": what rounding the inputs to E4M3 costs (no accumulation
+        error at all); None: fp32 accumulation."""
+        missing = [m for m in dict.fromkeys(models) if (m, distribution, measure) not in self._curves]
+        if len(self._curves) + len(missing) > 256:
+            self._curves.clear()
+            missing = list(dict.fromkeys(models))
+        walked = [m for m in missing if isinstance(m, AccumulatorModel)]
+        found = dict(zip(walked, accumulation_curves(self.ks, walked, distribution, measure=measure), strict=True))
+        for m in missing:
+            if m == "inputs":
+                found[m] = [operand_rounding_error(k, distribution, measure=measure) for k in self.ks]
+            elif m is None:
+                found[m] = accumulation_errors(self.ks, None, distribution, measure=measure)
+            self._curves[(m, distribution, measure)] = [max(e, 1e-9) for e in found[m]]
+        return [self._curves[(m, distribution, measure)] for m in models]
 
     def compute(self, bits, promote, distribution, measure) -> dict:
-
-        frames = {}
+        settings = {}
         for alignment in self.READINGS:
             # the settings go in the title, not the legend: the legend stays as the sliders move
-            settings = {"fp32 accumulation": None, "no promotion": AccumulatorModel(bits - 1, 32, None, alignment)}
+            settings[alignment] = {"fp32 accumulation": None,
+                                   "no promotion": AccumulatorModel(bits - 1, 32, None, alignment)}
             if promote:
-                settings["promoted to fp32"] = AccumulatorModel(bits - 1, 32, promote, alignment)
-            settings["E4M3 rounding of the inputs"] = "inputs"
+                settings[alignment]["promoted to fp32"] = AccumulatorModel(bits - 1, 32, promote, alignment)
+            settings[alignment]["E4M3 rounding of the inputs"] = "inputs"
+        models = [model for shown in settings.values() for model in shown.values()]
+        curves = iter(self._curves_for(models, distribution, measure))
+        frames, errors = {}, {}
+        for alignment, shown in settings.items():
+            errors[alignment] = {label: next(curves) for label in shown}  # the error per K of each setting shown
             rows = [{"accumulation": label, "K": k, "relative error": e}
-                    for label, model in settings.items()
-                    for k, e in zip(self.ks, self._curve(model, distribution, measure), strict=True)]
+                    for label in shown for k, e in zip(self.ks, errors[alignment][label], strict=True)]
             frames[alignment] = pd.DataFrame(rows)
         if self._check is None:
             self._check = deepseek_check()
-        return {"frames": frames, "df": frames["running"], "distribution": distribution, "bits": bits,
-                "promote": promote, "measure": measure, "check": self._check}
+        return {"frames": frames, "df": frames["running"], "errors": errors, "distribution": distribution,
+                "bits": bits, "promote": promote, "measure": measure, "check": self._check}
 
     def draw(self, data, axes) -> None:
         for ax, (alignment, df) in zip(axes, data["frames"].items(), strict=True):
@@ -264,7 +272,7 @@ class AccumulationPanel(Panel):
 
     @staticmethod
     def _curves_shown(data) -> tuple:
-        return tuple(tuple(df["accumulation"].unique()) for df in data["frames"].values())
+        return tuple(tuple(errors) for errors in data["errors"].values())
 
     def draw_in_place(self, data) -> bool:
         """The same settings shown (promotion on or off as drawn): the curves and the settings' text move, the
@@ -272,9 +280,8 @@ class AccumulationPanel(Panel):
         moving = getattr(self, "_moving", None)
         if moving is None or moving[0] != self._curves_shown(data):
             return False
-        for (ax, lines, text), df in zip(moving[1], data["frames"].values(), strict=True):
-            redraw.move_lines(lines, [part["relative error"].to_numpy()
-                                      for _, part in df.groupby("accumulation", sort=False)])
+        for (ax, lines, text), errors in zip(moving[1], data["errors"].values(), strict=True):
+            redraw.move_lines(lines, list(errors.values()))  # in the frame's order, as the drawing's lines
             text.set_text(self._settings(data))
             ax.relim()  # as a new drawing's data set them
             plots.steady_limits(ax, "y", lo=1e-12, hi=10)
@@ -286,10 +293,10 @@ class AccumulationPanel(Panel):
         named = {"no promotion": f"{data['bits']}-bit, no promotion",
                  "promoted to fp32": f"{data['bits']}-bit, promoted every {data['promote']}",
                  "fp32 accumulation": "fp32"}
-        for alignment, df in data["frames"].items():
-            last = df[df.K == k].set_index("accumulation")["relative error"]
+        for alignment, errors in data["errors"].items():
+            at_k = {name: e[self.ks.index(k)] for name, e in errors.items()}
             rows[f"{self.READINGS[alignment]}, at K={k}"] = ", ".join(
-                f"{named.get(name, name)} {100 * v:.3g}%" for name, v in last.items())
+                f"{named.get(name, name)} {100 * v:.3g}%" for name, v in at_k.items())
         rows["inputs"] = ("uniform [0, 1): every product has the same sign, so the truncated bits add up"
                           if data["distribution"] == "uniform" else
                           "normal: products of both signs, so the truncated bits partly cancel")

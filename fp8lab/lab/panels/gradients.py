@@ -7,6 +7,9 @@ notebook 08's LLM-like model), the statistics from its dy_choice_table, the plot
 
 from __future__ import annotations
 
+import numpy as np
+from matplotlib.patches import StepPatch
+
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures import plots
 from fp8lab.lab import redraw
@@ -42,6 +45,10 @@ class GradientPanel(Panel):
             when=selection_slider(WHEN, WHEN[-1], "when"),
             choice=dropdown([c[0] for c in DY_CHOICES], "E4M3 per-tensor", "dy in"),
         )
+        self._histogram_drawn: tuple | None = None  # (the stairs, what else the histogram drew): what a drag moves
+        model, name = self.controls["layer"].value
+        for when in WHEN:  # a drag of `when` over the layer shown first finds every step made
+            self._step(model, name, self.records[model].at[WHEN.index(when)])
 
     SAMPLE_ROWS = 64  # rows of dy the histogram shows (all its columns): what a redraw bins
 
@@ -87,26 +94,55 @@ class GradientPanel(Panel):
                 "seen": seen, "tiles": shared["tiles"], "table": shared["table"], "ranges": rec.ranges,
                 "span": shared["span"], "shape": tuple(dy.shape)}
 
+    def _histogram(self, data, ax, cleared: bool = False) -> None:
+        """histogram_log2 of what the choice sees, drawn on `ax` (cleared: as a new drawing finds it), or moved in
+        place where it can be."""
+        parts = plots.histogram_log2_parts(data["seen"], fmt=data["q"].fmt, scale=1.0, xlim=self.HISTOGRAM_X)
+        if not self._histogram_in_place(parts, data, ax):
+            if not cleared:
+                redraw.clear_data(ax)
+            plots.histogram_log2(data["seen"], fmt=data["q"].fmt, scale=1.0, ax=ax, xlim=self.HISTOGRAM_X,
+                                 title=self._histogram_title(data))
+            stairs = next(p for p in ax.patches if isinstance(p, StepPatch))
+            self._histogram_drawn = (stairs, parts["spans"], parts["xlim"], parts["edges"])
+
+    HISTOGRAM_X = (-40, 15)  # the histogram's x range (log2) shown at least
+
     @staticmethod
-    def _histogram(data, ax) -> None:
-        plots.histogram_log2(data["seen"], fmt=data["q"].fmt, scale=1.0, ax=ax, xlim=(-40, 15),
-                             title=f"dy over its scale: {data['choice']} ({len(data['seen'])} tokens)")
+    def _histogram_title(data) -> str:
+        return f"dy over its scale: {data['choice']} ({len(data['seen'])} tokens)"
+
+    def _histogram_in_place(self, parts: dict, data, ax) -> bool:
+        """The same window and bins as drawn (spans, x range, edges): the stairs take the new counts, and the y limits
+        and title are set as histogram_log2 sets them; True if done."""
+        drawn = self._histogram_drawn
+        if drawn is None or drawn[1:3] != (parts["spans"], parts["xlim"]) or not np.array_equal(drawn[3],
+                                                                                                 parts["edges"]):
+            return False
+        drawn[0].set_data(parts["counts"])
+        # the y data limits a new drawing gives (ax.relim's, without its walk over the outline's segments): the
+        # stairs' outline, counts and baseline (the spans give x only, and x stays)
+        y = drawn[0].get_path().vertices[:, 1]
+        ax.dataLim.intervaly = (y.min(), y.max())
+        plots.steady_limits(ax, "y", lo=0.5)
+        ax.set_title(self._histogram_title(data))
+        return True
 
     def draw(self, data, axes) -> None:
         self._drawn = None
-        self._histogram(data, axes[0])
+        self._histogram_drawn = None
+        self._histogram(data, axes[0], cleared=True)
         figs.dy_range(data["ranges"], data["layer"], data["step"], {"E4M3": E4M3.dynamic_range_binades,
                                                                      "E5M2": E5M2.dynamic_range_binades}, axes[1])
         self._drawn = ((data["model"], data["layer"]), next(line for line in axes[1].lines if line.get_gid() == "mark"))
 
     def draw_in_place(self, data) -> bool:
-        """The same layer: the histogram drawn again on its cleared axes, and on the range over training (the
-        same for every step) only the step's mark moved, as dy_range draws it."""
+        """The same layer: on the histogram the stairs move where the window and bins stay (else it is drawn again
+        on its cleared axes), and on the range over training (the same for every step) only the step's mark moves,
+        as dy_range draws it."""
         if self._drawn is None or self._drawn[0] != (data["model"], data["layer"]):
             return False
-        ax = self._figure[1][0]
-        redraw.clear_data(ax)
-        self._histogram(data, ax)
+        self._histogram(data, self._figure[1][0])
         self._drawn[1].set_xdata([data["step"], data["step"]])
         return True
 
