@@ -321,20 +321,19 @@ class LayeredCanvas(GlyphCacheCanvas):
 
     @staticmethod
     def _region(ax, renderer):
-        """Where an axes' background lies, at least: its box, the tick labels it has (drawn or
-        not: a larger region is only a safer one), its axis labels and offsets, and the tick
-        marks' length around it, 3 px wider. (Axis.get_tightbbox would lay the ticks out again,
-        the cost of drawing them.)"""
+        """Where an axes' background lies: its box, what each axis will draw at its current limits
+        (Axis.get_tightbbox lays out the ticks in view, their labels, the axis label and offset as
+        Axis.draw does, so it holds before a drawing too), and the tick marks' length around the
+        box, 3 px wider."""
         boxes = [ax.bbox]
         for axis in (ax.xaxis, ax.yaxis) if ax.axison else ():
             if not axis.get_visible():
                 continue
-            ticks = [*_made_ticks(axis), *_made_ticks(axis, "minor")]
-            boxes += [label.get_window_extent(renderer) for tick in ticks for label in (tick.label1, tick.label2)
-                      if label.get_visible() and label.get_text()]
-            boxes += [text.get_window_extent(renderer) for text in (axis.label, axis.offsetText)
-                      if text.get_visible() and text.get_text()]
+            tight = axis.get_tightbbox(renderer)
+            if tight is not None:
+                boxes.append(tight)
             # the marks' reach out of the box, on the sides that have them (tick1: bottom or left)
+            ticks = [*_made_ticks(axis), *_made_ticks(axis, "minor")]
             below = max((renderer.points_to_pixels(t.tick1line.get_markersize()) for t in ticks
                          if t.tick1line.get_visible()), default=0.0)
             above = max((renderer.points_to_pixels(t.tick2line.get_markersize()) for t in ticks
