@@ -194,8 +194,8 @@ MUTATIONS = [
       KERN + "::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
     # ---- the emulated GEMM
     m("b's block scales indexed with a's block width", G,
-      "add_scaled_(out, part, sa_k[start // wa], sb_k[start // wb])",
-      "add_scaled_(out, part, sa_k[start // wa], sb_k[start // wa])", T + "gemm/test_gemm.py", HARD),
+      "scale_(out, sa_k[start // wa], sb_k[start // wb], part)",
+      "scale_(out, sa_k[start // wa], sb_k[start // wa], part)", T + "gemm/test_gemm.py", HARD),
     m("accumulator drops the last partial promotion interval", G,
       "if end % interval == 0 or end >= k:", "if end % interval == 0:", T + "gemm/test_gemm.py", HARD),
     m("the accumulators' fast walk drops the last partial promotion interval", G,
