@@ -75,10 +75,15 @@ test: setup browser-deps
 # The tests whose numbers move with the machine (MACHINE_SENSITIVE in tests/conftest.py: trained losses,
 # the answer key, notebooks 06-08's claims) again, as two other machines run them: one thread with MKL's
 # compatible code path, and AVX2 math libraries (the CPUs of many laptops) on this CPU. CI runs it.
+# The machines run side by side (the one-thread run leaves a core to the other), each line of their
+# output marked with its machine; the numbers do not depend on the load, only the time does.
 MACHINES ?= OMP_NUM_THREADS=1,MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=AVX2,MKL_ENABLE_INSTRUCTIONS=AVX2
 test-machines: setup
-	@for m in $(MACHINES); do echo "make test-machines: $$m"; \
-	  env $$(echo $$m | tr , ' ') $(BIN)/python -m pytest -m machine -p no:cacheprovider $(PYTEST_ARGS) || exit 1; done
+	@codes=$$(mktemp -d); i=0; for m in $(MACHINES); do i=$$((i + 1)); echo "make test-machines: [$$i] $$m"; \
+	  { ( env $$(echo $$m | tr , ' ') $(BIN)/python -m pytest -m machine -v -p no:cacheprovider $(PYTEST_ARGS) 2>&1; \
+	      echo $$? > $$codes/$$i ) | sed -u "s/^/[$$i] /"; } & done; wait; \
+	failed=$$(cd $$codes && for f in *; do [ "$$(cat $$f)" = 0 ] || echo "[$$f]"; done); rm -rf $$codes; \
+	[ -z "$$failed" ] || { echo "make test-machines: failed on $$failed" >&2; exit 1; }
 
 # The oldest supported versions (compat.txt, pyproject's floors): a second venv holding them; the core tests,
 # the distributed tests (FSDP2 under torchrun) and every notebook (smoke mode, then workshop size with its

@@ -10,6 +10,7 @@ Reports the score and the time; exits 1 if any mutation survives.
     python tools/mutate.py                 # all of them
     python tools/mutate.py -k cast -v      # those whose name contains "cast", with pytest's output
     python tools/mutate.py --list
+    python tools/mutate.py --shard 1/2 & python tools/mutate.py --shard 2/2   # two halves side by side
 """
 
 from __future__ import annotations
@@ -187,15 +188,18 @@ MUTATIONS = [
       "if (m == 0 || m % r == 0) {\n                    expand_row(inv + ((row0 + m) / r) * KB",
       KERN + "::test_parts_may_split_a_block_row_and_any_thread_count_gives_the_same_bits"),
     m("C per-row epilogue multiplies in another order", C,
-      "float factor = am * b[n];\n            row[n] = row[n] * factor;", "row[n] = row[n] * am * b[n];",
+      "float factor = am * b[n];\n                row[n] = row[n] * factor;", "row[n] = row[n] * am * b[n];",
       KERN + "::test_per_row_scales_of_both_operands_match_with_and_without_kernels"),
+    m("C K segment's sum adds the partial sums before the scales", C,
+      "float product = prow[n] * factor;", "float product = prow[n] * am * b[n];",
+      KERN + "::test_the_reference_gemms_segments_match_with_and_without_kernels"),
     m("kernels.py: E8M0 scales' exponent range as float32's", K,
       "exponent_min=lo, exponent_max=hi", "exponent_min=-126, exponent_max=hi",
       KERN + "::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
     # ---- the emulated GEMM
     m("b's block scales indexed with a's block width", G,
-      "add_scaled_(out, part, sa_k[start // wa], sb_k[start // wb])",
-      "add_scaled_(out, part, sa_k[start // wa], sb_k[start // wa])", T + "gemm/test_gemm.py", HARD),
+      "scale_(out, sa_k[start // wa], sb_k[start // wb], part)",
+      "scale_(out, sa_k[start // wa], sb_k[start // wa], part)", T + "gemm/test_gemm.py", HARD),
     m("accumulator drops the last partial promotion interval", G,
       "if end % interval == 0 or end >= k:", "if end % interval == 0:", T + "gemm/test_gemm.py", HARD),
     m("the accumulators' fast walk drops the last partial promotion interval", G,
@@ -599,9 +603,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per mutation's test run")
     parser.add_argument("-v", "--verbose", action="store_true", help="print pytest's output of each run")
+    parser.add_argument("--shard", default="1/1", metavar="I/N",
+                        help="only every N-th mutation from the I-th on (1/2 and 2/2: two halves to run side by side)")
     parser.add_argument("--no-baseline", action="store_true", help="skip running the tests on the unmutated copy")
     args = parser.parse_args(argv)
-    chosen = [mu for mu in MUTATIONS if args.k.lower() in mu.name.lower()]
+    try:
+        shard, shards = (int(part) for part in args.shard.split("/"))
+        if not 1 <= shard <= shards:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--shard takes I/N with 1 <= I <= N (such as 1/2), not {args.shard!r}")
+    chosen = [mu for mu in MUTATIONS if args.k.lower() in mu.name.lower()][shard - 1::shards]
     if args.list:
         for mu in chosen:
             print(f"{mu.path:<32} {mu.name}  [{' '.join(mu.tests)}]")

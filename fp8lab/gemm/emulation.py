@@ -212,19 +212,12 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
     sb, wb = k_blocks(b_q)  # (N, KBb)
     seg = _segments(k, wa, wb)
     out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
-    add_scaled_ = kernels.add_scaled_outer_ if kernels.enabled(out, sa, sb) else _add_scaled_outer_  # (same bits)
+    scale_ = kernels.scale_outer_ if kernels.enabled(out, sa, sb) else _scale_outer_  # (the same bits)
     sa_k, sb_k = sa.t().contiguous(), sb.t().contiguous()  # (KBa, M), (KBb, N): each K block's scales in a row
     for start in range(0, k, seg):
         part = a[:, start : start + seg] @ b[:, start : start + seg].t()  # (M, N), fp32 sums
-        add_scaled_(out, part, sa_k[start // wa], sb_k[start // wb])  # out += part * (sa[m] * sb[n])
+        scale_(out, sa_k[start // wa], sb_k[start // wb], part)  # out += part * (sa[m] * sb[n])
     return scale_output(out, a_q, b_q)
-
-
-def _add_scaled_outer_(out: torch.Tensor, part: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """out[M, N] += part[M, N] * (a[M, None] * b[None, N]): one K segment's partial sums scaled by both operands'
-    scales of that segment (the factor rounded to float32 first); kernels.add_scaled_outer_ is its twin."""
-    factor = a[:, None] * b[None, :]  # (M, N)
-    return out.add_(part * factor)
 
 
 def scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:
@@ -268,10 +261,14 @@ def _accumulate(accumulation: Accumulator, a_q: QuantizedTensor, b_q: QuantizedT
     return out
 
 
-def _scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """out[M, N] *= a[M, None] * b[None, N] (the factor rounded to float32 first, as the reference
-    forms it); fp8lab.numerics.kernels.scale_outer_ is its twin (the same bits without the [M, N] factor)."""
-    return out.mul_(a[:, None] * b[None, :])
+def _scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, part: torch.Tensor | None = None
+                  ) -> torch.Tensor:
+    """out[M, N] *= a[M, None] * b[None, N] (the output's per-row scales), or with part[M, N] (one K segment's
+    partial sums) out += part * (a[M, None] * b[None, N]); the factor is rounded to float32 first, as the
+    reference forms it. fp8lab.numerics.kernels.scale_outer_ is its twin (the same bits without the [M, N]
+    factor)."""
+    factor = a[:, None] * b[None, :]  # (M, N)
+    return out.mul_(factor) if part is None else out.add_(part * factor)
 
 
 def _scale_outer_either_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

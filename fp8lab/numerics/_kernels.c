@@ -720,38 +720,31 @@ FP8LAB_API void fp8lab_widen(const uint8_t *codes, int64_t n, const float *table
     for (int64_t i = 0; i < n; i++) out[i] = table[codes[i]];
 }
 
-/* out[m, n] *= a[m] * b[n] (the product rounded to float32 first, as torch forms the
-   factor matrix outer(a, b)): per-row scales of both GEMM operands, without the matrix. */
-FP8LAB_API void fp8lab_scale_outer(float *out, int64_t M, int64_t N, const float *a, const float *b) {
+/* The per-row scales of both GEMM operands, a[m] * b[n], applied to an [M, N] output without the factor
+   matrix (the factor rounded to float32 first, as torch forms outer(a, b)):
+     part NULL:  out[m, n] *= a[m] * b[n]                    (the output's scales, torch's out *= outer(a, b))
+     part given: out[m, n] += part[m, n] * (a[m] * b[n])     (one K segment of the emulated GEMM's definition,
+                 gemm/emulation.py: the factor, then the product, then the sum, each rounded on its own) */
+FP8LAB_API void fp8lab_scale_outer(float *out, const float *part, int64_t M, int64_t N, const float *a,
+                                   const float *b) {
 #ifdef _OPENMP
 #pragma omp parallel for if (threads_for(M * N, M) > 1) num_threads(threads_for(M * N, M))
 #endif
     for (int64_t m = 0; m < M; m++) {
         float am = a[m];
         float *row = out + m * N;
-        for (int64_t n = 0; n < N; n++) {
-            float factor = am * b[n];
-            row[n] = row[n] * factor;
-        }
-    }
-}
-
-/* out[m, n] += part[m, n] * (a[m] * b[n]) (the factor rounded to float32, then the product, then the sum,
-   each on its own, as torch's out += part * outer(a, b) forms them): one K segment of the emulated GEMM's
-   definition (gemm/emulation.py), without the [M, N] factor and product matrices. */
-FP8LAB_API void fp8lab_add_scaled_outer(float *out, const float *part, int64_t M, int64_t N, const float *a,
-                                        const float *b) {
-#ifdef _OPENMP
-#pragma omp parallel for if (threads_for(M * N, M) > 1) num_threads(threads_for(M * N, M))
-#endif
-    for (int64_t m = 0; m < M; m++) {
-        float am = a[m];
-        float *row = out + m * N;
-        const float *prow = part + m * N;
-        for (int64_t n = 0; n < N; n++) {
-            float factor = am * b[n];
-            float product = prow[n] * factor;
-            row[n] = row[n] + product;
+        if (part == NULL) {
+            for (int64_t n = 0; n < N; n++) {
+                float factor = am * b[n];
+                row[n] = row[n] * factor;
+            }
+        } else {
+            const float *prow = part + m * N;
+            for (int64_t n = 0; n < N; n++) {
+                float factor = am * b[n];
+                float product = prow[n] * factor;
+                row[n] = row[n] + product;
+            }
         }
     }
 }

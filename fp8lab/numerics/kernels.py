@@ -4,8 +4,8 @@ Public: engine() (the one switch: C kernels or torch code, decided once per proc
 disabled() (a context manager: the torch code in this thread), enabled(), accepts(tensor),
 status() -> (bool, reason), quantize(x2d, block, parameters(args), amax) (quantize_with's torch
 code in one call), the twins amax_per_block, scale_from_amax and cast (the torch definitions'
-signatures, by the kernels), scale_outer_(out, a, b) (per-row scales of both operands applied to a
-GEMM's output), add_scaled_outer_(out, part, a, b) (one K segment of the emulated GEMM's definition),
+signatures, by the kernels), scale_outer_(out, a, b, part) (per-row scales of both operands applied to a
+GEMM's output, or to one K segment's partial sums added to it: the emulated GEMM's definition),
 hadamard(transform, x) (RandomHadamard.apply's twin), widen_codes(data) where widens(data) (formats.widen's
 twin), opaque_to_compile (how each entry point meets
 torch.compile), keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
@@ -50,7 +50,6 @@ __all__ = [
     "EAGER_VALUES",
     "Engine",
     "accepts",
-    "add_scaled_outer_",
     "amax_per_block",
     "cast",
     "disabled",
@@ -168,8 +167,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fp8lab_set_threads": ([ctypes.c_int], None),
         "fp8lab_openmp": ([], ctypes.c_int),
         # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
-        "fp8lab_scale_outer": ([_p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
-        "fp8lab_add_scaled_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
+        "fp8lab_scale_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
         "fp8lab_hadamard": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_float, _p], ctypes.c_int),
         "fp8lab_widen": ([_p, ctypes.c_int64, _p, _p], None),
     }
@@ -451,36 +449,23 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
 
 
 @opaque_to_compile
-def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """out[M, N] *= outer(a[M], b[N]), in place, without making the [M, N] factor matrix: the same
-    bits as out.mul_(a[:, None] * b[None, :]) (its torch twin, in fp8lab.gemm). out is written in
-    place, so it must be readable as it is (accepts, contiguous, no pending negation, aligned)."""
+def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, part: torch.Tensor | None = None
+                 ) -> torch.Tensor:
+    """out[M, N] *= outer(a[M], b[N]), or with part[M, N], out += part * outer(a, b): in place, without
+    the [M, N] factor and product matrices, the same bits as its torch twin in fp8lab.gemm
+    (out.mul_(a[:, None] * b[None, :]), or out.add_(part * (a[:, None] * b[None, :]))). out is written
+    in place, so it must be readable as it is (accepts, contiguous, no pending negation, aligned)."""
     a, b = _readable(a.to(torch.float32), "a"), _readable(b.to(torch.float32), "b")
+    part = None if part is None else _readable(part, "part")
     if not (accepts(out) and out.dim() == 2 and out.is_contiguous() and not out.is_neg() and not out.is_conj()
-            and out.data_ptr() % 4 == 0 and a.numel() == out.shape[0] and b.numel() == out.shape[1]):
-        raise ValueError(f"scale_outer_ takes out[M, N] float32 contiguous (a plain CPU tensor), a[M], b[N]: got "
-                         f"{tuple(out.shape)}, "
-                         f"{a.numel()}, {b.numel()}")
+            and out.data_ptr() % 4 == 0 and (part is None or part.shape == out.shape)
+            and a.numel() == out.shape[0] and b.numel() == out.shape[1]):
+        raise ValueError(f"scale_outer_ takes out[M, N] float32 contiguous (a plain CPU tensor), a[M], b[N] and "
+                         f"part None or [M, N]: got {tuple(out.shape)}, {a.numel()}, {b.numel()}, "
+                         f"{None if part is None else tuple(part.shape)}")
     _torch_threads_here()
-    _load()[0].fp8lab_scale_outer(out.data_ptr(), out.shape[0], out.shape[1], a.data_ptr(), b.data_ptr())
-    return out
-
-
-@opaque_to_compile
-def add_scaled_outer_(out: torch.Tensor, part: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """out[M, N] += part[M, N] * outer(a[M], b[N]), in place, without the [M, N] factor and product matrices:
-    the same bits as out.add_(part * (a[:, None] * b[None, :])) (its torch twin, in fp8lab.gemm). out is
-    written in place, so it must be readable as it is (accepts, contiguous, no pending negation, aligned)."""
-    a, b = _readable(a.to(torch.float32), "a"), _readable(b.to(torch.float32), "b")
-    part = _readable(part, "part")
-    if not (accepts(out) and out.dim() == 2 and out.is_contiguous() and not out.is_neg() and not out.is_conj()
-            and out.data_ptr() % 4 == 0 and part.shape == out.shape and a.numel() == out.shape[0]
-            and b.numel() == out.shape[1]):
-        raise ValueError(f"add_scaled_outer_ takes out[M, N] float32 contiguous (a plain CPU tensor), part[M, N], "
-                         f"a[M], b[N]: got {tuple(out.shape)}, {tuple(part.shape)}, {a.numel()}, {b.numel()}")
-    _torch_threads_here()
-    _load()[0].fp8lab_add_scaled_outer(out.data_ptr(), part.data_ptr(), out.shape[0], out.shape[1], a.data_ptr(),
-                                       b.data_ptr())
+    _load()[0].fp8lab_scale_outer(out.data_ptr(), None if part is None else part.data_ptr(), out.shape[0],
+                                  out.shape[1], a.data_ptr(), b.data_ptr())
     return out
 
 

@@ -86,6 +86,8 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
         kernels._run("fp8lab_quantize", p)
     with pytest.raises(ValueError, match="out"):
         kernels.scale_outer_(torch.ones(4, 3), torch.ones(5), torch.ones(3))
+    with pytest.raises(ValueError, match=r"part None or \[M, N\]: got \(4, 3\), 4, 3, \(3, 4\)"):
+        kernels.scale_outer_(torch.ones(4, 3), torch.ones(4), torch.ones(3), torch.ones(3, 4))
 
 
 # ---- 2: QuantizedTensor checks what it is built from ------------------------------------------------------------
@@ -357,6 +359,8 @@ def test_views_the_c_code_cannot_read_as_memory_give_the_values(path):
         twin = emulated_mm(quantize(x, E4M3, PerRow()), quantize(torch.randn(16, 64), E4M3, PerRow()))
     if path == "kernels" and kernels.engine().kernels:
         assert torch.equal(kernels.scale_outer_(out.clone(), sa, sb), out * (sa[:, None] * sb[None, :]))
+        part = torch._neg_view(-torch.randn(8, 16))  # a pending negation in the partial sums too
+        assert torch.equal(kernels.scale_outer_(out.clone(), sa, sb, part), out + part * (sa[:, None] * sb[None, :]))
     assert twin.shape == (8, 16)
 
 

@@ -151,9 +151,9 @@ def test_emulated_gemm_matches_with_and_without_kernels(recipe):
 
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_the_reference_gemms_segments_match_with_and_without_kernels(recipe):
-    """emulation="reference" adds each K segment's scaled partial sums with the kernel's add_scaled_outer_ where the
-    kernels run: the torch code's bits, also where NVFP4 block scales are 0 (sinks far above ordinary values), the
-    case that sends the fast emulation to the reference."""
+    """emulation="reference" adds each K segment's scaled partial sums with the kernel's scale_outer_ (given part)
+    where the kernels run: the torch code's bits, also where NVFP4 block scales are 0 (sinks far above ordinary
+    values), the case that sends the fast emulation to the reference."""
     r = get_recipe(recipe)
     g = torch.Generator().manual_seed(2)
     a, b = torch.randn(96, 320, generator=g), torch.randn(80, 320, generator=g)
