@@ -143,13 +143,18 @@ class GroupedProducts:
         self._lock = threading.Lock()
         self.group_sums = self.groups.sum(-1)  # (G, n), rounded: only a guess of the running sum
         nonzero = self.group_max[self.live]
-        # the fast walk forms the same numbers as accumulate where every ulp is a normal float64 and every sum is
-        # exact: finite products within 2^+-900, and mantissa_bits <= 40 (fast_for)
+        # the fast walk forms the same numbers as accumulate where every ulp is a normal float64 (finite products
+        # within 2^+-900: tame) and every sum is exact (fast_for)
         self.tame = bool(np.isfinite(self.group_max).all()) and (
             nonzero.size == 0 or (nonzero.min() >= 2.0**-900 and nonzero.max() <= 2.0**900))
 
     def fast_for(self, model: AccumulatorModel) -> bool:
-        return self.tame and model.group == self.group and model.mantissa_bits <= 40
+        """Whether the fast walk gives `model`'s bits here: tame products, the model's group, and exact sums. A group's
+        truncated products are whole numbers of ulps below 2^(mantissa_bits + 1) each; with the accumulator's own,
+        (group + 1) of them sum below (group + 1) * 2^(mantissa_bits + 1), exact in float64 up to 2^53 (in any
+        order: numpy's and torch's sums agree)."""
+        exact = (model.group + 1) << (model.mantissa_bits + 1) <= 1 << 53  # every sum an exact float64
+        return self.tame and model.group == self.group and exact
 
     def truncated_sums(self, ulp: np.ndarray) -> np.ndarray:
         """sum(trunc(groups / ulp) * ulp) per group (G, n), for powers of two ulp (G, n); computed on the groups
@@ -179,8 +184,9 @@ def accumulate_all(models: Sequence[AccumulatorModel], products: torch.Tensor | 
 
     Each group's truncated products are summed ahead of the walk for a guessed ulp (from the running sum's exact
     value); the walk checks each guess against the accumulator it reaches and sums the group again where it
-    was wrong, so the guess sets the speed, never the numbers. Where the products are not tame (GroupedProducts)
-    the model's own accumulate runs. tests/gemm/test_accumulation.py compares the two bit for bit."""
+    was wrong, so the guess sets the speed, never the numbers. Where GroupedProducts.fast_for(model) is False
+    (products not tame, or sums that could round) the model's own accumulate runs. tests/gemm/test_accumulation.py
+    compares the two bit for bit."""
     models = list(models)
     if isinstance(products, torch.Tensor):
         grouped = {g: GroupedProducts(products, g) for g in {m.group for m in models}}
