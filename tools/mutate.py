@@ -265,8 +265,7 @@ MUTATIONS = [
     m("a pending negation reaches the C code", K, "    t = t.resolve_conj().resolve_neg().contiguous()",
       "    t = t.contiguous()", HARD + "::test_views_the_c_code_cannot_read_as_memory_give_the_values"),
     m("the C code reads any CPU float32 tensor", K,
-      "    if type(t) not in _PLAIN or t.layout != torch.strided or not t.is_cpu or t.dtype != "
-      "torch.float32:\n        return False", "    return t.is_cpu and t.dtype == torch.float32",
+      "    return t.dtype == torch.float32 and _own_memory(t)", "    return t.is_cpu and t.dtype == torch.float32",
       HARD + "::test_tensors_without_memory_of_their_own_run_in_torch"),
     m("the torch code lets an infinity beside a NaN through", Q,
       " or (bool(torch.isnan(own).any()) and bool(torch.isinf(x2d).any())):", ":",
