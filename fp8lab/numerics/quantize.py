@@ -357,7 +357,8 @@ class QuantizedTensor:
         scaling: all of these settings in one TensorScaling (quantize passes the one it used; a hand-built
             QuantizedTensor gets one made, and so checked, from the fields above).
 
-    Checked on construction: a wrong dtype, device or scale shape raises ValueError, never garbage later.
+    A hand-built one is checked on construction: a wrong dtype, device or scale shape raises ValueError, never
+    garbage later; quantize's own (_made) are consistent by construction and skip the checks.
     Frozen: no field is reassigned and no tensor written after construction; only the cache fills in.
     """
 

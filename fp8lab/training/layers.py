@@ -205,8 +205,10 @@ def _quantize_transposed(state: LayerState, source: torch.Tensor, role: str, gem
     """source^T quantized as `scaling` says. Blocks along source^T's rows are blocks down source's columns (1x32
     of x^T is 32x1 of x; per row of x^T is one block per column of x): source is quantized down its columns and
     the result is the QuantizedTensor of source^T, code for code, as a transposed view (emulated GEMMs take
-    strided operands as they are). A copy of source^T is quantized instead where amaxes are reduced across ranks
-    (shaped for the GEMM's own layout), under a Hadamard transform, and per tensor."""
+    strided operands as they are). Per tensor, rounding to nearest, source's own codes transposed are source^T's.
+    A copy of source^T is quantized instead where amaxes are reduced across ranks (shaped for the GEMM's own
+    layout), under a Hadamard transform, and per tensor with stochastic rounding (its draws follow source^T's
+    order)."""
     g = scaling.granularity
     if state.amax_reducer is None and scaling.hadamard is None and not g.whole_tensor:
         # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
