@@ -111,12 +111,15 @@ class _FP8LinearFunction(torch.autograd.Function):
                 grad_w = dy.t().mm(x2)
         else:
             dy_q = None
-            with no_autocast(dy.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
-                if ctx.needs_input_grad[0]:
-                    grad_x, dy_q = _dgrad(state, dy, weight, ctx.q_w, ctx.m)
-                    grad_x = grad_x.to(x2.dtype)
-                if ctx.needs_input_grad[1]:
-                    grad_w = _wgrad(state, dy, x2, dy_q, ctx.q_x, ctx.m).to(weight.dtype)
+            try:
+                with no_autocast(dy.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
+                    if ctx.needs_input_grad[0]:
+                        grad_x, dy_q = _dgrad(state, dy, weight, ctx.q_w, ctx.m)
+                        grad_x = grad_x.to(x2.dtype)
+                    if ctx.needs_input_grad[1]:
+                        grad_w = _wgrad(state, dy, x2, dy_q, ctx.q_x, ctx.m).to(weight.dtype)
+            finally:  # dy's finiteness is these two GEMMs' alone: kept, it would keep dy alive, even past an error
+                state.finite_gradient = None
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = dy.sum(0)
         if delayed_steps.watching() and not all(all_finite(t) for t in (grad_x, grad_w, grad_b) if t is not None):
@@ -124,7 +127,6 @@ class _FP8LinearFunction(torch.autograd.Function):
         if grad_x is not None:
             grad_x = grad_x.reshape(*grad_out.shape[:-1], x2.shape[-1])
         ctx.q_x = ctx.q_w = None
-        state.finite_gradient = None
         return grad_x, grad_w, grad_b, None
 
     @staticmethod
