@@ -195,8 +195,8 @@ def accumulate_all(models: Sequence[AccumulatorModel], products: torch.Tensor | 
         grouped, device = {products.group: products}, torch.device("cpu")
     out: dict[int, torch.Tensor] = {}
     for alignment, walk in (("running", _walk_running), ("group", _walk_group)):
-        for g, gp in grouped.items():
-            batch = [i for i, m in enumerate(models) if m.alignment == alignment and m.group == g and gp.fast_for(m)]
+        for gp in grouped.values():  # (fast_for: the models of gp's group whose sums are exact)
+            batch = [i for i, m in enumerate(models) if m.alignment == alignment and gp.fast_for(m)]
             if batch:
                 sums = walk([models[i] for i in batch], gp)  # (len(batch), n) float32
                 for i, total in zip(batch, sums, strict=True):
@@ -219,12 +219,29 @@ def _promotions(models: list[AccumulatorModel], groups: int) -> list[list[int]]:
             for g in range(groups)]
 
 
+def _last_bits(models: list[AccumulatorModel]) -> np.ndarray:
+    """2^-mantissa_bits per model (C, 1): a value's last kept bit is 2^floor(log2(value)) times it."""
+    return np.ldexp(1.0, -np.array([m.mantissa_bits for m in models]))[:, None]
+
+
+def _start(models: list[AccumulatorModel], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each model's accumulator (C, n) float64 and fp32 total (C, n) float32, all zeros."""
+    return np.zeros((len(models), n)), np.zeros((len(models), n), dtype=np.float32)
+
+
+def _promote(total: np.ndarray, acc: np.ndarray, promoted: list[int]) -> None:
+    """The promoted models' accumulators (rows of acc) added to their fp32 totals (one float32 add) and reset."""
+    if promoted:
+        total[promoted] += acc[promoted].astype(np.float32)
+        acc[promoted] = 0.0
+
+
 def _walk_running(models: list[AccumulatorModel], gp: GroupedProducts) -> np.ndarray:
     """The "running" alignment's walk for all `models` (same group) at once: (C, n) float32. ulp = 2^floor(log2(top))
     * 2^-mantissa_bits as in accumulate (an all-zero group beside a zero sum takes top = the smallest normal
     float64 instead of 0: it truncates nothing either way)."""
     groups, n = gp.group_max.shape
-    last_bit = np.ldexp(1.0, -np.array([m.mantissa_bits for m in models]))[:, None]  # (C, 1)
+    last_bit = _last_bits(models)  # (C, 1)
     group_max = np.maximum(gp.group_max, _SMALLEST_NORMAL)  # (G, n)
     guessed, sums = [], []  # (G, C, n): each model's guess of 2^floor(log2(top)), its groups' sums for that guess
     for c, m in enumerate(models):
@@ -237,8 +254,7 @@ def _walk_running(models: list[AccumulatorModel], gp: GroupedProducts) -> np.nda
     guessed, sums = np.stack(guessed, 1), np.stack(sums, 1)
     # where the guessed ulp is above the group's largest product, the guess truncates the whole group to 0
     guessed_zero = guessed * last_bit[None] > group_max[:, None]  # (G, C, n)
-    acc = np.zeros((len(models), n))
-    total = np.zeros((len(models), n), dtype=np.float32)
+    acc, total = _start(models, n)
     for g, promoted in enumerate(_promotions(models, groups)):
         top = _power(np.maximum(group_max[g], np.abs(acc)))  # (C, n)
         ulp = top * last_bit
@@ -254,9 +270,7 @@ def _walk_running(models: list[AccumulatorModel], gp: GroupedProducts) -> np.nda
         acc = np.trunc(acc / ulp)
         acc *= ulp
         acc += group_sum
-        if promoted:
-            total[promoted] += acc[promoted].astype(np.float32)
-            acc[promoted] = 0.0
+        _promote(total, acc, promoted)
     return total
 
 
@@ -267,18 +281,15 @@ def _walk_group(models: list[AccumulatorModel], gp: GroupedProducts) -> np.ndarr
     top = _power(np.maximum(gp.group_max, _SMALLEST_NORMAL))
     widths = {bits: gp.truncated_sums(np.ldexp(top, -bits)) for bits in {m.mantissa_bits for m in models}}
     sums = np.stack([widths[m.mantissa_bits] for m in models], 1)  # (G, C, n)
-    last_bit = np.ldexp(1.0, -np.array([m.mantissa_bits for m in models]))[:, None]  # (C, 1)
-    acc = np.zeros((len(models), n))
-    total = np.zeros((len(models), n), dtype=np.float32)
+    last_bit = _last_bits(models)  # (C, 1)
+    acc, total = _start(models, n)
     for g, promoted in enumerate(_promotions(models, groups)):
         acc += sums[g]
         ulp = _power(np.maximum(np.abs(acc), _SMALLEST_NORMAL))
         ulp *= last_bit
         acc = np.trunc(acc / ulp)
         acc *= ulp
-        if promoted:
-            total[promoted] += acc[promoted].astype(np.float32)
-            acc[promoted] = 0.0
+        _promote(total, acc, promoted)
     return total
 
 
