@@ -305,7 +305,7 @@ def accumulation_errors(
     model."""
     if accumulation is None:
         return [accumulation_error(k, None, distribution, size, measure=measure) for k in ks]
-    return accumulation_curves(ks, [accumulation], distribution, size, measure)[0]
+    return accumulation_curves(ks, [accumulation], distribution, size, (measure,))[measure][0]
 
 
 def accumulation_curves(
@@ -313,34 +313,42 @@ def accumulation_curves(
     models: Sequence[AccumulatorModel],
     distribution: str = "uniform",
     size: int = 8,
-    measure: str = "frobenius",
-) -> list[list[float]]:
-    """accumulation_errors(ks, model, distribution, size, measure) for each of `models`, the same floats, all the
-    models walking all the K at once (accumulate_all).
+    measures: Sequence[str] = MEASURES,
+) -> dict[str, list[list[float]]]:
+    """{measure: [accumulation_errors(ks, model, distribution, size, measure) for model in models]} for each of
+    `measures`, the same floats, all the models walking all the K at once (accumulate_all), once for every measure.
 
     Each K's products are padded with zeros in front: the model's accumulator stays exactly 0
     through them (a zero group truncates nothing) and adds 0 at each promotion, so the padded
     walk is the unpadded one, provided the padding is a whole number of groups and, where a
     promotion falls inside a K, of promotion intervals (true for the powers of two the panels
     use; other K are walked one by one). tests/gemm/test_gemm.py checks the equality bit for bit."""
+    if distribution not in ("uniform", "normal"):
+        raise ValueError(f"unknown distribution {distribution!r}; valid: uniform, normal")
+    for measure in measures:
+        if measure not in MEASURES:
+            raise ValueError(f"unknown measure {measure!r}; valid: {', '.join(MEASURES)}")
     ks, models = list(ks), list(models)
-    curves = []
-    for model in models:
-        errors = {k: accumulation_error(k, model, distribution, size, measure=measure)
-                  for k in ks if not _aligned(model, k, max(ks))}
-        curves.append(errors)
+    got: list[dict[int, torch.Tensor]] = [{} for _ in models]  # per model: K -> the GEMM's output [size, size]
+    for model, outputs in zip(models, got, strict=True):
+        for k in ks:
+            if not _aligned(model, k, max(ks)):  # walked alone, as accumulation_error walks it
+                a_q, b_q, _ = accumulation_operands(k, distribution, size)
+                outputs[k] = emulated_mm(a_q, b_q, emulation="reference", accumulation=model)
     batches: dict[tuple, list[int]] = {}  # the K walked together, per group: the models sharing them
     for i, model in enumerate(models):
-        together = tuple(k for k in ks if k not in curves[i])
+        together = tuple(k for k in ks if k not in got[i])
         if together:
             batches.setdefault((together, model.group), []).append(i)
     for (together, group), which in batches.items():
         outs = accumulate_all([models[i] for i in which], _padded_products(together, distribution, size, group))
         for i, out in zip(which, outs, strict=True):  # out: (len(together), size, size)
             for k, out_k in zip(together, out, strict=True):
-                a_q, b_q, exact = accumulation_operands(k, distribution, size)
-                curves[i][k] = _relative_error(scale_output(out_k, a_q, b_q), exact, measure)
-    return [[errors[k] for k in ks] for errors in curves]
+                a_q, b_q, _ = accumulation_operands(k, distribution, size)
+                got[i][k] = scale_output(out_k, a_q, b_q)
+    exact = {k: accumulation_operands(k, distribution, size)[2] for k in ks}
+    return {measure: [[_relative_error(outputs[k], exact[k], measure) for k in ks] for outputs in got]
+            for measure in measures}
 
 
 def _aligned(model: AccumulatorModel, k: int, longest: int) -> bool:
@@ -445,13 +453,13 @@ def deepseek_check(bits: int = 14, k: int = DEEPSEEK_K, size: int = 8):
     import pandas as pd
 
     models = [AccumulatorModel(bits - 1, 32, None, alignment) for alignment in ALIGNMENTS]
-    errors = {(distribution, measure): accumulation_curves([k], models, distribution, size, measure)
-              for distribution in ("uniform", "normal") for measure in MEASURES}  # the same as accumulation_error
+    errors = {distribution: accumulation_curves([k], models, distribution, size)  # accumulation_error's floats
+              for distribution in ("uniform", "normal")}
     rows = []
     for i, alignment in enumerate(ALIGNMENTS):
         for distribution in ("uniform", "normal"):
             for measure in MEASURES:
-                err = errors[distribution, measure][i][0]
+                err = errors[distribution][measure][i][0]
                 ratio = err / DEEPSEEK_ERROR
                 rows.append({"alignment": alignment, "inputs": distribution, "measure": measure, "error": err,
                              "operand_rounding": operand_rounding_error(k, distribution, size, measure),

@@ -10,12 +10,12 @@ import torch
 
 from fp8lab.gemm.accumulation import (
     ALIGNMENTS,
+    MEASURES,
     AccumulatorModel,
     GroupedProducts,
     accumulate_all,
     accumulation_curves,
     accumulation_error,
-    accumulation_errors,
 )
 from fp8lab.numerics.formats import E4M3
 
@@ -139,5 +139,6 @@ def test_curves_of_many_models_are_each_models_errors(dist):
     ks = [128, 256, 512, 1024, 96]
     models = [AccumulatorModel(13, 32, None, "running"), AccumulatorModel(7, 32, 128, "group"),
               AccumulatorModel(9, 16, 64, "running")]
-    assert accumulation_curves(ks, models, dist) == [accumulation_errors(ks, m, dist) for m in models]
-    assert accumulation_curves(ks, models, dist) == [[accumulation_error(k, m, dist) for k in ks] for m in models]
+    want = {measure: [[accumulation_error(k, m, dist, measure=measure) for k in ks] for m in models]
+            for measure in MEASURES}
+    assert accumulation_curves(ks, models, dist) == want
