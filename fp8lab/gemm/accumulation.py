@@ -143,13 +143,18 @@ class GroupedProducts:
         self._lock = threading.Lock()
         self.group_sums = self.groups.sum(-1)  # (G, n), rounded: only a guess of the running sum
         nonzero = self.group_max[self.live]
-        # the fast walk forms the same numbers as accumulate where every ulp is a normal float64 and every sum is
-        # exact: finite products within 2^+-900, and mantissa_bits <= 40 (fast_for)
+        # the fast walk forms the same numbers as accumulate where every ulp is a normal float64 (finite products
+        # within 2^+-900: tame) and every sum is exact (fast_for)
         self.tame = bool(np.isfinite(self.group_max).all()) and (
             nonzero.size == 0 or (nonzero.min() >= 2.0**-900 and nonzero.max() <= 2.0**900))
 
     def fast_for(self, model: AccumulatorModel) -> bool:
-        return self.tame and model.group == self.group and model.mantissa_bits <= 40
+        """Whether the fast walk gives `model`'s bits here: tame products, the model's group, and exact sums. A group's
+        truncated products are whole numbers of ulps below 2^(mantissa_bits + 1) each; with the accumulator's own,
+        (group + 1) of them sum below (group + 1) * 2^(mantissa_bits + 1), exact in float64 up to 2^53 (in any
+        order: numpy's and torch's sums agree)."""
+        exact = (model.group + 1) << (model.mantissa_bits + 1) <= 1 << 53  # every sum an exact float64
+        return self.tame and model.group == self.group and exact
 
     def truncated_sums(self, ulp: np.ndarray) -> np.ndarray:
         """sum(trunc(groups / ulp) * ulp) per group (G, n), for powers of two ulp (G, n); computed on the groups
@@ -179,8 +184,9 @@ def accumulate_all(models: Sequence[AccumulatorModel], products: torch.Tensor | 
 
     Each group's truncated products are summed ahead of the walk for a guessed ulp (from the running sum's exact
     value); the walk checks each guess against the accumulator it reaches and sums the group again where it
-    was wrong, so the guess sets the speed, never the numbers. Where the products are not tame (GroupedProducts)
-    the model's own accumulate runs. tests/gemm/test_accumulation.py compares the two bit for bit."""
+    was wrong, so the guess sets the speed, never the numbers. Where GroupedProducts.fast_for(model) is False
+    (products not tame, or sums that could round) the model's own accumulate runs. tests/gemm/test_accumulation.py
+    compares the two bit for bit."""
     models = list(models)
     if isinstance(products, torch.Tensor):
         grouped = {g: GroupedProducts(products, g) for g in {m.group for m in models}}
@@ -189,8 +195,8 @@ def accumulate_all(models: Sequence[AccumulatorModel], products: torch.Tensor | 
         grouped, device = {products.group: products}, torch.device("cpu")
     out: dict[int, torch.Tensor] = {}
     for alignment, walk in (("running", _walk_running), ("group", _walk_group)):
-        for g, gp in grouped.items():
-            batch = [i for i, m in enumerate(models) if m.alignment == alignment and m.group == g and gp.fast_for(m)]
+        for gp in grouped.values():  # (fast_for: the models of gp's group whose sums are exact)
+            batch = [i for i, m in enumerate(models) if m.alignment == alignment and gp.fast_for(m)]
             if batch:
                 sums = walk([models[i] for i in batch], gp)  # (len(batch), n) float32
                 for i, total in zip(batch, sums, strict=True):
@@ -213,12 +219,29 @@ def _promotions(models: list[AccumulatorModel], groups: int) -> list[list[int]]:
             for g in range(groups)]
 
 
+def _last_bits(models: list[AccumulatorModel]) -> np.ndarray:
+    """2^-mantissa_bits per model (C, 1): a value's last kept bit is 2^floor(log2(value)) times it."""
+    return np.ldexp(1.0, -np.array([m.mantissa_bits for m in models]))[:, None]
+
+
+def _start(models: list[AccumulatorModel], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each model's accumulator (C, n) float64 and fp32 total (C, n) float32, all zeros."""
+    return np.zeros((len(models), n)), np.zeros((len(models), n), dtype=np.float32)
+
+
+def _promote(total: np.ndarray, acc: np.ndarray, promoted: list[int]) -> None:
+    """The promoted models' accumulators (rows of acc) added to their fp32 totals (one float32 add) and reset."""
+    if promoted:
+        total[promoted] += acc[promoted].astype(np.float32)
+        acc[promoted] = 0.0
+
+
 def _walk_running(models: list[AccumulatorModel], gp: GroupedProducts) -> np.ndarray:
     """The "running" alignment's walk for all `models` (same group) at once: (C, n) float32. ulp = 2^floor(log2(top))
     * 2^-mantissa_bits as in accumulate (an all-zero group beside a zero sum takes top = the smallest normal
     float64 instead of 0: it truncates nothing either way)."""
     groups, n = gp.group_max.shape
-    last_bit = np.ldexp(1.0, -np.array([m.mantissa_bits for m in models]))[:, None]  # (C, 1)
+    last_bit = _last_bits(models)  # (C, 1)
     group_max = np.maximum(gp.group_max, _SMALLEST_NORMAL)  # (G, n)
     guessed, sums = [], []  # (G, C, n): each model's guess of 2^floor(log2(top)), its groups' sums for that guess
     for c, m in enumerate(models):
@@ -231,8 +254,7 @@ def _walk_running(models: list[AccumulatorModel], gp: GroupedProducts) -> np.nda
     guessed, sums = np.stack(guessed, 1), np.stack(sums, 1)
     # where the guessed ulp is above the group's largest product, the guess truncates the whole group to 0
     guessed_zero = guessed * last_bit[None] > group_max[:, None]  # (G, C, n)
-    acc = np.zeros((len(models), n))
-    total = np.zeros((len(models), n), dtype=np.float32)
+    acc, total = _start(models, n)
     for g, promoted in enumerate(_promotions(models, groups)):
         top = _power(np.maximum(group_max[g], np.abs(acc)))  # (C, n)
         ulp = top * last_bit
@@ -248,9 +270,7 @@ def _walk_running(models: list[AccumulatorModel], gp: GroupedProducts) -> np.nda
         acc = np.trunc(acc / ulp)
         acc *= ulp
         acc += group_sum
-        if promoted:
-            total[promoted] += acc[promoted].astype(np.float32)
-            acc[promoted] = 0.0
+        _promote(total, acc, promoted)
     return total
 
 
@@ -261,18 +281,15 @@ def _walk_group(models: list[AccumulatorModel], gp: GroupedProducts) -> np.ndarr
     top = _power(np.maximum(gp.group_max, _SMALLEST_NORMAL))
     widths = {bits: gp.truncated_sums(np.ldexp(top, -bits)) for bits in {m.mantissa_bits for m in models}}
     sums = np.stack([widths[m.mantissa_bits] for m in models], 1)  # (G, C, n)
-    last_bit = np.ldexp(1.0, -np.array([m.mantissa_bits for m in models]))[:, None]  # (C, 1)
-    acc = np.zeros((len(models), n))
-    total = np.zeros((len(models), n), dtype=np.float32)
+    last_bit = _last_bits(models)  # (C, 1)
+    acc, total = _start(models, n)
     for g, promoted in enumerate(_promotions(models, groups)):
         acc += sums[g]
         ulp = _power(np.maximum(np.abs(acc), _SMALLEST_NORMAL))
         ulp *= last_bit
         acc = np.trunc(acc / ulp)
         acc *= ulp
-        if promoted:
-            total[promoted] += acc[promoted].astype(np.float32)
-            acc[promoted] = 0.0
+        _promote(total, acc, promoted)
     return total
 
 
@@ -288,7 +305,7 @@ def accumulation_errors(
     model."""
     if accumulation is None:
         return [accumulation_error(k, None, distribution, size, measure=measure) for k in ks]
-    return accumulation_curves(ks, [accumulation], distribution, size, measure)[0]
+    return accumulation_curves(ks, [accumulation], distribution, size, (measure,))[measure][0]
 
 
 def accumulation_curves(
@@ -296,34 +313,42 @@ def accumulation_curves(
     models: Sequence[AccumulatorModel],
     distribution: str = "uniform",
     size: int = 8,
-    measure: str = "frobenius",
-) -> list[list[float]]:
-    """accumulation_errors(ks, model, distribution, size, measure) for each of `models`, the same floats, all the
-    models walking all the K at once (accumulate_all).
+    measures: Sequence[str] = MEASURES,
+) -> dict[str, list[list[float]]]:
+    """{measure: [accumulation_errors(ks, model, distribution, size, measure) for model in models]} for each of
+    `measures`, the same floats, all the models walking all the K at once (accumulate_all), once for every measure.
 
     Each K's products are padded with zeros in front: the model's accumulator stays exactly 0
     through them (a zero group truncates nothing) and adds 0 at each promotion, so the padded
     walk is the unpadded one, provided the padding is a whole number of groups and, where a
     promotion falls inside a K, of promotion intervals (true for the powers of two the panels
     use; other K are walked one by one). tests/gemm/test_gemm.py checks the equality bit for bit."""
+    if distribution not in ("uniform", "normal"):
+        raise ValueError(f"unknown distribution {distribution!r}; valid: uniform, normal")
+    for measure in measures:
+        if measure not in MEASURES:
+            raise ValueError(f"unknown measure {measure!r}; valid: {', '.join(MEASURES)}")
     ks, models = list(ks), list(models)
-    curves = []
-    for model in models:
-        errors = {k: accumulation_error(k, model, distribution, size, measure=measure)
-                  for k in ks if not _aligned(model, k, max(ks))}
-        curves.append(errors)
+    got: list[dict[int, torch.Tensor]] = [{} for _ in models]  # per model: K -> the GEMM's output [size, size]
+    for model, outputs in zip(models, got, strict=True):
+        for k in ks:
+            if not _aligned(model, k, max(ks)):  # walked alone, as accumulation_error walks it
+                a_q, b_q, _ = accumulation_operands(k, distribution, size)
+                outputs[k] = emulated_mm(a_q, b_q, emulation="reference", accumulation=model)
     batches: dict[tuple, list[int]] = {}  # the K walked together, per group: the models sharing them
     for i, model in enumerate(models):
-        together = tuple(k for k in ks if k not in curves[i])
+        together = tuple(k for k in ks if k not in got[i])
         if together:
             batches.setdefault((together, model.group), []).append(i)
     for (together, group), which in batches.items():
         outs = accumulate_all([models[i] for i in which], _padded_products(together, distribution, size, group))
         for i, out in zip(which, outs, strict=True):  # out: (len(together), size, size)
             for k, out_k in zip(together, out, strict=True):
-                a_q, b_q, exact = accumulation_operands(k, distribution, size)
-                curves[i][k] = _relative_error(scale_output(out_k, a_q, b_q), exact, measure)
-    return [[errors[k] for k in ks] for errors in curves]
+                a_q, b_q, _ = accumulation_operands(k, distribution, size)
+                got[i][k] = scale_output(out_k, a_q, b_q)
+    exact = {k: accumulation_operands(k, distribution, size)[2] for k in ks}
+    return {measure: [[_relative_error(outputs[k], exact[k], measure) for k in ks] for outputs in got]
+            for measure in measures}
 
 
 def _aligned(model: AccumulatorModel, k: int, longest: int) -> bool:
@@ -428,13 +453,13 @@ def deepseek_check(bits: int = 14, k: int = DEEPSEEK_K, size: int = 8):
     import pandas as pd
 
     models = [AccumulatorModel(bits - 1, 32, None, alignment) for alignment in ALIGNMENTS]
-    errors = {(distribution, measure): accumulation_curves([k], models, distribution, size, measure)
-              for distribution in ("uniform", "normal") for measure in MEASURES}  # the same as accumulation_error
+    errors = {distribution: accumulation_curves([k], models, distribution, size)  # accumulation_error's floats
+              for distribution in ("uniform", "normal")}
     rows = []
     for i, alignment in enumerate(ALIGNMENTS):
         for distribution in ("uniform", "normal"):
             for measure in MEASURES:
-                err = errors[distribution, measure][i][0]
+                err = errors[distribution][measure][i][0]
                 ratio = err / DEEPSEEK_ERROR
                 rows.append({"alignment": alignment, "inputs": distribution, "measure": measure, "error": err,
                              "operand_rounding": operand_rounding_error(k, distribution, size, measure),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import torch
@@ -212,7 +212,7 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
     sb, wb = k_blocks(b_q)  # (N, KBb)
     seg = _segments(k, wa, wb)
     out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
-    scale_ = kernels.scale_outer_ if kernels.enabled(out, sa, sb) else _scale_outer_  # (the same bits)
+    scale_ = _scale_outer_for(out, sa, sb)  # (either twin: the same bits)
     sa_k, sb_k = sa.t().contiguous(), sb.t().contiguous()  # (KBa, M), (KBb, N): each K block's scales in a row
     for start in range(0, k, seg):
         part = a[:, start : start + seg] @ b[:, start : start + seg].t()  # (M, N), fp32 sums
@@ -271,10 +271,15 @@ def _scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, part: tor
     return out.mul_(factor) if part is None else out.add_(part * factor)
 
 
-def _scale_outer_either_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _scale_outer_for(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> Callable[..., torch.Tensor]:
     """The kernel's scale_outer_ where the kernels run and may read these tensors, else the torch twin
     (the same bits)."""
-    return (kernels.scale_outer_ if kernels.enabled(out, a, b) else _scale_outer_)(out, a, b)
+    return kernels.scale_outer_ if kernels.enabled(out, a, b) else _scale_outer_
+
+
+def _scale_outer_either_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """out[M, N] *= a[M, None] * b[None, N] by _scale_outer_for's twin."""
+    return _scale_outer_for(out, a, b)(out, a, b)
 
 
 def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor, scale_outer_=_scale_outer_) -> torch.Tensor | None:

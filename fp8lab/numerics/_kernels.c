@@ -667,10 +667,6 @@ FP8LAB_API int fp8lab_quantize(fp8lab_params *p) {
 
 /* ---- the random Hadamard transform (hadamard.RandomHadamard.apply's twin) ---------------------------------- */
 
-/* out[R, Cp] (Cp = ceil(C / d) * d): each row of x[R, C] zero-padded to Cp, in blocks of d: times signs[d],
-   butterflied (log2(d) stages; stage h turns each pair (v[i], v[i + h]) of a group of 2h into (sum,
-   difference), Sylvester's order), times norm (1 / sqrt(d), a power of two). The torch code's float32
-   operations, one by one, in its order: the same bits. */
 /* one block v[d] in place: log2(d) stages of (sum, difference) pairs, in Sylvester's order */
 static inline __attribute__((always_inline)) void butterfly(float *v, int64_t d) {
     for (int64_t h = 1; h < d; h *= 2) {
@@ -684,6 +680,10 @@ static inline __attribute__((always_inline)) void butterfly(float *v, int64_t d)
     }
 }
 
+/* out[R, Cp] (Cp = ceil(C / d) * d): each row of x[R, C] zero-padded to Cp, in blocks of d: times signs[d],
+   butterflied (log2(d) stages; stage h turns each pair (v[i], v[i + h]) of a group of 2h into (sum,
+   difference), Sylvester's order), times norm (1 / sqrt(d), a power of two). The torch code's float32
+   operations, one by one, in its order: the same bits. */
 static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *signs, int64_t d, float norm,
                           float *out) {
     int64_t Cp = (C + d - 1) / d * d;
@@ -695,7 +695,7 @@ static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *sig
         for (int64_t b = 0; b < Cp; b += d) {
             float *v = out + r * Cp + b;
             for (int64_t k = 0; k < d; k++) v[k] = (b + k < C ? xr[b + k] : 0.0f) * signs[k];
-            /* the sizes recipes use as constants: their stages unroll (the same operations in the same order) */
+            /* sizes 16 (NVFP4's) and 64 as constants: their stages unroll (the same operations in the same order) */
             if (d == 16) butterfly(v, 16);
             else if (d == 64) butterfly(v, 64);
             else butterfly(v, d);

@@ -244,7 +244,13 @@ def accepts(t: torch.Tensor) -> bool:
     zero tensors and meta tensors have no such memory, or memory that does not hold their values:
     they run in torch. (A pending negation or conjugation, a layout that is not contiguous and an
     address that is not 4-byte aligned are made readable by a copy: _readable.)"""
-    if type(t) not in _PLAIN or t.layout != torch.strided or not t.is_cpu or t.dtype != torch.float32:
+    return t.dtype == torch.float32 and _own_memory(t)
+
+
+def _own_memory(t: torch.Tensor) -> bool:
+    """Whether `t`'s memory holds its values for the C code to read, whatever its dtype: a plain strided CPU tensor
+    (or parameter), not nested, not a zero tensor, not wrapped, with storage to point at (or no elements)."""
+    if type(t) not in _PLAIN or t.layout != torch.strided or not t.is_cpu:
         return False
     if t.is_nested or t._is_zerotensor() or _wrapped(t):  # (a CPU tensor is not a meta one)
         return False
@@ -344,8 +350,8 @@ class Fused(NamedTuple):
     """What one quantize call returns: codes [M, K] (storage dtype); values [M, K] float32 (times
     their block scale if folded; None beyond EAGER_VALUES elements); scale and amax (the amax the
     scales came from: given, or x's own) [ceil(M/r), ceil(K/c)]; tensor_scale (0-d, two-level,
-    else None); scale_range (smallest, largest scale); counts (clipped, flushed) or None; own:
-    x's own block amaxes (NaN where a block holds a NaN); nan: whether one of them is NaN."""
+    else None); scale_range (smallest, largest scale); counts (clipped, flushed) or None; nan:
+    whether one of x's own block amaxes is NaN (a block holds a NaN)."""
 
     codes: torch.Tensor
     values: torch.Tensor | None
@@ -354,7 +360,6 @@ class Fused(NamedTuple):
     tensor_scale: torch.Tensor | None
     scale_range: tuple[float, float]
     counts: tuple[int, int] | None
-    own: torch.Tensor
     nan: bool
 
 
@@ -387,7 +392,7 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
         return None
     tensor_scale = torch.tensor(p.tensor_scale) if p.two_level else None
     return Fused(codes, out, scale, own if given is None else given, tensor_scale,
-                 (p.scale_range[0], p.scale_range[1]), (p.counts[0], p.counts[1]) if count else None, own,
+                 (p.scale_range[0], p.scale_range[1]), (p.counts[0], p.counts[1]) if count else None,
                  code == _NAN_AMAX)
 
 
@@ -475,10 +480,8 @@ _BYTE_CODES = (torch.float8_e4m3fn, torch.float8_e5m2)
 def widens(data: torch.Tensor) -> bool:
     """Whether widen_codes (below) may read `data`: the kernels on, one-byte FP8 codes in a plain CPU tensor with
     memory of its own, contiguous or a 2-D transposed view of contiguous codes (else formats.widen runs)."""
-    return (engine().kernels and type(data) in _PLAIN and data.dtype in _BYTE_CODES and data.layout == torch.strided
-            and data.is_cpu and not data.is_nested and not _wrapped(data)
-            and (data.is_contiguous() or (data.dim() == 2 and data.t().is_contiguous()))
-            and data.numel() > 0 and data.data_ptr() != 0)
+    return (engine().kernels and data.dtype in _BYTE_CODES and _own_memory(data) and data.numel() > 0
+            and (data.is_contiguous() or (data.dim() == 2 and data.t().is_contiguous())))
 
 
 @lru_cache(maxsize=len(_BYTE_CODES))

@@ -150,13 +150,16 @@ def quantize_with(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | flo
     blocks = (-(-m // block[0]), -(-k // block[1]))  # (MB, KB)
     given = None if amax is None else _given_amax(amax, blocks, spec.granularity, (m, k), x2d.device)
 
-    draws = uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None
     x32 = quantize_fast.kernel_input(x2d, spec, given)
-    if x32 is not None:  # the C kernel
+    if x32 is not None:  # the C kernel: it draws before it can see an infinity, so a refusal gives the draws back
+        drawn_from = generator if generator is not None else torch.default_generator  # x32 is on the CPU
+        state = drawn_from.get_state() if spec.rounding == "stochastic" else None
         fold = quantize_fast.folds(block, (m, k))
         fused = kernels.quantize(x32, block, quantize_fast.kernel_parameters(spec), given, fold=fold, count=count,
-                                 values=values, draws=draws)
+                                 values=values, draws=_draws(x2d, spec, generator))
         if fused is None or (fused.nan and bool(torch.isinf(x32).any())):
+            if state is not None:  # the definition refuses before it draws: the generator's stream goes on as there
+                drawn_from.set_state(state)
             _refuse_inf(x32)  # an infinite amax (or an infinity beside a NaN, whose amax is NaN)
         return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
                           fused.scale_range, fused.counts)
@@ -165,8 +168,13 @@ def quantize_with(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | flo
     _check_amax(own, x2d)
     block_amax = own if given is None else given
     scale, inverse, tensor_scale = scale_from_amax(block_amax, spec)
-    data = quantize_fast.scale_and_cast(x2d, block, inverse, spec.fmt, draws)
+    data = quantize_fast.scale_and_cast(x2d, block, inverse, spec.fmt, _draws(x2d, spec, generator))
     return _quantized(x, spec, data, scale, tensor_scale, block_amax)
+
+
+def _draws(x2d: torch.Tensor, spec: TensorScaling, generator: torch.Generator | None) -> torch.Tensor | None:
+    """Stochastic rounding's draws, one per element of x[M, K] in order (None: rounding to nearest draws none)."""
+    return uniform_draws(x2d, generator) if spec.rounding == "stochastic" else None
 
 
 # ---- what quantize checks on the way in, and the result ---------------------------------------------------
@@ -349,7 +357,8 @@ class QuantizedTensor:
         scaling: all of these settings in one TensorScaling (quantize passes the one it used; a hand-built
             QuantizedTensor gets one made, and so checked, from the fields above).
 
-    Checked on construction: a wrong dtype, device or scale shape raises ValueError, never garbage later.
+    A hand-built one is checked on construction: a wrong dtype, device or scale shape raises ValueError, never
+    garbage later; quantize's own (_made) are consistent by construction and skip the checks.
     Frozen: no field is reassigned and no tensor written after construction; only the cache fills in.
     """
 

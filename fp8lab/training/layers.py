@@ -111,12 +111,15 @@ class _FP8LinearFunction(torch.autograd.Function):
                 grad_w = dy.t().mm(x2)
         else:
             dy_q = None
-            with no_autocast(dy.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
-                if ctx.needs_input_grad[0]:
-                    grad_x, dy_q = _dgrad(state, dy, weight, ctx.q_w, ctx.m)
-                    grad_x = grad_x.to(x2.dtype)
-                if ctx.needs_input_grad[1]:
-                    grad_w = _wgrad(state, dy, x2, dy_q, ctx.q_x, ctx.m).to(weight.dtype)
+            try:
+                with no_autocast(dy.device.type):  # (a backward called inside autocast: the GEMMs stay exact)
+                    if ctx.needs_input_grad[0]:
+                        grad_x, dy_q = _dgrad(state, dy, weight, ctx.q_w, ctx.m)
+                        grad_x = grad_x.to(x2.dtype)
+                    if ctx.needs_input_grad[1]:
+                        grad_w = _wgrad(state, dy, x2, dy_q, ctx.q_x, ctx.m).to(weight.dtype)
+            finally:  # dy's finiteness is these two GEMMs' alone: kept, it would keep dy alive, even past an error
+                state.finite_gradient = None
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = dy.sum(0)
         if delayed_steps.watching() and not all(all_finite(t) for t in (grad_x, grad_w, grad_b) if t is not None):
@@ -124,7 +127,6 @@ class _FP8LinearFunction(torch.autograd.Function):
         if grad_x is not None:
             grad_x = grad_x.reshape(*grad_out.shape[:-1], x2.shape[-1])
         ctx.q_x = ctx.q_w = None
-        state.finite_gradient = None
         return grad_x, grad_w, grad_b, None
 
     @staticmethod
@@ -205,8 +207,10 @@ def _quantize_transposed(state: LayerState, source: torch.Tensor, role: str, gem
     """source^T quantized as `scaling` says. Blocks along source^T's rows are blocks down source's columns (1x32
     of x^T is 32x1 of x; per row of x^T is one block per column of x): source is quantized down its columns and
     the result is the QuantizedTensor of source^T, code for code, as a transposed view (emulated GEMMs take
-    strided operands as they are). A copy of source^T is quantized instead where amaxes are reduced across ranks
-    (shaped for the GEMM's own layout), under a Hadamard transform, and per tensor."""
+    strided operands as they are). Per tensor, rounding to nearest, source's own codes transposed are source^T's.
+    A copy of source^T is quantized instead where amaxes are reduced across ranks (shaped for the GEMM's own
+    layout), under a Hadamard transform, and per tensor with stochastic rounding (its draws follow source^T's
+    order)."""
     g = scaling.granularity
     if state.amax_reducer is None and scaling.hadamard is None and not g.whole_tensor:
         # (per column of x is per row of x^T: t() names the blocks as this GEMM does)

@@ -10,12 +10,12 @@ import torch
 
 from fp8lab.gemm.accumulation import (
     ALIGNMENTS,
+    MEASURES,
     AccumulatorModel,
     GroupedProducts,
     accumulate_all,
     accumulation_curves,
     accumulation_error,
-    accumulation_errors,
 )
 from fp8lab.numerics.formats import E4M3
 
@@ -66,8 +66,9 @@ def test_bad_settings_are_refused(kwargs):
 
 def _products(kind: str) -> torch.Tensor:
     """Products (..., K) float64 that stress a walk: same sign, mixed signs over many binades, ties (powers of two that
-    land on a kept bit's edge), E4M3 subnormals times E4M3 values, a long K, a K that is no multiple of the group,
-    all zeros, and float64 products too small or too large for the fast walk (accumulate runs for those)."""
+    land on a kept bit's edge), E4M3 subnormals times E4M3 values, a long K, groups whose sums pass 2^53 ulps, a K
+    that is no multiple of the group, all zeros, and float64 products too small or too large for the fast walk
+    (accumulate runs for those and for sums that could round)."""
     g = torch.Generator().manual_seed(39)
     values = E4M3.values()
     if kind == "uniform":
@@ -85,6 +86,8 @@ def _products(kind: str) -> torch.Tensor:
         return a * b
     if kind == "long":
         return torch.rand(2, 16384, generator=g, dtype=torch.float64)
+    if kind == "wide groups":  # same sign near 1: a group of 8192 sums past 2^53 ulps of a 41-bit accumulator
+        return 0.5 + torch.rand(2, 3, 16384, generator=g, dtype=torch.float64) / 2
     if kind == "ragged":
         return torch.randn(5, 1000, generator=g, dtype=torch.float64)
     if kind == "zeros":
@@ -96,10 +99,13 @@ def _products(kind: str) -> torch.Tensor:
     raise ValueError(kind)
 
 
-KINDS = ["uniform", "mixed", "ties", "e4m3 subnormals", "long", "ragged", "zeros", "float64 extremes", "nan"]
+KINDS = ["uniform", "mixed", "ties", "e4m3 subnormals", "long", "wide groups", "ragged", "zeros", "float64 extremes",
+         "nan"]
 MODELS = [AccumulatorModel(bits - 1, group, promote, alignment)
           for bits in (8, 14, 24) for alignment in ALIGNMENTS
-          for group, promote in ((32, None), (32, 32), (32, 128), (16, 64))] + [AccumulatorModel(50, 32, 128)]
+          for group, promote in ((32, None), (32, 32), (32, 128), (16, 64))] + [
+    AccumulatorModel(45, 32, 128), AccumulatorModel(50, 32, 128),  # sums exact / sums that could round
+    AccumulatorModel(40, 4095, None), AccumulatorModel(40, 8192, None), AccumulatorModel(40, 8192, None, "group")]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -118,7 +124,11 @@ def test_all_models_at_once_give_each_models_accumulate_bit_for_bit(kind):
 
 def test_the_fast_walk_takes_tame_products_and_leaves_the_rest_to_accumulate():
     assert GroupedProducts(_products("uniform"), 32).fast_for(AccumulatorModel(13))
-    assert not GroupedProducts(_products("uniform"), 32).fast_for(AccumulatorModel(45))  # its sums can round
+    # a group's sum reaches (group + 1) * 2^(mantissa_bits + 1) ulps: exact within 2^53, and it may round past it
+    assert GroupedProducts(_products("uniform"), 32).fast_for(AccumulatorModel(45))
+    assert not GroupedProducts(_products("uniform"), 32).fast_for(AccumulatorModel(50))
+    assert GroupedProducts(_products("wide groups"), 4095).fast_for(AccumulatorModel(40, 4095, None))
+    assert not GroupedProducts(_products("wide groups"), 8192).fast_for(AccumulatorModel(40, 8192, None))
     assert not GroupedProducts(_products("uniform"), 16).fast_for(AccumulatorModel(13))  # another group size
     assert not GroupedProducts(_products("float64 extremes"), 32).fast_for(AccumulatorModel(13))
     assert not GroupedProducts(_products("nan"), 32).fast_for(AccumulatorModel(13))
@@ -129,5 +139,6 @@ def test_curves_of_many_models_are_each_models_errors(dist):
     ks = [128, 256, 512, 1024, 96]
     models = [AccumulatorModel(13, 32, None, "running"), AccumulatorModel(7, 32, 128, "group"),
               AccumulatorModel(9, 16, 64, "running")]
-    assert accumulation_curves(ks, models, dist) == [accumulation_errors(ks, m, dist) for m in models]
-    assert accumulation_curves(ks, models, dist) == [[accumulation_error(k, m, dist) for k in ks] for m in models]
+    want = {measure: [[accumulation_error(k, m, dist, measure=measure) for k in ks] for m in models]
+            for measure in MEASURES}
+    assert accumulation_curves(ks, models, dist) == want

@@ -358,6 +358,7 @@ def test_the_widen_twin_gives_formats_widens_bits_for_every_code(dtype):
     data = codes.view(dtype)
     assert same_bits(kernels.widen_codes(data), widen(data))
     assert kernels.widen_codes(data).shape == data.shape and not kernels.widens(data[:, ::2])
+    assert not kernels.widens(torch._efficientzerotensor((4, 4), dtype=dtype))  # no memory of its own (accepts')
     for view in (data.t(), data[:100].t()):  # transposed views: the same bits, laid out as formats.widen lays them
         got, want = kernels.widen_codes(view), widen(view)
         assert kernels.widens(view) and same_bits(got, want) and got.stride() == want.stride()

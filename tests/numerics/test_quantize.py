@@ -331,3 +331,23 @@ def test_quantize_with_gives_the_definitions_bits(settings, kernel):
                     fast = quantize_with(xi, spec, amax, generator=torch.Generator().manual_seed(7))
                 want = quantize_definition(xi, spec, amax, generator=torch.Generator().manual_seed(7))
                 assert _bits_equal(fast, want), (settings, granularity, shape, xi.dtype, amax)
+
+
+@pytest.mark.parametrize("nan", [False, True], ids=["inf", "inf beside a nan"])
+def test_a_refused_infinity_takes_no_stochastic_draws(nan):
+    """quantize_definition refuses an x with an infinity before it draws: quantize_with's generator (the C kernel's
+    path and the torch code's, both_paths) goes on with the stream of a generator seeded alike and never used (a
+    loop that catches the ValueError draws the same numbers after it as with the definition)."""
+    from fp8lab.numerics.quantize import quantize_definition, quantize_spec, quantize_with
+
+    spec = quantize_spec(fmt="e5m2", granularity="1x32", rounding="stochastic")
+    x = torch.randn(16, 64)
+    x[3, 7] = math.inf
+    if nan:
+        x[3, 8] = math.nan  # the block's amax is NaN: the infinity is found beside it
+    unused = torch.rand(100, generator=torch.Generator().manual_seed(5))
+    for quantize_x in (quantize_definition, quantize_with):
+        generator = torch.Generator().manual_seed(5)
+        with pytest.raises(ValueError, match="infinite"):
+            quantize_x(x, spec, generator=generator)
+        assert torch.equal(torch.rand(100, generator=generator), unused), quantize_x.__name__

@@ -278,3 +278,22 @@ def test_every_recipes_training_steps_equal_the_pinned_ones_bit_for_bit(recipe):
 
 if __name__ == "__main__":  # regenerate the fixture (only where a change of numbers is meant)
     PINNED_STEPS.write_text(json.dumps({r: step_digests(r) for r in EVERY_RECIPE}, indent=1) + "\n")
+
+
+def test_a_backward_that_raises_between_its_gemms_keeps_no_gradient(monkeypatch):
+    """The finiteness of dy that dgrad's quantize found, kept for wgrad's read of the same dy, goes with the backward
+    pass even where wgrad raises (an error, a KeyboardInterrupt): the layer's state keeps no dy alive."""
+    from fp8lab.training import layers
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(layers, "_wgrad", interrupted)
+    layer = FP8Linear(WIDTH, OUT, recipe="tensorwise", backend="emulated")
+    y = layer(torch.randn(BATCH, WIDTH, requires_grad=True))
+    node = y.grad_fn
+    while not hasattr(node, "state"):  # the layer's autograd node, behind the reshape
+        node = node.next_functions[0][0]
+    with pytest.raises(KeyboardInterrupt):
+        y.sum().backward()
+    assert node.state.finite_gradient is None

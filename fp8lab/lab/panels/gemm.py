@@ -223,7 +223,10 @@ class AccumulationPanel(Panel):
             self._curves.clear()
             missing = list(dict.fromkeys(models))
         walked = [m for m in missing if isinstance(m, AccumulatorModel)]
-        found = dict(zip(walked, accumulation_curves(self.ks, walked, distribution, measure=measure), strict=True))
+        walks = accumulation_curves(self.ks, walked, distribution)  # one walk, every measure's curves
+        self._curves.update({(m, distribution, other): [max(e, 1e-9) for e in errors]
+                             for other, curves in walks.items() for m, errors in zip(walked, curves, strict=True)})
+        found = dict(zip(walked, walks[measure], strict=True))
         for m in missing:
             if m == "inputs":
                 found[m] = [operand_rounding_error(k, distribution, measure=measure) for k in self.ks]
