@@ -124,6 +124,10 @@ class Panel:
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
         self.text = W.HTML()
         self.data: dict = {}
+        # what the last whole drawing drew that draw_in_place moves (its artists, what they show); None until a
+        # whole drawing ends: draw sets it last, and _refresh clears it before the axes are cleared for another,
+        # so a drawing that fails midway leaves nothing to move
+        self._drawn = None
         self._busy = False
         self._figure = None  # (figure, axes), reused: creating axes costs more than clearing them
         self._lock = threading.RLock()  # a background thread (live training) may redraw too
@@ -202,6 +206,7 @@ class Panel:
             if self._figure is not None and self.draw_in_place(self.data):
                 fig = self._figure[0]
             else:
+                self._drawn = None
                 fig, axes = self._axes()
                 self.draw(self.data, axes)
             self.image.value = plots.to_png(fig, keep=True)

@@ -85,7 +85,7 @@ class DelayedPanel(Panel):
         axes[1].set_ylabel("SQNR (dB)")
         axes[1].set_title("SQNR: current (blue), delayed (orange)")
         self._steady(axes)
-        self._moving = (axes, len(df))
+        self._drawn = (axes, len(df))
 
     @staticmethod
     def _steady(axes) -> None:
@@ -97,7 +97,7 @@ class DelayedPanel(Panel):
     def draw_in_place(self, data) -> bool:
         """Any control: the same steps, lines and legend; the amax, the amax used, the clipped steps and the two
         SQNR curves move, and the limits follow the data as the drawing sets them."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         df = data["df"]
         if moving is None or moving[1] != len(df):
             return False

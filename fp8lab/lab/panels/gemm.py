@@ -75,13 +75,13 @@ class GemmOperandsPanel(Panel):
         for ax, title, gemm in zip(axes, self._titles(data), ("fprop", "wgrad"), strict=True):
             gemms.flushed_map(data["x"], data["views"][gemm]["values"], ax, title=title,
                               colorbar=redraw.kept_colorbar(ax), outlier_channels=data["outlier_channels"])
-        self._moving = ((self._titles(data), data["outlier_channels"], tuple(data["x"].shape)),
+        self._drawn = ((self._titles(data), data["outlier_channels"], tuple(data["x"].shape)),
                         [ax.images[0] for ax in axes])
 
     def draw_in_place(self, data) -> bool:
         """The same titles, outlier channels and shape (an outlier magnitude dragged): the two maps' cells change,
         drawn into the same images (their colour scale is 0 to 1 whatever the data); the rest stays."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         if moving is None or moving[0] != (self._titles(data), data["outlier_channels"], tuple(data["x"].shape)):
             return False
         for image, gemm in zip(moving[1], ("fprop", "wgrad"), strict=True):
@@ -154,12 +154,12 @@ class GemmPanel(Panel):
         plots.bars(errs, ax, ylabel="relative error (log)", log=True, highlight=max(errs, key=errs.get),
                    title="error of each recipe's GEMM")
         plots.steady_limits(ax, "y")  # whole decades
-        self._moving = (ax, list(ax.patches), tuple(errs))
+        self._drawn = (ax, list(ax.patches), tuple(errs))
 
     def draw_in_place(self, data) -> bool:
         """The same recipes: the bars' heights and which one is highlighted move, the limits follow as the drawing
         sets them (plots.bars, steady_limits); the axes, ticks and labels stay."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         errs = data["errors"]
         if moving is None or moving[2] != tuple(errs):
             return False
@@ -262,7 +262,7 @@ class AccumulationPanel(Panel):
             ax.text(0.03, 0.04, self._settings(data), transform=ax.transAxes, fontsize=8)
             plots.steady_limits(ax, "y", lo=1e-12, hi=10)  # every setting's errors, and room for the legend below
         # what a drag moves: each axes' lines (one per setting, in the frame's order) and its settings' text
-        self._moving = (self._curves_shown(data), [(ax, ax.lines[:len(df["accumulation"].unique())], ax.texts[-1])
+        self._drawn = (self._curves_shown(data), [(ax, ax.lines[:len(df["accumulation"].unique())], ax.texts[-1])
                                                   for ax, df in zip(axes, data["frames"].values(), strict=True)])
 
     @staticmethod
@@ -277,7 +277,7 @@ class AccumulationPanel(Panel):
     def draw_in_place(self, data) -> bool:
         """The same settings shown (promotion on or off as drawn): the curves and the settings' text move, the
         limits follow as the drawing sets them; the axes, ticks, titles and legend stay."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         if moving is None or moving[0] != self._curves_shown(data):
             return False
         for (ax, lines, text), errors in zip(moving[1], data["errors"].values(), strict=True):

@@ -30,6 +30,7 @@ class GradientPanel(Panel):
     block's scale, against the format's window) and its range over the whole run; in the text, how far apart the
     scales of a 1x128 tiling lie (tokens differ), and every choice's flushed share and SQNR."""
     title = "the gradient side: dy over training, and what E4M3 / E5M2, per tensor / 1x128 keep of it"
+    _drawn: tuple | None  # (the layer drawn, its step mark): what a drag keeps and moves
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = True
 
@@ -38,7 +39,6 @@ class GradientPanel(Panel):
         layers = [(f"{MODEL_NAMES[m]}: {layer}", (m, layer)) for m, rec in self.records.items() for layer in rec.layers]
         self._tables: dict = {}  # per (model, layer, step): what every choice shares (_step)
         self._computed: dict = {}  # compute's result per (layer, when, choice): a drag back reuses it
-        self._drawn: tuple | None = None  # (the layer drawn, its step mark): what a drag keeps and moves
         super().__init__(
             layer=dropdown(layers, ("llm_like", "blocks.0.qkv") if "llm_like" in self.records else layers[0][1],
                           "layer"),
@@ -129,7 +129,6 @@ class GradientPanel(Panel):
         return True
 
     def draw(self, data, axes) -> None:
-        self._drawn = None
         self._histogram_drawn = None
         self._histogram(data, axes[0], cleared=True)
         figs.dy_range(data["ranges"], data["layer"], data["step"], {"E4M3": E4M3.dynamic_range_binades,

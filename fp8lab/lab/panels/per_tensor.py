@@ -86,12 +86,12 @@ class PerTensorPanel(Panel):
 
     def draw(self, data, ax) -> None:
         plots.histogram_log2(data["x"], data["q"], ax=ax, xlim=self.XLIM)
-        self._moving = (ax, data["q"].fmt.name, ax.patches[:4], ax.patches[4])  # the 4 shaded spans, the histogram
+        self._drawn = (ax, data["q"].fmt.name, ax.patches[:4], ax.patches[4])  # the 4 shaded spans, the histogram
 
     def draw_in_place(self, data) -> bool:
         """The same format (the same legend): the shaded window, the histogram, the x range and the title move,
         the count axis follows as histogram_log2 sets it (histogram_log2_parts: the same numbers)."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         if moving is None or moving[1] != data["q"].fmt.name:
             return False
         ax, _, spans, stairs = moving
