@@ -118,7 +118,8 @@ class GemmPanel(Panel):
         )
         self.m = size(128, 32)
         self._backends: dict[str, str] | None = None
-        self._errors: dict[tuple, dict[str, float]] = {}  # (k, outliers, distribution, weights) -> errors(...)
+        # (k, outliers, distribution, weights) -> (each recipe's error, the outlier channels, the zeroed rows)
+        self._errors: dict[tuple, tuple[dict[str, float], list[int], list[int]]] = {}
 
     def operands(self, k: int, outliers: float, distribution: str, weights: str, seed: int = 0):
         """a[m, k] with outlier channels (drawn with seed 1 + seed), b[k, 64] (seed 2 + seed), b's rows for the
@@ -132,22 +133,28 @@ class GemmPanel(Panel):
     def errors(self, k: int, outliers: float, distribution: str, weights: str, seed: int = 0) -> dict[str, float]:
         """Each recipe's GEMM error ||out - a @ b|| / ||a @ b|| on operands(...) (seed 0: the panel's)."""
         a, b, _, _ = self.operands(k, outliers, distribution, weights, seed)
+        return self.recipe_errors(a, b)
+
+    @staticmethod
+    def recipe_errors(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+        """Each recipe's GEMM error ||matmul(a, b, recipe) - a @ b|| / ||a @ b||, a[m, k] @ b[k, n]."""
         true = a.double() @ b.double()
         return {name: (torch.linalg.norm(matmul(a, b, name, verbose=False).double() - true)
                        / torch.linalg.norm(true)).item() for name in RECIPES}
 
     def compute(self, k, outliers, distribution, weights) -> dict:
-        _, _, idx, zeroed = self.operands(k, outliers, distribution, weights)
         key = (k, outliers, distribution, weights)
-        if key not in self._errors:  # a drag back over a value draws it again, it does not multiply again
+        if key not in self._errors:  # a drag back over a value draws it again: no sampling, no multiplying
             if len(self._errors) > 128:
                 self._errors.clear()
-            self._errors[key] = self.errors(k, outliers, distribution, weights)
-        errs = dict(self._errors[key])
+            a, b, idx, zeroed = self.operands(k, outliers, distribution, weights)
+            self._errors[key] = (self.recipe_errors(a, b), idx.tolist(), zeroed.tolist())
+        errors, idx, zeroed = self._errors[key]
+        errs = dict(errors)
         if self._backends is None:  # decided once per machine: no need to ask again on every redraw
             self._backends = {n: resolve_backend(n).reason for n in RECIPES}
-        return {"errors": errs, "backend": self._backends, "zeroed": zeroed.tolist(),
-                "outlier_channels": idx.tolist(), "weights": weights}
+        return {"errors": errs, "backend": self._backends, "zeroed": list(zeroed), "outlier_channels": list(idx),
+                "weights": weights}
 
     def draw(self, data, ax) -> None:
         errs = data["errors"]
