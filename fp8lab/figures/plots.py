@@ -80,14 +80,15 @@ def ax_or_new(ax):
 
 def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: FloatFormat | str | None = None,
                    scale: float | None = None, ax=None, bins: int = 80, title: str = "",
-                   xlim: tuple[float, float] | None = None):
+                   xlim: tuple[float, float] | None = None, parts: dict | None = None):
     """Histogram of log2|x| with the format's window shaded: green where values keep full
     precision (normal range), lighter where subnormal, grey where they flush to zero,
     vermillion beyond the max where they clip. A per-tensor scale sets the window. xlim: the
     x range (log2) to show at least (a panel's fixed axis); wider where the data or window are.
-    What it draws is histogram_log2_parts(...)."""
+    What it draws is histogram_log2_parts(...); parts: those, where the caller has them."""
     ax = ax_or_new(ax)
-    parts = histogram_log2_parts(x, q, fmt, scale, bins, xlim)
+    if parts is None:
+        parts = histogram_log2_parts(x, q, fmt, scale, bins, xlim)
     for x0, x1, color, alpha, label in parts["spans"]:
         ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
     ax.stairs(parts["counts"], parts["edges"], fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)
@@ -214,10 +215,12 @@ def _colorbar_shows(colorbar, im, label: str) -> bool:
             and im.get_cmap() == colorbar.cmap and long_axis.get_label().get_text() == label)
 
 
-def scale_heatmap(q: QuantizedTensor, ax=None, colorbar=None):
-    """log2 of each block's scale: where the blocks with large values are (scale_heatmap_parts: what it draws)."""
+def scale_heatmap(q: QuantizedTensor, ax=None, colorbar=None, parts: dict | None = None):
+    """log2 of each block's scale: where the blocks with large values are (scale_heatmap_parts(q): what it draws;
+    parts: those, where the caller has them)."""
     ax = ax_or_new(ax)
-    parts = scale_heatmap_parts(q)
+    if parts is None:
+        parts = scale_heatmap_parts(q)
     heatmap(ax, parts["grid"], "viridis", "log2(scale)", vmin=parts["vmin"], vmax=parts["vmax"], shape=parts["shape"],
             colorbar=colorbar)
     ax.set_xlabel(parts["xlabel"])

@@ -88,9 +88,10 @@ class BlockPanel(Panel):
         return dict(self._computed[key])
 
     def draw(self, data, axes) -> None:
-        plots.scale_heatmap(data["q"], axes[0], colorbar=redraw.kept_colorbar(axes[0]))
+        parts = plots.scale_heatmap_parts(data["q"])
+        plots.scale_heatmap(data["q"], axes[0], colorbar=redraw.kept_colorbar(axes[0]), parts=parts)
         plots.block_error_heatmap(data["x"], data["q"], axes[1], colorbar=redraw.kept_colorbar(axes[1]))
-        self._drawn = (self._layout(data["q"], plots.scale_heatmap_parts(data["q"])), [ax.images[0] for ax in axes])
+        self._drawn = (self._layout(data["q"], parts), [ax.images[0] for ax in axes])
 
     @staticmethod
     def _layout(q, parts: dict) -> tuple:

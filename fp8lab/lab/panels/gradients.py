@@ -101,8 +101,7 @@ class GradientPanel(Panel):
         if not self._histogram_in_place(parts, data, ax):
             if not cleared:
                 redraw.clear_data(ax)
-            plots.histogram_log2(data["seen"], fmt=data["q"].fmt, scale=1.0, ax=ax, xlim=self.HISTOGRAM_X,
-                                 title=self._histogram_title(data))
+            plots.histogram_log2(data["seen"], ax=ax, title=self._histogram_title(data), parts=parts)
             stairs = next(p for p in ax.patches if isinstance(p, StepPatch))
             self._histogram_drawn = (stairs, parts["spans"], parts["xlim"], parts["edges"])
 
