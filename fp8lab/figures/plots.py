@@ -1,12 +1,13 @@
 """Figures: each function takes data (and an optional ax), draws, and returns the ax.
 
-Public: histogram_log2 (histogram_log2_parts: what it draws), number_line, scale_heatmap (scale_heatmap_parts),
-block_error_heatmap (block_error_grid), metric_vs_block, overflow_vs_block (overflow_top: its y axis' top),
-gemm_error_vs_k, bars (bar_colors: their colours), loss_curves, monitor_lines, amax_over_steps, outlier_cliff,
-sink_cliff, published_markers, readiness_heatmap, PALETTE, and the pieces other figure modules build on (ax_or_new,
-block_grid, heatmap); and from fp8lab.figures.axes, which makes the figures and their axes: use_theme, figure,
-to_png, log_axis, steady_limits, magnitude, PIXEL_RATIO. One seaborn theme and a colour-blind-safe palette
-everywhere; axes carry units and tick labels (tests/test_widgets.py checks every panel's axes).
+Public: histogram_log2 (histogram_log2_parts: what it draws; move_histogram_log2: new counts on it), number_line,
+scale_heatmap (scale_heatmap_parts), block_error_heatmap (block_error_grid), metric_vs_block, overflow_vs_block
+(overflow_top: its y axis' top), gemm_error_vs_k, bars (bar_colors: their colours), loss_curves, monitor_lines,
+amax_over_steps, outlier_cliff, sink_cliff, published_markers, readiness_heatmap, PALETTE, and the pieces other
+figure modules build on (ax_or_new, block_grid, heatmap); and from fp8lab.figures.axes, which makes the figures and
+their axes: use_theme, figure, to_png, log_axis, steady_limits, magnitude, PIXEL_RATIO. One seaborn theme and a
+colour-blind-safe palette everywhere; axes carry units and tick labels (tests/test_widgets.py checks every panel's
+axes).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "magnitude",
     "metric_vs_block",
     "monitor_lines",
+    "move_histogram_log2",
     "number_line",
     "outlier_cliff",
     "overflow_top",
@@ -128,6 +130,19 @@ def histogram_log2_parts(x: torch.Tensor, q: QuantizedTensor | None = None, fmt:
     counts, edges = np.histogram(logs, bins=bins, range=(left, right))
     return {"fmt": fmt, "scale": scale, "spans": spans, "counts": np.maximum(counts, 0.5), "edges": edges,
             "xlim": (left, right), "title": f"|x| against the {fmt.name} window (scale {scale:.3g})"}
+
+
+def move_histogram_log2(ax, stairs, parts: dict, title: str | None = None) -> None:
+    """Show `parts` (histogram_log2_parts of new values, the same bins' range) on the histogram `stairs` that
+    histogram_log2 drew on `ax`: the counts and edges, the y limits and the title as histogram_log2 sets them (title:
+    a caller's own, as histogram_log2's). The shaded spans and the x range are the caller's to move, where they move."""
+    stairs.set_data(parts["counts"], parts["edges"])
+    # the y data limits a drawing gets from its stairs (the spans give x only): from the baseline 0.5 to the largest
+    # count (ax.relim() gives the same, walking every step of the outline)
+    ax.dataLim.intervaly = (0.5, float(parts["counts"].max()))
+    ax.dataLim.minposy = 0.5
+    steady_limits(ax, "y", lo=0.5)  # whole decades of counts
+    ax.set_title(title or parts["title"])
 
 
 def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: float = 17, mark: float | None = None):

@@ -118,13 +118,7 @@ class GradientPanel(Panel):
         if drawn is None or drawn[1:3] != (parts["spans"], parts["xlim"]) or not np.array_equal(drawn[3],
                                                                                                  parts["edges"]):
             return False
-        drawn[0].set_data(parts["counts"])
-        # the y data limits a new drawing gives (ax.relim's, without its walk over the outline's segments): the
-        # stairs' outline, counts and baseline (the spans give x only, and x stays)
-        y = drawn[0].get_path().vertices[:, 1]
-        ax.dataLim.intervaly = (y.min(), y.max())
-        plots.steady_limits(ax, "y", lo=0.5)
-        ax.set_title(self._histogram_title(data))
+        plots.move_histogram_log2(ax, drawn[0], parts, title=self._histogram_title(data))
         return True
 
     def draw(self, data, axes) -> None:

@@ -99,14 +99,8 @@ class PerTensorPanel(Panel):
         for span, (x0, x1, *_) in zip(spans, parts["spans"], strict=True):
             span.set_x(x0)
             span.set_width(x1 - x0)
-        stairs.set_data(parts["counts"], parts["edges"])
         ax.set_xlim(*parts["xlim"])
-        # the y data limits a new drawing gets from its histogram (the spans leave y alone): from the baseline 0.5
-        # to the largest count (ax.relim() gives the same, walking every step of the histogram's outline)
-        ax.dataLim.intervaly = (0.5, float(parts["counts"].max()))
-        ax.dataLim.minposy = 0.5
-        plots.steady_limits(ax, "y", lo=0.5)
-        ax.set_title(parts["title"])
+        plots.move_histogram_log2(ax, stairs, parts)
         return True
 
     def describe(self, data) -> str:
