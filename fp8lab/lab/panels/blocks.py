@@ -20,6 +20,7 @@ from fp8lab.lab.panels.base import (
     SCALES,
     Panel,
     dropdown,
+    memo,
     metrics_html,
     outlier_options,
     percent,
@@ -79,13 +80,13 @@ class BlockPanel(Panel):
 
     def compute(self, block, fmt, scales, distribution, outliers) -> dict:
         key = (block, fmt, scales, distribution, outliers, self.shape)
-        if key not in self._computed:
-            if len(self._computed) > 64:
-                self._computed.clear()
+
+        def make() -> dict:
             x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
             q = quantize(x, SCALES[scales].scaling(fmt, block))
-            self._computed[key] = {"x": x, "q": q, "report": quantization_report(x, q, idx)}
-        return dict(self._computed[key])
+            return {"x": x, "q": q, "report": quantization_report(x, q, idx)}
+
+        return dict(memo(self._computed, key, make))
 
     def draw(self, data, axes) -> None:
         parts = plots.scale_heatmap_parts(data["q"])

@@ -21,7 +21,7 @@ from fp8lab.figures import fp4 as figs
 from fp8lab.figures.plots import PALETTE, block_grid, heatmap
 from fp8lab.gemm import emulated_mm
 from fp8lab.lab import redraw
-from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
+from fp8lab.lab.panels.base import Panel, dropdown, memo, metrics_html, percent, selection_slider
 from fp8lab.lab.panels.weights import weight_copies
 from fp8lab.numerics.formats import E2M1, cast
 from fp8lab.numerics.quantize import quantize
@@ -84,9 +84,7 @@ class TwoDWeightPanel(Panel):
 
     def compute(self, recipe, blocks, outliers) -> dict:
         key = (recipe, blocks, outliers)
-        if key not in self._computed:
-            self._computed[key] = self._copies(recipe, blocks, outliers)
-        return self._computed[key]
+        return dict(memo(self._computed, key, lambda: self._copies(recipe, blocks, outliers)))
 
     def _copies(self, recipe, blocks, outliers) -> dict:
         w = self.weight.clone()

@@ -22,6 +22,7 @@ from fp8lab.lab.panels.base import (
     OUTLIERS,
     Panel,
     dropdown,
+    memo,
     metrics_html,
     outlier_options,
     percent,
@@ -55,15 +56,15 @@ class GemmOperandsPanel(Panel):
 
     def compute(self, recipe, outliers) -> dict:
         key = (recipe, outliers, self.shape)
-        if key not in self._views:
-            if len(self._views) > 64:
-                self._views.clear()
+
+        def make() -> dict:
             x, idx = sample("normal", self.shape, outliers, seed=0, return_outliers=True)
             r = get_recipe(recipe)
             roles = {role: getattr(r, role).fmt.name.upper() for role in ("input", "weight", "grad_output")}
-            self._views[key] = {"x": x, "outlier_channels": idx.tolist(), "views": operand_losses(x, r, idx),
-                                "recipe": r.name, "formats": roles}
-        return dict(self._views[key])
+            return {"x": x, "outlier_channels": idx.tolist(), "views": operand_losses(x, r, idx), "recipe": r.name,
+                    "formats": roles}
+
+        return dict(memo(self._views, key, make))
 
     @staticmethod
     def _titles(data) -> tuple[str, str]:
@@ -144,12 +145,12 @@ class GemmPanel(Panel):
 
     def compute(self, k, outliers, distribution, weights) -> dict:
         key = (k, outliers, distribution, weights)
-        if key not in self._errors:  # a drag back over a value draws it again: no sampling, no multiplying
-            if len(self._errors) > 128:
-                self._errors.clear()
+
+        def make() -> tuple:  # a drag back over a value draws it again: no sampling, no multiplying
             a, b, idx, zeroed = self.operands(k, outliers, distribution, weights)
-            self._errors[key] = (self.recipe_errors(a, b), idx.tolist(), zeroed.tolist())
-        errors, idx, zeroed = self._errors[key]
+            return self.recipe_errors(a, b), idx.tolist(), zeroed.tolist()
+
+        errors, idx, zeroed = memo(self._errors, key, make)
         errs = dict(errors)
         if self._backends is None:  # decided once per machine: no need to ask again on every redraw
             self._backends = {n: resolve_backend(n).reason for n in RECIPES}

@@ -13,7 +13,7 @@ from matplotlib.patches import StepPatch
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures import plots
 from fp8lab.lab import redraw
-from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
+from fp8lab.lab.panels.base import Panel, dropdown, memo, metrics_html, percent, selection_slider
 from fp8lab.numerics.formats import E4M3, E5M2
 from fp8lab.numerics.quantize import quantize
 from fp8lab.settings import smoke
@@ -76,9 +76,7 @@ class GradientPanel(Panel):
         return float(torch.log2(s.max() / s.min())) if s.numel() else 0.0
 
     def compute(self, layer, when, choice) -> dict:
-        if (layer, when, choice) not in self._computed:
-            self._computed[layer, when, choice] = self._seen(layer, when, choice)
-        return self._computed[layer, when, choice]
+        return dict(memo(self._computed, (layer, when, choice), lambda: self._seen(layer, when, choice)))
 
     def _seen(self, layer, when, choice) -> dict:
         model, name = layer

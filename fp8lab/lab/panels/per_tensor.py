@@ -22,6 +22,7 @@ from fp8lab.lab.panels.base import (
     RULES,
     Panel,
     dropdown,
+    memo,
     metrics_html,
     outlier_options,
     percent,
@@ -70,16 +71,16 @@ class PerTensorPanel(Panel):
 
     def compute(self, distribution, outliers, placement, fmt, rule, margin, normalize) -> dict:
         key = (distribution, outliers, placement, normalize, self.shape)
-        if key not in self._samples:  # a drag of the margin (or back over a value) draws no new sample
-            if len(self._samples) > 64:
-                self._samples.clear()
+
+        def make() -> tuple:  # a drag of the margin (or back over a value) draws no new sample
             x, idx = sample(distribution, self.shape, outliers, return_outliers=True, placement=placement)
             if normalize:  # the tensor the cast sees, outlier channels included: x[:, c] / amax_c (the factors go to
                 # the next layer's weights' columns, as SmoothQuant folds them, or are an input feature's
                 # normalization)
                 x = x / x.abs().amax(0).clamp(min=torch.finfo(torch.float32).tiny)
-            self._samples[key] = (x, idx)
-        x, idx = self._samples[key]
+            return x, idx
+
+        x, idx = memo(self._samples, key, make)
         q = quantize(x, fmt, PerTensor(), rule, margin)
         return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx), "margin": margin,
                 "normalized": normalize, "placement": placement}

@@ -212,3 +212,16 @@ def test_a_drawing_that_fails_midway_leaves_nothing_for_a_drag_to_move():
     whole = whole_drawings(panel)
     panel.update(outliers=outliers[-2])
     assert whole == [1]
+
+
+def test_memo_makes_a_value_once_and_starts_again_at_its_limit():
+    cache, made = {}, []
+
+    def make(k):
+        return lambda: made.append(k) or 10 * k
+
+    assert base.memo(cache, 1, make(1), limit=2) == 10 and base.memo(cache, 1, make(1), limit=2) == 10
+    assert made == [1]
+    base.memo(cache, 2, make(2), limit=2)
+    assert base.memo(cache, 3, make(3), limit=2) == 30
+    assert made == [1, 2, 3] and cache == {3: 30}
