@@ -1,12 +1,13 @@
 """Figures: each function takes data (and an optional ax), draws, and returns the ax.
 
-Public: histogram_log2 (histogram_log2_parts: what it draws), number_line, scale_heatmap (scale_heatmap_parts),
-block_error_heatmap (block_error_grid), metric_vs_block, overflow_vs_block (overflow_top: its y axis' top),
-gemm_error_vs_k, bars (bar_colors: their colours), loss_curves, monitor_lines, amax_over_steps, outlier_cliff,
-sink_cliff, published_markers, readiness_heatmap, PALETTE, and the pieces other figure modules build on (ax_or_new,
-block_grid, heatmap); and from fp8lab.figures.axes, which makes the figures and their axes: use_theme, figure,
-to_png, log_axis, steady_limits, magnitude, PIXEL_RATIO. One seaborn theme and a colour-blind-safe palette
-everywhere; axes carry units and tick labels (tests/test_widgets.py checks every panel's axes).
+Public: histogram_log2 (histogram_log2_parts: what it draws; move_histogram_log2: new counts on it), number_line,
+scale_heatmap (scale_heatmap_parts), block_error_heatmap (block_error_grid), metric_vs_block, overflow_vs_block
+(overflow_top: its y axis' top), gemm_error_vs_k, bars (bar_colors: their colours), loss_curves, monitor_lines,
+amax_over_steps, outlier_cliff, sink_cliff, published_markers, readiness_heatmap, PALETTE, and the pieces other
+figure modules build on (ax_or_new, block_grid, heatmap); and from fp8lab.figures.axes, which makes the figures and
+their axes: use_theme, figure, to_png, log_axis, steady_limits, magnitude, PIXEL_RATIO. One seaborn theme and a
+colour-blind-safe palette everywhere; axes carry units and tick labels (tests/test_widgets.py checks every panel's
+axes).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "magnitude",
     "metric_vs_block",
     "monitor_lines",
+    "move_histogram_log2",
     "number_line",
     "outlier_cliff",
     "overflow_top",
@@ -80,14 +82,15 @@ def ax_or_new(ax):
 
 def histogram_log2(x: torch.Tensor, q: QuantizedTensor | None = None, fmt: FloatFormat | str | None = None,
                    scale: float | None = None, ax=None, bins: int = 80, title: str = "",
-                   xlim: tuple[float, float] | None = None):
+                   xlim: tuple[float, float] | None = None, parts: dict | None = None):
     """Histogram of log2|x| with the format's window shaded: green where values keep full
     precision (normal range), lighter where subnormal, grey where they flush to zero,
     vermillion beyond the max where they clip. A per-tensor scale sets the window. xlim: the
     x range (log2) to show at least (a panel's fixed axis); wider where the data or window are.
-    What it draws is histogram_log2_parts(...)."""
+    What it draws is histogram_log2_parts(...); parts: those, where the caller has them."""
     ax = ax_or_new(ax)
-    parts = histogram_log2_parts(x, q, fmt, scale, bins, xlim)
+    if parts is None:
+        parts = histogram_log2_parts(x, q, fmt, scale, bins, xlim)
     for x0, x1, color, alpha, label in parts["spans"]:
         ax.axvspan(x0, x1, color=color, alpha=alpha, lw=0, label=label)
     ax.stairs(parts["counts"], parts["edges"], fill=True, color=PALETTE[0], alpha=0.9, label="|x|", baseline=0.5)
@@ -127,6 +130,19 @@ def histogram_log2_parts(x: torch.Tensor, q: QuantizedTensor | None = None, fmt:
     counts, edges = np.histogram(logs, bins=bins, range=(left, right))
     return {"fmt": fmt, "scale": scale, "spans": spans, "counts": np.maximum(counts, 0.5), "edges": edges,
             "xlim": (left, right), "title": f"|x| against the {fmt.name} window (scale {scale:.3g})"}
+
+
+def move_histogram_log2(ax, stairs, parts: dict, title: str | None = None) -> None:
+    """Show `parts` (histogram_log2_parts of new values, the same bins' range) on the histogram `stairs` that
+    histogram_log2 drew on `ax`: the counts and edges, the y limits and the title as histogram_log2 sets them (title:
+    a caller's own, as histogram_log2's). The shaded spans and the x range are the caller's to move, where they move."""
+    stairs.set_data(parts["counts"], parts["edges"])
+    # the y data limits a drawing gets from its stairs (the spans give x only): from the baseline 0.5 to the largest
+    # count (ax.relim() gives the same, walking every step of the outline)
+    ax.dataLim.intervaly = (0.5, float(parts["counts"].max()))
+    ax.dataLim.minposy = 0.5
+    steady_limits(ax, "y", lo=0.5)  # whole decades of counts
+    ax.set_title(title or parts["title"])
 
 
 def number_line(formats: list[FloatFormat | str], ax=None, lo: float = -10, hi: float = 17, mark: float | None = None):
@@ -214,10 +230,12 @@ def _colorbar_shows(colorbar, im, label: str) -> bool:
             and im.get_cmap() == colorbar.cmap and long_axis.get_label().get_text() == label)
 
 
-def scale_heatmap(q: QuantizedTensor, ax=None, colorbar=None):
-    """log2 of each block's scale: where the blocks with large values are (scale_heatmap_parts: what it draws)."""
+def scale_heatmap(q: QuantizedTensor, ax=None, colorbar=None, parts: dict | None = None):
+    """log2 of each block's scale: where the blocks with large values are (scale_heatmap_parts(q): what it draws;
+    parts: those, where the caller has them)."""
     ax = ax_or_new(ax)
-    parts = scale_heatmap_parts(q)
+    if parts is None:
+        parts = scale_heatmap_parts(q)
     heatmap(ax, parts["grid"], "viridis", "log2(scale)", vmin=parts["vmin"], vmax=parts["vmax"], shape=parts["shape"],
             colorbar=colorbar)
     ax.set_xlabel(parts["xlabel"])

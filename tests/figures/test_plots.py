@@ -11,7 +11,15 @@ import torch
 from matplotlib.colors import to_rgb
 
 from fp8lab.figures.axes import figure
-from fp8lab.figures.plots import CLIP, bars, histogram_log2, number_line, scale_heatmap
+from fp8lab.figures.plots import (
+    CLIP,
+    bars,
+    histogram_log2,
+    histogram_log2_parts,
+    number_line,
+    scale_heatmap,
+    scale_heatmap_parts,
+)
 from fp8lab.numerics.formats import E4M3
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.scaling import PerBlock
@@ -53,6 +61,23 @@ def test_histogram_window_edges_sit_at_the_formats_constants():
     ax2 = histogram_log2(x, fmt=E4M3, scale=2.0**-3, ax=_ax())  # a scale moves the window by its log2
     moved = {p.get_label(): p.get_x() for p in ax2.patches if p.get_label() == "subnormal"}
     assert moved["subnormal"] == -13.0
+
+
+def test_the_plots_draw_the_parts_a_caller_hands_them_as_they_draw_their_own():
+    """histogram_log2(parts=...) and scale_heatmap(parts=...) draw those parts (a caller that has them computes them
+    once): the same artists' data as a drawing of the values they came from."""
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    other = x * 1e3
+    given = histogram_log2(x, fmt=E4M3, scale=1.0, ax=_ax(), parts=histogram_log2_parts(other, fmt=E4M3, scale=1.0))
+    own = histogram_log2(other, fmt=E4M3, scale=1.0, ax=_ax())
+    stairs = [next(p for p in ax.patches if p.get_label() == "|x|").get_data() for ax in (given, own)]
+    assert all(np.array_equal(a, b) for a, b in zip(stairs[0], stairs[1], strict=True))
+    assert given.get_xlim() == own.get_xlim() and given.get_title() == own.get_title()
+    q, q_other = quantize(x, E4M3, PerBlock(1, 32)), quantize(other, E4M3, PerBlock(16, 16))
+    given = scale_heatmap(q, ax=_ax(), parts=scale_heatmap_parts(q_other))
+    own = scale_heatmap(q_other, ax=_ax())
+    assert np.array_equal(given.images[0].get_array(), own.images[0].get_array())
+    assert given.get_title() == own.get_title() == "scales, 16x16 blocks"
 
 
 def test_number_line_counts_each_formats_positive_values():

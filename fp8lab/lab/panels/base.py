@@ -1,15 +1,14 @@
 """The Panel base class: controls, a figure and a text; redraws coalesced on one drawing thread.
 
-Public: Panel, the control choices the panels share (OUTLIERS, BLOCKS, ELEMENT_FORMATS,
-RULES, SCALES), and the controls and formatting they build with (dropdown, selection_slider,
-outlier_options, metrics_html, percent). A panel's plots are PNGs in an ipywidgets.Image, rendered without pyplot at 2x
-device pixels, so a background thread (notebook 06's live training) can redraw them and high-DPI
-screens show them sharp. Live panels (`Panel.live_sliders`) redraw while a slider is dragged;
-the expensive ones redraw on release and time or train on a button. A change from the browser
-never redraws in the kernel's message handler: it marks the panel stale, and one drawing thread
-redraws with the controls' newest values until nothing is stale (`Panel.request_redraw`), so
-values that arrive during a redraw replace each other and only the latest is drawn. Front ends
-that drop output sent from other threads get the "sync" drawing mode instead (draw_mode()).
+Public: Panel, the control choices the panels share (OUTLIERS, BLOCKS, ELEMENT_FORMATS, RULES, SCALES), and the
+controls and formatting they build with (dropdown, selection_slider, outlier_options, metrics_html, percent, memo: a
+compute's results kept per controls' values). A panel's plots are PNGs in an ipywidgets.Image, rendered without
+pyplot at 2x device pixels, so a background thread (notebook 06's live training) can redraw them and high-DPI
+screens show them sharp. Live panels (`Panel.live_sliders`) redraw while a slider is dragged; the expensive ones
+redraw on release and time or train on a button. A change from the browser never redraws in the kernel's message
+handler: it marks the panel stale, and one drawing thread redraws with the controls' newest values until nothing is
+stale (`Panel.request_redraw`), so values that arrive during a redraw replace each other and only the latest is
+drawn. Front ends that drop output sent from other threads get the "sync" drawing mode instead (draw_mode()).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import ipywidgets as W
 import torch
@@ -47,6 +46,7 @@ __all__ = [
     "Panel",
     "draw_mode",
     "dropdown",
+    "memo",
     "metrics_html",
     "outlier_options",
     "percent",
@@ -68,6 +68,7 @@ CSS_DPI = 72  # the panels' size on the page: a figure of w inches is w * 72 CSS
 CLIFF_RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8", "nvfp4")
 
 
+K, V = TypeVar("K"), TypeVar("V")
 TORCH_THREADS = torch.get_num_threads()  # the process's default, as the kernel started
 
 
@@ -86,6 +87,19 @@ def torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+MEMO_LIMIT = 128  # results a panel's cache holds before it starts again (a drag back over them only draws)
+
+
+def memo(cache: dict[K, V], key: K, make: Callable[[], V], limit: int = MEMO_LIMIT) -> V:
+    """cache[key], made by make() the first time; a cache of `limit` entries is emptied before it takes another.
+    Callers that hand the value out copy it (dict(...)) where a reader could change it."""
+    if key not in cache:
+        if len(cache) >= limit:
+            cache.clear()
+        cache[key] = make()
+    return cache[key]
 
 
 def metrics_html(rows: dict[str, str]) -> str:
@@ -124,6 +138,10 @@ class Panel:
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
         self.text = W.HTML()
         self.data: dict = {}
+        # what the last whole drawing drew that draw_in_place moves (its artists, what they show); None until a
+        # whole drawing ends: draw sets it last, and _refresh clears it before the axes are cleared for another,
+        # so a drawing that fails midway leaves nothing to move
+        self._drawn = None
         self._busy = False
         self._figure = None  # (figure, axes), reused: creating axes costs more than clearing them
         self._lock = threading.RLock()  # a background thread (live training) may redraw too
@@ -202,6 +220,7 @@ class Panel:
             if self._figure is not None and self.draw_in_place(self.data):
                 fig = self._figure[0]
             else:
+                self._drawn = None
                 fig, axes = self._axes()
                 self.draw(self.data, axes)
             self.image.value = plots.to_png(fig, keep=True)

@@ -20,6 +20,7 @@ from fp8lab.lab.panels.base import (
     SCALES,
     Panel,
     dropdown,
+    memo,
     metrics_html,
     outlier_options,
     percent,
@@ -79,18 +80,19 @@ class BlockPanel(Panel):
 
     def compute(self, block, fmt, scales, distribution, outliers) -> dict:
         key = (block, fmt, scales, distribution, outliers, self.shape)
-        if key not in self._computed:
-            if len(self._computed) > 64:
-                self._computed.clear()
+
+        def make() -> dict:
             x, idx = sample(distribution, self.shape, outliers, return_outliers=True)
             q = quantize(x, SCALES[scales].scaling(fmt, block))
-            self._computed[key] = {"x": x, "q": q, "report": quantization_report(x, q, idx)}
-        return dict(self._computed[key])
+            return {"x": x, "q": q, "report": quantization_report(x, q, idx)}
+
+        return dict(memo(self._computed, key, make))
 
     def draw(self, data, axes) -> None:
-        plots.scale_heatmap(data["q"], axes[0], colorbar=redraw.kept_colorbar(axes[0]))
+        parts = plots.scale_heatmap_parts(data["q"])
+        plots.scale_heatmap(data["q"], axes[0], colorbar=redraw.kept_colorbar(axes[0]), parts=parts)
         plots.block_error_heatmap(data["x"], data["q"], axes[1], colorbar=redraw.kept_colorbar(axes[1]))
-        self._moving = (self._layout(data["q"], plots.scale_heatmap_parts(data["q"])), [ax.images[0] for ax in axes])
+        self._drawn = (self._layout(data["q"], parts), [ax.images[0] for ax in axes])
 
     @staticmethod
     def _layout(q, parts: dict) -> tuple:
@@ -101,7 +103,7 @@ class BlockPanel(Panel):
         """The same blocks, labels and colour range (an outlier magnitude dragged that keeps them): the two maps'
         cells change, drawn into the same images (scale_heatmap_parts, block_error_grid: what the heatmaps
         draw); the axes and colorbars stay."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         if moving is None:
             return False
         parts = plots.scale_heatmap_parts(data["q"])
@@ -179,14 +181,14 @@ class BlockSweepPanel(Panel):
         plots.overflow_vs_block(data["df"], ax=axes[1])
         n = data["df"]["strategy"].nunique()
         threshold = next(line for line in axes[0].lines if line.get_gid() == "threshold")
-        self._moving = {"fmt": data["fmt"], "axes": axes, "sqnr": axes[0].lines[:n], "threshold": threshold,
+        self._drawn = {"fmt": data["fmt"], "axes": axes, "sqnr": axes[0].lines[:n], "threshold": threshold,
                         "label": axes[0].get_legend().get_texts()[n], "overflow": axes[1].lines[:n]}
 
     def draw_in_place(self, data) -> bool:
         """The same format (the same blocks, strategies and tick labels): the lines' values, the target's line and
         its legend entry move, and the limits follow as metric_vs_block, steady_limits and overflow_vs_block set
         them; the axes, ticks and legend stay."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         if moving is None or moving["fmt"] != data["fmt"]:
             return False
         parts = [part for _, part in data["df"].groupby("strategy", sort=False)]

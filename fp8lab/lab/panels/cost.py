@@ -27,6 +27,7 @@ class CostPanel(Panel):
     this machine's measured times, and published GPU speed-ups with their sources."""
 
     title = "the cost side: is per-tensor cheaper, and where?"
+    _drawn: list | None  # the two left plots' bars: what a drag moves
     width, height, ncols = 4.0, 3.0, 3
     bottom = 1.0  # the recipes' names under the bars, turned upright (tests/test_widgets.py checks legibility)
     keep_axes = True
@@ -40,7 +41,6 @@ class CostPanel(Panel):
         self.size = size(512, 128)
         self._measured = None  # timed once per panel: the controls change nothing that is timed
         self._tables: dict[tuple[int, str], dict] = {}  # compute's tables per (k, parallel): a drag back reuses them
-        self._drawn: list | None = None  # the two left plots' bars: what a drag moves
 
     def compute(self, k, parallel) -> dict:
 
@@ -55,7 +55,7 @@ class CostPanel(Panel):
         return {**kept, "k": k, "parallel": parallel}
 
     @staticmethod
-    def _moving(data) -> tuple[dict, dict, str]:
+    def _values(data) -> tuple[dict, dict, str]:
         """The two left plots' values (bars by recipe) and the middle plot's title: what changes with K."""
         table = data["table"]
         return ((table["element bits"] + table["scale bits/element (x)"]).to_dict(),
@@ -66,9 +66,8 @@ class CostPanel(Panel):
         plots.steady_limits(ax, "y", lo=0.5, hi=max(self.controls["k"].options) / 16)
 
     def draw(self, data, axes) -> None:
-        self._drawn = None
         measured = data["measured"]
-        bits, multiplies, title = self._moving(data)
+        bits, multiplies, title = self._values(data)
         plots.bars(bits, axes[0], ylabel="bits per element of x", title="bits moved (element + scales)")
         plots.bars(multiplies, axes[1], log=True, ylabel="multiplies per output element", title=title)
         self._steady(axes[1])
@@ -81,7 +80,7 @@ class CostPanel(Panel):
         middle one's steady limits and its title set again, as plots.bars and steady_limits draw them."""
         if self._drawn is None:
             return False
-        values = self._moving(data)
+        values = self._values(data)
         if any(list(v) != names for v, (names, _) in zip(values[:2], self._drawn, strict=True)):
             return False
         axes = self._figure[1]

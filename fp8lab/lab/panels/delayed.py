@@ -16,6 +16,7 @@ from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     Panel,
     dropdown,
+    memo,
     metrics_html,
     percent,
     selection_slider,
@@ -56,15 +57,15 @@ class DelayedPanel(Panel):
     def _stream_and_current(self, spike, drift, fmt, margin) -> tuple:
         """(steps[S, 32 * 128], current scaling's QuantizedTensor, each step's amax, each step's SQNR), cached."""
         key = (self.steps, self.seed, spike, drift, fmt, margin)
-        if key not in self._current:
-            if len(self._current) > 64:
-                self._current.clear()
+
+        def make() -> tuple:
             # every step as one row: per-row scaling of the stack is per-tensor scaling of each step
             steps = torch.stack(activation_stream(self.steps, (16, 128), spike_step=self.steps // 4, spike=spike,
                                                   drift=drift, seed=self.seed)).reshape(self.steps, -1)
             current = quantize(steps, fmt, PerRow(), "exact", margin)  # each step's own amax
-            self._current[key] = (steps, current, current.amax.flatten(), row_sqnr(steps, current).tolist())
-        return self._current[key]
+            return steps, current, current.amax.flatten(), row_sqnr(steps, current).tolist()
+
+        return memo(self._current, key, make)
 
     def compute(self, history, algo, spike, drift, fmt, margin) -> dict:
         steps, _, amax, sqnr_current = self._stream_and_current(spike, drift, fmt, margin)
@@ -85,7 +86,7 @@ class DelayedPanel(Panel):
         axes[1].set_ylabel("SQNR (dB)")
         axes[1].set_title("SQNR: current (blue), delayed (orange)")
         self._steady(axes)
-        self._moving = (axes, len(df))
+        self._drawn = (axes, len(df))
 
     @staticmethod
     def _steady(axes) -> None:
@@ -97,7 +98,7 @@ class DelayedPanel(Panel):
     def draw_in_place(self, data) -> bool:
         """Any control: the same steps, lines and legend; the amax, the amax used, the clipped steps and the two
         SQNR curves move, and the limits follow the data as the drawing sets them."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         df = data["df"]
         if moving is None or moving[1] != len(df):
             return False

@@ -134,12 +134,12 @@ class BitsPanel(Panel):
         hi = math.ceil(math.log2(f.max_value)) + 1
         mark = self._mark(data)
         plots.number_line([f], ax, lo=lo, hi=hi, mark=mark)
-        self._moving = (data["fmt"], ax.lines[0], ax.get_legend()) if mark is not None else None
+        self._drawn = (data["fmt"], ax.lines[0], ax.get_legend()) if mark is not None else None
 
     def draw_in_place(self, data) -> bool:
         """The same format, a value marked before and now: the marked value's line and its legend entry move (as
         number_line draws them); the number line and its axes stay."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         mark = self._mark(data)
         if moving is None or mark is None or moving[0] != data["fmt"]:
             return False

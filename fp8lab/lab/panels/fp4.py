@@ -21,7 +21,7 @@ from fp8lab.figures import fp4 as figs
 from fp8lab.figures.plots import PALETTE, block_grid, heatmap
 from fp8lab.gemm import emulated_mm
 from fp8lab.lab import redraw
-from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
+from fp8lab.lab.panels.base import Panel, dropdown, memo, metrics_html, percent, selection_slider
 from fp8lab.lab.panels.weights import weight_copies
 from fp8lab.numerics.formats import E2M1, cast
 from fp8lab.numerics.quantize import quantize
@@ -63,6 +63,7 @@ class TwoDWeightPanel(Panel):
     blocks those are two sets of codes, with c x c blocks one. The map shows where the copies differ; the text what
     it does to dgrad's gradient (the chain rule differentiates the forward's weight, dgrad multiplies by the other)."""
     title = "2-D weight blocks: does dgrad multiply by the weight the forward used?"
+    _drawn: tuple | None  # (image, points, diagonal) of the last drawing: what a drag moves
     ncols, width, height = 2, 4.2, 3.3
     keep_axes = True  # the map's colorbar kept
 
@@ -73,7 +74,6 @@ class TwoDWeightPanel(Panel):
         spots = torch.randperm(self.weight.numel(), generator=g)[:8]  # where the outlier weights go
         self.spots = spots
         self._computed: dict[tuple, dict] = {}  # compute's result per (recipe, blocks, outliers): a drag back reuses it
-        self._drawn: tuple | None = None  # (image, points, diagonal) of the last drawing: what a drag moves
         super().__init__(
             recipe=dropdown([("NVFP4 (E2M1, blocks of 16)", "nvfp4"), ("MXFP8 (E4M3, blocks of 32)", "mxfp8")],
                            "nvfp4", "format"),
@@ -84,9 +84,7 @@ class TwoDWeightPanel(Panel):
 
     def compute(self, recipe, blocks, outliers) -> dict:
         key = (recipe, blocks, outliers)
-        if key not in self._computed:
-            self._computed[key] = self._copies(recipe, blocks, outliers)
-        return self._computed[key]
+        return dict(memo(self._computed, key, lambda: self._copies(recipe, blocks, outliers)))
 
     def _copies(self, recipe, blocks, outliers) -> dict:
         w = self.weight.clone()
@@ -111,7 +109,6 @@ class TwoDWeightPanel(Panel):
                 "a": a, "b": b, "lim": float(max(abs(a).max(), abs(b).max())) * 1.05}
 
     def draw(self, data, axes) -> None:
-        self._drawn = None
         shown = self._shown(data)
         heatmap(axes[0], shown["grid"], "magma_r", "|difference| / max |w|", vmin=0,
                  vmax=0.2, shape=(48, 48), colorbar=redraw.kept_colorbar(axes[0]))
@@ -253,7 +250,7 @@ class HadamardPanel(Panel):
     def draw_in_place(self, data) -> bool:
         """Another block, outlier size or source: the same 16 bars and two sets of points, moved; the limits and
         titles set again (what block_bars draws for these values)."""
-        drawn = getattr(self, "_drawn", None)
+        drawn = self._drawn
         if drawn is None:
             return False
         top, blocks = self._blocks(data)
@@ -291,6 +288,7 @@ class RoundingPanel(Panel):
     """Stochastic rounding against round to nearest, on E2M1: the rounded value's mean over n draws (left), and the
     lesson MLP's weight gradient (fc2's, one batch) in NVFP4, one draw against the mean of n (right)."""
     title = "stochastic rounding: no bias on average; per value, more noise in one step"
+    _drawn: tuple | None  # (the mean's line, its legend entry): what a drag moves
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = True
 
@@ -302,7 +300,6 @@ class RoundingPanel(Panel):
         g = torch.Generator().manual_seed(0)
         draws = cast(self.x.repeat(DRAWS[-1], 1), E2M1, rounding="stochastic", generator=g)  # (draws, x)
         self._sums = draws.double().cumsum(0)
-        self._drawn: tuple | None = None  # (the mean's line, its legend entry): what a drag moves
         super().__init__(draws=selection_slider(DRAWS, 16, "draws averaged"))
 
     def _wgrad(self) -> dict:
@@ -345,7 +342,6 @@ class RoundingPanel(Panel):
                 "bias_sr": bias_sr}
 
     def draw(self, data, axes) -> None:
-        self._drawn = None
         grid = [v for v in E2M1.values().tolist() if v >= 0]
         figs.rounding_means(self.x, data["nearest"], data["sr"], data["draws"], grid, axes[0])
         gemm = data["gemm"]
@@ -411,6 +407,7 @@ class HighPrecisionPanel(Panel):
     their weight-gradient error in NVFP4 and their share of the GEMM work, and the speed-up left (Amdahl, with
     NVFP4's published GEMM speed-up)."""
     title = "layers kept in high precision: which ones, and what they cost"
+    _drawn: tuple | None  # (model, each plot's bars): what a drag recolours
     ncols, width, height = 2, 4.0, 3.4
     bottom = 1.2  # layer names under the bars, upright
     keep_axes = True
@@ -418,7 +415,6 @@ class HighPrecisionPanel(Panel):
     def __init__(self) -> None:
         self._errors: dict[str, dict[str, float]] = {}
         self._costs: dict[tuple[str, float], object] = {}  # layer_costs per (model, share): it builds the model
-        self._drawn: tuple | None = None  # (model, each plot's bars): what a drag recolours
         super().__init__(
             model=dropdown([("lesson MLP (notebook 06)", "mlp"), ("LLM-like transformer (notebook 08)", "llm_like")],
                           "llm_like", "model"),
@@ -448,7 +444,6 @@ class HighPrecisionPanel(Panel):
     COLUMNS = ("error", "share of flops")  # each plot's column of the table
 
     def draw(self, data, axes) -> None:
-        self._drawn = None
         figs.layer_bars(data["df"], "error", axes[0], "wgrad relative error, NVFP4",
                         "weight-gradient error (kept: vermillion)")
         figs.layer_bars(data["df"], "share of flops", axes[1], "share of the GEMM work", "work per step",

@@ -54,13 +54,13 @@ class SumRoundingPanel(Panel):
     nearest and with one stochastic draw, beside each rounding's error per value. Right: a weight updated by one
     value of a gradient block, step by step, the value a share of its block's largest."""
     title = "stochastic rounding: in a GEMM's sum, and over many small updates"
+    _drawn: dict | None  # what the figure shows and the artists a drag moves (draw_in_place)
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = True
 
     def __init__(self) -> None:
         self._sums: dict[str | float, dict] = {}
         self._updates: dict[tuple[float, int], dict] = {}  # small_update per (ratio, steps), made once each
-        self._drawn: dict | None = None  # what the figure shows and the artists a drag moves (draw_in_place)
         super().__init__(
             source=dropdown(list(SUM_SOURCES.items()), "head_first", "values"),
             k=selection_slider(list(KS), 1024, "k marked"),
@@ -94,7 +94,6 @@ class SumRoundingPanel(Panel):
                 f"an update {update['ratio']:g} of its block's largest, each step")
 
     def draw(self, data, axes) -> None:
-        self._drawn = None
         s, u = data["sum"], data["update"]
         figs.sum_error(s["ks"], s["sum"]["nearest"], s["sum"]["stochastic"], s["per_value"], data["k"], axes[0],
                        f"sums of k values in NVFP4 ({percent(s['positive'])} of them positive)")
@@ -178,13 +177,13 @@ class DepthPanel(Panel):
     each layer's dgrad multiplies by a copy of the weight other than the forward's, and the errors add up with
     depth; with c x c blocks the copy is the forward's, at every depth."""
     title = "2-D weight blocks through depth: dgrad against the chain rule"
+    _drawn: tuple[str, object] | None  # (the recipe drawn, its depth mark): what a drag moves
     live_sliders = True
     ncols, width, height = 1, 6.0, 3.2
     keep_axes = True
 
     def __init__(self) -> None:
         self._curves: dict[str, dict] = {}
-        self._drawn: tuple[str, object] | None = None  # (the recipe drawn, its depth mark): what a drag moves
         super().__init__(
             recipe=dropdown([("NVFP4 (E2M1, blocks of 16)", "nvfp4"), ("MXFP8 (E4M3, blocks of 32)", "mxfp8")],
                            "nvfp4", "format"),
@@ -202,7 +201,6 @@ class DepthPanel(Panel):
         return {"one_d": c["1d"], "two_d": c["2d"], "depth": depth, "recipe": recipe}
 
     def draw(self, data, ax) -> None:
-        self._drawn = None
         d = list(range(1, DEPTHS[-1] + 1))
         figs.depth_curves(d, data["one_d"]["drift"], data["two_d"]["drift"], data["depth"], ax,
                           f"{data['recipe']}: a chain of 128 x 128 layers, dy sent back through it")

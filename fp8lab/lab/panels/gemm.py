@@ -22,6 +22,7 @@ from fp8lab.lab.panels.base import (
     OUTLIERS,
     Panel,
     dropdown,
+    memo,
     metrics_html,
     outlier_options,
     percent,
@@ -55,15 +56,15 @@ class GemmOperandsPanel(Panel):
 
     def compute(self, recipe, outliers) -> dict:
         key = (recipe, outliers, self.shape)
-        if key not in self._views:
-            if len(self._views) > 64:
-                self._views.clear()
+
+        def make() -> dict:
             x, idx = sample("normal", self.shape, outliers, seed=0, return_outliers=True)
             r = get_recipe(recipe)
             roles = {role: getattr(r, role).fmt.name.upper() for role in ("input", "weight", "grad_output")}
-            self._views[key] = {"x": x, "outlier_channels": idx.tolist(), "views": operand_losses(x, r, idx),
-                                "recipe": r.name, "formats": roles}
-        return dict(self._views[key])
+            return {"x": x, "outlier_channels": idx.tolist(), "views": operand_losses(x, r, idx), "recipe": r.name,
+                    "formats": roles}
+
+        return dict(memo(self._views, key, make))
 
     @staticmethod
     def _titles(data) -> tuple[str, str]:
@@ -75,13 +76,13 @@ class GemmOperandsPanel(Panel):
         for ax, title, gemm in zip(axes, self._titles(data), ("fprop", "wgrad"), strict=True):
             gemms.flushed_map(data["x"], data["views"][gemm]["values"], ax, title=title,
                               colorbar=redraw.kept_colorbar(ax), outlier_channels=data["outlier_channels"])
-        self._moving = ((self._titles(data), data["outlier_channels"], tuple(data["x"].shape)),
+        self._drawn = ((self._titles(data), data["outlier_channels"], tuple(data["x"].shape)),
                         [ax.images[0] for ax in axes])
 
     def draw_in_place(self, data) -> bool:
         """The same titles, outlier channels and shape (an outlier magnitude dragged): the two maps' cells change,
         drawn into the same images (their colour scale is 0 to 1 whatever the data); the rest stays."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         if moving is None or moving[0] != (self._titles(data), data["outlier_channels"], tuple(data["x"].shape)):
             return False
         for image, gemm in zip(moving[1], ("fprop", "wgrad"), strict=True):
@@ -118,7 +119,8 @@ class GemmPanel(Panel):
         )
         self.m = size(128, 32)
         self._backends: dict[str, str] | None = None
-        self._errors: dict[tuple, dict[str, float]] = {}  # (k, outliers, distribution, weights) -> errors(...)
+        # (k, outliers, distribution, weights) -> (each recipe's error, the outlier channels, the zeroed rows)
+        self._errors: dict[tuple, tuple[dict[str, float], list[int], list[int]]] = {}
 
     def operands(self, k: int, outliers: float, distribution: str, weights: str, seed: int = 0):
         """a[m, k] with outlier channels (drawn with seed 1 + seed), b[k, 64] (seed 2 + seed), b's rows for the
@@ -132,34 +134,40 @@ class GemmPanel(Panel):
     def errors(self, k: int, outliers: float, distribution: str, weights: str, seed: int = 0) -> dict[str, float]:
         """Each recipe's GEMM error ||out - a @ b|| / ||a @ b|| on operands(...) (seed 0: the panel's)."""
         a, b, _, _ = self.operands(k, outliers, distribution, weights, seed)
+        return self.recipe_errors(a, b)
+
+    @staticmethod
+    def recipe_errors(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+        """Each recipe's GEMM error ||matmul(a, b, recipe) - a @ b|| / ||a @ b||, a[m, k] @ b[k, n]."""
         true = a.double() @ b.double()
         return {name: (torch.linalg.norm(matmul(a, b, name, verbose=False).double() - true)
                        / torch.linalg.norm(true)).item() for name in RECIPES}
 
     def compute(self, k, outliers, distribution, weights) -> dict:
-        _, _, idx, zeroed = self.operands(k, outliers, distribution, weights)
         key = (k, outliers, distribution, weights)
-        if key not in self._errors:  # a drag back over a value draws it again, it does not multiply again
-            if len(self._errors) > 128:
-                self._errors.clear()
-            self._errors[key] = self.errors(k, outliers, distribution, weights)
-        errs = dict(self._errors[key])
+
+        def make() -> tuple:  # a drag back over a value draws it again: no sampling, no multiplying
+            a, b, idx, zeroed = self.operands(k, outliers, distribution, weights)
+            return self.recipe_errors(a, b), idx.tolist(), zeroed.tolist()
+
+        errors, idx, zeroed = memo(self._errors, key, make)
+        errs = dict(errors)
         if self._backends is None:  # decided once per machine: no need to ask again on every redraw
             self._backends = {n: resolve_backend(n).reason for n in RECIPES}
-        return {"errors": errs, "backend": self._backends, "zeroed": zeroed.tolist(),
-                "outlier_channels": idx.tolist(), "weights": weights}
+        return {"errors": errs, "backend": self._backends, "zeroed": list(zeroed), "outlier_channels": list(idx),
+                "weights": weights}
 
     def draw(self, data, ax) -> None:
         errs = data["errors"]
         plots.bars(errs, ax, ylabel="relative error (log)", log=True, highlight=max(errs, key=errs.get),
                    title="error of each recipe's GEMM")
         plots.steady_limits(ax, "y")  # whole decades
-        self._moving = (ax, list(ax.patches), tuple(errs))
+        self._drawn = (ax, list(ax.patches), tuple(errs))
 
     def draw_in_place(self, data) -> bool:
         """The same recipes: the bars' heights and which one is highlighted move, the limits follow as the drawing
         sets them (plots.bars, steady_limits); the axes, ticks and labels stay."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         errs = data["errors"]
         if moving is None or moving[2] != tuple(errs):
             return False
@@ -265,7 +273,7 @@ class AccumulationPanel(Panel):
             ax.text(0.03, 0.04, self._settings(data), transform=ax.transAxes, fontsize=8)
             plots.steady_limits(ax, "y", lo=1e-12, hi=10)  # every setting's errors, and room for the legend below
         # what a drag moves: each axes' lines (one per setting, in the frame's order) and its settings' text
-        self._moving = (self._curves_shown(data), [(ax, ax.lines[:len(df["accumulation"].unique())], ax.texts[-1])
+        self._drawn = (self._curves_shown(data), [(ax, ax.lines[:len(df["accumulation"].unique())], ax.texts[-1])
                                                   for ax, df in zip(axes, data["frames"].values(), strict=True)])
 
     @staticmethod
@@ -280,7 +288,7 @@ class AccumulationPanel(Panel):
     def draw_in_place(self, data) -> bool:
         """The same settings shown (promotion on or off as drawn): the curves and the settings' text move, the
         limits follow as the drawing sets them; the axes, ticks, titles and legend stay."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         if moving is None or moving[0] != self._curves_shown(data):
             return False
         for (ax, lines, text), errors in zip(moving[1], data["errors"].values(), strict=True):

@@ -13,7 +13,7 @@ from matplotlib.patches import StepPatch
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures import plots
 from fp8lab.lab import redraw
-from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
+from fp8lab.lab.panels.base import Panel, dropdown, memo, metrics_html, percent, selection_slider
 from fp8lab.numerics.formats import E4M3, E5M2
 from fp8lab.numerics.quantize import quantize
 from fp8lab.settings import smoke
@@ -30,6 +30,7 @@ class GradientPanel(Panel):
     block's scale, against the format's window) and its range over the whole run; in the text, how far apart the
     scales of a 1x128 tiling lie (tokens differ), and every choice's flushed share and SQNR."""
     title = "the gradient side: dy over training, and what E4M3 / E5M2, per tensor / 1x128 keep of it"
+    _drawn: tuple | None  # (the layer drawn, its step mark): what a drag keeps and moves
     ncols, width, height = 2, 4.2, 3.2
     keep_axes = True
 
@@ -38,7 +39,6 @@ class GradientPanel(Panel):
         layers = [(f"{MODEL_NAMES[m]}: {layer}", (m, layer)) for m, rec in self.records.items() for layer in rec.layers]
         self._tables: dict = {}  # per (model, layer, step): what every choice shares (_step)
         self._computed: dict = {}  # compute's result per (layer, when, choice): a drag back reuses it
-        self._drawn: tuple | None = None  # (the layer drawn, its step mark): what a drag keeps and moves
         super().__init__(
             layer=dropdown(layers, ("llm_like", "blocks.0.qkv") if "llm_like" in self.records else layers[0][1],
                           "layer"),
@@ -76,9 +76,7 @@ class GradientPanel(Panel):
         return float(torch.log2(s.max() / s.min())) if s.numel() else 0.0
 
     def compute(self, layer, when, choice) -> dict:
-        if (layer, when, choice) not in self._computed:
-            self._computed[layer, when, choice] = self._seen(layer, when, choice)
-        return self._computed[layer, when, choice]
+        return dict(memo(self._computed, (layer, when, choice), lambda: self._seen(layer, when, choice)))
 
     def _seen(self, layer, when, choice) -> dict:
         model, name = layer
@@ -101,8 +99,7 @@ class GradientPanel(Panel):
         if not self._histogram_in_place(parts, data, ax):
             if not cleared:
                 redraw.clear_data(ax)
-            plots.histogram_log2(data["seen"], fmt=data["q"].fmt, scale=1.0, ax=ax, xlim=self.HISTOGRAM_X,
-                                 title=self._histogram_title(data))
+            plots.histogram_log2(data["seen"], ax=ax, title=self._histogram_title(data), parts=parts)
             stairs = next(p for p in ax.patches if isinstance(p, StepPatch))
             self._histogram_drawn = (stairs, parts["spans"], parts["xlim"], parts["edges"])
 
@@ -119,17 +116,10 @@ class GradientPanel(Panel):
         if drawn is None or drawn[1:3] != (parts["spans"], parts["xlim"]) or not np.array_equal(drawn[3],
                                                                                                  parts["edges"]):
             return False
-        drawn[0].set_data(parts["counts"])
-        # the y data limits a new drawing gives (ax.relim's, without its walk over the outline's segments): the
-        # stairs' outline, counts and baseline (the spans give x only, and x stays)
-        y = drawn[0].get_path().vertices[:, 1]
-        ax.dataLim.intervaly = (y.min(), y.max())
-        plots.steady_limits(ax, "y", lo=0.5)
-        ax.set_title(self._histogram_title(data))
+        plots.move_histogram_log2(ax, drawn[0], parts, title=self._histogram_title(data))
         return True
 
     def draw(self, data, axes) -> None:
-        self._drawn = None
         self._histogram_drawn = None
         self._histogram(data, axes[0], cleared=True)
         figs.dy_range(data["ranges"], data["layer"], data["step"], {"E4M3": E4M3.dynamic_range_binades,

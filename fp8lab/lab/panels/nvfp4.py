@@ -113,13 +113,13 @@ class Nvfp4ScalesPanel(Panel):
                                    axes[1], mark=data["outliers"], title="blocks without an outlier channel")
         steps = [p for p in axes[0].patches if isinstance(p, StepPatch)]  # the two histograms, in counts' order
         mark = next(line for line in axes[1].lines if line.get_gid() == "mark")
-        self._moving = (steps, mark)
+        self._drawn = (steps, mark)
 
     def draw_in_place(self, data) -> bool:
         """Another magnitude: the histograms' counts and the marked magnitude move; the axes (their limits fixed
         over every magnitude), the curves and the E4M3 range stay, as nvfp4_block_scales and
         shares_vs_magnitude draw them."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         if moving is None:
             return False
         steps, mark = moving

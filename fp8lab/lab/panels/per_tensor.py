@@ -22,6 +22,7 @@ from fp8lab.lab.panels.base import (
     RULES,
     Panel,
     dropdown,
+    memo,
     metrics_html,
     outlier_options,
     percent,
@@ -70,28 +71,28 @@ class PerTensorPanel(Panel):
 
     def compute(self, distribution, outliers, placement, fmt, rule, margin, normalize) -> dict:
         key = (distribution, outliers, placement, normalize, self.shape)
-        if key not in self._samples:  # a drag of the margin (or back over a value) draws no new sample
-            if len(self._samples) > 64:
-                self._samples.clear()
+
+        def make() -> tuple:  # a drag of the margin (or back over a value) draws no new sample
             x, idx = sample(distribution, self.shape, outliers, return_outliers=True, placement=placement)
             if normalize:  # the tensor the cast sees, outlier channels included: x[:, c] / amax_c (the factors go to
                 # the next layer's weights' columns, as SmoothQuant folds them, or are an input feature's
                 # normalization)
                 x = x / x.abs().amax(0).clamp(min=torch.finfo(torch.float32).tiny)
-            self._samples[key] = (x, idx)
-        x, idx = self._samples[key]
+            return x, idx
+
+        x, idx = memo(self._samples, key, make)
         q = quantize(x, fmt, PerTensor(), rule, margin)
         return {"x": x, "q": q, "outlier_channels": idx, "report": quantization_report(x, q, idx), "margin": margin,
                 "normalized": normalize, "placement": placement}
 
     def draw(self, data, ax) -> None:
         plots.histogram_log2(data["x"], data["q"], ax=ax, xlim=self.XLIM)
-        self._moving = (ax, data["q"].fmt.name, ax.patches[:4], ax.patches[4])  # the 4 shaded spans, the histogram
+        self._drawn = (ax, data["q"].fmt.name, ax.patches[:4], ax.patches[4])  # the 4 shaded spans, the histogram
 
     def draw_in_place(self, data) -> bool:
         """The same format (the same legend): the shaded window, the histogram, the x range and the title move,
         the count axis follows as histogram_log2 sets it (histogram_log2_parts: the same numbers)."""
-        moving = getattr(self, "_moving", None)
+        moving = self._drawn
         if moving is None or moving[1] != data["q"].fmt.name:
             return False
         ax, _, spans, stairs = moving
@@ -99,14 +100,8 @@ class PerTensorPanel(Panel):
         for span, (x0, x1, *_) in zip(spans, parts["spans"], strict=True):
             span.set_x(x0)
             span.set_width(x1 - x0)
-        stairs.set_data(parts["counts"], parts["edges"])
         ax.set_xlim(*parts["xlim"])
-        # the y data limits a new drawing gets from its histogram (the spans leave y alone): from the baseline 0.5
-        # to the largest count (ax.relim() gives the same, walking every step of the histogram's outline)
-        ax.dataLim.intervaly = (0.5, float(parts["counts"].max()))
-        ax.dataLim.minposy = 0.5
-        plots.steady_limits(ax, "y", lo=0.5)
-        ax.set_title(parts["title"])
+        plots.move_histogram_log2(ax, stairs, parts)
         return True
 
     def describe(self, data) -> str:

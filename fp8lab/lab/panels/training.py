@@ -190,7 +190,7 @@ class TrainingCliffPanel(Panel):
     def __init__(self) -> None:
         self.tables = {placement: cliff_rows(placement) for _, placement in PLACEMENT_OPTIONS}  # the shipped runs
         self.table = self.tables["channels"]
-        self._mark, self._drawn = None, ()  # the marked point's line and what else its drawing shows (draw)
+        self._mark = None  # the marked point's line (draw); _drawn: what else its drawing shows
         # the shipped tables do not change: their means over seeds and seed 0's runs, once per placement
         self.means, self.seed0s = {}, {}
         for placement, table in self.tables.items():

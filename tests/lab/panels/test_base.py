@@ -12,6 +12,7 @@ import pytest
 import fp8lab.lab.panels.base as base
 from fp8lab.lab.panels import PANELS, AccumulationPanel, PerTensorPanel, TrainingPanel
 from tests.lab import test_widgets as widgets
+from tests.lab.drawings import whole_drawings
 
 
 @pytest.fixture
@@ -190,3 +191,37 @@ def test_a_drag_on_a_loaded_machine_never_queues_stale_frames(monkeypatch):
     fresh = PerTensorPanel()
     fresh.update(outliers=path[-1])
     assert fresh.text.value == panel.text.value and fresh.image.value == panel.image.value
+
+
+def test_a_drawing_that_fails_midway_leaves_nothing_for_a_drag_to_move():
+    """A whole drawing that raises (a ValueError, explained in the text) after the axes were cleared: the next
+    change draws whole again, never moves the artists of the drawing before, which are off the axes."""
+    panel = PerTensorPanel()
+    panel.refresh()
+    assert panel._drawn is not None
+    panel.draw_in_place = lambda data: False  # this change is drawn whole ...
+
+    def fails(data, axes):  # ... and the drawing fails after the axes were cleared
+        raise ValueError("a drawing that fails")
+
+    panel.draw = fails
+    outliers = [v for _, v in panel.controls["outliers"].options]
+    panel.update(outliers=outliers[-1])
+    assert "Not possible" in panel.text.value and panel._drawn is None
+    del panel.draw_in_place, panel.draw
+    whole = whole_drawings(panel)
+    panel.update(outliers=outliers[-2])
+    assert whole == [1]
+
+
+def test_memo_makes_a_value_once_and_starts_again_at_its_limit():
+    cache, made = {}, []
+
+    def make(k):
+        return lambda: made.append(k) or 10 * k
+
+    assert base.memo(cache, 1, make(1), limit=2) == 10 and base.memo(cache, 1, make(1), limit=2) == 10
+    assert made == [1]
+    base.memo(cache, 2, make(2), limit=2)
+    assert base.memo(cache, 3, make(3), limit=2) == 30
+    assert made == [1, 2, 3] and cache == {3: 30}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fp8lab.lab.panels.blocks import BlockPanel, BlockSweepPanel, activation_shape, block_table
+from tests.lab.drawings import whole_drawings
 
 
 def test_the_block_table_scale_costs_by_hand_and_blocks_beat_one_scale():
@@ -41,17 +42,10 @@ def test_the_sweep_names_the_cheapest_block_that_reaches_the_target():
     assert unreachable["cheapest"] is None
 
 
-def _whole_drawings(panel) -> list:
-    """The values of each whole drawing the panel makes from now on (a redraw in place is not one)."""
-    calls = []
-    panel.draw = lambda data, axes, draw=panel.draw: (calls.append(panel.values()), draw(data, axes))[1]
-    return calls
-
-
 def test_a_drag_of_the_target_moves_its_line_and_legend_in_place_and_another_format_draws_anew():
     panel = BlockSweepPanel()
     panel.refresh()
-    whole = _whole_drawings(panel)
+    whole = whole_drawings(panel)
     panel.update(threshold=44)
     assert whole == []
     ax = panel._figure[1][0]

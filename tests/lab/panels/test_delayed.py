@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fp8lab.lab.panels.delayed import DelayedPanel
+from tests.lab.drawings import whole_drawings
 
 
 def _run(**kw):
@@ -36,8 +37,7 @@ def test_the_description_counts_the_steps_that_clipped():
 def test_every_control_redraws_in_place_with_the_new_curves():
     panel = DelayedPanel()
     panel.refresh()
-    whole = []
-    panel.draw = lambda data, axes, draw=panel.draw: (whole.append(1), draw(data, axes))[1]
+    whole = whole_drawings(panel)
     for control, value in (("history", 1), ("spike", 1e4), ("fmt", "e5m2"), ("margin", 2)):
         df = panel.update(**{control: value})["df"]
         amax, delayed = panel._figure[1][0], panel._figure[1][1]

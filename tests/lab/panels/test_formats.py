@@ -8,6 +8,7 @@ import math
 import torch
 
 from fp8lab.lab.panels.formats import BitsPanel, NumberLinePanel
+from tests.lab.drawings import whole_drawings
 
 
 def test_a_code_decodes_as_torch_reads_it_with_its_formula():
@@ -40,8 +41,7 @@ def test_the_number_line_counts_each_formats_values_in_the_window():
 def test_a_typed_value_moves_the_marked_line_in_place_and_another_format_draws_anew():
     panel = BitsPanel()
     panel.refresh()
-    whole = []
-    panel.draw = lambda data, ax, draw=panel.draw: (whole.append(1), draw(data, ax))[1]
+    whole = whole_drawings(panel)
     panel.update(value=3.0)
     ax = panel._figure[1]
     assert list(ax.lines[0].get_xdata()) == [math.log2(3.0)] * 2

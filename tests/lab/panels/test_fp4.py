@@ -3,6 +3,7 @@ swept in the widget tests)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fp8lab.lab.panels.fp4 import PartsPanel, RoundingPanel, TwoDWeightPanel
@@ -25,20 +26,33 @@ def test_the_checkboxes_name_the_run_and_its_change_is_each_seed_against_its_bf1
 
 
 def test_a_drag_moves_the_artists_drawn():
-    """Two-D weights: the map's image, the points and the diagonal are the ones drawn, holding the new values;
-    rounding: the mean's line and its legend entry say the new number of draws."""
+    """Two-D weights: the map's image, the points and the diagonal are the ones drawn, holding what a fresh drawing
+    shows; rounding: the mean's line holds the new mean and its legend entry says the new number of draws."""
     panel = TwoDWeightPanel()
     panel.update(outliers=1.0)
     left, right = panel._figure[1]
     drawn = (list(left.images), list(right.collections), list(right.lines))
+    first_lim = right.get_xlim()
     panel.update(outliers=100.0)
     assert (list(left.images), list(right.collections), list(right.lines)) == drawn
-    assert right.get_xlim()[1] == -right.get_xlim()[0] > 0 and right.get_ylim() == right.get_xlim()
-    assert len(right.collections[0].get_offsets()) == 4000
+    fresh = TwoDWeightPanel()
+    fresh.update(outliers=100.0)
+    f_left, f_right = fresh._figure[1]
+    assert np.array_equal(left.images[0].get_array(), f_left.images[0].get_array())
+    assert left.get_title() == f_left.get_title()
+    assert np.array_equal(right.collections[0].get_offsets(), f_right.collections[0].get_offsets())
+    assert np.array_equal(right.lines[0].get_xydata(), f_right.lines[0].get_xydata())
+    assert right.get_xlim() == f_right.get_xlim() != first_lim and right.get_ylim() == f_right.get_ylim()
     rounding = RoundingPanel()
     rounding.update(draws=4)
     ax = rounding._figure[1][0]
     lines = list(ax.lines)
-    rounding.update(draws=256)
+    data = rounding.update(draws=256)
     assert list(ax.lines) == lines
+    line = next(line for line in ax.lines if line.get_gid() == "stochastic")
+    assert np.array_equal(line.get_ydata(), data["sr"].double().numpy())
+    assert not np.array_equal(line.get_ydata(), rounding.compute(draws=4)["sr"].double().numpy())
     assert "stochastic, mean of 256 draws" in [t.get_text() for t in ax.get_legend().get_texts()]
+    fresh_rounding = RoundingPanel()
+    fresh_rounding.update(draws=256)
+    assert ax.get_ylim() == fresh_rounding._figure[1][0].get_ylim()

@@ -8,6 +8,7 @@ from matplotlib.colors import to_rgba
 from fp8lab.figures import plots
 from fp8lab.lab.panels.gemm import GemmOperandsPanel, GemmPanel
 from fp8lab.training.operands import operand_losses
+from tests.lab.drawings import whole_drawings
 
 
 def test_the_operands_panel_shows_what_each_gemm_keeps_of_x():
@@ -31,17 +32,10 @@ def test_sinks_meeting_zero_weight_rows_break_one_scale_not_blocks():
     assert clean["tensorwise"] < 0.1 and clean["blockwise"] < 0.1
 
 
-def _whole_drawings(panel) -> list:
-    """One entry per whole drawing the panel makes from now on (a redraw in place is not one)."""
-    calls = []
-    panel.draw = lambda data, axes, draw=panel.draw: (calls.append(1), draw(data, axes))[1]
-    return calls
-
-
 def test_the_gemm_bars_move_in_place_highlighting_the_largest_error():
     panel = GemmPanel()
     panel.refresh()
-    whole = _whole_drawings(panel)
+    whole = whole_drawings(panel)
     errors = panel.update(outliers=1e5)["errors"]
     bars = panel._figure[1].patches
     assert [b.get_height() for b in bars] == list(errors.values())
@@ -54,7 +48,7 @@ def test_the_gemm_bars_move_in_place_highlighting_the_largest_error():
 def test_the_operand_maps_change_in_place_while_the_outliers_move():
     panel = GemmOperandsPanel()
     panel.refresh()
-    whole = _whole_drawings(panel)
+    whole = whole_drawings(panel)
     panel.update(outliers=1e7)
     images = [ax.images[0].get_array() for ax in panel._figure[1]]
     fresh = GemmOperandsPanel()
@@ -71,7 +65,7 @@ def test_the_accumulation_curves_move_in_place_until_promotion_is_switched_off()
 
     panel = AccumulationPanel()
     panel.refresh()
-    whole = _whole_drawings(panel)
+    whole = whole_drawings(panel)
     data = panel.update(bits=12)
     for ax, df in zip(panel._figure[1], data["frames"].values(), strict=True):
         shown = [line.get_ydata().tolist() for line in ax.lines[:3]]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fp8lab.lab.panels.per_tensor import PerTensorPanel
+from tests.lab.drawings import whole_drawings
 
 
 def _compute(panel, **kw):
@@ -43,8 +44,7 @@ def test_outliers_flush_the_ordinary_channels_and_dividing_by_each_channels_amax
 def test_a_drag_moves_the_histogram_and_window_in_place_and_another_format_draws_anew():
     panel = PerTensorPanel()
     panel.refresh()
-    whole = []
-    panel.draw = lambda data, ax, draw=panel.draw: (whole.append(1), draw(data, ax))[1]
+    whole = whole_drawings(panel)
     d = panel.update(outliers=1e4)
     ax = panel._figure[1]
     hi = math.log2(d["q"].fmt.max_value * float(d["q"].scale))
