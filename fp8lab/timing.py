@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import datetime
 import platform
+import statistics
 import time
 from collections.abc import Callable
+
+import torch
 
 __all__ = ["REFERENCE_SIZE", "cpu_name", "machine_line", "print_table", "reference_speed", "time_interleaved",
            "timed"]
@@ -84,8 +87,6 @@ def cpu_name() -> str:
 def machine_line(*extra: str) -> str:
     """Where a measurement was taken: date, CPU, torch's threads, GPU, torch version, then `extra`
     (the callers add whether fp8lab's CPU kernels were on: fp8lab.numerics.kernels.state_label())."""
-    import torch
-
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     return ", ".join([datetime.date.today().isoformat(), cpu_name(), f"{torch.get_num_threads()} threads", gpu,
                       f"torch {torch.__version__}", *extra])
@@ -97,10 +98,6 @@ def reference_speed(size: int = REFERENCE_SIZE, repeats: int = 3, bf16_budget_s:
     one thread where that differs (a panel redraws with one). bf16 is timed where a call is cheap: a CPU without
     bf16 matrix units takes a minute at 2048^3, so a 256^3 call is timed first and bf16 is left out when that
     call, scaled to size^3, would take over `bf16_budget_s` seconds."""
-    import statistics
-
-    import torch
-
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
     threads = torch.get_num_threads()

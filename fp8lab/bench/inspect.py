@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import torch
+from torch import nn
 
 from fp8lab.bench.table import print_table
 from fp8lab.training.readiness import inspect
@@ -17,10 +19,6 @@ def bench_inspect(size: int | None = None, rounds: int | None = None) -> list[di
 
     The models: 25 blocks of 4 linears (q/k/v-style fused in, out, MLP up and down) of width
     `size` (default 64 and 128), 64 tokens, the five DEFAULT_RECIPES; median of `rounds`."""
-    import time
-
-    from torch import nn
-
     widths = (size,) if size else (64, 128)
     rounds = rounds or 5
     rows = []

@@ -73,10 +73,17 @@ def _stats(times: list[float]) -> tuple[float, float, float]:
     return statistics.median(ordered) * 1e3, p95 * 1e3, ordered[-1] * 1e3
 
 
-def _timed_changes(panel, plan: dict[str, list], defaults: dict) -> tuple[list[float], list[float]]:
-    """(wall seconds, this thread's CPU seconds) per change: each control of `plan` from the default state, its
-    values one after another."""
-    wall, cpu = [], []
+def _part_medians(parts: list[dict]) -> dict[str, float]:
+    """The median CPU ms of each part of a redraw (Panel.cpu_parts) over the changes that drew ("-" where none did)."""
+    drew = [p for p in parts if p]
+    return {f"{name} ms": statistics.median(p[name] for p in drew) * 1e3 if drew else "-"
+            for name in ("compute", "draw", "render")}
+
+
+def _timed_changes(panel, plan: dict[str, list], defaults: dict) -> tuple[list[float], list[float], list[dict]]:
+    """(wall seconds, this thread's CPU seconds, the redraw's CPU parts: Panel.cpu_parts) per change: each control
+    of `plan` from the default state, its values one after another."""
+    wall, cpu, parts = [], [], []
     for control, values in plan.items():
         if panel.values() != defaults:
             panel.update(**defaults)  # untimed: back to the state the notebook shows first
@@ -85,7 +92,8 @@ def _timed_changes(panel, plan: dict[str, list], defaults: dict) -> tuple[list[f
             panel.update(**{control: value})
             wall.append(time.perf_counter() - t0)
             cpu.append(time.thread_time() - c0)
-    return wall, cpu
+            parts.append(panel.cpu_parts)
+    return wall, cpu, parts
 
 
 def bench_widgets(rounds: int | None = None, panels: tuple[str, ...] | None = None) -> list[dict]:
@@ -106,15 +114,19 @@ def bench_widgets(rounds: int | None = None, panels: tuple[str, ...] | None = No
         click_times: list[float] = []
         drag_cpu: list[float] = []
         click_cpu: list[float] = []
+        drag_parts: list[dict] = []
+        click_parts: list[dict] = []
         for _ in range(rounds or 2):
             panel = make()
             panel.refresh()
             defaults = panel.values()
             drags, clicks = changes(panel)
-            for plan, times, cpu in ((drags, drag_times, drag_cpu), (clicks, click_times, click_cpu)):
-                wall_s, cpu_s = _timed_changes(panel, plan, defaults)
+            for plan, times, cpu, parts in ((drags, drag_times, drag_cpu, drag_parts),
+                                            (clicks, click_times, click_cpu, click_parts)):
+                wall_s, cpu_s, parts_s = _timed_changes(panel, plan, defaults)
                 times += wall_s
                 cpu += cpu_s
+                parts += parts_s
         judged = drag_times or click_times
         median, p95, worst = _stats(judged)
         cpu_median, cpu_p95, _ = _stats(drag_cpu or click_cpu)
@@ -123,7 +135,7 @@ def bench_widgets(rounds: int | None = None, panels: tuple[str, ...] | None = No
         row = {"panel": name, "live": "yes" if live else "no (release/button)",
                "changes": f"drag {', '.join(drags)}" if drag_times else "clicks", "updates": len(judged),
                "median ms": median, "p95 ms": p95, "max ms": worst, "cpu median ms": cpu_median, "cpu p95 ms": cpu_p95,
-               "live target": target}
+               **_part_medians(drag_parts if drag_times else click_parts), "live target": target}
         if drag_times and click_times:
             c_median, c_p95, _ = _stats(click_times)
             row.update({"clicks": len(click_times), "clicks median ms": c_median, "clicks p95 ms": c_p95})
@@ -132,5 +144,7 @@ def bench_widgets(rounds: int | None = None, panels: tuple[str, ...] | None = No
                 f"sliders dragged across and back, other controls clicked ({rounds or 2} rounds, a new panel each)",
                 rows, f"live target: median <= {LIVE_MEDIAN_MS:g} ms and p95 <= {LIVE_P95_MS:g} ms per change "
                 f"(judged on the drags; clicks where a live panel has no slider); a redraw runs with one torch thread; "
-                f"cpu: the redraw's own CPU time (time.thread_time), what it costs whatever else the machine runs")
+                f"cpu: the redraw's own CPU time (time.thread_time), what it costs whatever else the machine runs; "
+                f"compute / draw / render: its parts' CPU medians (Panel.cpu_parts: the data, the artists, Agg's "
+                f"drawing with the PNG)")
     return rows

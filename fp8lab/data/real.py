@@ -15,6 +15,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from fp8lab.extras import require
@@ -112,8 +113,6 @@ def load_digits() -> tuple[torch.Tensor, torch.Tensor]:
 
     Read straight from the CSV that scikit-learn installs (what sklearn.datasets.load_digits
     reads; tests/test_realdata.py checks they are equal), without importing scikit-learn."""
-    import numpy as np
-
     with gzip.open(_digits_file(), "rt") as f:
         data = np.loadtxt(f, delimiter=",", dtype=np.float32)  # (1797, 65): 64 pixels, then the label
     return torch.from_numpy(data[:, :-1].copy()), torch.from_numpy(data[:, -1].astype(np.int64))

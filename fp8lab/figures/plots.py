@@ -19,6 +19,7 @@ import numpy as np
 import seaborn as sns
 import torch
 from matplotlib.collections import LineCollection
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from fp8lab.figures.axes import PIXEL_RATIO, figure, log_axis, magnitude, steady_limits, to_png, use_theme
@@ -527,8 +528,6 @@ def monitor_lines(monitor, metric: str = "underflow", ax=None, gemm: str = "fpro
 
 def runs_legend(ax, colors: dict, layers=()) -> None:
     """One legend beside `ax` for a figure of runs (colours) and layers (line styles)."""
-    from matplotlib.lines import Line2D
-
     handles = [Line2D([], [], color=c, lw=2, label=run) for run, c in colors.items()]
     handles += [Line2D([], [], color="black", ls=LAYER_STYLES[j % 4], lw=1.2, label=layer)
                 for j, layer in enumerate(layers)]

@@ -22,8 +22,10 @@ import threading
 import zlib
 from contextlib import contextmanager
 
+import matplotlib as mpl
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
+from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
 
 __all__ = ["PNG_BAND_ROWS", "PRIVATE_APIS", "GlyphCacheCanvas", "LayeredCanvas", "encode_png", "glyph_cache_stats",
@@ -249,8 +251,6 @@ def _grid_on(axis) -> bool:
     """Whether the axis draws grid lines (inside the axes, where the data is). Without them an
     axis draws outside the axes only (ticks point out in the theme), so an image under it (a
     heatmap, zorder 0) may be drawn after it: the pixels are the same."""
-    import matplotlib as mpl
-
     kw = _tick_kw(axis)
     if "gridOn" in kw:
         return bool(kw["gridOn"])
@@ -505,8 +505,6 @@ def status() -> dict[str, tuple[bool, str]]:
 
 
 def _probe_figure():
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(3.0, 1.6), dpi=100)
     axes = fig.subplots(1, 2)
     for i, ax in enumerate(axes):

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from fp8lab.gemm.emulation import k_blocks
 from fp8lab.numerics.formats import E2M1, E4M3, E5M2, E8M0, e8m0_codes
@@ -306,8 +307,6 @@ def prepare_real_mm(a_q: QuantizedTensor, b_q: QuantizedTensor, plan: KernelPlan
     column-major [K, N] the kernels want (transposed views are copied into that layout).
     M and N are zero-padded to multiples of 16 and K to plan.k_multiple; padded rows get
     scale 1 (zero codes contribute nothing whatever their scale)."""
-    import torch.nn.functional as F
-
     if use_fast_accum:
         check_fast_accum(plan.kind)
     if plan.kind == B1X16 and {a_q.tensor_scale is not None, b_q.tensor_scale is not None} != {plan.two_level}:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import ipywidgets as W
+import torch
 
 from fp8lab.data.synthetic import sample
 from fp8lab.figures.plots import magnitude
@@ -262,8 +263,6 @@ def _dy(seed: int):
 
 
 def _p09_dy() -> tuple[str, str]:
-    import torch
-
     dy, t = _dy(0)
     option, _ = _binned(t.loc["E4M3 per-tensor", "flushed"], DY_EDGES, DY_OPTIONS)
     a = dy.abs()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.functional import _canonical_mask, _mha_shape_check, _none_or_dtype
 
 from fp8lab.gemm import GemmBackend
 from fp8lab.numerics.recipes import Recipe, RoundingDraws
@@ -79,8 +80,6 @@ def attention_forward(mha: nn.MultiheadAttention, query: Tensor, key: Tensor, va
     path), with each in-projection GEMM computed by `project` and out_proj called as a module (its
     hooks run, and an FP8 out_proj computes in FP8). Same arguments and results as
     nn.MultiheadAttention.forward; with the default `project` (F.linear) equal to it bit for bit."""
-    from torch.nn.functional import _canonical_mask, _mha_shape_check, _none_or_dtype
-
     is_batched = query.dim() == 3
     key_padding_mask = _canonical_mask(mask=key_padding_mask, mask_name="key_padding_mask",
                                        other_type=_none_or_dtype(attn_mask), other_name="attn_mask",

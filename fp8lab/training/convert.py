@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import html
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import torch
 from torch import nn
 
 from fp8lab.extras import require
@@ -151,8 +153,6 @@ class ConversionReport:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        import html
-
         return "<pre style='white-space:pre-wrap'>" + html.escape(str(self)) + "</pre>"
 
 
@@ -402,14 +402,11 @@ def _convert_torchao(model: nn.Module, sites: list[Site], plan: dict, report: Co
         raise ValueError("engine='torchao' converts a model with one recipe: overrides may keep sites in high "
                          "precision (None) but not give them other recipes; use engine='fp8lab' for that")
     require("torchao", "convert(engine='torchao')")
-    import torch
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     config = Float8LinearConfig.from_recipe_name(name)
     if not torch.cuda.is_available():
-        import dataclasses
-
-        config = dataclasses.replace(config, emulate=True)  # no FP8 kernels: torchao's emulation
+        config = replace(config, emulate=True)  # no FP8 kernels: torchao's emulation
     chosen: dict[int, str] = {}
     for site in sites:
         m = site.module

@@ -11,7 +11,9 @@ Notebook 08 introduces it.
 
 from __future__ import annotations
 
+import html
 import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -302,8 +304,6 @@ class ReadinessReport:
         return f"ReadinessReport\n{self.summary()}"
 
     def _repr_html_(self) -> str:
-        import html
-
         return "<pre style='white-space:pre-wrap'>" + html.escape(self.summary()) + "</pre>"
 
 
@@ -344,8 +344,6 @@ def inspect(
     loss would make every gradient NaN and blame FP8 for it) and a call under torch.inference_mode()
     (which allows no backward pass). Returns a ReadinessReport.
     """
-    import time
-
     import pandas as pd
 
     t0 = time.perf_counter()

@@ -14,6 +14,7 @@ import math
 import os
 import queue
 import re
+import socket
 import subprocess
 import tempfile
 import threading
@@ -42,8 +43,6 @@ def worker_env() -> dict[str, str]:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now (the rendezvous port)."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -73,6 +73,7 @@ def test_the_benchmark_times_each_change_of_the_drag_in_order_and_judges_the_liv
     assert row["changes"] == "drag draws" and row["updates"] == len(path) == 10
     assert 0 < row["median ms"] <= row["p95 ms"] <= row["max ms"]
     assert 0 < row["cpu median ms"] <= row["cpu p95 ms"]
+    assert row["render ms"] > 0 and all(row[f"{part} ms"] >= 0 for part in ("compute", "draw"))
     met = row["median ms"] <= LIVE_MEDIAN_MS and row["p95 ms"] <= LIVE_P95_MS
     assert row["live target"] == ("met" if met else "missed")
     out = capsys.readouterr().out

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from fp8lab.data.synthetic import sample
 from fp8lab.gemm import KernelUnavailable, plan_gemm, quantize_operands
 from fp8lab.harness.answers.base import Answer, lab_panel
@@ -22,8 +24,6 @@ __all__ = ['ANSWERS']
 
 
 def _q00_real() -> Answer:
-    import torch
-
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(128, 256, generator=g), torch.randn(256, 128, generator=g)
 
@@ -117,8 +117,6 @@ def _q01_binades() -> Answer:
 
 
 def _q01_rounding() -> Answer:
-    import torch
-
     a, b = (float(v) for v in cast(torch.tensor([1.0625, 1.1875]), E4M3))
     return Answer(
         "01_fp8_formats",

@@ -5,6 +5,8 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 
 from __future__ import annotations
 
+import torch
+
 from fp8lab.gemm.accumulation import AccumulatorModel, accumulation_operands, deepseek_check, operand_rounding_error
 from fp8lab.gemm.emulation import emulated_mm
 from fp8lab.harness.answers.base import Answer, decibels, lab_panel
@@ -77,8 +79,6 @@ def _q05_gemm() -> Answer:
 def _worst_element(distribution: str) -> tuple[float, float]:
     """At K=4096, 14 bits, no promotion: |exact| of the output element with the largest relative error, and the
     median |exact| of the 8x8 output (the operands the accumulation panel draws)."""
-    import torch
-
     a_q, b_q, exact = accumulation_operands(4096, distribution, 8)
     got = emulated_mm(a_q, b_q, emulation="reference", accumulation=AccumulatorModel(13, 32, None)).double()
     worst = ((got - exact).abs() / exact.abs()).argmax()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+import torch
+
 from fp8lab.harness.answers.base import Answer, decibels
 from fp8lab.lab.predictions import percent, token_spans
 from fp8lab.training import capstone
@@ -77,8 +79,6 @@ def _q07_gather() -> Answer:
 
 @functools.cache
 def _llm_report(batch_seed: int = 0):
-    import torch
-
     llm = capstone.make_case("llm_like")
     x, y = llm.batch(torch.Generator().manual_seed(batch_seed))
     return inspect(llm.make_model(), x, llm.loss_fn(y), progress=False)

@@ -6,6 +6,8 @@ Public: ANSWERS (this part's answer functions, in notebook order).
 from __future__ import annotations
 
 import itertools
+import math
+import warnings
 
 from fp8lab.data.synthetic import sample
 from fp8lab.harness.answers.base import Answer, decibels, lab_panel
@@ -211,9 +213,6 @@ def _q03_delayed() -> Answer:
 
 
 def _q03_loop() -> Answer:
-    import math
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # (the NaN's warning: the notebook shows it)
         df = history_in_a_loop()

@@ -138,6 +138,9 @@ class Panel:
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
         self.text = W.HTML()
         self.data: dict = {}
+        # the last redraw's CPU seconds (this thread's): compute, draw (the artists, in place or whole), render (Agg's
+        # drawing, the PNG and the text); bench widgets reports them
+        self.cpu_parts: dict[str, float] = {}
         # what the last whole drawing drew that draw_in_place moves (its artists, what they show); None until a
         # whole drawing ends: draw sets it last, and _refresh clears it before the axes are cleared for another,
         # so a drawing that fails midway leaves nothing to move
@@ -215,16 +218,22 @@ class Panel:
     def _refresh(self) -> dict:
         values = self.values()
         self.drawn_values = values  # what the plot and text show (checked against the controls after a drag)
+        self.cpu_parts = {}
         try:
+            began = time.thread_time()
             self.data = self.compute(**values)
+            computed = time.thread_time()
             if self._figure is not None and self.draw_in_place(self.data):
                 fig = self._figure[0]
             else:
                 self._drawn = None
                 fig, axes = self._axes()
                 self.draw(self.data, axes)
+            drawn = time.thread_time()
             self.image.value = plots.to_png(fig, keep=True)
             self.text.value = self.describe(self.data)
+            self.cpu_parts = {"compute": computed - began, "draw": drawn - computed,
+                              "render": time.thread_time() - drawn}
         except ValueError as err:  # bad combinations are explained, never raised into the notebook
             self.data = {"error": str(err)}
             self.text.value = f"<span style='color:#d55e00'><b>Not possible:</b> {html.escape(str(err))}</span>"

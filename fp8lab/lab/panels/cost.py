@@ -13,6 +13,7 @@ from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
     Panel,
     dropdown,
+    memo,
     selection_slider,
 )
 from fp8lab.settings import size
@@ -40,19 +41,21 @@ class CostPanel(Panel):
         self.tokens = 4096  # M: rows of x in the GEMM x[M, K] @ w[K, K]^T
         self.size = size(512, 128)
         self._measured = None  # timed once per panel: the controls change nothing that is timed
-        self._tables: dict[tuple[int, str], dict] = {}  # compute's tables per (k, parallel): a drag back reuses them
+        # compute's tables per (k, parallel, the times' id): a drag back reuses them
+        self._tables: dict[tuple[int, str, int], dict] = {}
 
     def compute(self, k, parallel) -> dict:
-
         if self._measured is None:
             self._measured = cost.measure(size=self.size, rounds=3)
-        kept = self._tables.get((k, parallel))
-        if kept is None or kept["measured"] is not self._measured:
+
+        def make() -> dict:
             table = cost.cost_table(k=k, m=self.tokens, parallel=parallel)
             comparison = cost.per_tensor_vs_block(table, self._measured)
-            kept = self._tables[k, parallel] = {"table": table, "measured": self._measured, "comparison": comparison,
-                                                "answer": cost.answer(comparison)}
-        return {**kept, "k": k, "parallel": parallel}
+            return {"table": table, "measured": self._measured, "comparison": comparison,
+                    "answer": cost.answer(comparison)}
+
+        # keyed by the times too (id: the kept tables hold them, so no other object takes their id while kept)
+        return {**memo(self._tables, (k, parallel, id(self._measured)), make), "k": k, "parallel": parallel}
 
     @staticmethod
     def _values(data) -> tuple[dict, dict, str]:

@@ -32,13 +32,11 @@ class ExportPanel(Panel):
     height = 0.6
 
     def __init__(self) -> None:
-
         super().__init__(recipe=dropdown([*RECIPES, "rowwise_with_gw_hp"], "mxfp8", "recipe"),
                          target=dropdown(TARGETS, "torchao", "target"))
         self._line = None  # the one line of text drawn: what another choice rewrites in place
 
     def compute(self, recipe, target) -> dict:
-
         e = export(recipe, target)
         return {"recipe": e.recipe, "target": e.target, "available": e.available, "text": e.text,
                 "differences": e.differences, "source": e.source}

@@ -204,9 +204,7 @@ class HadamardPanel(Panel):
         return x[:64, :256] if source == "sinks_fprop" else x.t()[:64, :128].contiguous()
 
     def compute(self, source, outlier, block) -> dict:
-        if (source, outlier) not in self._tensors:
-            self._tensors[source, outlier] = self._whole(source, outlier)
-        whole = self._tensors[source, outlier]
+        whole = memo(self._tensors, (source, outlier), lambda: self._whole(source, outlier))
         sl = slice(16 * block, 16 * block + 16)
         return {"before": whole["t"][0, sl], "kept_before": whole["q0"][0, sl], "after": whole["rotated"][0, sl],
                 "kept_after": whole["q1"][0, sl], **whole["numbers"], "block": block, "source": source}

@@ -16,7 +16,7 @@ import torch
 
 from fp8lab.figures import fp4_parts as figs
 from fp8lab.lab import redraw
-from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent, selection_slider
+from fp8lab.lab.panels.base import Panel, dropdown, memo, metrics_html, percent, selection_slider
 from fp8lab.settings import smoke
 from fp8lab.training.fp4_effects import (
     depth_drift,
@@ -70,22 +70,22 @@ class SumRoundingPanel(Panel):
 
     def _sum(self, source: str | float) -> dict:
         """source: "head_first", "head_last", or the share of positive synthetic values."""
-        if source not in self._sums:
+        def make() -> dict:
             if isinstance(source, float):
                 values = signed_values(64, KS[-1], source)
             else:  # wgrad's layout: dy^T[classes, tokens], each class's sum over the tokens
                 values = _head_dy("first" if source == "head_first" else "last").t().contiguous()
-            self._sums[source] = sum_rounding(values, [k for k in KS if k <= values.shape[1]])
-        return self._sums[source]
+            return sum_rounding(values, [k for k in KS if k <= values.shape[1]])
+
+        return memo(self._sums, source, make)
 
     def compute(self, source, k, ratio, steps) -> dict:
         s = self._sum(source)
         mark = min(s["ks"], key=lambda x: abs(x - k))
         at = s["ks"].index(mark)
-        if (ratio, steps) not in self._updates:
-            self._updates[ratio, steps] = small_update(ratio, steps)
+        update = memo(self._updates, (ratio, steps), lambda: small_update(ratio, steps))
         return {"sum": s, "k": mark, "at": {r: s["sum"][r][at] for r in ("nearest", "stochastic")},
-                "update": self._updates[ratio, steps], "threshold": flush_threshold(), "source": source}
+                "update": update, "threshold": flush_threshold(), "source": source}
 
     @staticmethod
     def _path(update: dict) -> tuple[list, str]:
@@ -153,9 +153,7 @@ class HadamardContrastPanel(Panel):
 
     def compute(self, layer, when) -> dict:
         step = self.record.at[when]
-        if (layer, step) not in self._tables:
-            self._tables[layer, step] = hadamard_contrast(self.record.snapshots[step, layer])
-        t = self._tables[layer, step]
+        t = memo(self._tables, (layer, step), lambda: hadamard_contrast(self.record.snapshots[step, layer]))
         return {"table": t, "layer": layer, "step": step}
 
     def draw(self, data, ax) -> None:
@@ -191,10 +189,9 @@ class DepthPanel(Panel):
         )
 
     def _both(self, recipe: str) -> dict:
-        if recipe not in self._curves:
-            self._curves[recipe] = {"1d": depth_drift(DEPTHS[-1], two_d=False, recipe=recipe, width=128),
-                                    "2d": depth_drift(DEPTHS[-1], two_d=True, recipe=recipe, width=128)}
-        return self._curves[recipe]
+        return memo(self._curves, recipe, lambda: {
+            "1d": depth_drift(DEPTHS[-1], two_d=False, recipe=recipe, width=128),
+            "2d": depth_drift(DEPTHS[-1], two_d=True, recipe=recipe, width=128)})
 
     def compute(self, recipe, depth) -> dict:
         c = self._both(recipe)

@@ -8,6 +8,7 @@ notebook 08's LLM-like model), the statistics from its dy_choice_table, the plot
 from __future__ import annotations
 
 import numpy as np
+import torch
 from matplotlib.patches import StepPatch
 
 from fp8lab.figures import fp4 as figs
@@ -54,24 +55,20 @@ class GradientPanel(Panel):
 
     def _step(self, model: str, name: str, step: int) -> dict:
         """What every choice shares at one layer and step: the table, the 1x128 tiles' scales, the span; made once."""
-        import torch
 
-
-        key = (model, name, step)
-        if key not in self._tables:
+        def make() -> dict:
             dy = self.records[model].snapshots[step, name]
             a = dy.abs()
             rows = torch.linspace(0, dy.shape[0] - 1, min(self.SAMPLE_ROWS, dy.shape[0])).round().long()
-            self._tables[key] = {"dy": dy, "table": dy_choice_table(dy), "rows": rows,
-                                 "tiles": self._tile_span(quantize(dy, "e4m3", "1x128")),
-                                 "span": float(torch.log2(a.max() / a[a > 0].min())) if bool((a > 0).any()) else 0.0}
-        return self._tables[key]
+            return {"dy": dy, "table": dy_choice_table(dy), "rows": rows,
+                    "tiles": self._tile_span(quantize(dy, "e4m3", "1x128")),
+                    "span": float(torch.log2(a.max() / a[a > 0].min())) if bool((a > 0).any()) else 0.0}
+
+        return memo(self._tables, (model, name, step), make)
 
     @staticmethod
     def _tile_span(q) -> float:
         """How many binades a 1x128 tiling's scales span (one per token per 128 channels; all-zero tiles aside)."""
-        import torch
-
         s = q.scale[q.amax > 0]
         return float(torch.log2(s.max() / s.min())) if s.numel() else 0.0
 

@@ -26,7 +26,6 @@ class MismatchPanel(Panel):
     keep_axes = False  # redrawn only when the recipe list changes: the axes are cleared whole
 
     def __init__(self) -> None:
-
         super().__init__(
             recipes=W.SelectMultiple(options=list(MISMATCH_RUNS), value=list(MISMATCH_RUNS), description="recipes",
                                      rows=3),
@@ -35,7 +34,6 @@ class MismatchPanel(Panel):
         self._losses = None  # the shipped runs' losses, with the constant predictor's: read once
 
     def compute(self, recipes) -> dict:
-
         if not recipes:
             raise ValueError(f"pick at least one recipe; valid: {', '.join(MISMATCH_RUNS)}")
         if self._flush is None:

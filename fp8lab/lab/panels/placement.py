@@ -36,7 +36,6 @@ class PlacementPanel(Panel):
     live_sliders = False  # a new ratio quantizes fc2's input anew: it redraws when the slider is released
 
     def __init__(self) -> None:
-
         super().__init__(
             placement=dropdown([(WHERE[p].split(" (")[0], p) for p in PLACEMENTS], "channels", "sinks in"),
             ratio=selection_slider([(f"{magnitude(r)}x", r) for r in RATIOS], 1e5, "sinks / median"),
@@ -51,7 +50,6 @@ class PlacementPanel(Panel):
         return self._cache[placement, ratio]
 
     def compute(self, placement, ratio) -> dict:
-
         return {"df": self.table(placement, ratio), "placement": placement, "ratio": ratio, "sinks": sinks_for(ratio)}
 
     def draw(self, data, axes) -> None:

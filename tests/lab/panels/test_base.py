@@ -225,3 +225,18 @@ def test_memo_makes_a_value_once_and_starts_again_at_its_limit():
     base.memo(cache, 2, make(2), limit=2)
     assert base.memo(cache, 3, make(3), limit=2) == 30
     assert made == [1, 2, 3] and cache == {3: 30}
+
+
+def test_a_redraw_says_what_its_parts_cost_and_a_failed_one_says_nothing():
+    """cpu_parts: the CPU seconds of compute, draw and render, which add up to at most the redraw's own; a redraw
+    that ends in an explained error measures no parts (bench widgets leaves it out of its medians)."""
+    panel = PerTensorPanel()
+    began = base.time.thread_time()
+    panel.refresh()
+    whole = base.time.thread_time() - began
+    parts = panel.cpu_parts
+    assert set(parts) == {"compute", "draw", "render"} and all(v >= 0 for v in parts.values())
+    assert parts["render"] > 0 and sum(parts.values()) <= whole
+    panel.compute = lambda **values: (_ for _ in ()).throw(ValueError("no such combination"))
+    panel.refresh()
+    assert "Not possible" in panel.text.value and panel.cpu_parts == {}
