@@ -73,7 +73,7 @@ def _stats(times: list[float]) -> tuple[float, float, float]:
     return statistics.median(ordered) * 1e3, p95 * 1e3, ordered[-1] * 1e3
 
 
-def _part_medians(parts: list[dict]) -> dict[str, float]:
+def _part_medians(parts: list[dict]) -> dict[str, float | str]:
     """The median CPU ms of each part of a redraw (Panel.cpu_parts) over the changes that drew ("-" where none did)."""
     drew = [p for p in parts if p]
     return {f"{name} ms": statistics.median(p[name] for p in drew) * 1e3 if drew else "-"

@@ -41,8 +41,7 @@ class CostPanel(Panel):
         self.tokens = 4096  # M: rows of x in the GEMM x[M, K] @ w[K, K]^T
         self.size = size(512, 128)
         self._measured = None  # timed once per panel: the controls change nothing that is timed
-        # compute's tables per (k, parallel, the times' id): a drag back reuses them
-        self._tables: dict[tuple[int, str, int], dict] = {}
+        self._tables: dict[tuple[int, str], dict] = {}  # compute's tables per (k, parallel): a drag back reuses them
 
     def compute(self, k, parallel) -> dict:
         if self._measured is None:
@@ -54,8 +53,7 @@ class CostPanel(Panel):
             return {"table": table, "measured": self._measured, "comparison": comparison,
                     "answer": cost.answer(comparison)}
 
-        # keyed by the times too (id: the kept tables hold them, so no other object takes their id while kept)
-        return {**memo(self._tables, (k, parallel, id(self._measured)), make), "k": k, "parallel": parallel}
+        return {**memo(self._tables, (k, parallel), make), "k": k, "parallel": parallel}
 
     @staticmethod
     def _values(data) -> tuple[dict, dict, str]:
