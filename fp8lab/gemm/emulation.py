@@ -211,6 +211,9 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
     sa, wa = k_blocks(a_q)  # (M, KBa), block width along K
     sb, wb = k_blocks(b_q)  # (N, KBb)
     seg = _segments(k, wa, wb)
+    if _exact_partials(a_q, b_q, seg) and kernels.enabled(a, b, sa, sb):  # the loop below in one call
+        starts = torch.arange(0, k, seg)
+        return scale_output(kernels.segment_mm(a, b, sa.t()[starts // wa], sb.t()[starts // wb], seg), a_q, b_q)
     out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
     scale_ = _scale_outer_for(out, sa, sb)  # (either twin: the same bits)
     sa_k, sb_k = sa.t().contiguous(), sb.t().contiguous()  # (KBa, M), (KBb, N): each K block's scales in a row
@@ -218,6 +221,15 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
         part = a[:, start : start + seg] @ b[:, start : start + seg].t()  # (M, N), fp32 sums
         scale_(out, sa_k[start // wa], sb_k[start // wb], part)  # out += part * (sa[m] * sb[n])
     return scale_output(out, a_q, b_q)
+
+
+def _exact_partials(a_q: QuantizedTensor, b_q: QuantizedTensor, seg: int) -> bool:
+    """Whether every partial sum of a segment is exact in float32 whatever the order of its additions: the
+    values are multiples of each format's smallest step, so every sum of seg products is a multiple of their
+    product, at most seg * max * max; exact while that is within 2^24 steps (E2M1: 16 * 36 / (1/4) = 2304).
+    Then kernels.segment_mm, which adds them in its own order, gives the loop's bits."""
+    fa, fb = a_q.fmt, b_q.fmt
+    return seg * fa.max_value * fb.max_value <= 2.0**24 * fa.min_subnormal * fb.min_subnormal
 
 
 def scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:

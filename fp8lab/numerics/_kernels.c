@@ -712,6 +712,68 @@ FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, const float
     return OK;
 }
 
+/* The emulated GEMM's definition (gemm/emulation.py's loop over K segments) where every partial sum is exact
+   (E2M1 operands: each partial sum a multiple of 1/4 far below 2^24 / 4, whatever the order of its additions):
+     out[m, n] = sum over the segments s, in order from out = +0, of part(m, n, s) * (sa[s, m] * sb[s, n])
+     part(m, n, s) = sum over k in s of a[m, k] * bt[k, n]           (s: seg columns of K, the last one shorter)
+   the factor, then the product, then the sum each rounded to float32 on their own, as the loop's scale_outer_
+   forms them. a[M, K], bt[N / COLS, K, COLS] (b in panels of COLS columns, each transposed: the partial sums run
+   along n in vectors), sa[S, M], sb[S, N]
+   (each segment's scales), S = ceil(K / seg); M a multiple of SEGMENT_ROWS and N of SEGMENT_COLS (the caller
+   pads with zeros): each tile of ROWS x COLS outputs is summed in registers, the rows sharing each row of bt. */
+#define SEGMENT_ROWS 6
+/* a * b + c where every result is exact (the partial sums below): fused or not, the same number */
+#ifdef __FMA__
+#define EXACT_MADD(a, b, c) fmaf((a), (b), (c))
+#else
+#define EXACT_MADD(a, b, c) ((c) + (a) * (b))
+#endif
+#define SEGMENT_COLS 64
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+#define WIDE_VECTORS __attribute__((target("prefer-vector-width=512")))  /* GCC keeps to 256 bits unless asked */
+#else
+#define WIDE_VECTORS
+#endif
+WIDE_VECTORS FP8LAB_API int fp8lab_segment_mm(const float *a, const float *bt, int64_t M, int64_t N, int64_t K, int64_t seg,
+                                 const float *sa, const float *sb, float *out) {
+    if (a == NULL || bt == NULL || sa == NULL || sb == NULL || out == NULL || M < 0 || N < 0 || K < 1 || seg < 1 ||
+        M % SEGMENT_ROWS || N % SEGMENT_COLS)
+        return BAD_SHAPE;
+    int64_t S = (K + seg - 1) / seg, tiles = (M / SEGMENT_ROWS) * (N / SEGMENT_COLS);
+#ifdef _OPENMP
+#pragma omp parallel for if (threads_for(M * N * S, tiles) > 1) num_threads(threads_for(M * N * S, tiles))
+#endif
+    for (int64_t tile = 0; tile < tiles; tile++) {
+        /* the tiles of one panel of columns one after another: its K x COLS values of b stay in the cache */
+        int64_t m0 = tile % (M / SEGMENT_ROWS) * SEGMENT_ROWS, n0 = tile / (M / SEGMENT_ROWS) * SEGMENT_COLS;
+        const float *panel = bt + n0 * K;
+        float sum[SEGMENT_ROWS][SEGMENT_COLS] = {{0.0f}};
+        for (int64_t s = 0; s < S; s++) {
+            float part[SEGMENT_ROWS][SEGMENT_COLS] = {{0.0f}};
+            int64_t k1 = (s + 1) * seg < K ? (s + 1) * seg : K;
+            for (int64_t k = s * seg; k < k1; k++) {
+                const float *brow = panel + k * SEGMENT_COLS;
+                for (int r = 0; r < SEGMENT_ROWS; r++) {
+                    float av = a[(m0 + r) * K + k];
+                    for (int n = 0; n < SEGMENT_COLS; n++) part[r][n] = EXACT_MADD(av, brow[n], part[r][n]);
+                }
+            }
+            const float *bs = sb + s * N + n0;
+            for (int r = 0; r < SEGMENT_ROWS; r++) {
+                float am = sa[s * M + m0 + r];
+                for (int n = 0; n < SEGMENT_COLS; n++) {
+                    float factor = am * bs[n];
+                    float product = part[r][n] * factor;
+                    sum[r][n] = sum[r][n] + product;
+                }
+            }
+        }
+        for (int r = 0; r < SEGMENT_ROWS; r++)
+            for (int n = 0; n < SEGMENT_COLS; n++) out[(m0 + r) * N + n0 + n] = sum[r][n];
+    }
+    return OK;
+}
+
 /* out[i] = table[codes[i]]: one-byte codes to float32 by a table of their 256 values (formats.widen's) */
 FP8LAB_API void fp8lab_widen(const uint8_t *codes, int64_t n, const float *table, float *out) {
 #ifdef _OPENMP

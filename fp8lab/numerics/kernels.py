@@ -6,6 +6,7 @@ status() -> (bool, reason), quantize(x2d, block, parameters(args), amax) (quanti
 code in one call), the twins amax_per_block, scale_from_amax and cast (the torch definitions'
 signatures, by the kernels), scale_outer_(out, a, b, part) (per-row scales of both operands applied to a
 GEMM's output, or to one K segment's partial sums added to it: the emulated GEMM's definition),
+segment_mm(a, b, sa, sb, seg) (that definition's whole loop in one call, where every partial sum is exact),
 hadamard(transform, x) (RandomHadamard.apply's twin), widen_codes(data) where widens(data) (formats.widen's
 twin), opaque_to_compile (how each entry point meets
 torch.compile), keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
@@ -40,6 +41,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from fp8lab.numerics import kernels_build
 from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_format, widen
@@ -62,6 +64,7 @@ __all__ = [
     "quantize",
     "scale_from_amax",
     "scale_outer_",
+    "segment_mm",
     "state_label",
     "status",
 ]
@@ -170,6 +173,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fp8lab_scale_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
         "fp8lab_hadamard": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_float, _p], ctypes.c_int),
         "fp8lab_widen": ([_p, ctypes.c_int64, _p, _p], None),
+        "fp8lab_segment_mm": ([_p, _p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _p, _p, _p],
+                              ctypes.c_int),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
@@ -472,6 +477,42 @@ def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, part: torc
     _load()[0].fp8lab_scale_outer(out.data_ptr(), None if part is None else part.data_ptr(), out.shape[0],
                                   out.shape[1], a.data_ptr(), b.data_ptr())
     return out
+
+
+_SEGMENT_TILE = (6, 64)  # segment_mm's tiles of outputs, rows x columns: _kernels.c's SEGMENT_ROWS, SEGMENT_COLS
+
+
+@opaque_to_compile
+def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, seg: int) -> torch.Tensor:
+    """The emulated GEMM's definition in one call, where every partial sum is exact: out[M, N] float32, the sum
+    over K segments of seg columns, in order from 0, of (a[:, s] @ b[:, s].T) * (sa[s, :, None] * sb[s, None, :]),
+    each product and sum rounded to float32 as the loop in fp8lab.gemm.emulation forms them with scale_outer_.
+    a[M, K] and b[N, K] float32 values, sa[S, M] and sb[S, N] each segment's scales, S = ceil(K / seg). The
+    kernel adds each partial sum's products in its own order: the caller passes operands whose partial sums
+    are exact in float32 whatever the order (E2M1 values), so the bits are the loop's. Each tile of outputs
+    is one thread's (the same bits for any number of threads); without OpenMP it runs on the calling thread."""
+    a, b = _readable(a, "a"), _readable(b, "b")
+    sa, sb = _readable(sa, "sa"), _readable(sb, "sb")
+    m, k = a.shape if a.dim() == 2 else (0, 0)
+    n = b.shape[0] if b.dim() == 2 else 0
+    segments = -(-k // seg) if seg >= 1 else 0
+    if not (a.dim() == 2 and b.dim() == 2 and b.shape[1] == k and k >= 1 and seg >= 1
+            and tuple(sa.shape) == (segments, m) and tuple(sb.shape) == (segments, n)):
+        raise ValueError(f"segment_mm takes a[M, K], b[N, K], sa[S, M], sb[S, N] with S = ceil(K / seg), seg >= 1: "
+                         f"got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(sa.shape)}, {tuple(sb.shape)}, seg {seg}")
+    # the kernel's tiles: rows in sixes, columns in 64s (zeros added: their sums are exact, their outputs cut off)
+    rows, cols = -(-m // _SEGMENT_TILE[0]) * _SEGMENT_TILE[0], -(-n // _SEGMENT_TILE[1]) * _SEGMENT_TILE[1]
+    a, sa = F.pad(a, (0, 0, 0, rows - m)) if rows > m else a, F.pad(sa, (0, rows - m)) if rows > m else sa
+    b, sb = F.pad(b, (0, 0, 0, cols - n)), F.pad(sb, (0, cols - n))
+    # b in panels of 64 columns, each transposed, (N / 64, K, 64): the sums run along n
+    panels = b.reshape(cols // _SEGMENT_TILE[1], _SEGMENT_TILE[1], k).transpose(1, 2).contiguous()
+    out = torch.empty(rows, cols)
+    _torch_threads_here()
+    code = _load()[0].fp8lab_segment_mm(a.data_ptr(), panels.data_ptr(), rows, cols, k, seg, sa.data_ptr(),
+                                        sb.data_ptr(), out.data_ptr())
+    if code < 0:
+        raise RuntimeError(f"fp8lab kernel fp8lab_segment_mm refused the call: {_REFUSED.get(code, code)}")
+    return out[:m, :n] if (rows, cols) != (m, n) else out
 
 
 _BYTE_CODES = (torch.float8_e4m3fn, torch.float8_e5m2)

@@ -88,6 +88,17 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
         kernels.scale_outer_(torch.ones(4, 3), torch.ones(5), torch.ones(3))
     with pytest.raises(ValueError, match=r"part None or \[M, N\]: got \(4, 3\), 4, 3, \(3, 4\)"):
         kernels.scale_outer_(torch.ones(4, 3), torch.ones(4), torch.ones(3), torch.ones(3, 4))
+    with pytest.raises(ValueError, match=r"S = ceil\(K / seg\).*got \(4, 32\), \(3, 32\), \(1, 4\), \(2, 3\), seg 16"):
+        kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 32), torch.ones(1, 4), torch.ones(2, 3), 16)
+    with pytest.raises(ValueError, match="seg 0"):
+        kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 32), torch.ones(1, 4), torch.ones(1, 3), 0)
+    with pytest.raises(ValueError, match=r"got \(4, 32\), \(3, 31\)"):
+        kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 31), torch.ones(2, 4), torch.ones(2, 3), 16)
+    # the C side refuses what its tiles cannot take (rows not in sixes, columns not in 64s), whatever Python passes
+    out = torch.empty(4, 64)
+    assert kernels._load()[0].fp8lab_segment_mm(torch.ones(4, 16).data_ptr(), torch.ones(16, 64).data_ptr(), 4, 64,
+                                                16, 16, torch.ones(4).data_ptr(), torch.ones(64).data_ptr(),
+                                                out.data_ptr()) == -2
 
 
 # ---- 2: QuantizedTensor checks what it is built from ------------------------------------------------------------

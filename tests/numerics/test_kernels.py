@@ -167,6 +167,43 @@ def test_the_reference_gemms_segments_match_with_and_without_kernels(recipe):
         assert float(quantize(a, sa).scale.min()) == 0.0 and emulated_mm(quantize(a, sa), quantize(b, sb)).equal(got)
 
 
+def test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits():
+    """Where every partial sum is exact (E2M1 operands), emulation="reference" runs the whole loop over K segments
+    in one kernel call (segment_mm): the loop's bits, over shapes the kernel's tiles of 6 x 64 outputs do not
+    divide, K that the segments do not divide, blocks of different widths, per-tensor and per-row scales beside
+    blocks, zero block scales (a sink) and tensor scales; and it did run (a spy counts its calls)."""
+    g = torch.Generator().manual_seed(5)
+    cases = [((96, 320), (80, 320), PerBlock(1, 16), PerBlock(16, 16)), ((7, 40), (65, 40), PerBlock(1, 16),
+             PerBlock(1, 32)), ((130, 1000), (70, 1000), PerBlock(1, 16), PerTensor()), ((1, 16), (1, 16),
+             PerBlock(1, 16), PerBlock(1, 16)), ((200, 24), (129, 24), PerBlock(1, 16), PerRow()),
+             ((64, 512), (300, 512), PerBlock(1, 32), PerBlock(1, 16))]
+    calls = []
+    spy = lambda *args: calls.append(1) or segment_mm(*args)  # noqa: E731
+    segment_mm = kernels.segment_mm
+    for (m, k), (n, _), ga, gb in cases:
+        a = torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-8, 8, (m, 1), generator=g).float())
+        b = -torch.randn(n, k, generator=g)
+        a[:, min(7, k - 1)] = 1e6  # ordinary blocks' E4M3 scales 0 beside the sink
+        qa = quantize(a, E2M1, ga, scale_fmt=E4M3, two_level=True)
+        qb = quantize(b, E2M1, gb, scale_fmt=E4M3, two_level=True)
+        kernels.segment_mm = spy
+        try:
+            got = emulated_mm(qa, qb, emulation="reference")
+        finally:
+            kernels.segment_mm = segment_mm
+        with kernels.disabled():
+            want = emulated_mm(qa, qb, emulation="reference")
+        assert same_bits(got, want), (m, n, k, ga, gb)
+    assert len(calls) == len(cases)
+    # E4M3 operands' partial sums are not exact: they keep the loop
+    kernels.segment_mm = spy
+    try:
+        emulated_mm(quantize(a, E4M3, PerBlock(1, 32)), quantize(b, E4M3, PerBlock(1, 16)), emulation="reference")
+    finally:
+        kernels.segment_mm = segment_mm
+    assert len(calls) == len(cases)
+
+
 def test_matmul_of_transposed_weights_matches_with_and_without_kernels():
     """b[K, N] is quantized down its columns and used as a transposed view: the torch code folds its
     scales in that layout too, as the kernel writes them (a GEMM's summation order follows the layout:
@@ -342,6 +379,13 @@ def test_the_portable_build_without_openmp_or_native_code_gives_the_same_bits(tm
             native = quantize(x, granularity=granularity, **kw)
             monkeypatch.setattr(kernels, "_load", lambda: (portable, "portable build"))
             assert same_bits(got.data, native.data) and same_bits(got.values(), native.values()), (shape, kw)
+    # the reference GEMM's exact segments in one call (segment_mm): plain multiply-adds here, no FMA or 512-bit vectors
+    g = torch.Generator().manual_seed(6)
+    qa = quantize(torch.randn(130, 200, generator=g), E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True)
+    qb = quantize(torch.randn(70, 200, generator=g), E2M1, PerBlock(1, 32), scale_fmt=E4M3, two_level=True)
+    got = emulated_mm(qa, qb, emulation="reference")
+    monkeypatch.setattr(kernels, "_load", lambda: ours)
+    assert same_bits(got, emulated_mm(qa, qb, emulation="reference"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
