@@ -717,10 +717,11 @@ FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, const float
      out[m, n] = sum over the segments s, in order from out = +0, of part(m, n, s) * (sa[s, m] * sb[s, n])
      part(m, n, s) = sum over k in s of a[m, k] * bt[k, n]           (s: seg columns of K, the last one shorter)
    the factor, then the product, then the sum each rounded to float32 on their own, as the loop's scale_outer_
-   forms them. a[M, K], bt[N / COLS, K, COLS] (b in panels of COLS columns, each transposed: the partial sums run
-   along n in vectors), sa[S, M], sb[S, N]
-   (each segment's scales), S = ceil(K / seg); M a multiple of SEGMENT_ROWS and N of SEGMENT_COLS (the caller
-   pads with zeros): each tile of ROWS x COLS outputs is summed in registers, the rows sharing each row of bt. */
+   forms them. a[M, K]; bt[NP / COLS, K, COLS]: b in panels of COLS columns, each transposed (the partial sums run
+   along n in vectors), NP = N rounded up to COLS with zero columns; sa[S, M], sb[S, NP] each segment's scales,
+   S = ceil(K / seg); out[M, N]. Each tile of ROWS x COLS outputs is summed in registers, its rows sharing each
+   row of bt. A tile's segment whose factors are all zero adds nothing: skipped (the same bits, the partial sums
+   being finite). */
 #define SEGMENT_ROWS 6
 /* a * b + c where every result is exact (the partial sums below): fused or not, the same number */
 #ifdef __FMA__
@@ -734,33 +735,51 @@ FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, const float
 #else
 #define WIDE_VECTORS
 #endif
-WIDE_VECTORS FP8LAB_API int fp8lab_segment_mm(const float *a, const float *bt, int64_t M, int64_t N, int64_t K, int64_t seg,
-                                 const float *sa, const float *sb, float *out) {
-    if (a == NULL || bt == NULL || sa == NULL || sb == NULL || out == NULL || M < 0 || N < 0 || K < 1 || seg < 1 ||
-        M % SEGMENT_ROWS || N % SEGMENT_COLS)
+/* whether every factor x[i] * y[j] is 0 or -0: all of x zero, all of y finite (a block of zero scales, as NVFP4's
+   tensor scale leaves the ordinary blocks beside a sink far above them) */
+static int zero_factors(const float *x, int64_t nx, const float *y, int64_t ny) {
+    for (int64_t i = 0; i < nx; i++)
+        if (x[i] != 0.0f) return 0;
+    for (int64_t j = 0; j < ny; j++)
+        if (!isfinite(y[j])) return 0;
+    return 1;
+}
+
+WIDE_VECTORS FP8LAB_API int fp8lab_segment_mm(const float *a, const float *bt, int64_t M, int64_t N, int64_t K,
+                                              int64_t seg, const float *sa, const float *sb, float *out) {
+    if (a == NULL || bt == NULL || sa == NULL || sb == NULL || out == NULL || M < 0 || N < 0 || K < 1 || seg < 1)
         return BAD_SHAPE;
-    int64_t S = (K + seg - 1) / seg, tiles = (M / SEGMENT_ROWS) * (N / SEGMENT_COLS);
+    int64_t S = (K + seg - 1) / seg, NP = (N + SEGMENT_COLS - 1) / SEGMENT_COLS * SEGMENT_COLS;
+    int64_t row_tiles = (M + SEGMENT_ROWS - 1) / SEGMENT_ROWS, tiles = row_tiles * (NP / SEGMENT_COLS);
 #ifdef _OPENMP
 #pragma omp parallel for if (threads_for(M * N * S, tiles) > 1) num_threads(threads_for(M * N * S, tiles))
 #endif
     for (int64_t tile = 0; tile < tiles; tile++) {
         /* the tiles of one panel of columns one after another: its K x COLS values of b stay in the cache */
-        int64_t m0 = tile % (M / SEGMENT_ROWS) * SEGMENT_ROWS, n0 = tile / (M / SEGMENT_ROWS) * SEGMENT_COLS;
-        const float *panel = bt + n0 * K;
+        int64_t m0 = tile % row_tiles * SEGMENT_ROWS, n0 = tile / row_tiles * SEGMENT_COLS;
+        int64_t rows = M - m0 < SEGMENT_ROWS ? M - m0 : SEGMENT_ROWS, cols = N - n0 < SEGMENT_COLS ? N - n0 : SEGMENT_COLS;
+        const float *panel = bt + n0 * K, *arow[SEGMENT_ROWS];
+        int64_t row[SEGMENT_ROWS];  /* the last tile's missing rows repeat its last row: computed, never written */
+        for (int r = 0; r < SEGMENT_ROWS; r++) {
+            row[r] = m0 + (r < rows ? r : rows - 1);
+            arow[r] = a + row[r] * K;
+        }
         float sum[SEGMENT_ROWS][SEGMENT_COLS] = {{0.0f}};
         for (int64_t s = 0; s < S; s++) {
+            const float *as = sa + s * M, *bs = sb + s * NP + n0;
+            if (zero_factors(as + m0, rows, bs, SEGMENT_COLS) || zero_factors(bs, SEGMENT_COLS, as + m0, rows))
+                continue; /* every product 0 or -0, and sum + 0 or -0 is sum (which is never -0) */
             float part[SEGMENT_ROWS][SEGMENT_COLS] = {{0.0f}};
             int64_t k1 = (s + 1) * seg < K ? (s + 1) * seg : K;
             for (int64_t k = s * seg; k < k1; k++) {
                 const float *brow = panel + k * SEGMENT_COLS;
                 for (int r = 0; r < SEGMENT_ROWS; r++) {
-                    float av = a[(m0 + r) * K + k];
+                    float av = arow[r][k];
                     for (int n = 0; n < SEGMENT_COLS; n++) part[r][n] = EXACT_MADD(av, brow[n], part[r][n]);
                 }
             }
-            const float *bs = sb + s * N + n0;
             for (int r = 0; r < SEGMENT_ROWS; r++) {
-                float am = sa[s * M + m0 + r];
+                float am = as[row[r]];
                 for (int n = 0; n < SEGMENT_COLS; n++) {
                     float factor = am * bs[n];
                     float product = part[r][n] * factor;
@@ -768,8 +787,8 @@ WIDE_VECTORS FP8LAB_API int fp8lab_segment_mm(const float *a, const float *bt, i
                 }
             }
         }
-        for (int r = 0; r < SEGMENT_ROWS; r++)
-            for (int n = 0; n < SEGMENT_COLS; n++) out[(m0 + r) * N + n0 + n] = sum[r][n];
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t n = 0; n < cols; n++) out[(m0 + r) * N + n0 + n] = sum[r][n];
     }
     return OK;
 }

@@ -479,7 +479,7 @@ def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, part: torc
     return out
 
 
-_SEGMENT_TILE = (6, 64)  # segment_mm's tiles of outputs, rows x columns: _kernels.c's SEGMENT_ROWS, SEGMENT_COLS
+_SEGMENT_COLS = 64  # the columns of segment_mm's tiles of outputs: _kernels.c's SEGMENT_COLS
 
 
 @opaque_to_compile
@@ -500,19 +500,18 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
             and tuple(sa.shape) == (segments, m) and tuple(sb.shape) == (segments, n)):
         raise ValueError(f"segment_mm takes a[M, K], b[N, K], sa[S, M], sb[S, N] with S = ceil(K / seg), seg >= 1: "
                          f"got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(sa.shape)}, {tuple(sb.shape)}, seg {seg}")
-    # the kernel's tiles: rows in sixes, columns in 64s (zeros added: their sums are exact, their outputs cut off)
-    rows, cols = -(-m // _SEGMENT_TILE[0]) * _SEGMENT_TILE[0], -(-n // _SEGMENT_TILE[1]) * _SEGMENT_TILE[1]
-    a, sa = F.pad(a, (0, 0, 0, rows - m)) if rows > m else a, F.pad(sa, (0, rows - m)) if rows > m else sa
-    b, sb = F.pad(b, (0, 0, 0, cols - n)), F.pad(sb, (0, cols - n))
-    # b in panels of 64 columns, each transposed, (N / 64, K, 64): the sums run along n
-    panels = b.reshape(cols // _SEGMENT_TILE[1], _SEGMENT_TILE[1], k).transpose(1, 2).contiguous()
-    out = torch.empty(rows, cols)
+    # b in panels of 64 columns, each transposed, (NP / 64, K, 64), NP = N rounded up to 64 with zero columns: the
+    # kernel's partial sums run along n, 64 columns of a tile at a time
+    cols = -(-n // _SEGMENT_COLS) * _SEGMENT_COLS
+    b, sb = (F.pad(b, (0, 0, 0, cols - n)), F.pad(sb, (0, cols - n))) if cols > n else (b, sb)
+    panels = b.reshape(cols // _SEGMENT_COLS, _SEGMENT_COLS, k).transpose(1, 2).contiguous()
+    out = torch.empty(m, n)
     _torch_threads_here()
-    code = _load()[0].fp8lab_segment_mm(a.data_ptr(), panels.data_ptr(), rows, cols, k, seg, sa.data_ptr(),
-                                        sb.data_ptr(), out.data_ptr())
+    code = _load()[0].fp8lab_segment_mm(a.data_ptr(), panels.data_ptr(), m, n, k, seg, sa.data_ptr(), sb.data_ptr(),
+                                        out.data_ptr())
     if code < 0:
         raise RuntimeError(f"fp8lab kernel fp8lab_segment_mm refused the call: {_REFUSED.get(code, code)}")
-    return out[:m, :n] if (rows, cols) != (m, n) else out
+    return out
 
 
 _BYTE_CODES = (torch.float8_e4m3fn, torch.float8_e5m2)

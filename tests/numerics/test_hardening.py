@@ -94,10 +94,10 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
         kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 32), torch.ones(1, 4), torch.ones(1, 3), 0)
     with pytest.raises(ValueError, match=r"got \(4, 32\), \(3, 31\)"):
         kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 31), torch.ones(2, 4), torch.ones(2, 3), 16)
-    # the C side refuses what its tiles cannot take (rows not in sixes, columns not in 64s), whatever Python passes
+    # the C side checks its sizes again, whatever Python passes (here a segment of no columns)
     out = torch.empty(4, 64)
     assert kernels._load()[0].fp8lab_segment_mm(torch.ones(4, 16).data_ptr(), torch.ones(16, 64).data_ptr(), 4, 64,
-                                                16, 16, torch.ones(4).data_ptr(), torch.ones(64).data_ptr(),
+                                                16, 0, torch.ones(4).data_ptr(), torch.ones(64).data_ptr(),
                                                 out.data_ptr()) == -2
 
 

@@ -204,6 +204,26 @@ def test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits(
     assert len(calls) == len(cases)
 
 
+def test_segment_mm_skips_only_the_segments_that_add_nothing():
+    """segment_mm skips a tile's segment whose factors sa * sb are all zero: the loop's bits where the zero scales
+    meet finite ones, and a zero scale times an infinite or NaN one still gives the loop's NaN."""
+    g = torch.Generator().manual_seed(7)
+    m, n, k, seg = 13, 70, 48, 16
+    a = torch.randint(-12, 13, (m, k), generator=g).float() / 2  # E2M1-like values: exact partial sums
+    b = torch.randint(-12, 13, (n, k), generator=g).float() / 2
+    sa, sb = torch.rand(3, m, generator=g) + 0.5, torch.rand(3, n, generator=g) + 0.5
+    sa[0], sa[1, :7], sb[2, 64:] = 0.0, 0.0, 0.0  # whole segments, a tile's rows, the last tile's columns
+    sb_inf = sb.clone()
+    sb_inf[0, 3], sb_inf[1, 65] = float("inf"), float("nan")
+    for scales in (sb, sb_inf):
+        want = torch.zeros(m, n)
+        for s in range(3):
+            part = a[:, s * seg:(s + 1) * seg] @ b[:, s * seg:(s + 1) * seg].t()
+            want.add_(part * (sa[s, :, None] * scales[s, None, :]))
+        assert same_bits(kernels.segment_mm(a, b, sa, scales, seg), want)
+    assert kernels.segment_mm(a, b, sa, sb_inf, seg).isnan().any()
+
+
 def test_matmul_of_transposed_weights_matches_with_and_without_kernels():
     """b[K, N] is quantized down its columns and used as a transposed view: the torch code folds its
     scales in that layout too, as the kernel writes them (a GEMM's summation order follows the layout:
