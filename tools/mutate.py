@@ -199,6 +199,8 @@ MUTATIONS = [
       KERN + "::test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits"),
     m("C segment_mm skips zero scales beside infinite ones", C, "        if (!isfinite(y[j])) return 0;\n", "",
       KERN + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
+    m("C segment_mm reads a row-major whatever its strides", C, "float av = arow[r][k * col_stride];",
+      "float av = arow[r][k];", KERN + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
     m("segment_mm takes operands whose partial sums are not exact", G,
       "<= 2.0**24 * fa.min_subnormal * fb.min_subnormal", "<= 2.0**80 * fa.min_subnormal * fb.min_subnormal",
       KERN + "::test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits"),

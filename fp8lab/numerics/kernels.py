@@ -173,8 +173,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fp8lab_scale_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
         "fp8lab_hadamard": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_float, _p], ctypes.c_int),
         "fp8lab_widen": ([_p, ctypes.c_int64, _p, _p], None),
-        "fp8lab_segment_mm": ([_p, _p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _p, _p, _p],
-                              ctypes.c_int),
+        "fp8lab_segment_mm": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.c_int64, _p, _p, _p], ctypes.c_int),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
@@ -295,6 +295,13 @@ def _readable(t: torch.Tensor, what: str) -> torch.Tensor:
                          f"got a {type(t).__name__} of {t.dtype} on {t.device}; run it under kernels.disabled()")
     t = t.resolve_conj().resolve_neg().contiguous()
     return t if t.data_ptr() % 4 == 0 else t.clone()
+
+
+def _resolved(t: torch.Tensor, what: str) -> torch.Tensor:
+    """A 2-D t as a C loop that takes strides reads it: as _readable makes it, but in t's own layout (a transposed
+    view is read as it lies); _readable's copy (or error) for anything else."""
+    plain = accepts(t) and t.dim() == 2 and not (t.is_neg() or t.is_conj()) and t.data_ptr() % 4 == 0
+    return t if plain else _readable(t, what)
 
 
 def _input(x2d: torch.Tensor) -> torch.Tensor:
@@ -491,7 +498,8 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     kernel adds each partial sum's products in its own order: the caller passes operands whose partial sums
     are exact in float32 whatever the order (E2M1 values), so the bits are the loop's. Each tile of outputs
     is one thread's (the same bits for any number of threads); without OpenMP it runs on the calling thread."""
-    a, b = _readable(a, "a"), _readable(b, "b")
+    # a read in its own layout (wgrad's operands are transposed views), b copied once into the kernel's panels
+    a, b = _resolved(a, "a"), _resolved(b, "b")
     sa, sb = _readable(sa, "sa"), _readable(sb, "sb")
     m, k = a.shape if a.dim() == 2 else (0, 0)
     n = b.shape[0] if b.dim() == 2 else 0
@@ -507,8 +515,8 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     panels = b.reshape(cols // _SEGMENT_COLS, _SEGMENT_COLS, k).transpose(1, 2).contiguous()
     out = torch.empty(m, n)
     _torch_threads_here()
-    code = _load()[0].fp8lab_segment_mm(a.data_ptr(), panels.data_ptr(), m, n, k, seg, sa.data_ptr(), sb.data_ptr(),
-                                        out.data_ptr())
+    code = _load()[0].fp8lab_segment_mm(a.data_ptr(), a.stride(0), a.stride(1), panels.data_ptr(), m, n, k, seg,
+                                        sa.data_ptr(), sb.data_ptr(), out.data_ptr())
     if code < 0:
         raise RuntimeError(f"fp8lab kernel fp8lab_segment_mm refused the call: {_REFUSED.get(code, code)}")
     return out

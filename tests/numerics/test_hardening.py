@@ -94,11 +94,15 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
         kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 32), torch.ones(1, 4), torch.ones(1, 3), 0)
     with pytest.raises(ValueError, match=r"got \(4, 32\), \(3, 31\)"):
         kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 31), torch.ones(2, 4), torch.ones(2, 3), 16)
-    # the C side checks its sizes again, whatever Python passes (here a segment of no columns)
+    # the C side checks its sizes again, whatever Python passes (a segment of no columns, a negative stride)
     out = torch.empty(4, 64)
-    assert kernels._load()[0].fp8lab_segment_mm(torch.ones(4, 16).data_ptr(), torch.ones(16, 64).data_ptr(), 4, 64,
-                                                16, 0, torch.ones(4).data_ptr(), torch.ones(64).data_ptr(),
+    a = torch.ones(4, 16)
+    assert kernels._load()[0].fp8lab_segment_mm(a.data_ptr(), 16, 1, torch.ones(16, 64).data_ptr(), 4, 64, 16, 0,
+                                                torch.ones(4).data_ptr(), torch.ones(64).data_ptr(),
                                                 out.data_ptr()) == -2
+    assert kernels._load()[0].fp8lab_segment_mm(a.data_ptr(), 16, -1, torch.ones(16, 64).data_ptr(), 4, 64, 16, 16,
+                                                torch.ones(4).data_ptr(), torch.ones(64).data_ptr(),
+                                                out.data_ptr()) == -2  # (a stride below zero)
 
 
 # ---- 2: QuantizedTensor checks what it is built from ------------------------------------------------------------

@@ -206,7 +206,8 @@ def test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits(
 
 def test_segment_mm_skips_only_the_segments_that_add_nothing():
     """segment_mm skips a tile's segment whose factors sa * sb are all zero: the loop's bits where the zero scales
-    meet finite ones, and a zero scale times an infinite or NaN one still gives the loop's NaN."""
+    meet finite ones, and a zero scale times an infinite or NaN one still gives the loop's NaN; operands in any
+    layout."""
     g = torch.Generator().manual_seed(7)
     m, n, k, seg = 13, 70, 48, 16
     a = torch.randint(-12, 13, (m, k), generator=g).float() / 2  # E2M1-like values: exact partial sums
@@ -221,6 +222,10 @@ def test_segment_mm_skips_only_the_segments_that_add_nothing():
             part = a[:, s * seg:(s + 1) * seg] @ b[:, s * seg:(s + 1) * seg].t()
             want.add_(part * (sa[s, :, None] * scales[s, None, :]))
         assert same_bits(kernels.segment_mm(a, b, sa, scales, seg), want)
+        # transposed views (read in their layout, wgrad's operands), a pending negation (resolved first)
+        a_t, b_t = a.t().contiguous().t(), b.t().contiguous().t()
+        assert same_bits(kernels.segment_mm(a_t, b_t, sa, scales, seg), want)
+        assert same_bits(kernels.segment_mm(torch._neg_view(-a_t), torch._neg_view(-b), sa, scales, seg), want)
     assert kernels.segment_mm(a, b, sa, sb_inf, seg).isnan().any()
 
 
