@@ -201,6 +201,8 @@ MUTATIONS = [
       KERN + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
     m("C segment_mm reads a row-major whatever its strides", C, "float av = arow[r][k * col_stride];",
       "float av = arow[r][k];", KERN + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
+    m("C hadamard reads x row-major whatever its strides", C, "xr[(b + k) * col_stride]", "xr[b + k]",
+      KERN + "::test_the_hadamard_twin_gives_the_torch_codes_bits"),
     m("segment_mm takes operands whose partial sums are not exact", G,
       "<= 2.0**24 * fa.min_subnormal * fb.min_subnormal", "<= 2.0**80 * fa.min_subnormal * fb.min_subnormal",
       KERN + "::test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits"),

@@ -684,17 +684,17 @@ static inline __attribute__((always_inline)) void butterfly(float *v, int64_t d)
    butterflied (log2(d) stages; stage h turns each pair (v[i], v[i + h]) of a group of 2h into (sum,
    difference), Sylvester's order), times norm (1 / sqrt(d), a power of two). The torch code's float32
    operations, one by one, in its order: the same bits. */
-static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *signs, int64_t d, float norm,
-                          float *out) {
+static void hadamard_rows(const float *x, int64_t R, int64_t C, int64_t row_stride, int64_t col_stride,
+                          const float *signs, int64_t d, float norm, float *out) {
     int64_t Cp = (C + d - 1) / d * d;
 #ifdef _OPENMP
 #pragma omp parallel for if (threads_for(R * Cp, R) > 1) num_threads(threads_for(R * Cp, R))
 #endif
     for (int64_t r = 0; r < R; r++) {
-        const float *xr = x + r * C;
+        const float *xr = x + r * row_stride;
         for (int64_t b = 0; b < Cp; b += d) {
             float *v = out + r * Cp + b;
-            for (int64_t k = 0; k < d; k++) v[k] = (b + k < C ? xr[b + k] : 0.0f) * signs[k];
+            for (int64_t k = 0; k < d; k++) v[k] = (b + k < C ? xr[(b + k) * col_stride] : 0.0f) * signs[k];
             /* sizes 16 (NVFP4's) and 64 as constants: their stages unroll (the same operations in the same order) */
             if (d == 16) butterfly(v, 16);
             else if (d == 64) butterfly(v, 64);
@@ -704,11 +704,13 @@ static void hadamard_rows(const float *x, int64_t R, int64_t C, const float *sig
     }
 }
 
-FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, const float *signs, int64_t d, float norm,
-                               float *out) {
-    if (x == NULL || signs == NULL || out == NULL || R < 0 || C < 0 || d < 1 || d > 4096 || (d & (d - 1)))
+/* x[R, C] read with its strides (a transposed view as it lies) */
+FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, int64_t row_stride, int64_t col_stride,
+                               const float *signs, int64_t d, float norm, float *out) {
+    if (x == NULL || signs == NULL || out == NULL || R < 0 || C < 0 || d < 1 || d > 4096 || (d & (d - 1)) ||
+        row_stride < 0 || col_stride < 0)
         return BAD_SHAPE;
-    hadamard_rows(x, R, C, signs, d, norm, out);
+    hadamard_rows(x, R, C, row_stride, col_stride, signs, d, norm, out);
     return OK;
 }
 
@@ -717,8 +719,9 @@ FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, const float
      out[m, n] = sum over the segments s, in order from out = +0, of part(m, n, s) * (sa[s, m] * sb[s, n])
      part(m, n, s) = sum over k in s of a[m, k] * bt[k, n]           (s: seg columns of K, the last one shorter)
    the factor, then the product, then the sum each rounded to float32 on their own, as the loop's scale_outer_
-   forms them. a[M, K] with its strides (a transposed view read as it lies); bt[NP / COLS, K, COLS]: b in panels of COLS columns, each transposed (the partial sums run
-   along n in vectors), NP = N rounded up to COLS with zero columns; sa[S, M], sb[S, NP] each segment's scales,
+   forms them. a[M, K] with its strides (a transposed view read as it lies); bt[NP / COLS, K, COLS]: b in panels
+   of COLS columns, each transposed (the partial sums run along n in vectors), NP = N rounded up to COLS with zero
+   columns; sa[S, M], sb[S, NP] each segment's scales,
    S = ceil(K / seg); out[M, N]. Each tile of ROWS x COLS outputs is summed in registers, its rows sharing each
    row of bt. A tile's segment whose factors are all zero adds nothing: skipped (the same bits, the partial sums
    being finite). */

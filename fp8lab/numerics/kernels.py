@@ -171,7 +171,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fp8lab_openmp": ([], ctypes.c_int),
         # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
         "fp8lab_scale_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
-        "fp8lab_hadamard": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_float, _p], ctypes.c_int),
+        "fp8lab_hadamard": ([_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64,
+                             ctypes.c_float, _p], ctypes.c_int),
         "fp8lab_widen": ([_p, ctypes.c_int64, _p, _p], None),
         "fp8lab_segment_mm": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                ctypes.c_int64, _p, _p, _p], ctypes.c_int),
@@ -561,11 +562,12 @@ def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
     [..., ceil(C/d) * d], the torch code's operations in its order (the same bits). x: a float32 CPU tensor
     the C code may read (accepts)."""
     d = transform.size
-    x2 = _readable(x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x, "x")  # (R, C)
+    x2 = _resolved(x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x, "x")  # (R, C), in its layout (x^T's view)
     out = torch.empty(x2.shape[0], -(-x2.shape[1] // d) * d)  # (R, ceil(C/d) * d)
     signs = _readable(transform.signs, "signs")
     _torch_threads_here()
-    code = _load()[0].fp8lab_hadamard(x2.data_ptr(), x2.shape[0], x2.shape[1], signs.data_ptr(), d,
+    code = _load()[0].fp8lab_hadamard(x2.data_ptr(), x2.shape[0], x2.shape[1], x2.stride(0), x2.stride(1),
+                                      signs.data_ptr(), d,
                                       1.0 / math.sqrt(d), out.data_ptr())
     if code < 0:
         raise RuntimeError(f"fp8lab kernel fp8lab_hadamard refused the call: {_REFUSED.get(code, code)}")

@@ -209,8 +209,8 @@ def _quantize_transposed(state: LayerState, source: torch.Tensor, role: str, gem
     the result is the QuantizedTensor of source^T, code for code, as a transposed view (emulated GEMMs take
     strided operands as they are). Per tensor, rounding to nearest, source's own codes transposed are source^T's.
     A copy of source^T is quantized instead where amaxes are reduced across ranks (shaped for the GEMM's own
-    layout), under a Hadamard transform, and per tensor with stochastic rounding (its draws follow source^T's
-    order)."""
+    layout), under a Hadamard transform (which reads source^T's view and writes that copy), and per tensor with
+    stochastic rounding (its draws follow source^T's order)."""
     g = scaling.granularity
     if state.amax_reducer is None and scaling.hadamard is None and not g.whole_tensor:
         # (per column of x is per row of x^T: t() names the blocks as this GEMM does)
@@ -220,6 +220,8 @@ def _quantize_transposed(state: LayerState, source: torch.Tensor, role: str, gem
         # (per tensor: one scale, each element cast alone, so source's codes transposed are source^T's)
         q = _quantize(state, source, role, gemm, scaling)
         return q if isinstance(q, NonFiniteGradient) else q.t()
+    if state.amax_reducer is None and scaling.hadamard is not None:
+        return _quantize(state, source.t(), role, gemm, scaling)  # (the transform's output is the copy)
     return _quantize(state, source.t().contiguous(), role, gemm, scaling)
 
 

@@ -440,7 +440,8 @@ def test_the_widen_twin_gives_formats_widens_bits_for_every_code(dtype):
 @pytest.mark.parametrize("size", [4, 16, 64, 256])
 def test_the_hadamard_twin_gives_the_torch_codes_bits(size):
     """kernels.hadamard against RandomHadamard.apply: bit for bit (NaN where NaN), rows narrower than d, widths d
-    does not divide (zero padding), -0, tiny, huge and NaN values, and a tensor split over threads."""
+    does not divide (zero padding), -0, tiny, huge and NaN values, a tensor split over threads, and x as a
+    transposed view."""
     from fp8lab.numerics.hadamard import RandomHadamard
 
     for seed, shape in ((0, (33, 70)), (1, (5, 3)), (2, (17, size * 4)), (3, (600, 130))):
@@ -448,6 +449,8 @@ def test_the_hadamard_twin_gives_the_torch_codes_bits(size):
         x = _nasty(shape, seed).clamp(-1e30, 1e30)  # (sums of huge values would overflow in both alike; kept finite)
         x[shape[0] // 2, 0] = float("nan")
         assert same_bits(kernels.hadamard(transform, x), transform.apply(x)), (seed, shape)
+        view = x.t().contiguous().t()  # x's values transposed in memory (wgrad's x^T is such a view): read as it lies
+        assert view.stride() == (1, shape[0]) and same_bits(kernels.hadamard(transform, view), transform.apply(x))
 
 
 @pytest.mark.parametrize("granularity", [PerTensor(), PerBlock(1, 16), PerBlock(16, 1), PerBlock(3, 5)],
