@@ -721,18 +721,17 @@ FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, int64_t row
    the factor, then the product, then the sum each rounded to float32 on their own, as the loop's scale_outer_
    forms them. a[M, K] with its strides (a transposed view read as it lies); bt[NP / COLS, K, COLS]: b in panels
    of COLS columns, each transposed (the partial sums run along n in vectors), NP = N rounded up to COLS with zero
-   columns; sa[S, M], sb[S, NP] each segment's scales,
-   S = ceil(K / seg); out[M, N]. Each tile of ROWS x COLS outputs is summed in registers, its rows sharing each
-   row of bt. A tile's segment whose factors are all zero adds nothing: skipped (the same bits, the partial sums
-   being finite). */
+   columns; sa[S, M], sb[S, NP] each segment's scales, S = ceil(K / seg); out[M, N]. Each tile of ROWS x COLS
+   outputs is summed in registers, its rows sharing each row of bt. A tile's segment whose factors are all zero
+   adds nothing: skipped (the same bits, the partial sums being finite). */
 #define SEGMENT_ROWS 6
+#define SEGMENT_COLS 64
 /* a * b + c where every result is exact (the partial sums below): fused or not, the same number */
 #ifdef __FMA__
 #define EXACT_MADD(a, b, c) fmaf((a), (b), (c))
 #else
 #define EXACT_MADD(a, b, c) ((c) + (a) * (b))
 #endif
-#define SEGMENT_COLS 64
 #if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
 #define WIDE_VECTORS __attribute__((target("prefer-vector-width=512")))  /* GCC keeps to 256 bits unless asked */
 #else
@@ -762,7 +761,8 @@ WIDE_VECTORS FP8LAB_API int fp8lab_segment_mm(const float *a, int64_t row_stride
     for (int64_t tile = 0; tile < tiles; tile++) {
         /* the tiles of one panel of columns one after another: its K x COLS values of b stay in the cache */
         int64_t m0 = tile % row_tiles * SEGMENT_ROWS, n0 = tile / row_tiles * SEGMENT_COLS;
-        int64_t rows = M - m0 < SEGMENT_ROWS ? M - m0 : SEGMENT_ROWS, cols = N - n0 < SEGMENT_COLS ? N - n0 : SEGMENT_COLS;
+        int64_t rows = M - m0 < SEGMENT_ROWS ? M - m0 : SEGMENT_ROWS;
+        int64_t cols = N - n0 < SEGMENT_COLS ? N - n0 : SEGMENT_COLS;
         const float *panel = bt + n0 * K, *arow[SEGMENT_ROWS];
         int64_t row[SEGMENT_ROWS];  /* the last tile's missing rows repeat its last row: computed, never written */
         for (int r = 0; r < SEGMENT_ROWS; r++) {

@@ -560,15 +560,14 @@ def widen_codes(data: torch.Tensor) -> torch.Tensor:
 def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
     """transform.apply(x), by the kernel: x[..., C] @ Q per block of d along the last dim (zero-padded), float32
     [..., ceil(C/d) * d], the torch code's operations in its order (the same bits). x: a float32 CPU tensor
-    the C code may read (accepts)."""
+    the C code may read (accepts), read in its own layout (x^T as a view)."""
     d = transform.size
     x2 = _resolved(x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x, "x")  # (R, C), in its layout (x^T's view)
     out = torch.empty(x2.shape[0], -(-x2.shape[1] // d) * d)  # (R, ceil(C/d) * d)
     signs = _readable(transform.signs, "signs")
     _torch_threads_here()
     code = _load()[0].fp8lab_hadamard(x2.data_ptr(), x2.shape[0], x2.shape[1], x2.stride(0), x2.stride(1),
-                                      signs.data_ptr(), d,
-                                      1.0 / math.sqrt(d), out.data_ptr())
+                                      signs.data_ptr(), d, 1.0 / math.sqrt(d), out.data_ptr())
     if code < 0:
         raise RuntimeError(f"fp8lab kernel fp8lab_hadamard refused the call: {_REFUSED.get(code, code)}")
     return out.reshape(*x.shape[:-1], -1)
