@@ -747,7 +747,7 @@ static int zero_factors(const float *x, int64_t nx, const float *y, int64_t ny) 
     return 1;
 }
 
-WIDE_VECTORS FP8LAB_API int fp8lab_segment_mm(const float *a, int64_t row_stride, int64_t col_stride, const float *bt,
+FP8LAB_API WIDE_VECTORS int fp8lab_segment_mm(const float *a, int64_t row_stride, int64_t col_stride, const float *bt,
                                               int64_t M, int64_t N, int64_t K, int64_t seg, const float *sa,
                                               const float *sb, float *out) {
     if (a == NULL || bt == NULL || sa == NULL || sb == NULL || out == NULL || M < 0 || N < 0 || K < 1 || seg < 1 ||
