@@ -167,7 +167,7 @@ def test_the_reference_gemms_segments_match_with_and_without_kernels(recipe):
         assert float(quantize(a, sa).scale.min()) == 0.0 and emulated_mm(quantize(a, sa), quantize(b, sb)).equal(got)
 
 
-def test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits():
+def test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits(monkeypatch):
     """Where every partial sum is exact (E2M1 operands), emulation="reference" runs the whole loop over K segments
     in one kernel call (segment_mm): the loop's bits, over shapes the kernel's tiles of 6 x 64 outputs do not
     divide, K that the segments do not divide, blocks of different widths, per-tensor and per-row scales beside
@@ -177,30 +177,21 @@ def test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits(
              PerBlock(1, 32)), ((130, 1000), (70, 1000), PerBlock(1, 16), PerTensor()), ((1, 16), (1, 16),
              PerBlock(1, 16), PerBlock(1, 16)), ((200, 24), (129, 24), PerBlock(1, 16), PerRow()),
              ((64, 512), (300, 512), PerBlock(1, 32), PerBlock(1, 16))]
-    calls = []
-    spy = lambda *args: calls.append(1) or segment_mm(*args)  # noqa: E731
-    segment_mm = kernels.segment_mm
+    calls, segment_mm = [], kernels.segment_mm
+    monkeypatch.setattr(kernels, "segment_mm", lambda *args: calls.append(1) or segment_mm(*args))
     for (m, k), (n, _), ga, gb in cases:
         a = torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-8, 8, (m, 1), generator=g).float())
         b = -torch.randn(n, k, generator=g)
         a[:, min(7, k - 1)] = 1e6  # ordinary blocks' E4M3 scales 0 beside the sink
         qa = quantize(a, E2M1, ga, scale_fmt=E4M3, two_level=True)
         qb = quantize(b, E2M1, gb, scale_fmt=E4M3, two_level=True)
-        kernels.segment_mm = spy
-        try:
-            got = emulated_mm(qa, qb, emulation="reference")
-        finally:
-            kernels.segment_mm = segment_mm
+        got = emulated_mm(qa, qb, emulation="reference")
         with kernels.disabled():
             want = emulated_mm(qa, qb, emulation="reference")
         assert same_bits(got, want), (m, n, k, ga, gb)
     assert len(calls) == len(cases)
     # E4M3 operands' partial sums are not exact: they keep the loop
-    kernels.segment_mm = spy
-    try:
-        emulated_mm(quantize(a, E4M3, PerBlock(1, 32)), quantize(b, E4M3, PerBlock(1, 16)), emulation="reference")
-    finally:
-        kernels.segment_mm = segment_mm
+    emulated_mm(quantize(a, E4M3, PerBlock(1, 32)), quantize(b, E4M3, PerBlock(1, 16)), emulation="reference")
     assert len(calls) == len(cases)
 
 
