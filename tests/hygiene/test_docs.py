@@ -82,3 +82,33 @@ def test_every_python_snippet_of_the_readme_and_the_docs_runs(doc, code, tmp_pat
     script.write_text("import matplotlib\nmatplotlib.use('Agg')\n" + code)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, f"{doc.relative_to(ROOT)}:\n{code}\n{proc.stderr[-3000:]}"
+
+
+def _measured_rows(name: str, part: str) -> list[list[str]]:
+    """The rows of one table of a device run's output, kept as printed in docs/measured/."""
+    text = (ROOT / "docs" / "measured" / name).read_text().split(f"\n{part} ", 1)[1].split("\n\n", 1)[0]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()[4:]]
+
+
+def test_the_h200_tables_are_the_device_runs_output():
+    """docs/gpu.md and docs/performance.md quote the H200 run kept in docs/measured/ (copied, not retyped)."""
+    gpu, perf = (ROOT / "docs" / "gpu.md").read_text(), (ROOT / "docs" / "performance.md").read_text()
+    speed = _measured_rows("bench_gpu_h200.txt", "(e)")
+    assert len(speed) == 9
+    for what, _, ms, tflops, ratio in speed:
+        if ms == "-":
+            continue
+        row = f"| {what.replace('torch.mm 8192^3', '`torch.mm`')} | {ms} | {tflops} | {ratio} |"
+        assert row in gpu and row in perf, row
+    for k, *errors in _measured_rows("bench_gpu_h200.txt", "(d)"):
+        assert f"| {k} | {' | '.join(errors)} |" in gpu, k
+    panel = {}
+    for line in (ROOT / "docs" / "measured" / "timing_panel_h200.txt").read_text().splitlines()[1:]:
+        n, recipe = line.split()[:2]
+        ms = re.findall(r"([\d.]+) ms", line)
+        panel.setdefault(n, {"fp32": ms[0], "bf16": ms[1]})[recipe] = f"{float(ms[2]):.3f} ({line.split()[-1]})"
+    assert len(panel) == 4
+    for n, t in panel.items():
+        fp32 = t["fp32"] if float(t["fp32"]) < 10 else f"{float(t['fp32']):.2f}"
+        row = f"| {n} | {fp32} | {t['bf16']} | {t['tensorwise']} | {t['rowwise']} | {t['blockwise']} |"
+        assert row in gpu, row

@@ -500,7 +500,7 @@ def test_a_redraw_computes_with_one_torch_thread_and_the_timing_panel_with_all(m
     with monkeypatch.context() as m:
         m.setattr(TimingPanel, "measure", staticmethod(
             lambda n, recipe: measured.append(torch.get_num_threads()) or
-            {"times_ms": {"fp32 matmul": 1.0}, "reason": "test", "n": n, "recipe": recipe}))
+            {"times_ms": {"fp32 matmul": 1.0}, "reason": "test", "n": n, "recipe": recipe, "device": "this CPU"}))
         timing.refresh()  # the first drawing times
         timing.update(n=timing.controls["n"].options[0])  # a change redraws; it does not time
         assert measured == [TORCH_THREADS]
