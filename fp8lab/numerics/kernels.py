@@ -361,8 +361,8 @@ EAGER_VALUES = 1 << 22
 
 class Fused(NamedTuple):
     """What one quantize call returns: codes [M, K] (storage dtype); values [M, K] float32 (times
-    their block scale if folded; None beyond EAGER_VALUES elements); scale and amax (the amax the
-    scales came from: given, or x's own) [ceil(M/r), ceil(K/c)]; tensor_scale (0-d, two-level,
+    their block scale if folded; None beyond EAGER_VALUES elements); scale, and amax (x's own block
+    amaxes, also where the scales came from given ones) [ceil(M/r), ceil(K/c)]; tensor_scale (0-d, two-level,
     else None); scale_range (smallest, largest scale); counts (clipped, flushed) or None; nan:
     whether one of x's own block amaxes is NaN (a block holds a NaN)."""
 
@@ -404,7 +404,7 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
     if code == _INFINITE_AMAX:
         return None
     tensor_scale = torch.tensor(p.tensor_scale) if p.two_level else None
-    return Fused(codes, out, scale, own if given is None else given, tensor_scale,
+    return Fused(codes, out, scale, own, tensor_scale,
                  (p.scale_range[0], p.scale_range[1]), (p.counts[0], p.counts[1]) if count else None,
                  code == _NAN_AMAX)
 

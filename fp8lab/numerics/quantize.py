@@ -45,6 +45,7 @@ __all__ = [
     "quantize",
     "quantize_definition",
     "quantize_delayed",
+    "quantize_observing",
     "quantize_spec",
     "quantize_transposed",
     "quantize_with",
@@ -144,6 +145,20 @@ def quantize_with(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | flo
     for an operand a GEMM reads next (None: up to kernels.EAGER_VALUES elements). generator: stochastic
     rounding's draws (None: torch's default generator), one per element of x[M, K] in order.
     """
+    return _quantize_pass(x, spec, amax, count, values, generator)[0]
+
+
+def quantize_observing(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | float, *, count: bool = False,
+                       values: bool | None = None,
+                       generator: torch.Generator | None = None) -> tuple[QuantizedTensor, torch.Tensor]:
+    """quantize_with(x, spec, amax), and x's own amax per block [MB, KB] read in the same pass: delayed scaling
+    scales with its history's amax and records this tensor's, without a second read of x."""
+    return _quantize_pass(x, spec, amax, count, values, generator)
+
+
+def _quantize_pass(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | float | None, count: bool,
+                   values: bool | None, generator: torch.Generator | None) -> tuple[QuantizedTensor, torch.Tensor]:
+    """quantize_with's one pass: the QuantizedTensor, and x's own block amaxes (which it reads to check x)."""
     x2d = _input_2d(x, spec.granularity)
     m, k = x2d.shape
     block = spec.granularity.block_shape((m, k))  # never larger than x
@@ -161,15 +176,16 @@ def quantize_with(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | flo
             if state is not None:  # the definition refuses before it draws: the generator's stream goes on as there
                 drawn_from.set_state(state)
             _refuse_inf(x32)  # an infinite amax (or an infinity beside a NaN, whose amax is NaN)
-        return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
-                          fused.scale_range, fused.counts)
+        scaled_from = fused.amax if given is None else given
+        return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, scaled_from, fused.values, fold,
+                          fused.scale_range, fused.counts), fused.amax
 
     own = amax_per_block(x2d, spec.granularity)  # the torch code, the cast a chunk at a time
     _check_amax(own, x2d)
     block_amax = own if given is None else given
     scale, inverse, tensor_scale = scale_from_amax(block_amax, spec)
     data = quantize_fast.scale_and_cast(x2d, block, inverse, spec.fmt, _draws(x2d, spec, generator))
-    return _quantized(x, spec, data, scale, tensor_scale, block_amax)
+    return _quantized(x, spec, data, scale, tensor_scale, block_amax), own
 
 
 def _draws(x2d: torch.Tensor, spec: TensorScaling, generator: torch.Generator | None) -> torch.Tensor | None:

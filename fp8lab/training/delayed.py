@@ -205,9 +205,13 @@ class DelayedState:
     def scale_amax(self, role: str, current: torch.Tensor) -> torch.Tensor:
         """The amax `role` is scaled with in this step: the history's, or `current` (shape ()) while
         the history is empty."""
+        past = self.past_amax(role, current.device)
+        return current.reshape(()) if past is None else past
+
+    def past_amax(self, role: str, device: torch.device) -> torch.Tensor | None:
+        """The history's amax for `role` (shape (), float32), or None while the history is empty."""
         past = self.histories[role].amax()
-        return current.reshape(()) if past is None else torch.tensor(past, dtype=torch.float32,
-                                                                      device=current.device)
+        return None if past is None else torch.tensor(past, dtype=torch.float32, device=device)
 
     def observe(self, role: str, current: torch.Tensor) -> None:
         """Add this amax to the step's pending max for `role` (a NaN is skipped, counted and warned; a

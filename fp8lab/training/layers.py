@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8lab.gemm import GemmBackend, default_backend
-from fp8lab.numerics.quantize import QuantizedTensor, block_amax, quantize_with, transformed
+from fp8lab.numerics.quantize import QuantizedTensor, block_amax, quantize_observing, quantize_with, transformed
 from fp8lab.numerics.recipes import Recipe, RoundingDraws, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import AmaxHistory, Granularity
 from fp8lab.training import delayed as delayed_steps
@@ -250,10 +250,14 @@ def _quantize(state: LayerState, t: torch.Tensor, role: str, gemm: str,
             current = block_amax(t, scaling.granularity)
         if not _finite_gradient(state, t, current):
             return _nonfinite(state, t, role, gemm, scaling, current)
-    amax = current if state.recipe.delayed is None else _delayed_amax(state, t, role, scaling, current)
     monitoring = state.monitor is not None and state.monitor.active()
     draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
-    q = quantize_with(t, scaling, amax, count=monitoring, generator=draws)  # (count: the Monitor's)
+    past = None if current is not None or state.delayed is None else state.delayed.past_amax(role, t.device)
+    if past is not None:  # delayed scaling from a history: this tensor's amax read in the quantizing pass
+        q = _quantize_delayed(state, t, role, scaling, past, monitoring)
+    else:
+        amax = current if state.recipe.delayed is None else _delayed_amax(state, t, role, scaling, current)
+        q = quantize_with(t, scaling, amax, count=monitoring, generator=draws)  # (count: the Monitor's)
     if monitoring:
         state.monitor.record(state.name, gemm, role, t, q)
     return q
@@ -286,6 +290,17 @@ def _delayed_amax(state: LayerState, t: torch.Tensor, role: str, scaling: Tensor
     if state.records:
         state.delayed.observe(role, current)
     return amax
+
+
+def _quantize_delayed(state: LayerState, t: torch.Tensor, role: str, scaling: TensorScaling, past: torch.Tensor,
+                      monitoring: bool) -> QuantizedTensor:
+    """t scaled with its role's history (`past`), and t's own amax, from the same pass, added to the step's pending
+    max: _delayed_amax's numbers without its amax pass. (Delayed scaling is per tensor and rounds to nearest:
+    Recipe checks.) An infinity in t is refused by quantize, before anything is recorded, as there."""
+    q, own = quantize_observing(t, scaling, past, count=monitoring)
+    if state.records:
+        state.delayed.observe(role, own)
+    return q
 
 
 def _nonfinite(state: LayerState, t: torch.Tensor, role: str, gemm: str, scaling: TensorScaling,

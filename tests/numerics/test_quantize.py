@@ -11,6 +11,8 @@ from hypothesis.extra.numpy import arrays
 
 import fp8lab
 from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, quantize
+from fp8lab.numerics.quantize import block_amax, quantize_observing, quantize_with
+from fp8lab.numerics.recipes import TensorScaling
 
 # every test here runs on the C kernels and on the torch definition (conftest.both_paths)
 pytestmark = pytest.mark.usefixtures("both_paths")
@@ -351,3 +353,20 @@ def test_a_refused_infinity_takes_no_stochastic_draws(nan):
         with pytest.raises(ValueError, match="infinite"):
             quantize_x(x, spec, generator=generator)
         assert torch.equal(torch.rand(100, generator=generator), unused), quantize_x.__name__
+
+
+@pytest.mark.parametrize("granularity", [PerTensor(), PerBlock(1, 32)])
+def test_quantize_observing_is_quantize_with_a_given_amax_and_reads_xs_own_amax(granularity):
+    """Delayed scaling's one pass: the codes and scales of quantize_with(x, spec, amax), and x's own amax per
+    block, bit for bit block_amax(x) (on both paths: both_paths)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(40, 96, generator=g) * torch.logspace(-3, 3, 96)
+    spec = TensorScaling("e4m3", granularity=granularity)
+    given = block_amax(x * 0.25, granularity)  # (a history's amax: smaller than x's, so some codes clip)
+    q, own = quantize_observing(x, spec, given)
+    ref = quantize_with(x, spec, given)
+    assert torch.equal(q.data, ref.data) and torch.equal(q.scale, ref.scale) and torch.equal(q.amax, ref.amax)
+    assert torch.equal(q.amax.reshape(given.shape), given)  # the amax it was scaled from
+    assert torch.equal(own.reshape(given.shape), block_amax(x, granularity))
+    with pytest.raises(ValueError, match="inf"):
+        quantize_observing(torch.where(x > 2, torch.inf, x), spec, given)

@@ -20,6 +20,7 @@ import fp8lab
 from fp8lab import RECIPES
 from fp8lab.nn import FP8Linear, convert, fp8_layers
 from fp8lab.numerics.recipes import VARIANTS
+from fp8lab.training import layers
 
 EVERY_RECIPE = [*RECIPES, *VARIANTS]
 BATCH, WIDTH, OUT = 16, 32, 8
@@ -283,7 +284,6 @@ if __name__ == "__main__":  # regenerate the fixture (only where a change of num
 def test_a_backward_that_raises_between_its_gemms_keeps_no_gradient(monkeypatch):
     """The finiteness of dy that dgrad's quantize found, kept for wgrad's read of the same dy, goes with the backward
     pass even where wgrad raises (an error, a KeyboardInterrupt): the layer's state keeps no dy alive."""
-    from fp8lab.training import layers
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -297,3 +297,24 @@ def test_a_backward_that_raises_between_its_gemms_keeps_no_gradient(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         y.sum().backward()
     assert node.state.finite_gradient is None
+
+
+def test_delayed_scaling_reads_each_forward_operand_once(monkeypatch):
+    """With a history, a forward operand is scaled from it and its own amax (for the history) comes from the
+    quantizing pass: no separate amax pass for x or w (the gradient's is read once for its finiteness check)."""
+    model = convert(_small_model(), "delayed")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 32), torch.randn(16, 8)
+
+    def step():
+        opt.zero_grad()
+        (model(x) - y).square().mean().backward()
+        opt.step()
+
+    step()  # the histories take their first amaxes
+    passes = []
+    real = layers.block_amax
+    monkeypatch.setattr(layers, "block_amax", lambda t, g: passes.append(tuple(t.shape)) or real(t, g))
+    step()
+    n_layers = len(fp8_layers(model))
+    assert len(passes) == n_layers, passes  # one per layer: its dy, none for x and w

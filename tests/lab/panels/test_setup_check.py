@@ -52,4 +52,4 @@ def test_on_a_gpu_all_three_gemms_run_there_and_fp8_runs_real(recipe, monkeypatc
     assert m["device"] == torch.cuda.get_device_name() and "(scaled_mm)" in list(m["times_ms"])[2], m
     assert per_bar[:2] == [["cuda"] * 4, ["cuda"] * 4]  # fp32 and bf16: a warm-up and 3 timed calls, on the GPU
     assert len(synced) >= 3 * 4  # every call of the three bars is waited for
-    assert TimingPanel().controls["n"].options[-1] == 8192
+    assert TimingPanel().controls["n"].options in ((1024, 2048, 4096, 8192), (64, 128, 256))  # smoke: small
