@@ -12,6 +12,7 @@ Notebook 02 introduces quantize; 04 the block shapes; 01 the codes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -244,9 +245,14 @@ def _given_amax(amax: torch.Tensor | float, blocks: tuple[int, int], granularity
             f"amax has {a.numel()} value(s) but {granularity.label} scaling of shape {tuple(shape)} has "
             f"{blocks[0] * blocks[1]} block(s): pass one amax per block, shaped {blocks} "
             "(a single amax is for per-tensor scaling, as in delayed scaling)")
-    bad = (a < 0) | torch.isinf(a)
-    if bool(bad.any()):
-        raise ValueError(f"an amax is max|x| over its block: finite and >= 0, got {a[bad].flatten()[0].item()!r} "
+    if a.numel() == 1:  # (one amax, as delayed scaling passes every step: checked as a number, not by torch ops)
+        value = float(a)
+        bad_value = value if value < 0 or math.isinf(value) else None
+    else:
+        bad = (a < 0) | torch.isinf(a)
+        bad_value = a[bad].flatten()[0].item() if bool(bad.any()) else None
+    if bad_value is not None:
+        raise ValueError(f"an amax is max|x| over its block: finite and >= 0, got {bad_value!r} "
                          "(NaN is allowed: it propagates to its block)")
     return a.reshape(blocks)
 
