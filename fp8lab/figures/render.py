@@ -232,12 +232,15 @@ def encode_png(rgba: np.ndarray, level: int = 1) -> bytes:
 
 def _axis_key(axis) -> tuple:
     """What an axis draws, without drawing it: scale, limits, tick positions and their labels as
-    the formatter writes them, the label, tick and grid settings, and the existing ticks' label
-    styles (set_xticks(..., fontsize=, rotation=) sets those on the tick objects)."""
+    the formatter writes them, the label, tick and grid settings, and the label styles of the ticks
+    it will draw (set_xticks(..., fontsize=, rotation=) sets those on the tick objects). The axis
+    draws one tick per position: those made so far, then new ones that copy the first one's styles
+    (Axis.get_major_ticks), so the key is the same before the first drawing makes them and after."""
     locs = tuple(np.asarray(axis.get_majorticklocs(), float).tolist())
     labels = tuple(axis.major.formatter.format_ticks(list(locs))) if locs else ()
     minor = tuple(np.asarray(axis.get_minorticklocs(), float).tolist())
-    ticks = _made_ticks(axis)  # only those already made: making ticks is the cost
+    made = _made_ticks(axis)  # only those already made: making ticks is the cost
+    ticks = made[:len(locs)] + made[:1] * max(0, len(locs) - len(made))
     label = axis.label
     return (axis.get_visible(), axis.get_scale(), tuple(axis.get_view_interval()), locs, labels,
             axis.major.formatter.get_offset() if hasattr(axis.major.formatter, "get_offset") else "",
@@ -539,8 +542,7 @@ def _probe_layers() -> bool:
     same figure drawn whole in the same two layers."""
     fig, axes = _probe_figure()
     kept = LayeredCanvas(fig, glyphs=False)
-    kept._draw_layers()
-    kept._draw_layers()  # the first drawing made the ticks: the background's key holds them from now on
+    kept._draw_layers()  # (it makes the ticks: the background's key is the same before and after)
     axes[0].lines[0].set_ydata([2, 3, 1])
     kept._draw_layers()
     shown = np.asarray(kept.buffer_rgba()).copy()

@@ -104,3 +104,32 @@ def test_encode_png_keeps_unchanged_bands_and_gives_the_bytes_of_a_cold_encoding
     for image, png in ((second, kept), (first, back)):
         decoded = Image.open(io.BytesIO(png))
         assert decoded.mode == "RGB" and np.array_equal(np.asarray(decoded), image[..., :3])
+
+
+def test_the_first_change_after_the_first_drawing_keeps_the_background():
+    """The first drawing makes the ticks (one per position); the background's key counts the ticks that will be
+    drawn, not those made so far, so the first slider move pastes the kept background instead of drawing it
+    again, and its pixels are a whole drawing's."""
+    fig, axes = render._probe_figure()
+    kept = render.LayeredCanvas(fig, glyphs=False)
+    kept._draw_layers()
+    axes[0].lines[0].set_ydata([2, 3, 1])
+    kept._draw_layers()
+    assert (kept.stats["drawn"], kept.stats["kept"]) == (1, 1)
+    whole = render.LayeredCanvas(fig, keep=False, glyphs=False)
+    whole._draw_layers()
+    assert np.array_equal(np.asarray(kept.buffer_rgba()), np.asarray(whole.buffer_rgba()))
+
+
+def test_a_tick_styled_alone_after_the_first_drawing_draws_the_background_again():
+    """A style set on one tick that the first drawing made (not the first tick, whose styles new ticks copy)
+    changes the key: the background is drawn again, with the pixels of a whole drawing."""
+    fig, axes = render._probe_figure()
+    kept = render.LayeredCanvas(fig, glyphs=False)
+    kept._draw_layers()
+    axes[1].xaxis.get_major_ticks()[2].label1.set_color("red")
+    kept._draw_layers()
+    assert (kept.stats["drawn"], kept.stats["kept"]) == (2, 0)
+    whole = render.LayeredCanvas(fig, keep=False, glyphs=False)
+    whole._draw_layers()
+    assert np.array_equal(np.asarray(kept.buffer_rgba()), np.asarray(whole.buffer_rgba()))
