@@ -7,7 +7,8 @@ image of that size), glyph_cache_stats(), status() (whether each speed-up is on,
 of a panel's Agg time, and a glyph's pixels do not depend on the pixels around it: the cache keys a
 bitmap by everything matplotlib renders it from (font file and face, size, dpi, hinting, the
 rotation matrix and the position's fraction of a pixel); a glyph moved by whole pixels is the same
-bitmap moved. The PNGs are byte for byte those of plain Agg (tests/test_widgets.py compares every
+bitmap moved. It also keeps each font's line height (ascent, descent and line gap from its tables,
+which matplotlib reads again for every text it lays out: each tick label, each time). The PNGs are byte for byte those of plain Agg (tests/test_widgets.py compares every
 panel). Both speed-ups rest on private matplotlib APIs, each reached through one function below
 (PRIVATE_APIS); a self-test renders with and without each speed-up on first use, and any missing
 or changed API, or any pixel that differs, turns that speed-up off for the process: plain Agg
@@ -26,6 +27,7 @@ import matplotlib as mpl
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
 from matplotlib.figure import Figure
+from matplotlib.font_manager import fontManager, get_font
 from matplotlib.transforms import Bbox
 
 __all__ = ["PNG_BAND_ROWS", "PRIVATE_APIS", "GlyphCacheCanvas", "LayeredCanvas", "encode_png", "glyph_cache_stats",
@@ -34,6 +36,8 @@ __all__ = ["PNG_BAND_ROWS", "PRIVATE_APIS", "GlyphCacheCanvas", "LayeredCanvas",
 _MAX_ENTRIES = 20_000  # glyph bitmaps (a few hundred bytes each) and layouts; cleared whole when full
 _layouts: dict[tuple, list[tuple]] = {}
 _glyphs: dict[tuple, tuple[np.ndarray, int, int]] = {}
+_heights: dict[tuple, tuple[float, float, float]] = {}  # font and size -> (ascent, descent, line gap) in pixels
+_FONT_LISTS = ("font.serif", "font.sans-serif", "font.cursive", "font.fantasy", "font.monospace")
 _stats = {"glyph hits": 0, "glyph misses": 0}
 _lock = threading.Lock()
 
@@ -62,6 +66,10 @@ def _render_glyph(ft, glyph_index: int, flags, matrix, offset, antialiased: bool
     return ft._render_glyph(glyph_index, flags, RenderMode.NORMAL if antialiased else RenderMode.MONO)
 
 
+def _font_files(prop) -> list:  # FontManager._find_fonts_by_props: the fonts Text._get_layout measures
+    return fontManager._find_fonts_by_props(prop)
+
+
 def _blit(renderer, buffer, left: int, top: int, gc) -> None:  # RendererAgg._renderer.draw_text_image
     renderer._renderer.draw_text_image(buffer, left, top, 0, gc)
 
@@ -80,7 +88,7 @@ def _place_titles(ax, renderer) -> None:  # Axes._update_title_position, as Axes
 
 
 PRIVATE_APIS = {  # speed-up -> the functions above it needs (tests/test_widgets.py breaks each one)
-    "glyph cache": ("_prepare_font", "_text_features", "_layout", "_render_glyph", "_blit"),
+    "glyph cache": ("_prepare_font", "_text_features", "_layout", "_render_glyph", "_blit", "_font_files"),
     "kept background": ("_tick_kw", "_made_ticks", "_place_titles"),
 }
 _status: dict[str, tuple[bool, str]] = {}  # speed-up -> (on, why), decided once per process
@@ -92,7 +100,7 @@ def _turn_off(speedup: str, err: BaseException) -> None:
 
 def glyph_cache_stats() -> dict[str, int]:
     """Hits and misses of the glyph cache since the process started, and its size."""
-    return {**_stats, "glyphs": len(_glyphs), "layouts": len(_layouts)}
+    return {**_stats, "glyphs": len(_glyphs), "layouts": len(_layouts), "line heights": len(_heights)}
 
 
 def _face(ft) -> tuple:
@@ -101,7 +109,37 @@ def _face(ft) -> tuple:
 
 class _GlyphCacheRenderer(RendererAgg):
     """RendererAgg.draw_text with the layout and the glyphs' bitmaps kept (plain text only;
-    mathtext and TeX as Agg draws them)."""
+    mathtext and TeX as Agg draws them), and each font's line height kept."""
+
+    def _get_font_height_metrics(self, prop):
+        """(ascent, descent, line gap) in pixels of the font Text._get_layout measures a line by, as it
+        computes them from the font's OS/2 or hhea table (matplotlib asks a renderer that has this
+        method; (None, None, None) lets it compute them itself)."""
+        if not _status.get("glyph cache", (True, ""))[0]:
+            return None, None, None
+        size = prop.get_size_in_points()
+        key = (tuple(prop.get_family()), prop.get_style(), prop.get_variant(), prop.get_weight(), prop.get_stretch(),
+               size, prop.get_file(), self.dpi, tuple(tuple(mpl.rcParams[k]) for k in _FONT_LISTS))
+        hit = _heights.get(key)
+        if hit is None:
+            try:
+                font = get_font(_font_files(prop))
+            except Exception as err:  # a matplotlib whose private APIs moved: plain Agg from now on
+                _turn_off("glyph cache", err)
+                return None, None, None
+            hit = (None, None, None)
+            for table_name, gap, ascent, descent in (("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"),
+                                                     ("hhea", "lineGap", "ascent", "descent")):
+                table = font.get_sfnt_table(table_name)
+                if table is not None:  # (the same expression as Text._get_layout's: the same float)
+                    scale = 1 / font.get_sfnt_table("head")["unitsPerEm"] * size * self.dpi / 72
+                    hit = (table[ascent] * scale, -table[descent] * scale, table[gap] * scale)
+                    break
+            with _lock:
+                if len(_heights) >= _MAX_ENTRIES:
+                    _heights.clear()
+                _heights[key] = hit
+        return hit
 
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
         if ismath or not _status.get("glyph cache", (True, ""))[0]:
@@ -512,7 +550,7 @@ def _probe_figure():
     axes = fig.subplots(1, 2)
     for i, ax in enumerate(axes):
         ax.plot([1, 2, 3], [3, 1 + i, 2], label=f"run {i}")
-        ax.set_title(f"probe {i}: Ag 0.5 dB")
+        ax.set_title(f"probe {i}: Ag 0.5 dB" + "\nline two" * i)  # (two lines: the line gap)
         ax.set_xlabel("log2 |x|")
         ax.set_xticks([1, 2, 3], ["1e-3", "0.5", "448"], rotation=90 * i)
         ax.legend(fontsize=7)
@@ -524,6 +562,7 @@ def _probe_glyphs() -> bool:
     with _lock:  # from empty caches: every private API runs
         _layouts.clear()
         _glyphs.clear()
+        _heights.clear()
     fig, _ = _probe_figure()
     plain = FigureCanvasAgg(fig)
     plain.draw()

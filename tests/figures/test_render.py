@@ -5,7 +5,8 @@ import io
 
 import numpy as np
 import pytest
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
+from matplotlib.figure import Figure
 from PIL import Image
 
 from fp8lab.figures import render
@@ -133,3 +134,24 @@ def test_a_tick_styled_alone_after_the_first_drawing_draws_the_background_again(
     whole = render.LayeredCanvas(fig, keep=False, glyphs=False)
     whole._draw_layers()
     assert np.array_equal(np.asarray(kept.buffer_rgba()), np.asarray(whole.buffer_rgba()))
+
+
+@pytest.mark.parametrize("dpi", [72, 100, 137])
+def test_kept_line_heights_lay_text_out_as_matplotlib_does(fresh_status, dpi):
+    """Texts of one and three lines (spaced by the font's line gap, "normal", and by factors), sizes, weights and families laid out by the glyph cache's renderer (line
+    heights kept) and by plain Agg's: the same boxes to the last bit, laid out twice (from an empty cache and
+    from the kept heights)."""
+    assert render.status()["glyph cache"][0]
+    fig = Figure(figsize=(3, 2), dpi=dpi)
+    texts = [fig.text(0.1, 0.1 + 0.1 * i, "Ag 0.5 dB" + "\nline\nline" * (i in (1, 2, 3)), size=size, weight=weight,
+                      family=family, linespacing=spacing)
+             for i, (size, weight, family, spacing) in enumerate(
+                 [(7, "normal", "sans-serif", None), (9, "bold", "sans-serif", 1.4), (12.5, "normal", "serif", "normal"),
+                  (10, "light", "monospace", 2), (8, "normal", "DejaVu Sans", None)])]
+    w, h = int(fig.bbox.width), int(fig.bbox.height)
+    plain = [t.get_window_extent(RendererAgg(w, h, dpi)).bounds for t in texts]
+    render._heights.clear()
+    for _ in range(2):
+        kept = render._GlyphCacheRenderer(w, h, dpi)
+        assert [t.get_window_extent(kept).bounds for t in texts] == plain
+    assert len(render._heights) == 5
