@@ -138,16 +138,17 @@ def test_a_tick_styled_alone_after_the_first_drawing_draws_the_background_again(
 
 @pytest.mark.parametrize("dpi", [72, 100, 137])
 def test_kept_line_heights_lay_text_out_as_matplotlib_does(fresh_status, dpi):
-    """Texts of one and three lines (spaced by the font's line gap, "normal", and by factors), sizes, weights and families laid out by the glyph cache's renderer (line
-    heights kept) and by plain Agg's: the same boxes to the last bit, laid out twice (from an empty cache and
-    from the kept heights)."""
+    """Texts of one and three lines (spaced by the font's line gap, "normal", and by factors), sizes, weights
+    and families laid out by the glyph cache's renderer (line heights kept) and by plain Agg's: the same boxes
+    to the last bit, laid out twice (from an empty cache and from the kept heights)."""
     assert render.status()["glyph cache"][0]
     fig = Figure(figsize=(3, 2), dpi=dpi)
     texts = [fig.text(0.1, 0.1 + 0.1 * i, "Ag 0.5 dB" + "\nline\nline" * (i in (1, 2, 3)), size=size, weight=weight,
                       family=family, linespacing=spacing)
              for i, (size, weight, family, spacing) in enumerate(
-                 [(7, "normal", "sans-serif", None), (9, "bold", "sans-serif", 1.4), (12.5, "normal", "serif", "normal"),
-                  (10, "light", "monospace", 2), (8, "normal", "DejaVu Sans", None)])]
+                 [(7, "normal", "sans-serif", None), (9, "bold", "sans-serif", 1.4),
+                  (12.5, "normal", "serif", "normal"), (10, "light", "monospace", 2),
+                  (8, "normal", "DejaVu Sans", None)])]
     w, h = int(fig.bbox.width), int(fig.bbox.height)
     plain = [t.get_window_extent(RendererAgg(w, h, dpi)).bounds for t in texts]
     render._heights.clear()
