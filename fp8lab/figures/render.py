@@ -10,9 +10,10 @@ rotation matrix and the position's fraction of a pixel); a glyph moved by whole 
 bitmap moved. It also keeps each font's line height (ascent, descent and line gap from its
 tables, which matplotlib reads again for every text it lays out: each tick label, each time).
 The PNGs are byte for byte those of plain Agg (tests/test_widgets.py compares every panel).
-Both speed-ups rest on private matplotlib APIs, each reached through one function below (PRIVATE_APIS); a self-test renders with and without each speed-up on first use, and any missing
-or changed API, or any pixel that differs, turns that speed-up off for the process: plain Agg
-draws, and status() says why.
+Both speed-ups rest on private matplotlib APIs, each reached through one function below
+(PRIVATE_APIS); a self-test renders with and without each speed-up on first use, and any missing or
+changed API, or any pixel that differs, turns that speed-up off for the process: plain Agg draws,
+and status() says why.
 """
 
 from __future__ import annotations
