@@ -421,32 +421,40 @@ class LayeredCanvas(GlyphCacheCanvas):
         return Bbox.union(boxes).padded(3)
 
     def _redraw_axes(self, renderer, changed: list[int], regions: list, hidden) -> bool:
-        """Draw the background of the `changed` axes only, over the kept one: each one's region (old
-        and new extent) cleared to the figure's face and its patch and axis drawn again. The pixels
-        are those of a whole drawing where no two regions overlap (each pixel then comes from the
-        figure patch and one axes only); False (nothing drawn) where they would."""
+        """Draw the background of the `changed` axes again over the kept one, with every axes whose
+        region overlaps theirs (and those overlapping these, and so on): each one's region (for a
+        changed one, its old and new extent) cleared to the figure's face, then each one's patch and
+        axis drawn again in the figure's order. A pixel in a cleared region gets the face and every
+        axes whose region holds it, in order, as in a whole drawing; a pixel outside them is kept.
+        False (nothing drawn) where that takes every axes: a whole drawing costs the same."""
         axes = self.figure.axes
         new = list(regions)
         for i in changed:
             new[i] = Bbox.union([regions[i], self._region(axes[i], renderer)])
-        for i in changed:
-            if any(j != i and new[i].overlaps(new[j]) for j in range(len(axes))):
-                return False
+        redrawn, grown = set(changed), True
+        while grown:  # the closure: regions that overlap one already in
+            more = {j for j in range(len(axes)) if j not in redrawn and any(new[j].overlaps(new[i]) for i in redrawn)}
+            redrawn, grown = redrawn | more, bool(more)
+        if len(redrawn) == len(axes):
+            return False
         patch = self.figure.patch
+        clip = patch.get_clip_box()
+        for i in redrawn:  # the figure's face, inside these regions only
+            box = new[i].frozen()
+            patch.set_clip_box(Bbox.from_extents(math.floor(box.x0), math.floor(box.y0), math.ceil(box.x1),
+                                                 math.ceil(box.y1)))
+            patch.draw(renderer)
+        patch.set_clip_box(clip)
         with _hidden(hidden):
-            for i in changed:
-                ax, box = axes[i], new[i].frozen()
-                box = Bbox.from_extents(math.floor(box.x0), math.floor(box.y0), math.ceil(box.x1), math.ceil(box.y1))
-                clip = patch.get_clip_box()
-                patch.set_clip_box(box)
-                patch.draw(renderer)  # the figure's face, inside this region only
-                patch.set_clip_box(clip)
+            for i in sorted(redrawn, key=lambda i: axes[i].get_zorder()):  # (stable: the figure's order on ties)
+                ax = axes[i]
                 if ax.axison and ax.get_frame_on():
                     ax.patch.draw(renderer)
                 if ax.axison:
                     for axis in sorted((ax.xaxis, ax.yaxis), key=lambda a: a.get_zorder()):
                         axis.draw(renderer)
-                regions[i] = new[i]
+        for i in redrawn:
+            regions[i] = new[i]
         return True
 
     def draw(self):

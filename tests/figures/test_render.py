@@ -156,3 +156,42 @@ def test_kept_line_heights_lay_text_out_as_matplotlib_does(fresh_status, dpi):
         kept = render._GlyphCacheRenderer(w, h, dpi)
         assert [t.get_window_extent(kept).bounds for t in texts] == plain
     assert len(render._heights) == 5
+
+
+def _crowded_figure():
+    """Three axes in a row; the first two so close that the second's tick labels and axis label reach into
+    the first's region, the third well apart."""
+    fig = Figure(figsize=(6.0, 2.0), dpi=100)
+    axes = [fig.add_axes(box) for box in ((0.08, 0.2, 0.22, 0.7), (0.34, 0.2, 0.22, 0.7), (0.75, 0.2, 0.22, 0.7))]
+    for i, ax in enumerate(axes):
+        ax.plot([0, 1, 2], [0, 1 + i, 4])
+        ax.set_ylabel(f"value {i}")
+    return fig, axes
+
+
+@pytest.mark.parametrize("moved", [0, 1, 2])
+def test_a_redrawn_axes_takes_the_axes_whose_regions_overlap_it_along(moved):
+    """Axes whose regions overlap are drawn again together (their regions cleared first, then each one's
+    background in the figure's order): new limits on one of them keeps the far one's background, and the pixels
+    are a whole drawing's."""
+    fig, axes = _crowded_figure()
+    kept = render.LayeredCanvas(fig, glyphs=False)
+    kept._draw_layers()
+    regions = kept._background[2]
+    assert regions[0].overlaps(regions[1]) and not regions[1].overlaps(regions[2])
+    axes[moved].set_ylim(-1000, 100000)  # wider tick labels: its region grows
+    kept._draw_layers()
+    assert kept.stats["partly"] == 1, kept.stats
+    whole = render.LayeredCanvas(fig, keep=False, glyphs=False)
+    whole._draw_layers()
+    assert np.array_equal(np.asarray(kept.buffer_rgba()), np.asarray(whole.buffer_rgba()))
+
+
+def test_when_overlapping_regions_take_every_axes_the_figure_is_drawn_whole():
+    fig, axes = _crowded_figure()
+    axes[2].set_position((0.6, 0.2, 0.22, 0.7))  # now the third one's labels reach the second's region
+    kept = render.LayeredCanvas(fig, glyphs=False)
+    kept._draw_layers()
+    axes[0].set_ylim(-1000, 100000)
+    kept._draw_layers()
+    assert kept.stats["drawn"] == 2, kept.stats
