@@ -274,6 +274,12 @@ MUTATIONS = [
       "return 20.0 * math.log10(signal / noise)", T + "numerics/test_scaling_metrics_recipes.py"),
     m("underflow counts values that were zero", MT, "flushed = (x.detach() != 0) & (q.values() == 0)",
       "flushed = q.values() == 0", T + "numerics/test_scaling_metrics_recipes.py"),
+    m("the flushed fraction divides by every channel, outliers too", MT,
+      "        ordinary = int(keep.sum()) * (x2.numel() // max(x2.shape[-1], 1))", "        ordinary = x2.numel()",
+      T + "numerics/test_metrics.py"),
+    m("the flushed fraction counts the outliers' flushes", MT,
+      "return int((flushed & keep).sum()) / ordinary", "return int(flushed.sum()) / ordinary",
+      T + "numerics/test_metrics.py"),
     # ---- recipes
     m("mxfp8 inputs with the OCP floor rule", R,
       '"mxfp8",\n            TensorScaling(E4M3, PerBlock(1, 32), "rceil", E8M0)',

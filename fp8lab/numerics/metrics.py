@@ -105,11 +105,15 @@ def flushed_fraction(x: torch.Tensor, y: torch.Tensor | QuantizedTensor,
     mask of x's shape leaves out: ordinary_values) that were nonzero in x and are zero in y: flushed to zero."""
     x2 = x.detach()
     y2 = _as_tensor(y).detach().reshape(x2.shape)
+    flushed = (x2 != 0) & (y2 == 0)
     if _is_mask(outlier_channels):
         keep = ordinary_values(tuple(x2.shape), outlier_channels)
-        return ((x2[keep] != 0) & (y2[keep] == 0)).double().mean().item()
-    keep = ordinary_channels(x2.shape[-1], outlier_channels)
-    return ((x2[..., keep] != 0) & (y2[..., keep] == 0)).double().mean().item()
+        ordinary = int(keep.sum())
+    else:
+        keep = ordinary_channels(x2.shape[-1], outlier_channels)  # (K,): along the last dimension
+        ordinary = int(keep.sum()) * (x2.numel() // max(x2.shape[-1], 1))
+    # counted, not gathered: two integers, their quotient rounded once (what the mean of the 0/1 values gives)
+    return int((flushed & keep).sum()) / ordinary if ordinary else math.nan
 
 
 def _is_mask(outliers) -> bool:

@@ -5,6 +5,7 @@ The report's agreement with the separate functions on many cases: tests/numerics
 
 import math
 
+import pytest
 import torch
 
 from fp8lab.numerics.formats import E4M3
@@ -57,6 +58,30 @@ def test_flushed_fraction_counts_nonzero_to_zero_among_ordinary_channels():
     y = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])  # two flushes; x's own zero is not one
     assert flushed_fraction(x, y) == 2 / 6
     assert flushed_fraction(x, y, [1]) == 1 / 4
+
+
+@pytest.mark.parametrize("shape", [(7,), (5, 9), (3, 4, 6), (64, 1024)])
+def test_flushed_fraction_is_the_mean_over_the_gathered_ordinary_values(shape):
+    """Counted without gathering: bit for bit the mean of the 0/1 flags of the ordinary values gathered (columns
+    left out, or a mask of x's shape), and NaN where nothing is ordinary, as that mean."""
+    g = torch.Generator().manual_seed(len(shape))
+    x = torch.randn(shape, generator=g) * (torch.rand(shape, generator=g) > 0.1)
+    y = x * (torch.rand(shape, generator=g) > 0.3)
+    k = shape[-1]
+
+    def gathered(keep):
+        return ((x[..., keep] != 0) & (y[..., keep] == 0)).double().mean().item()
+
+    assert flushed_fraction(x, y) == gathered(torch.ones(k, dtype=torch.bool))
+    left_out = [0, k - 1]
+    keep = torch.ones(k, dtype=torch.bool)
+    keep[left_out] = False
+    assert flushed_fraction(x, y, left_out) == gathered(keep)
+    assert math.isnan(flushed_fraction(x, y, list(range(k))))
+    if len(shape) == 2:
+        mask = torch.rand(shape, generator=g) > 0.8  # True: an outlier
+        assert flushed_fraction(x, y, mask) == ((x[~mask] != 0) & (y[~mask] == 0)).double().mean().item()
+        assert math.isnan(flushed_fraction(x, y, torch.ones(shape, dtype=torch.bool)))
 
 
 def test_overflow_and_underflow_of_a_per_tensor_cast():
