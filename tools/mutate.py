@@ -238,6 +238,8 @@ MUTATIONS = [
     m("overlapping regions that take every axes are still redrawn in part", "fp8lab/figures/render.py",
       "        if len(redrawn) == len(axes):\n            return False", "        if False:\n            return False",
       T + "figures/test_render.py::test_when_overlapping_regions_take_every_axes_the_figure_is_drawn_whole"),
+    m("clearing an axes' data keeps its bar containers", "fp8lab/lab/redraw.py",
+      "    ax.containers.clear()", "    pass", T + "lab/test_redraw.py"),
     m("the PNG keeps a band of the last image without comparing its rows", "fp8lab/figures/render.py",
       "np.array_equal(band, kept_rows[start:start + PNG_BAND_ROWS])", "True", T + "figures/test_render.py"),
     m("fast GEMM drops a's per-row scale beside a folded b", G,

@@ -52,15 +52,19 @@ def mismatch_flush(df, ax=None):
     recipes = list(dict.fromkeys(df.index.get_level_values(0)))
     width = 0.38
     for j, (gemm, color) in enumerate((("fprop", PALETTE[0]), ("wgrad", PALETTE[1]))):
+        xs, shares = [], []  # this GEMM's bars, drawn in one call
         for i, recipe in enumerate(recipes):
             row = df.loc[(recipe, gemm)]
             xpos = i + (j - 0.5) * width
             if row["format"] == "high precision":
                 ax.text(xpos, 0.02, "no FP8", ha="center", va="bottom", rotation=90, fontsize=8, color=color)
                 continue
-            share = float(row["underflow"])
-            ax.bar(xpos, share, width, color=color, label=gemm if i == 0 else None)
-            ax.text(xpos, share + 0.02, f"{100 * share:.3g}%", ha="center", va="bottom", fontsize=7)
+            xs.append(xpos)
+            shares.append(float(row["underflow"]))
+            ax.text(xpos, shares[-1] + 0.02, f"{100 * shares[-1]:.3g}%", ha="center", va="bottom", fontsize=7)
+        if xs:  # (in the legend where the first recipe has this GEMM's bar)
+            ax.bar(xs, shares, width, color=color, label=gemm if df.loc[(recipes[0], gemm)]["format"] !=
+                   "high precision" else None)
     ax.set_xticks(range(len(recipes)), [r.replace("_with_", "\n+") for r in recipes], fontsize=8)
     ax.set_xlim(-0.6, len(recipes) - 0.4)
     ax.set_ylim(0, 1.3)
@@ -76,10 +80,12 @@ def mismatch_losses(df, ax=None):
     mean target (dashed). df: columns seed, run, loss, constant."""
     ax = ax_or_new(ax)
     runs = list(dict.fromkeys(df["run"]))
-    for i, run in enumerate(runs):
-        part = df[df.run == run]
-        ax.bar(i, float(part["loss"].mean()), 0.6, color=PALETTE[(i + 2) % 10])
-        ax.scatter(np.full(len(part), i), part["loss"].to_numpy(), color="black", s=12, zorder=3)
+    parts = [df[df.run == run] for run in runs]
+    if parts:  # one call each for the bars and the dots
+        ax.bar(range(len(runs)), [float(part["loss"].mean()) for part in parts], 0.6,
+               color=[PALETTE[(i + 2) % 10] for i in range(len(runs))])
+        ax.scatter(np.concatenate([np.full(len(part), i) for i, part in enumerate(parts)]),
+                   np.concatenate([part["loss"].to_numpy() for part in parts]), color="black", s=12, zorder=3)
     ax.axhline(float(df.groupby("seed")["constant"].first().mean()), color=FLUSH, ls="--", lw=1.2,
                label="predicting the mean")
     ax.set_xticks(range(len(runs)), [r.replace("_with_", "\n+") for r in runs], fontsize=8)

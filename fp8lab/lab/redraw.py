@@ -27,9 +27,9 @@ _colorbars: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ax -> the
 
 def clear_data(ax) -> None:
     """Remove every artist a drawing added to `ax` (lines, collections, patches, images, texts,
-    the legend) and reset what a drawing may have set (scales with their default locators and
-    formatters, limits and autoscaling, the theme's grid, axis labels), keeping the axes and its
-    tick objects. Titles, tick label sizes and rotation stay as the last drawing left them: the
+    the legend, the containers of bars) and reset what a drawing may have set (scales with their
+    default locators and formatters, limits and autoscaling, the theme's grid, axis labels), keeping
+    the axes and its tick objects. Titles, tick label sizes and rotation stay as the last drawing left them: the
     plot functions set them on every drawing. A colorbar beside an image stays, for
     kept_colorbar(ax)."""
     for image in ax.images:
@@ -39,6 +39,7 @@ def clear_data(ax) -> None:
         artist.remove()
     if ax.legend_ is not None:
         ax.legend_.remove()
+    ax.containers.clear()  # (bar containers: their bars are gone above; a legend would still list them)
     ax.set_xscale("linear")  # also the linear scale's locators and formatters, as a new axes has
     ax.set_yscale("linear")
     ax.set_xlabel("")

@@ -42,6 +42,27 @@ def test_a_cleared_axes_redraws_as_a_new_one():
     plt.close(fig_old)
 
 
+def test_bars_cleared_leave_no_entry_in_the_next_legend():
+    """A legend lists the axes' bar containers: clearing the bars clears their containers too, so bars drawn
+    again on the cleared axes give a new axes' legend (one entry per label), not the last drawing's entries too."""
+    def bars(ax):
+        ax.bar([0, 1], [1, 2], color="C0", label="fprop")
+        ax.bar([0.4, 1.4], [2, 1], color="C1", label="wgrad")
+        ax.legend()
+
+    fig_new, ax_new = plt.subplots()
+    bars(ax_new)
+    fig_old, ax_old = plt.subplots()
+    bars(ax_old)
+    clear_data(ax_old)
+    assert not ax_old.containers
+    bars(ax_old)
+    assert [t.get_text() for t in ax_old.get_legend().get_texts()] == ["fprop", "wgrad"]
+    assert _png(fig_old) == _png(fig_new)
+    plt.close(fig_new)
+    plt.close(fig_old)
+
+
 def test_a_colorbar_is_kept_for_the_next_heatmap():
     fig, ax = plt.subplots()
     assert kept_colorbar(ax) is None

@@ -23,7 +23,7 @@ class MismatchPanel(Panel):
 
     title = "why rowwise fails: the forward and the weight-gradient GEMM see different inputs"
     ncols, width, height = 2, 4.2, 3.2
-    keep_axes = False  # redrawn only when the recipe list changes: the axes are cleared whole
+    keep_axes = True  # the axes and their tick objects kept between the recipe lists
 
     def __init__(self) -> None:
         super().__init__(
