@@ -32,7 +32,7 @@ class PlacementPanel(Panel):
 
     title = "where the sinks sit decides which scales they break"
     ncols, width, height = 2, 4.2, 3.2
-    keep_axes = False
+    keep_axes = True  # the axes and their tick objects kept between placements and ratios
     live_sliders = False  # a new ratio quantizes fc2's input anew: it redraws when the slider is released
 
     def __init__(self) -> None:
