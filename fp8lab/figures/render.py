@@ -115,7 +115,9 @@ class _GlyphCacheRenderer(RendererAgg):
     def _get_font_height_metrics(self, prop):
         """(ascent, descent, line gap) in pixels of the font Text._get_layout measures a line by, as it
         computes them from the font's OS/2 or hhea table (matplotlib asks a renderer that has this
-        method; (None, None, None) lets it compute them itself)."""
+        method; (None, None, None) lets it compute them itself). At this renderer's dpi, which is the
+        figure's whenever the canvas draws or measures with it (get_renderer makes a new one when the
+        figure's dpi changes)."""
         if not _status.get("glyph cache", (True, ""))[0]:
             return None, None, None
         size = prop.get_size_in_points()
