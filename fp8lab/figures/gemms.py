@@ -52,19 +52,19 @@ def mismatch_flush(df, ax=None):
     recipes = list(dict.fromkeys(df.index.get_level_values(0)))
     width = 0.38
     for j, (gemm, color) in enumerate((("fprop", PALETTE[0]), ("wgrad", PALETTE[1]))):
-        xs, shares = [], []  # this GEMM's bars, drawn in one call
+        xs, shares, label = [], [], None  # this GEMM's bars, drawn in one call (labelled where the first has one)
         for i, recipe in enumerate(recipes):
             row = df.loc[(recipe, gemm)]
             xpos = i + (j - 0.5) * width
             if row["format"] == "high precision":
                 ax.text(xpos, 0.02, "no FP8", ha="center", va="bottom", rotation=90, fontsize=8, color=color)
                 continue
+            label = gemm if i == 0 else label
             xs.append(xpos)
             shares.append(float(row["underflow"]))
             ax.text(xpos, shares[-1] + 0.02, f"{100 * shares[-1]:.3g}%", ha="center", va="bottom", fontsize=7)
-        if xs:  # (in the legend where the first recipe has this GEMM's bar)
-            ax.bar(xs, shares, width, color=color, label=gemm if df.loc[(recipes[0], gemm)]["format"] !=
-                   "high precision" else None)
+        if xs:
+            ax.bar(xs, shares, width, color=color, label=label)
     ax.set_xticks(range(len(recipes)), [r.replace("_with_", "\n+") for r in recipes], fontsize=8)
     ax.set_xlim(-0.6, len(recipes) - 0.4)
     ax.set_ylim(0, 1.3)
