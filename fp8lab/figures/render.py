@@ -113,11 +113,9 @@ class _GlyphCacheRenderer(RendererAgg):
     mathtext and TeX as Agg draws them), and each font's line height kept."""
 
     def _get_font_height_metrics(self, prop):
-        """(ascent, descent, line gap) in pixels of the font Text._get_layout measures a line by, as it
-        computes them from the font's OS/2 or hhea table (matplotlib asks a renderer that has this
-        method; (None, None, None) lets it compute them itself). At this renderer's dpi, which is the
-        figure's whenever the canvas draws or measures with it (get_renderer makes a new one when the
-        figure's dpi changes)."""
+        """(ascent, descent, line gap) in pixels at this renderer's dpi (the figure's: get_renderer makes a
+        new renderer when it changes) of the font Text._get_layout measures a line by, from its OS/2 or hhea
+        table; matplotlib asks a renderer that has this method, and (None, None, None) lets it compute them."""
         if not _status.get("glyph cache", (True, ""))[0]:
             return None, None, None
         size = prop.get_size_in_points()
