@@ -42,23 +42,27 @@ def _block_label(q, gemm: str) -> str:
 
 
 def operand_losses(x: torch.Tensor, recipe: Recipe | str, outlier_channels: torch.Tensor | list[int] | None = None,
-                   seed: int = 0) -> dict[str, dict]:
+                   seed: int = 0, gemms: tuple[str, ...] = tuple(GEMM_ROLES)) -> dict[str, dict]:
     """x[M, K] quantized as `recipe`'s fprop and wgrad GEMMs read it (fp8lab.nn.layer_gemms), seen in x's layout.
 
-    Returns {"fprop": ..., "wgrad": ...}, each a dict: "values" (the dequantized operand as x[M, K], None where
+    Returns {"fprop": ..., "wgrad": ...} (the GEMMs in `gemms`: a panel that shows one measures only that one),
+    each a dict: "values" (the dequantized operand as x[M, K], None where
     the recipe keeps that GEMM in high precision), "block" ((rows, cols) of one scale's region in x's layout),
     "label" (that region in words), "format", "ordinary_flushed" (share of the ordinary channels' nonzero values
     flushed to zero) and "ordinary_sqnr_db" (their SQNR, every channel alike; fp8lab.metrics.channel_sqnr).
     The weight and output gradient the three GEMMs also need are drawn from `seed`: they change nothing here.
     """
     recipe = get_recipe(recipe)
+    unknown = [gemm for gemm in gemms if gemm not in GEMM_ROLES]
+    if unknown or not gemms:
+        raise ValueError(f"gemms must name some of {', '.join(GEMM_ROLES)}; got {tuple(gemms)}")
     x = x.detach().float()
     m, k = x.shape
     g = torch.Generator().manual_seed(seed)
     n = 16  # the layer's output width: any; it only shapes the weight and gradient operands
     pairs = layer_gemms(x, torch.randn(n, k, generator=g), torch.randn(m, n, generator=g), recipe)
     out = {}
-    for gemm, pair in (("fprop", pairs["fprop"]), ("wgrad", pairs["wgrad"])):
+    for gemm, pair in ((gemm, pairs[gemm]) for gemm in GEMM_ROLES if gemm in gemms):
         if pair is None:  # the recipe runs this GEMM in high precision: nothing is quantized
             out[gemm] = {"values": None, "block": (m, k), "label": "high precision", "format": "high precision",
                          "ordinary_flushed": 0.0, "ordinary_sqnr_db": math.inf}

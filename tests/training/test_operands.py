@@ -58,6 +58,24 @@ def test_the_sinks_flush_ordinary_channels_per_token_but_not_per_channel():
     assert out["wgrad"]["ordinary_sqnr_db"] > out["fprop"]["ordinary_sqnr_db"] + 10
 
 
+@pytest.mark.parametrize("recipe", ["rowwise", "mxfp8", "rowwise_with_gw_hp"])
+def test_one_gemm_asked_for_is_what_both_give_for_it(recipe):
+    both = operand_losses(_x(), recipe, [0, 1, 2, 3])
+    for gemm in GEMM_ROLES:
+        one = operand_losses(_x(), recipe, [0, 1, 2, 3], gemms=(gemm,))
+        assert list(one) == [gemm]
+        assert {k: v for k, v in one[gemm].items() if k != "values"} == \
+            {k: v for k, v in both[gemm].items() if k != "values"}
+        assert (one[gemm]["values"] is None and both[gemm]["values"] is None) or \
+            torch.equal(one[gemm]["values"], both[gemm]["values"])
+
+
+@pytest.mark.parametrize("gemms", [(), ("dgrad",), ("fprop", "forward")])
+def test_gemms_outside_fprop_and_wgrad_are_refused_by_name(gemms):
+    with pytest.raises(ValueError, match="fprop, wgrad"):
+        operand_losses(_x(), "rowwise", gemms=gemms)
+
+
 def test_a_high_precision_gemm_quantizes_nothing():
     out = operand_losses(_x(), "rowwise_with_gw_hp", [0, 1, 2, 3])
     assert out["wgrad"]["values"] is None and out["wgrad"]["label"] == "high precision"

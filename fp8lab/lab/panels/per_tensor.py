@@ -167,7 +167,7 @@ class CliffPanel(Panel):
         if gemm == "fprop":
             deq = quantize(x, RECIPES[name].input).dequantize()  # fprop's activation operand, along K
             return {"ordinary_sqnr_db": channel_sqnr(x, deq, idx), "ordinary_underflow": flushed_fraction(x, deq, idx)}
-        seen = operand_losses(x, name, idx)["wgrad"]  # x^T along M, back in x's layout
+        seen = operand_losses(x, name, idx, gemms=("wgrad",))["wgrad"]  # x^T along M, back in x's layout
         return {"ordinary_sqnr_db": seen["ordinary_sqnr_db"], "ordinary_underflow": seen["ordinary_flushed"]}
 
     def published(self, distribution: str, placement: str = "channels", gemm: str = "fprop") -> pd.DataFrame:
