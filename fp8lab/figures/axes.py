@@ -16,7 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-from fp8lab.figures.render import GlyphCacheCanvas, encode_png
+from fp8lab.figures.png import encode_png
+from fp8lab.figures.render import GlyphCacheCanvas
 
 __all__ = ["PIXEL_RATIO", "figure", "log_axis", "magnitude", "steady_limits", "to_png", "use_theme"]
 
@@ -66,7 +67,7 @@ def to_png(fig, keep: bool = False, pixel_ratio: float = 1) -> bytes:
     """Render a figure to PNG bytes at pixel_ratio x its dpi. The panels draw at 2x (PIXEL_RATIO:
     their figures are made at 144 dpi and shown at 72, sharp on high-DPI screens), with Agg
     keeping rendered glyphs (fp8lab.figures.render: the same bytes, half the render time). Encoded as
-    RGB, not RGBA (the figure is opaque), by fp8lab.figures.render.encode_png. A panel's figure keeps its
+    RGB, not RGBA (the figure is opaque), by fp8lab.figures.png.encode_png. A panel's figure keeps its
     fp8lab.figures.render.LayeredCanvas (the background kept while it does not change). Unless keep=True
     (a panel that redraws into the same figure), close the figure and clear it: its reference
     cycles go now, not in a slow GC pass."""

@@ -71,42 +71,6 @@ def test_a_private_api_that_breaks_after_the_self_test_falls_back_mid_run(fresh_
     assert (np.abs(plain.astype(int) - shown.astype(int)).max(-1) > 8).mean() < 0.02
 
 
-def test_encode_png_gives_rgb_that_pil_decodes_to_the_same_pixels():
-    encode_png = render.encode_png
-    rgba = np.random.default_rng(0).integers(0, 256, (7, 5, 4), dtype=np.uint8)
-    rgba[..., 3] = 255
-    decoded = Image.open(io.BytesIO(encode_png(rgba)))
-    assert decoded.mode == "RGB" and decoded.size == (5, 7)
-    assert np.array_equal(np.asarray(decoded), rgba[..., :3])
-    with pytest.raises(ValueError, match="uint8"):
-        encode_png(rgba[..., :3])
-
-
-def test_encode_png_keeps_unchanged_bands_and_gives_the_bytes_of_a_cold_encoding(monkeypatch):
-    """An image whose rows partly equal the last one's: the PNG decodes to its pixels, and its bytes are
-    those of the same image encoded with nothing kept (a band's bytes depend on that band alone)."""
-    rng = np.random.default_rng(1)
-    rows = 3 * render.PNG_BAND_ROWS + 5  # a short last band
-    first = np.full((rows, 9, 4), 255, np.uint8)
-    first[:, :, :3] = rng.integers(0, 4, (rows, 9, 3), dtype=np.uint8)  # compressible, as a panel is
-    second = first.copy()
-    second[render.PNG_BAND_ROWS + 2, 4, 1] ^= 1  # one pixel in the second band
-    second[-1, 0, 0] ^= 1  # one in the short last band
-    monkeypatch.setattr(render, "_png_kept", {})
-    render.encode_png(first)
-    kept = render.encode_png(second)
-    deflated, deflate = [], render._deflate_band
-    monkeypatch.setattr(render, "_deflate_band", lambda band, level: deflated.append(len(band)) or deflate(band, level))
-    back = render.encode_png(first)
-    assert deflated == [render.PNG_BAND_ROWS, 5], deflated  # the two changed bands only
-    monkeypatch.setattr(render, "_png_kept", {})
-    cold = render.encode_png(second)
-    assert kept == cold
-    for image, png in ((second, kept), (first, back)):
-        decoded = Image.open(io.BytesIO(png))
-        assert decoded.mode == "RGB" and np.array_equal(np.asarray(decoded), image[..., :3])
-
-
 def test_the_first_change_after_the_first_drawing_keeps_the_background():
     """The first drawing makes the ticks (one per position); the background's key counts the ticks that will be
     drawn, not those made so far, so the first slider move pastes the kept background instead of drawing it
