@@ -8,6 +8,7 @@ bitmap by everything matplotlib renders it from (font file and face, size, dpi, 
 rotation matrix and the position's fraction of a pixel); a glyph moved by whole pixels is the same
 bitmap moved. It also keeps each font's line height (ascent, descent and line gap from its
 tables, which matplotlib reads again for every text it lays out: each tick label, each time).
+The kept background's drawing lays each axis' ticks out once (_lay_out_once).
 The PNGs are byte for byte those of plain Agg (tests/test_widgets.py compares every panel).
 Both speed-ups rest on private matplotlib APIs, each reached through one function below
 (PRIVATE_APIS); a self-test renders with and without each speed-up on first use, and any missing or
@@ -84,9 +85,40 @@ def _place_titles(ax, renderer) -> None:  # Axes._update_title_position, as Axes
     ax._update_title_position(renderer)
 
 
+def _update_ticks(axis) -> list:  # Axis._update_ticks: the ticks in view, placed and labelled at the limits
+    return type(axis)._update_ticks(axis)
+
+
+def _ticklabel_bboxes(axis, ticks, renderer) -> tuple[list, list]:  # Axis._get_ticklabel_bboxes
+    return type(axis)._get_ticklabel_bboxes(axis, ticks, renderer)
+
+
+def _lay_out_once(axis, laid: dict) -> None:
+    """Within one drawing, `axis` lays its ticks out once: Axis.draw, Axis.get_tightbbox, the axis label's
+    placement (Axis._get_tick_boxes_siblings) and Spine.get_window_extent each place and label the ticks in
+    view and measure their labels again (three to six times an axis a drawing) with the same limits, locator
+    and formatter, so to the same result. Answered again from `laid` while those are unchanged (instance
+    attributes over Axis' methods, removed after the drawing: LayeredCanvas._draw_layers)."""
+    def update() -> list:
+        key = (tuple(axis.get_view_interval()), axis.major.locator, axis.major.formatter, axis.minor.locator,
+               axis.minor.formatter)
+        if laid.get("key") != key:
+            laid.clear()
+            laid["key"], laid["ticks"] = key, _update_ticks(axis)
+        return laid["ticks"]
+
+    def bboxes(ticks, renderer) -> tuple[list, list]:
+        key = (id(ticks), id(renderer))  # (the ticks and the renderer kept below: their ids stay theirs)
+        if key not in laid:
+            laid[key] = (_ticklabel_bboxes(axis, ticks, renderer), ticks, renderer)
+        return laid[key][0]
+
+    axis._update_ticks, axis._get_ticklabel_bboxes = update, bboxes
+
+
 PRIVATE_APIS = {  # speed-up -> the functions above it needs (tests/test_widgets.py breaks each one)
     "glyph cache": ("_prepare_font", "_text_features", "_layout", "_render_glyph", "_blit", "_font_files"),
-    "kept background": ("_tick_kw", "_made_ticks", "_place_titles"),
+    "kept background": ("_tick_kw", "_made_ticks", "_place_titles", "_update_ticks", "_ticklabel_bboxes"),
 }
 _status: dict[str, tuple[bool, str]] = {}  # speed-up -> (on, why), decided once per process
 
@@ -409,6 +441,16 @@ class LayeredCanvas(GlyphCacheCanvas):
             super().draw()
 
     def _draw_layers(self) -> None:
+        axes = [axis for ax in self.figure.axes for axis in (ax.xaxis, ax.yaxis)] if self.keep else []
+        for axis in axes:  # each axis lays its ticks out once (keep=False: as matplotlib does, the reference)
+            _lay_out_once(axis, {})
+        try:
+            self._draw_in_layers()
+        finally:
+            for axis in axes:
+                del axis._update_ticks, axis._get_ticklabel_bboxes
+
+    def _draw_in_layers(self) -> None:
         layers = self._layers()
         if layers is None:
             self.stats["whole"] += 1

@@ -159,3 +159,38 @@ def test_when_overlapping_regions_take_every_axes_the_figure_is_drawn_whole():
     axes[0].set_ylim(-1000, 100000)
     kept._draw_layers()
     assert kept.stats["drawn"] == 2, kept.stats
+
+
+def test_ticks_laid_out_once_a_drawing_are_laid_out_again_at_new_limits():
+    """Within a drawing each axis answers its tick layout and label boxes from the first time it laid them out
+    (LayeredCanvas._draw_layers), while its limits, locator and formatter stay: new limits lay them out again.
+    A kept drawing of figures with aligned labels (the label's placement measures its siblings' ticks) is a whole
+    drawing's, pixel for pixel, and leaves no instance attribute behind."""
+    fig, axes = _crowded_figure()
+    fig.align_ylabels(axes)
+    axis = axes[0].yaxis
+    render._lay_out_once(axis, {})
+    try:
+        first = axis._update_ticks()
+        assert axis._update_ticks() is first  # the same layout, answered again
+        renderer = render.LayeredCanvas(fig, glyphs=False).get_renderer()
+        assert axis._get_ticklabel_bboxes(first, renderer) is axis._get_ticklabel_bboxes(first, renderer)
+        axes[0].set_ylim(-1000, 100000)
+        again = axis._update_ticks()
+        labels = [t.label1.get_text() for t in again]
+        boxes = [b.bounds for b in axis._get_ticklabel_bboxes(again, renderer)[0]]
+        assert boxes == [b.bounds for b in type(axis)._get_ticklabel_bboxes(axis, again, renderer)[0]]
+        assert [b.bounds for b in axis._get_ticklabel_bboxes(again[1:2], renderer)[0]] == boxes[1:2]  # those asked
+    finally:
+        del axis._update_ticks, axis._get_ticklabel_bboxes
+    assert labels == [t.label1.get_text() for t in axis._update_ticks()]  # matplotlib's own, at the new limits
+    kept = render.LayeredCanvas(fig, glyphs=False)
+    for ylim in ((-5, 5), (0, 3e4)):
+        axes[1].set_ylim(*ylim)
+        kept._draw_layers()
+        whole = render.LayeredCanvas(fig, keep=False, glyphs=False)
+        whole._draw_layers()
+        assert np.array_equal(np.asarray(kept.buffer_rgba()), np.asarray(whole.buffer_rgba())), ylim
+        fig.set_canvas(kept)
+    assert kept.stats["partly"] == 1, kept.stats
+    assert not any("_update_ticks" in vars(a) for ax in axes for a in (ax.xaxis, ax.yaxis))
