@@ -283,7 +283,7 @@ MUTATIONS = [
     m("underflow counts values that were zero", MT, "flushed = (x.detach() != 0) & (q.values() == 0)",
       "flushed = q.values() == 0", T + "numerics/test_scaling_metrics_recipes.py"),
     m("operand_losses measures every GEMM, whatever was asked", "fp8lab/training/operands.py",
-      "for gemm in GEMM_ROLES if gemm in gemms)", "for gemm in GEMM_ROLES)", T + "training/test_operands.py"),
+      "(gemm for gemm in GEMM_ROLES if gemm in gemms)", "GEMM_ROLES", T + "training/test_operands.py"),
     m("the flushed fraction divides by every channel, outliers too", MT,
       "        ordinary = int(keep.sum()) * (x2.numel() // max(x2.shape[-1], 1))", "        ordinary = x2.numel()",
       T + "numerics/test_metrics.py"),

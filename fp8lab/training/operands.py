@@ -46,8 +46,8 @@ def operand_losses(x: torch.Tensor, recipe: Recipe | str, outlier_channels: torc
     """x[M, K] quantized as `recipe`'s fprop and wgrad GEMMs read it (fp8lab.nn.layer_gemms), seen in x's layout.
 
     Returns {"fprop": ..., "wgrad": ...} (the GEMMs in `gemms`: a panel that shows one measures only that one),
-    each a dict: "values" (the dequantized operand as x[M, K], None where
-    the recipe keeps that GEMM in high precision), "block" ((rows, cols) of one scale's region in x's layout),
+    each a dict: "values" (the dequantized operand as x[M, K], None where the recipe keeps that GEMM in high
+    precision), "block" ((rows, cols) of one scale's region in x's layout),
     "label" (that region in words), "format", "ordinary_flushed" (share of the ordinary channels' nonzero values
     flushed to zero) and "ordinary_sqnr_db" (their SQNR, every channel alike; fp8lab.metrics.channel_sqnr).
     The weight and output gradient the three GEMMs also need are drawn from `seed`: they change nothing here.
@@ -62,7 +62,8 @@ def operand_losses(x: torch.Tensor, recipe: Recipe | str, outlier_channels: torc
     n = 16  # the layer's output width: any; it only shapes the weight and gradient operands
     pairs = layer_gemms(x, torch.randn(n, k, generator=g), torch.randn(m, n, generator=g), recipe)
     out = {}
-    for gemm, pair in ((gemm, pairs[gemm]) for gemm in GEMM_ROLES if gemm in gemms):
+    for gemm in (gemm for gemm in GEMM_ROLES if gemm in gemms):
+        pair = pairs[gemm]
         if pair is None:  # the recipe runs this GEMM in high precision: nothing is quantized
             out[gemm] = {"values": None, "block": (m, k), "label": "high precision", "format": "high precision",
                          "ordinary_flushed": 0.0, "ordinary_sqnr_db": math.inf}
