@@ -307,12 +307,14 @@ def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor, scale_outer_=_sca
     """
     operands = []
     for q in (a_q, b_q):  # each as (values[R, K], scale per row or tensor or None, smallest, largest magnitude)
-        if q.block_shape[1] < q.shape[1]:  # (only blocks narrower than K)
+        if q.granularity.whole_rows:  # per tensor: (); per row: q[R, K]'s scales (R, 1), one per output row
+            post = q.scale.reshape(()) if q.scale.dim() == 0 else q.scale.reshape(-1)
+            operands.append((q.values(), post, q.fmt.min_subnormal, q.fmt.max_value))
+        elif q.block_shape[1] < q.shape[1]:  # (only blocks narrower than K)
             smallest, largest = q.scale_range()
             operands.append((q.scaled_values(), None, q.fmt.min_subnormal * smallest, q.fmt.max_value * largest))
-        else:
-            post = q.scale.reshape(()) if q.scale.dim() == 0 else k_blocks(q)[0][:, 0]
-            operands.append((q.values(), post, q.fmt.min_subnormal, q.fmt.max_value))
+        else:  # blocks as wide as K: one scale per row, repeated over each block's rows
+            operands.append((q.values(), k_blocks(q)[0][:, 0], q.fmt.min_subnormal, q.fmt.max_value))
     (a, post_a, lo_a, hi_a), (b, post_b, lo_b, hi_b) = operands
     if not (lo_a * lo_b >= 2.0**-126 and hi_a * hi_b * a.shape[1] < 2.0**126):
         return None  # folded products would leave float32's normal range

@@ -1,7 +1,8 @@
 """quantize's fast twins: the same bits as the definition in quantize.py, computed faster.
 
 Public: kernel_parameters(spec) (the C kernels' parameter block, kept on the spec), kernel_input(x2d, spec,
-amax) (x as the C kernel takes it, or None where the torch code runs), folds(block, shape), scale_and_cast
+amax) (x as the C kernel takes it, or None where the torch code runs), plain_pass(x, spec, values) (a GEMM
+operand's pass in one kernel call), folds(block, shape), scale_and_cast
 (the definition's cast a bounded chunk of block rows at a time), CHUNK_ELEMENTS, GPU_CHUNK_ELEMENTS.
 quantize.quantize_with is the one place that chooses between them; tests/test_quantize.py checks both
 against quantize.quantize_definition bit for bit.
@@ -15,7 +16,8 @@ from fp8lab.numerics import kernels
 from fp8lab.numerics.formats import FloatFormat, cast, round_stochastic
 from fp8lab.numerics.scaling import TensorScaling, padded_blocks
 
-__all__ = ["CHUNK_ELEMENTS", "GPU_CHUNK_ELEMENTS", "folds", "kernel_input", "kernel_parameters", "scale_and_cast"]
+__all__ = ["CHUNK_ELEMENTS", "GPU_CHUNK_ELEMENTS", "folds", "kernel_input", "kernel_parameters", "plain_pass",
+           "scale_and_cast"]
 
 # rows of blocks handled per step of the scale-and-cast loop: ~1 MiB of float32 at a time
 # stays in cache, so x is read once and the fp8 result written once
@@ -48,6 +50,26 @@ def kernel_input(x2d: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | No
         return None
     x32 = x2d if x2d.dtype == torch.float32 else x2d.to(torch.float32)  # (the kernel reads float32)
     return x32 if kernels.accepts(x32) and (amax is None or kernels.accepts(amax)) else None
+
+
+def plain_pass(x: torch.Tensor, spec: TensorScaling, values: bool | None) -> tuple[kernels.Fused, bool] | None:
+    """quantize_with's kernel pass for the tensor it meets most, a GEMM operand: x a plain 2-D float32 CPU tensor,
+    no amax given, nothing counted, rounding to nearest, so nothing to check, widen, draw or restore but what the
+    kernel call checks itself. (The kernel's answer, whether it folded), the same call and bits as quantize_with's
+    general kernel branch; None (that branch decides, and explains) for anything else, and where x holds an
+    infinity."""
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() != 2 or spec.rounding != "nearest":
+        return None
+    shape = tuple(x.shape)
+    template = kernel_parameters(spec)
+    if template is None or 0 in shape or not kernels.engine().kernels or not kernels.accepts(x):
+        return None
+    block = spec.granularity.block_shape(shape)
+    fold = folds(block, shape)
+    fused = kernels.quantize(x, block, template, fold=fold, values=values)
+    if fused is None or (fused.nan and bool(torch.isinf(x).any())):  # (a NaN propagates to its block)
+        return None
+    return fused, fold
 
 
 def folds(block: tuple[int, int], shape: tuple[int, int]) -> bool:

@@ -355,6 +355,60 @@ def test_a_refused_infinity_takes_no_stochastic_draws(nan):
         assert torch.equal(torch.rand(100, generator=generator), unused), quantize_x.__name__
 
 
+def _derived_equal(a, b) -> bool:
+    """The float32 copies a QuantizedTensor carries (values, or values times block scales) and its scale range."""
+    same = [(x is None and y is None) or (x is not None and y is not None and _same_floats(x, y))
+            for x, y in ((a.derived.values, b.derived.values), (a.derived.scaled, b.derived.scaled))]
+    return all(same) and _same_floats(torch.tensor(a.scale_range()), torch.tensor(b.scale_range()))
+
+
+@pytest.mark.parametrize("settings", [dict(fmt="e4m3"), dict(fmt="e5m2", scale_rule="floor"),
+                                      dict(fmt="e4m3", scale_rule="rceil", scale_fmt="e8m0"),
+                                      dict(fmt="e2m1", scale_fmt="e4m3", two_level=True)],
+                         ids=["e4m3", "e5m2-floor", "mx", "nvfp4"])
+def test_the_plain_pass_is_the_kernel_branchs_pass(settings, monkeypatch):
+    """quantize_with's pass for a GEMM operand (quantize_fast.plain_pass: x a plain 2-D float32 CPU tensor, no
+    amax given, nothing counted, rounding to nearest) makes the QuantizedTensor the general kernel branch makes,
+    field for field: codes, scales, amaxes, the tensor scale, the float32 values written beside the codes (folded
+    with the block scales where the blocks are narrower than both sides), the scale range, and x's own amaxes;
+    a NaN propagates to its block in the one pass. It stands aside for bfloat16 and an infinity (beside a NaN
+    too), which the branch widens or refuses as before; with the torch code it stands aside for everything."""
+    from fp8lab.numerics import kernels, quantize_fast
+    from fp8lab.numerics.quantize import quantize_definition, quantize_observing, quantize_spec
+
+    def general_branch(x, spec, values):
+        with monkeypatch.context() as patch:
+            patch.setattr(quantize_fast, "plain_pass", lambda *args: None)
+            return quantize_observing(x, spec, None, values=values)
+
+    torch.manual_seed(0)
+    for granularity in ("per-tensor", "per-row", "1x32", "16x16", "128x128", "7x5"):
+        spec = quantize_spec(granularity=granularity, **settings)
+        for shape in ((64, 96), (33, 250)):
+            x = torch.randn(shape) * torch.rand(shape[0], 1) * 10
+            nan = x.clone()
+            nan[-1, -1] = math.nan
+            if not kernels.engine().kernels:  # (the torch code: the pass is the kernel's, so it stands aside)
+                assert quantize_fast.plain_pass(x, spec, None) is None
+                continue
+            for xi, values in ((x, None), (x, True), (x, False), (nan, None), (x.t(), None)):
+                assert quantize_fast.plain_pass(xi, spec, values) is not None, (granularity, shape)
+                got, own = quantize_observing(xi, spec, None, values=values)
+                want, want_own = general_branch(xi, spec, values)
+                assert _bits_equal(got, want) and _same_floats(own, want_own), (settings, granularity, shape)
+                assert _derived_equal(got, want), (settings, granularity, shape, values)
+                assert _bits_equal(got, quantize_definition(xi, spec)), (settings, granularity, shape)
+            inf = x.clone()
+            inf[0, 0] = math.inf
+            beside_nan = inf.clone()
+            beside_nan[0, 1] = math.nan  # (the block's amax is NaN: only a look at x finds the infinity)
+            for aside in (x.to(torch.bfloat16), inf, beside_nan):
+                assert quantize_fast.plain_pass(aside, spec, None) is None
+            for refused in (inf, beside_nan):
+                with pytest.raises(ValueError, match="infinite"):
+                    quantize_with(refused, spec)
+
+
 @pytest.mark.parametrize("granularity", [PerTensor(), PerBlock(1, 32)])
 def test_quantize_observing_is_quantize_with_a_given_amax_and_reads_xs_own_amax(granularity):
     """Delayed scaling's one pass: the codes and scales of quantize_with(x, spec, amax), and x's own amax per
