@@ -157,6 +157,8 @@ MUTATIONS = [
       QUANT, HARD),
     m("dequantize forgets the tensor scale", Q,
       "return out * self.tensor_scale if self.tensor_scale is not None else out", "return out", QUANT),
+    m("the cliff panel builds only the default placement's tables when made", "fp8lab/lab/panels/per_tensor.py",
+      "        for key in self.keys():", "        for key in self.keys()[:4]:", T + "lab/panels/test_per_tensor.py"),
     m("the plain pass writes unfolded values where the blocks fold", NUM + "quantize_fast.py",
       "    fused = kernels.quantize(x, block, template, fold=fold, values=values)\n",
       "    fused = kernels.quantize(x, block, template, fold=False, values=values)\n", QUANT),

@@ -136,7 +136,8 @@ class CliffPanel(Panel):
     """Outlier magnitude from none to 1e7 against each recipe's activation scaling: the cliff
     where ordinary values start to flush, per recipe, with the outliers in every token's channels or in a few
     tokens' channels, and the activation as the forward GEMM reads it (along K) or the weight-gradient GEMM
-    (along M)."""
+    (along M). Every table its controls offer is measured when the panel is made (about a second at workshop
+    size, once), so that a click only draws."""
 
     title = "the outlier cliff: each recipe's activation scaling against outlier magnitude"
     width, height = 6.4, 3.4
@@ -157,9 +158,16 @@ class CliffPanel(Panel):
         self.shape = (size(64, 32), size(1024, 256))
         self._cache: dict[tuple[str, str, str], pd.DataFrame] = {}
         self._published: dict[tuple[str, str, str], pd.DataFrame] = {}
-        for distribution in self.controls["distribution"].options:  # the default placement and GEMM, ready
-            self.table(distribution)
-            self.published(distribution)
+        for key in self.keys():  # every table a click can ask for, built once here: a click only draws
+            self.table(*key)
+            self.published(*key)
+
+    def keys(self) -> list[tuple[str, str, str]]:
+        """Every (distribution, placement, gemm) the controls offer, the default placement and GEMM first."""
+        def values(name: str) -> list[str]:
+            return [o[1] if isinstance(o, tuple) else o for o in self.controls[name].options]
+
+        return [(d, p, g) for p in values("placement") for g in values("gemm") for d in values("distribution")]
 
     @staticmethod
     def _measured(x: torch.Tensor, idx: torch.Tensor, name: str, gemm: str) -> dict[str, float]:
@@ -208,29 +216,29 @@ class CliffPanel(Panel):
         df = df[df.recipe.isin(recipes)]
         pub = self.published(distribution, placement, gemm)
         pub = pub[pub.recipe.isin(recipes)]
+        parts = {name: part.set_index("outliers") for name, part in df.groupby("recipe", sort=False)}
         # the cliff: the first magnitude where a recipe's ordinary SQNR is 3 dB below its own clean value
         cliffs = {}
-        for name, part in df.groupby("recipe", sort=False):
-            clean = float(part["ordinary_sqnr_db"].iloc[0])
-            worse = part[part["ordinary_sqnr_db"] < clean - 3]
-            cliffs[name] = float(worse["outliers"].iloc[0]) if len(worse) else None
+        for name, part in parts.items():
+            sqnr = part["ordinary_sqnr_db"]
+            worse = sqnr.index[sqnr < float(sqnr.iloc[0]) - 3]
+            cliffs[name] = float(worse[0]) if len(worse) else None
         markers = dict(zip(pub["label"], pub["outliers"], strict=False))
         return {"df": df, "measure": measure, "cliffs": cliffs, "published": pub, "markers": markers,
-                "placement": placement, "gemm": gemm}
+                "placement": placement, "gemm": gemm, "parts": parts,
+                "marked": {name: part for name, part in pub.groupby("recipe", sort=False)}}
 
     def draw(self, data, ax) -> None:
         plots.outlier_cliff(data["df"], data["measure"], ax=ax, markers=data["markers"])
-        pub = data["published"]
-        for i, (_, part) in enumerate(data["df"].groupby("recipe", sort=False)):
-            at = pub[pub.recipe == part["recipe"].iloc[0]]
+        for i, name in enumerate(data["parts"]):  # (a recipe without published points: an empty scatter, as ever)
+            at = data["marked"].get(name, data["published"].iloc[:0])
             ax.scatter(at["outliers"], at[data["measure"]], marker="D", s=22, color=plots.PALETTE[i % 10],
                        edgecolor="black", linewidth=0.5, zorder=5)
 
     def describe(self, data) -> str:
-        df = data["df"]
         rows = {}
         for name, at in data["cliffs"].items():
-            part = df[df.recipe == name].set_index("outliers")
+            part = data["parts"][name]
             rows[name] = (f"3 dB below its clean SQNR from {plots.magnitude(at)}x on" if at is not None else
                           "within 3 dB of clean up to 1e7x") + \
                 f"; at 1e6x: {part.loc[1e6, 'ordinary_sqnr_db']:.1f} dB, " \

@@ -54,3 +54,28 @@ def test_a_drag_moves_the_histogram_and_window_in_place_and_another_format_draws
     assert whole == []
     panel.update(fmt="e5m2")
     assert whole == [1]
+
+
+def test_the_cliff_panel_builds_every_table_when_made_so_a_click_only_draws(monkeypatch):
+    """CliffPanel measures every (distribution, placement, GEMM) its controls offer when it is made: after that no
+    click samples or quantizes anything (sample is broken here and every control's every value still draws), and
+    each click's table is the one a fresh measurement of that key gives."""
+    from fp8lab.lab.panels import per_tensor, sweep_values
+
+    panel = per_tensor.CliffPanel()
+    keys = panel.keys()
+    assert len(keys) == len(set(keys)) == 4 * 3 * 2 and set(panel._cache) == set(panel._published) == set(keys)
+    tables = {key: panel.table(*key) for key in keys}
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("a click sampled a new tensor: its table was not built when the panel was made")
+
+    monkeypatch.setattr(per_tensor, "sample", no_sampling)
+    for control, values in sweep_values(panel).items():
+        for value in values:
+            panel.update(**{control: value})
+    monkeypatch.undo()
+    fresh = per_tensor.CliffPanel.__new__(per_tensor.CliffPanel)
+    fresh.shape, fresh._cache, fresh._published = panel.shape, {}, {}
+    for key in (keys[0], keys[-1]):  # (the first and last built: a table does not depend on what was built before)
+        assert fresh.table(*key).equals(tables[key])
