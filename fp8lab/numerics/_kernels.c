@@ -684,9 +684,17 @@ static inline __attribute__((always_inline)) void butterfly(float *v, int64_t d)
    butterflied (log2(d) stages; stage h turns each pair (v[i], v[i + h]) of a group of 2h into (sum,
    difference), Sylvester's order), times norm (1 / sqrt(d), a power of two). The torch code's float32
    operations, one by one, in its order: the same bits. */
+#define HADAMARD_TILE 16  /* rows transformed together, element k of each side by side (one vector a butterfly step) */
+static void hadamard_tiles(const float *x, int64_t R, int64_t C, int64_t row_stride, int64_t col_stride,
+                           const float *signs, int64_t d, float norm, float *out);
+
 static void hadamard_rows(const float *x, int64_t R, int64_t C, int64_t row_stride, int64_t col_stride,
                           const float *signs, int64_t d, float norm, float *out) {
     int64_t Cp = (C + d - 1) / d * d;
+    if (d <= 64) {  /* (NVFP4's 16: a tile of rows at once) */
+        hadamard_tiles(x, R, C, row_stride, col_stride, signs, d, norm, out);
+        return;
+    }
 #ifdef _OPENMP
 #pragma omp parallel for if (threads_for(R * Cp, R) > 1) num_threads(threads_for(R * Cp, R))
 #endif
@@ -700,6 +708,56 @@ static void hadamard_rows(const float *x, int64_t R, int64_t C, int64_t row_stri
             else if (d == 64) butterfly(v, 64);
             else butterfly(v, d);
             for (int64_t k = 0; k < d; k++) v[k] = v[k] * norm;
+        }
+    }
+}
+
+/* butterfly() for HADAMARD_TILE rows at once: v[k][i] is element k of row i, so each (sum, difference) of a stage
+   runs over the tile's rows in one vector; every row goes through butterfly()'s operations in its order. */
+static inline __attribute__((always_inline)) void butterfly_tile(float (*v)[HADAMARD_TILE], int64_t d) {
+    for (int64_t h = 1; h < d; h *= 2) {
+        for (int64_t g = 0; g < d; g += 2 * h) {
+            for (int64_t k = g; k < g + h; k++) {
+                for (int64_t i = 0; i < HADAMARD_TILE; i++) {
+                    float lo = v[k][i], hi = v[k + h][i];
+                    v[k][i] = lo + hi;
+                    v[k + h][i] = lo - hi;
+                }
+            }
+        }
+    }
+}
+
+/* hadamard_rows for blocks of at most 64 (NVFP4's 16): HADAMARD_TILE rows at a time, element k of every row of the
+   tile side by side (x^T, a view of x, reads each element's tile rows from one stretch of memory instead of one
+   cache line per row). Each row's values go through the same float32 operations in the same order: the same bits.
+   A last tile's missing rows are zeros, computed and never written. */
+static void hadamard_tiles(const float *x, int64_t R, int64_t C, int64_t row_stride, int64_t col_stride,
+                           const float *signs, int64_t d, float norm, float *out) {
+    int64_t Cp = (C + d - 1) / d * d, tiles = (R + HADAMARD_TILE - 1) / HADAMARD_TILE;
+#ifdef _OPENMP
+#pragma omp parallel for if (threads_for(R * Cp, tiles) > 1) num_threads(threads_for(R * Cp, tiles))
+#endif
+    for (int64_t t = 0; t < tiles; t++) {
+        int64_t r0 = t * HADAMARD_TILE, rows = R - r0 < HADAMARD_TILE ? R - r0 : HADAMARD_TILE;
+        float v[64][HADAMARD_TILE];
+        for (int64_t b = 0; b < Cp; b += d) {
+            for (int64_t k = 0; k < d; k++) {
+                const float *column = x + r0 * row_stride + (b + k) * col_stride;
+                if (row_stride == 1 && rows == HADAMARD_TILE && b + k < C) {  /* (x^T's tile: one stretch of x) */
+                    for (int64_t i = 0; i < HADAMARD_TILE; i++) v[k][i] = column[i] * signs[k];
+                } else {
+                    for (int64_t i = 0; i < HADAMARD_TILE; i++)
+                        v[k][i] = (i < rows && b + k < C ? column[i * row_stride] : 0.0f) * signs[k];
+                }
+            }
+            if (d == 16) butterfly_tile(v, 16);
+            else if (d == 64) butterfly_tile(v, 64);
+            else butterfly_tile(v, d);
+            for (int64_t i = 0; i < rows; i++) {
+                float *o = out + (r0 + i) * Cp + b;
+                for (int64_t k = 0; k < d; k++) o[k] = v[k][i] * norm;
+            }
         }
     }
 }
