@@ -158,7 +158,7 @@ MUTATIONS = [
     m("dequantize forgets the tensor scale", Q,
       "return out * self.tensor_scale if self.tensor_scale is not None else out", "return out", QUANT),
     m("the cliff panel builds only the default placement's tables when made", "fp8lab/lab/panels/per_tensor.py",
-      "        for key in self.keys():", "        for key in self.keys()[:4]:", T + "lab/panels/test_per_tensor.py"),
+      "            for key in self.keys():", "            for key in self.keys()[:4]:", T + "lab/panels/test_per_tensor.py"),
     m("the Hadamard tile's stretch of x takes the first sign for every element", C,
       "for (int64_t i = 0; i < HADAMARD_TILE; i++) v[k][i] = column[i] * signs[k];",
       "for (int64_t i = 0; i < HADAMARD_TILE; i++) v[k][i] = column[i] * signs[0];", KERN),

@@ -27,6 +27,7 @@ from fp8lab.lab.panels.base import (
     outlier_options,
     percent,
     selection_slider,
+    torch_threads,
 )
 from fp8lab.numerics.metrics import (
     channel_sqnr,
@@ -158,9 +159,10 @@ class CliffPanel(Panel):
         self.shape = (size(64, 32), size(1024, 256))
         self._cache: dict[tuple[str, str, str], pd.DataFrame] = {}
         self._published: dict[tuple[str, str, str], pd.DataFrame] = {}
-        for key in self.keys():  # every table a click can ask for, built once here: a click only draws
-            self.table(*key)
-            self.published(*key)
+        with torch_threads(1):  # every table a click can ask for, built once here (small tensors: one thread)
+            for key in self.keys():
+                self.table(*key)
+                self.published(*key)
 
     def keys(self) -> list[tuple[str, str, str]]:
         """Every (distribution, placement, gemm) the controls offer, the default placement and GEMM first."""
