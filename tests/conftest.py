@@ -11,6 +11,9 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fp8lab"))
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
+# the kernels' tests split tensors of tens of thousands of elements over threads (the same bits for any split): the
+# threshold a passive OpenMP wait would raise to a million elements stays where they split (kernels.parallel_min)
+os.environ.setdefault("FP8LAB_PARALLEL_MIN", "32768")
 
 
 def has_fp8_gpu() -> bool:

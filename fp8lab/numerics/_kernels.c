@@ -357,7 +357,8 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
    Built with OpenMP (-fopenmp, when fp8lab/numerics/kernels_build.py finds torch running on libgomp), the
    parts run on the OpenMP runtime torch itself uses: its worker threads, already waiting,
    and torch.set_num_threads's count. Torch splits its own elementwise loops beyond 32768
-   elements, and so do these. Without OpenMP, POSIX threads (fp8lab_set_threads(n)) for
+   elements, and so do these where the threads spin (beyond fp8lab_set_parallel_min's count where they wait
+   passively and each split wakes them first). Without OpenMP, POSIX threads (fp8lab_set_threads(n)) for
    tensors of millions of elements only: below that, starting a thread (and waking the
    core torch's idle OpenMP worker is spinning on) costs more than it saves. */
 
@@ -369,12 +370,19 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
 #endif
 
 static int g_threads = 1;
+static int64_t g_parallel_min = PARALLEL_MIN;
 
 FP8LAB_API void fp8lab_set_threads(int n) { g_threads = n < 1 ? 1 : (n > 64 ? 64 : n); }
 
+/* The fewest elements split over threads (PARALLEL_MIN unless set): where OpenMP's threads wait passively, each
+   parallel region first wakes them, which costs more than a small tensor's work (fp8lab.numerics.kernels sets it
+   from the wait policy in force). */
+FP8LAB_API void fp8lab_set_parallel_min(int64_t n) { g_parallel_min = n < 1 ? 1 : n; }
+FP8LAB_API int64_t fp8lab_parallel_min(void) { return g_parallel_min; }
+
 /* the threads to split `elements` (in `units` indivisible parts) over */
 static int64_t threads_for(int64_t elements, int64_t units) {
-    if (elements < PARALLEL_MIN) return 1;
+    if (elements < g_parallel_min) return 1;
 #ifdef _OPENMP
     int64_t n = omp_get_max_threads();
 #else

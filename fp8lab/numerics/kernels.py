@@ -21,10 +21,10 @@ its own: no fake, functional or zero tensor, no tensor subclass) and as _readabl
 pending negation or conjugation, contiguous, 4-byte aligned); anything else runs in torch. Each
 entry point is opaque to torch.compile (opaque_to_compile: torch.compiler.disable where traced): a
 compiled function calls it with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
-Tensors beyond 32768 elements are split by rows (the same bits for any split) over the threads
-of torch's own OpenMP runtime where the library shares it (as many as torch.get_num_threads(), which
-fp8lab.threads sizes to the CPU quota; each calling thread is given torch's count before its first
-call), else over POSIX threads for tensors of millions of elements.
+Tensors beyond fp8lab.threads.parallel_min's count (by OpenMP's wait policy) are split by rows (the same bits for
+any split) over the threads of torch's own OpenMP runtime where the library shares it (as many as
+torch.get_num_threads(), which fp8lab.threads sizes to the CPU quota; each calling thread is given torch's count
+before its first call), else over POSIX threads for tensors of millions of elements.
 """
 
 from __future__ import annotations
@@ -43,31 +43,15 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from fp8lab import threads
 from fp8lab.numerics import kernels_build
 from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_format, widen
 from fp8lab.numerics.hadamard import RandomHadamard
 from fp8lab.numerics.scaling import SCALE_RULES, Granularity, Scales, TensorScaling, as_2d
 
-__all__ = [
-    "EAGER_VALUES",
-    "Engine",
-    "accepts",
-    "amax_per_block",
-    "cast",
-    "disabled",
-    "enabled",
-    "engine",
-    "hadamard",
-    "keep_freed_memory",
-    "opaque_to_compile",
-    "parameters",
-    "quantize",
-    "scale_from_amax",
-    "scale_outer_",
-    "segment_mm",
-    "state_label",
-    "status",
-]
+__all__ = ["EAGER_VALUES", "Engine", "accepts", "amax_per_block", "cast", "disabled", "enabled", "engine",
+           "hadamard", "keep_freed_memory", "opaque_to_compile", "parameters", "quantize", "scale_from_amax",
+           "scale_outer_", "segment_mm", "state_label", "status"]
 
 STORAGE = {torch.float8_e4m3fn: E4M3, torch.float8_e5m2: E5M2}  # the code dtypes, and the formats of their bytes
 # a parameter block's code dtype, by its storage format's mantissa bits (3: E4M3 bytes, 2: E5M2 bytes)
@@ -168,6 +152,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fp8lab_cast": ([params], ctypes.c_int),
         "fp8lab_rule_names": ([], ctypes.c_char_p),
         "fp8lab_set_threads": ([ctypes.c_int], None),
+        "fp8lab_set_parallel_min": ([ctypes.c_int64], None),
+        "fp8lab_parallel_min": ([], ctypes.c_int64),
         "fp8lab_openmp": ([], ctypes.c_int),
         # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
         "fp8lab_scale_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
@@ -180,6 +166,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, res
+    if lib.fp8lab_openmp():  # (the fewest elements it splits over OpenMP's threads, by their wait policy)
+        lib.fp8lab_set_parallel_min(threads.parallel_min())
     return lib
 
 

@@ -464,3 +464,34 @@ def test_stochastic_rounding_split_over_threads_gives_the_same_bits(granularity)
                 assert same_bits(got.scaled_values(), want.scaled_values()), (n, kw)
         finally:
             torch.set_num_threads(threads)
+
+
+def test_the_kernels_split_a_tensor_over_threads_from_a_size_the_wait_policy_sets():
+    """Waiting passively, OpenMP's threads sleep after each parallel region and the next wakes them: the kernels
+    split from a million elements there, from 32768 where the threads spin; FP8LAB_PARALLEL_MIN sets it (a positive
+    integer, else ValueError naming it), and the loaded library splits from what parallel_min says."""
+    import os
+
+    from fp8lab import threads
+
+    assert threads.parallel_min(threads.PASSIVE, {}) == threads.PARALLEL_MIN_PASSIVE == 1 << 20
+    for policy in ("ACTIVE", "libgomp's default"):
+        assert threads.parallel_min(policy, {}) == threads.PARALLEL_MIN_SPINNING == 1 << 15
+    assert threads.parallel_min(threads.PASSIVE, {"FP8LAB_PARALLEL_MIN": "4096"}) == 4096
+    for bad in ("0", "-5", "many", ""):
+        with pytest.raises(ValueError, match="FP8LAB_PARALLEL_MIN"):
+            threads.parallel_min(threads.PASSIVE, {"FP8LAB_PARALLEL_MIN": bad})
+    lib = kernels._load()[0]
+    if lib is None or not lib.fp8lab_openmp():
+        return  # (POSIX threads split from millions of elements, whatever the policy)
+    assert lib.fp8lab_parallel_min() == threads.parallel_min() == threads.parallel_min(
+        threads.decision().wait_policy, os.environ)
+    before = os.environ["FP8LAB_PARALLEL_MIN"]
+    try:  # loaded again with another setting, the library splits from it
+        os.environ["FP8LAB_PARALLEL_MIN"] = "12345"
+        kernels._load.cache_clear()
+        assert kernels._load()[0].fp8lab_parallel_min() == 12345
+    finally:
+        os.environ["FP8LAB_PARALLEL_MIN"] = before
+        kernels._load.cache_clear()
+        assert kernels._load()[0].fp8lab_parallel_min() == int(before)
