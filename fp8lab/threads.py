@@ -286,9 +286,10 @@ def decision() -> Decision:
 
 # The fewest elements the kernels split over OpenMP's threads. Waiting passively (fp8lab's policy), the threads
 # sleep after each parallel region and the next one wakes them first: on a 2-core KVM guest that cost ~100 us a
-# region (quantizing 65536 elements back to back: 35 us on one thread, 149 us on two; 2^21: 1109 and 782 us).
+# region (quantizing 65536 elements back to back: 35 us on one thread, 149 us on two; 2^21: 1109 and 782 us), and
+# bench train's steps were fastest splitting from 2^18 (2^15, 2^17, 2^18, 2^19, 2^20 tried: docs/performance.md).
 # Spinning, they are awake (65536 elements: 44 us on one thread, 32 us on two).
-PARALLEL_MIN_PASSIVE, PARALLEL_MIN_SPINNING = 1 << 20, 1 << 15
+PARALLEL_MIN_PASSIVE, PARALLEL_MIN_SPINNING = 1 << 18, 1 << 15
 
 
 def parallel_min(wait_policy: str | None = None, environ: Mapping[str, str] | None = None) -> int:

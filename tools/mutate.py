@@ -164,7 +164,7 @@ MUTATIONS = [
       "for (int64_t i = 0; i < HADAMARD_TILE; i++) v[k][i] = column[i] * signs[k];",
       "for (int64_t i = 0; i < HADAMARD_TILE; i++) v[k][i] = column[i] * signs[0];", KERN),
     m("the kernels split small tensors though OpenMP waits passively", TH,
-      "PARALLEL_MIN_PASSIVE, PARALLEL_MIN_SPINNING = 1 << 20, 1 << 15",
+      "PARALLEL_MIN_PASSIVE, PARALLEL_MIN_SPINNING = 1 << 18, 1 << 15",
       "PARALLEL_MIN_PASSIVE, PARALLEL_MIN_SPINNING = 1 << 15, 1 << 15", KERN),
     m("the library splits from its own default whatever the policy", K,
       "        lib.fp8lab_set_parallel_min(threads.parallel_min())\n", "        pass\n", KERN),

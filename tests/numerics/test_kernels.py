@@ -468,13 +468,13 @@ def test_stochastic_rounding_split_over_threads_gives_the_same_bits(granularity)
 
 def test_the_kernels_split_a_tensor_over_threads_from_a_size_the_wait_policy_sets():
     """Waiting passively, OpenMP's threads sleep after each parallel region and the next wakes them: the kernels
-    split from a million elements there, from 32768 where the threads spin; FP8LAB_PARALLEL_MIN sets it (a positive
+    split from 2^18 elements there, from 32768 where the threads spin; FP8LAB_PARALLEL_MIN sets it (a positive
     integer, else ValueError naming it), and the loaded library splits from what parallel_min says."""
     import os
 
     from fp8lab import threads
 
-    assert threads.parallel_min(threads.PASSIVE, {}) == threads.PARALLEL_MIN_PASSIVE == 1 << 20
+    assert threads.parallel_min(threads.PASSIVE, {}) == threads.PARALLEL_MIN_PASSIVE == 1 << 18
     for policy in ("ACTIVE", "libgomp's default"):
         assert threads.parallel_min(policy, {}) == threads.PARALLEL_MIN_SPINNING == 1 << 15
     assert threads.parallel_min(threads.PASSIVE, {"FP8LAB_PARALLEL_MIN": "4096"}) == 4096
