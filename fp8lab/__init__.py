@@ -31,7 +31,7 @@ Nothing else: no seed, dtype, matmul precision or plotting style; setup() change
 import gc
 
 from fp8lab import threads
-from fp8lab.settings import pin_blas_reproducibility, smoke
+from fp8lab.settings import keep_freed_memory, pin_blas_reproducibility, smoke
 
 threads.apply()  # before torch loads OpenMP: threads sized to the CPU quota, OpenMP waits passively (threads.py)
 pin_blas_reproducibility()  # before torch multiplies a matrix: MKL GEMMs give the same bits on any thread count
@@ -78,7 +78,7 @@ def setup(seed: int = 0, quiet: bool = False) -> None:
     What it changes, for the whole kernel process (a notebook's): matplotlib's style (the lab's
     seaborn theme); torch's global random seed (`seed`); the garbage collector (the objects
     imported so far are frozen, gc.freeze(), so that full collections don't stall a redraw);
-    glibc's malloc thresholds (kernels.keep_freed_memory: freed blocks up to 32 MiB are kept for
+    glibc's malloc thresholds (settings.keep_freed_memory: freed blocks up to 32 MiB are kept for
     reuse); and it decides the CPU kernels once for the process (kernels.status: built or loaded
     from the cache and loaded into the process, or off, reading FP8LAB_KERNELS now). It changes
     no numerics setting of torch (no matmul precision, no oneDNN mode). The threads were decided
@@ -95,7 +95,7 @@ def setup(seed: int = 0, quiet: bool = False) -> None:
     # collector's sight, so that its full collections don't stall a widget's redraw
     gc.collect()
     gc.freeze()
-    kernels.keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
+    keep_freed_memory()  # emulated FP8 reuses its temporaries' pages instead of faulting fresh ones
     line = status_line()
     if not quiet:
         print(line)

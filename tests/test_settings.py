@@ -1,6 +1,8 @@
 """fp8lab.settings: each run-wide setting read from the environment when asked, with the values its
 docstring lists and a ValueError naming them otherwise."""
 
+import platform
+
 import pytest
 
 from fp8lab import settings
@@ -54,3 +56,14 @@ def test_blas_reproducibility_keeps_a_users_choice(monkeypatch):
     assert settings.pin_blas_reproducibility() == "AUTO,STRICT"
     monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
     assert settings.pin_blas_reproducibility() == "COMPATIBLE"
+
+
+def test_keep_freed_memory_raises_glibcs_thresholds_once():
+    """fp8lab.setup() and the benchmarks keep freed blocks up to 32 MiB in the heap: glibc's mallopt accepts both
+    thresholds (on glibc), and the setting is made once per process (a second call answers the first's words)."""
+    said = settings.keep_freed_memory()
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert said == "glibc keeps freed blocks up to 32 MiB for reuse"
+    else:
+        assert said.startswith("allocator unchanged")
+    assert settings.keep_freed_memory() is said

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fp8lab import settings
 from fp8lab.bench.blas import bench_blas
 from fp8lab.bench.gemm import bench_gemm
 from fp8lab.bench.gpu import bench_gpu
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = _unknown_names(args.name, args.only)
         if unknown:
             p.error(unknown)
-    kernels.keep_freed_memory()  # as fp8lab.setup() does in the notebooks
+    settings.keep_freed_memory()  # as fp8lab.setup() does in the notebooks
     names = ("quantize", "gemm", "train", "widgets") if args.name == "all" else (args.name,)
     status = 0
     for name in names:

@@ -43,7 +43,7 @@ def bench_quantize(size: int = 4096, rounds: int = 20) -> list[dict]:
     # the floor: read 4 bytes and write 1 per element, at the bandwidth a copy reaches (a copy
     # reads 4 and writes 4): into fresh memory (x.clone(), which page-faults every page it
     # writes) and into memory already mapped (dst.copy_(x)); quantize's outputs are fresh
-    # tensors, which glibc serves from reused pages up to 32 MiB (kernels.keep_freed_memory)
+    # tensors, which glibc serves from reused pages up to 32 MiB (settings.keep_freed_memory)
     floor = statistics.median(times["copy: x.clone() (allocates)"]) * 5 / 8
     floor_mapped = statistics.median(times["copy: dst.copy_(x) (preallocated)"]) * 5 / 8
     rows = []

@@ -273,25 +273,46 @@ def _accumulate(accumulation: Accumulator, a_q: QuantizedTensor, b_q: QuantizedT
     return out
 
 
-def _scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, part: torch.Tensor | None = None
-                  ) -> torch.Tensor:
-    """out[M, N] *= a[M, None] * b[None, N] (the output's per-row scales), or with part[M, N] (one K segment's
-    partial sums) out += part * (a[M, None] * b[None, N]); the factor is rounded to float32 first, as the
-    reference forms it. fp8lab.numerics.kernels.scale_outer_ is its twin (the same bits without the [M, N]
-    factor)."""
-    factor = a[:, None] * b[None, :]  # (M, N)
+def _scale_outer_(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None,
+                  part: torch.Tensor | None = None) -> torch.Tensor:
+    """out[M, N] *= a[m] * b[n] (the output's scales), or with part[M, N] (one K segment's partial sums)
+    out += part * (a[m] * b[n]); a: a scale per row [M], one for every row (0-d) or None (none: the factor is
+    b[n]), b likewise per column; the factor is rounded to float32 first, as the reference forms it.
+    fp8lab.numerics.kernels.scale_outer_ is its twin (the same bits without the [M, N] factor)."""
+    rows = None if a is None else a[:, None] if a.dim() else a
+    cols = None if b is None else b[None, :] if b.dim() else b
+    factor = cols if rows is None else rows if cols is None else rows * cols  # (M, N), (M, 1), (1, N) or ()
     return out.mul_(factor) if part is None else out.add_(part * factor)
 
 
-def _scale_outer_for(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> Callable[..., torch.Tensor]:
+def _scale_outer_for(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None
+                     ) -> Callable[..., torch.Tensor]:
     """The kernel's scale_outer_ where the kernels run and may read these tensors, else the torch twin
     (the same bits)."""
-    return kernels.scale_outer_ if kernels.enabled(out, a, b) else _scale_outer_
+    return kernels.scale_outer_ if kernels.enabled(out, *(t for t in (a, b) if t is not None)) else _scale_outer_
 
 
-def _scale_outer_either_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """out[M, N] *= a[M, None] * b[None, N] by _scale_outer_for's twin."""
+def _scale_outer_either_(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
+    """out[M, N] *= a[m] * b[n] by _scale_outer_for's twin."""
     return _scale_outer_for(out, a, b)(out, a, b)
+
+
+def _folded_powers_of_two(a_q: QuantizedTensor, b_q: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both operands' values with their scales folded in, where every scale is a power of two and the quantize
+    kernel wrote them so, and every folded value is normal: then every product and partial sum of the GEMM is the
+    unfolded one times sa[m] * sb[n] exactly (each nonzero partial sum is a multiple of the smallest value
+    product, so at least lo_a * lo_b, normal; the largest below 2^126), and so is the output the unfolded GEMM
+    scales. None otherwise (_emulated_fast's other branches run)."""
+    ends = []
+    for q in (a_q, b_q):
+        if not (q.scaling.powers_of_two and q.derived.scaled is not None):
+            return None
+        smallest, largest = q.scale_range()
+        ends.append((q.fmt.min_subnormal * smallest, q.fmt.max_value * largest))
+    (lo_a, hi_a), (lo_b, hi_b) = ends
+    if not (min(lo_a, lo_b) >= 2.0**-126 and lo_a * lo_b >= 2.0**-126 and hi_a * hi_b * a_q.shape[1] < 2.0**126):
+        return None
+    return a_q.scaled_values(), b_q.scaled_values()
 
 
 def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor, scale_outer_=_scale_outer_) -> torch.Tensor | None:
@@ -304,7 +325,12 @@ def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor, scale_outer_=_sca
     hardware's epilogue form them (scale_outer_: torch's or the kernel's, the same bits).
     Equal to the reference up to the order of fp32 additions (and that rounding). None where
     folded products could leave float32's normal range: the reference runs instead.
+    Power-of-two scales (rowwise's per row) are folded as well where both operands have them and the quantize
+    kernel wrote the folded values (_folded_powers_of_two): the same bits as applying them to the output.
     """
+    folded = _folded_powers_of_two(a_q, b_q)
+    if folded is not None:  # (power-of-two scales have no tensor factor)
+        return folded[0] @ folded[1].t()
     operands = []
     for q in (a_q, b_q):  # each as (values[R, K], scale per row or tensor or None, smallest, largest magnitude)
         if q.granularity.whole_rows:  # per tensor: (); per row: q[R, K]'s scales (R, 1), one per output row
@@ -319,15 +345,7 @@ def _emulated_fast(a_q: QuantizedTensor, b_q: QuantizedTensor, scale_outer_=_sca
     if not (lo_a * lo_b >= 2.0**-126 and hi_a * hi_b * a.shape[1] < 2.0**126):
         return None  # folded products would leave float32's normal range
     out = a @ b.t()  # (M, N)
-    # one scale factor per output, sa[m] * sb[n]; per-tensor scales are 0-d, so an [M, N] factor
-    # exists only when both operands scale per row
-    if post_a is not None and post_b is not None and post_a.dim() and post_b.dim():
+    if post_a is not None or post_b is not None:  # one scale factor per output, sa[m] * sb[n] (0-d: one for all)
         scale_outer_(out, post_a, post_b)
-    elif post_a is not None and post_b is not None:
-        out.mul_((post_a[:, None] if post_a.dim() else post_a) * (post_b[None, :] if post_b.dim() else post_b))
-    elif post_a is not None:
-        out.mul_(post_a[:, None] if post_a.dim() else post_a)
-    elif post_b is not None:
-        out.mul_(post_b[None, :] if post_b.dim() else post_b)
     factor = _tensor_factor(a_q, b_q)
-    return out if factor is None else out.mul_(factor)
+    return out if factor is None else scale_outer_(out, factor, None)

@@ -864,6 +864,15 @@ FP8LAB_API WIDE_VECTORS int fp8lab_segment_mm(const float *a, int64_t row_stride
     return OK;
 }
 
+/* out[m, n] += row[n]: a bias added to each row of an [M, N] output (torch's out.add_(row)) */
+FP8LAB_API void fp8lab_add_row(float *out, int64_t M, int64_t N, const float *row) {
+#ifdef _OPENMP
+#pragma omp parallel for if (threads_for(M * N, M) > 1) num_threads(threads_for(M * N, M))
+#endif
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) out[m * N + n] = out[m * N + n] + row[n];
+}
+
 /* out[i] = table[codes[i]]: one-byte codes to float32 by a table of their 256 values (formats.widen's) */
 FP8LAB_API void fp8lab_widen(const uint8_t *codes, int64_t n, const float *table, float *out) {
 #ifdef _OPENMP
@@ -876,26 +885,41 @@ FP8LAB_API void fp8lab_widen(const uint8_t *codes, int64_t n, const float *table
    matrix (the factor rounded to float32 first, as torch forms outer(a, b)):
      part NULL:  out[m, n] *= a[m] * b[n]                    (the output's scales, torch's out *= outer(a, b))
      part given: out[m, n] += part[m, n] * (a[m] * b[n])     (one K segment of the emulated GEMM's definition,
-                 gemm/emulation.py: the factor, then the product, then the sum, each rounded on its own) */
+                 gemm/emulation.py: the factor, then the product, then the sum, each rounded on its own)
+   a_step 1: a scale per row; 0: a[0] for every row; a NULL: none (the factor is b[n] itself); b likewise. */
 FP8LAB_API void fp8lab_scale_outer(float *out, const float *part, int64_t M, int64_t N, const float *a,
-                                   const float *b) {
+                                   int64_t a_step, const float *b, int64_t b_step) {
 #ifdef _OPENMP
 #pragma omp parallel for if (threads_for(M * N, M) > 1) num_threads(threads_for(M * N, M))
 #endif
     for (int64_t m = 0; m < M; m++) {
-        float am = a[m];
         float *row = out + m * N;
-        if (part == NULL) {
-            for (int64_t n = 0; n < N; n++) {
-                float factor = am * b[n];
-                row[n] = row[n] * factor;
+        const float *prow = part ? part + m * N : NULL;
+        if (b != NULL && b_step != 0) {  /* a factor per column: am * b[n] (b[n] itself where a is NULL) */
+            if (a == NULL && prow == NULL) {
+                for (int64_t n = 0; n < N; n++) row[n] = row[n] * b[n];
+            } else if (a == NULL) {
+                for (int64_t n = 0; n < N; n++) { float product = prow[n] * b[n]; row[n] = row[n] + product; }
+            } else if (prow == NULL) {
+                float am = a[m * a_step];
+                for (int64_t n = 0; n < N; n++) {
+                    float factor = am * b[n];
+                    row[n] = row[n] * factor;
+                }
+            } else {
+                float am = a[m * a_step];
+                for (int64_t n = 0; n < N; n++) {
+                    float factor = am * b[n];
+                    float product = prow[n] * factor;
+                    row[n] = row[n] + product;
+                }
             }
-        } else {
-            const float *prow = part + m * N;
-            for (int64_t n = 0; n < N; n++) {
-                float factor = am * b[n];
-                float product = prow[n] * factor;
-                row[n] = row[n] + product;
+        } else {  /* one factor for the row (a NULL and b NULL: 1) */
+            float factor = a ? (b ? a[m * a_step] * b[0] : a[m * a_step]) : (b ? b[0] : 1.0f);
+            if (prow) {
+                for (int64_t n = 0; n < N; n++) { float product = prow[n] * factor; row[n] = row[n] + product; }
+            } else {
+                for (int64_t n = 0; n < N; n++) row[n] = row[n] * factor;
             }
         }
     }

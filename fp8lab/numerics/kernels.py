@@ -1,15 +1,13 @@
 """Fused CPU kernels for quantization: the calls into _kernels.c, and the one switch.
 
-Public: engine() (the one switch: C kernels or torch code, decided once per process),
-disabled() (a context manager: the torch code in this thread), enabled(), accepts(tensor),
-status() -> (bool, reason), quantize(x2d, block, parameters(args), amax) (quantize_with's torch
-code in one call), the twins amax_per_block, scale_from_amax and cast (the torch definitions'
-signatures, by the kernels), scale_outer_(out, a, b, part) (per-row scales of both operands applied to a
-GEMM's output, or to one K segment's partial sums added to it: the emulated GEMM's definition),
+Public: engine() (the one switch: C kernels or torch code, decided once per process), disabled() (a context manager:
+the torch code in this thread), enabled(), accepts(tensor), status() -> (bool, reason), quantize(x2d, block,
+parameters(args), amax) (quantize_with's torch code in one call), the twins amax_per_block, scale_from_amax and cast
+(the torch definitions' signatures, by the kernels), scale_outer_(out, a, b, part) (both operands' scales, per row
+or one, applied to a GEMM's output, or to one K segment's partial sums added to it: the emulated GEMM's definition),
 segment_mm(a, b, sa, sb, seg) (that definition's whole loop in one call, where every partial sum is exact),
-hadamard(transform, x) (RandomHadamard.apply's twin), widen_codes(data) where widens(data) (formats.widen's
-twin), opaque_to_compile (how each entry point meets
-torch.compile), keep_freed_memory() (the allocator setting fp8lab.setup() and the benchmarks make).
+add_row_(out, row) (a bias), hadamard(transform, x) (RandomHadamard.apply's twin), widen_codes(data) where
+widens(data) (formats.widen's twin), opaque_to_compile (how each entry point meets torch.compile).
 
 quantize.py and gemm define the numbers in torch; on the CPU they call these kernels, which
 compute the same bits in one pass over memory instead of five passes with a fresh temporary
@@ -33,7 +31,6 @@ import contextlib
 import ctypes
 import functools
 import math
-import platform
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,9 +46,9 @@ from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_fo
 from fp8lab.numerics.hadamard import RandomHadamard
 from fp8lab.numerics.scaling import SCALE_RULES, Granularity, Scales, TensorScaling, as_2d
 
-__all__ = ["EAGER_VALUES", "Engine", "accepts", "amax_per_block", "cast", "disabled", "enabled", "engine",
-           "hadamard", "keep_freed_memory", "opaque_to_compile", "parameters", "quantize", "scale_from_amax",
-           "scale_outer_", "segment_mm", "state_label", "status"]
+__all__ = ["EAGER_VALUES", "Engine", "accepts", "add_row_", "amax_per_block", "cast", "disabled", "enabled",
+           "engine", "hadamard", "opaque_to_compile", "parameters", "quantize",
+           "scale_from_amax", "scale_outer_", "segment_mm", "state_label", "status"]
 
 STORAGE = {torch.float8_e4m3fn: E4M3, torch.float8_e5m2: E5M2}  # the code dtypes, and the formats of their bytes
 # a parameter block's code dtype, by its storage format's mantissa bits (3: E4M3 bytes, 2: E5M2 bytes)
@@ -156,10 +153,12 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fp8lab_parallel_min": ([], ctypes.c_int64),
         "fp8lab_openmp": ([], ctypes.c_int),
         # pointers go in as ints (tensor.data_ptr()): the cheapest call ctypes has
-        "fp8lab_scale_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, _p], None),
+        "fp8lab_scale_outer": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, _p, ctypes.c_int64],
+                               None),
         "fp8lab_hadamard": ([_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64,
                              ctypes.c_float, _p], ctypes.c_int),
         "fp8lab_widen": ([_p, ctypes.c_int64, _p, _p], None),
+        "fp8lab_add_row": ([_p, ctypes.c_int64, ctypes.c_int64, _p], None),
         "fp8lab_segment_mm": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                ctypes.c_int64, _p, _p, _p], ctypes.c_int),
     }
@@ -187,10 +186,9 @@ def state_label() -> str:
 
 @dataclass(frozen=True)
 class Engine:
-    """What computes quantization (and the per-row epilogue of emulated GEMMs) on CPU tensors:
-    fp8lab's C kernels, or the torch code that defines every number. Decided once per process
-    (engine()), said by `python -m fp8lab doctor`, `bench` and notebook 00; quantize_with and
-    emulated_mm each ask it in one place. The two give the same bits (tests/numerics/test_kernels.py)."""
+    """What computes quantization (and an emulated GEMM's output scales and bias) on CPU tensors: fp8lab's C kernels,
+    or the torch code that defines every number. Decided once per process (engine()), said by `python -m fp8lab
+    doctor`, `bench` and notebook 00. The two give the same bits (tests/numerics/test_kernels.py)."""
 
     kernels: bool
     reason: str
@@ -233,11 +231,11 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor types whose memory is 
 
 
 def accepts(t: torch.Tensor) -> bool:
-    """Whether the C code may read `t`'s memory: a plain strided float32 CPU tensor (or parameter)
-    with memory of its own. Other tensor subclasses (FakeTensor and the like), functorch and functional wrappers,
-    zero tensors and meta tensors have no such memory, or memory that does not hold their values:
-    they run in torch. (A pending negation or conjugation, a layout that is not contiguous and an
-    address that is not 4-byte aligned are made readable by a copy: _readable.)"""
+    """Whether the C code may read `t`'s memory: a plain strided float32 CPU tensor (or parameter) with memory of its
+    own. Other tensor subclasses (FakeTensor and the like), functorch and functional wrappers, zero tensors and meta
+    tensors have no such memory, or memory that does not hold their values: they run in torch. (A pending negation
+    or conjugation, a layout that is not contiguous and an address that is not 4-byte aligned are made readable by a
+    copy: _readable.)"""
     return t.dtype == torch.float32 and _own_memory(t)
 
 
@@ -286,6 +284,13 @@ def _readable(t: torch.Tensor, what: str) -> torch.Tensor:
     return t if t.data_ptr() % 4 == 0 else t.clone()
 
 
+def _writable(out: torch.Tensor) -> bool:
+    """Whether C may write out[M, N] in place as it lies: accepts() it, 2-D, row-major contiguous, no pending
+    negation or conjugation, 4-byte aligned."""
+    return (accepts(out) and out.dim() == 2 and out.is_contiguous() and not out.is_neg() and not out.is_conj()
+            and out.data_ptr() % 4 == 0)
+
+
 def _resolved(t: torch.Tensor, what: str) -> torch.Tensor:
     """A 2-D t as a C loop that takes strides reads it: as _readable makes it, but in t's own layout (a transposed
     view is read as it lies); _readable's copy (or error) for anything else."""
@@ -313,10 +318,9 @@ def _block_params(template: bytes, x2d: torch.Tensor, block: tuple[int, int]) ->
 
 
 def _torch_threads_here() -> None:
-    """Before this thread's first C call: let torch give this thread's OpenMP its thread count. OpenMP
-    keeps the count per thread, and a thread that has not run a torch operation yet has OpenMP's
-    process default (OMP_NUM_THREADS or the CPUs), not torch.set_num_threads's (fp8lab.threads, or the
-    user's); torch.get_num_threads() sets it, once per thread."""
+    """Before this thread's first C call: torch.get_num_threads() gives its OpenMP torch's thread count (OpenMP keeps
+    it per thread, and a thread that has run no torch operation has OpenMP's process default, OMP_NUM_THREADS or the
+    CPUs, not torch.set_num_threads's: fp8lab.threads', or the user's)."""
     if not getattr(_local, "threads_set", False):
         torch.get_num_threads()
         _local.threads_set = True
@@ -324,7 +328,11 @@ def _torch_threads_here() -> None:
 
 def _run(name: str, p: _Params) -> int:
     _torch_threads_here()
-    code = getattr(_load()[0], name)(ctypes.byref(p))
+    return _answered(name, getattr(_load()[0], name)(ctypes.byref(p)))
+
+
+def _answered(name: str, code: int) -> int:
+    """A kernel's answer; RuntimeError naming its reason where it refused the call (a negative code)."""
     if code < 0:
         raise RuntimeError(f"fp8lab kernel {name} refused the call: {_REFUSED.get(code, code)}")
     return code
@@ -455,23 +463,37 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
 
 
 @opaque_to_compile
-def scale_outer_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, part: torch.Tensor | None = None
+def scale_outer_(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None, part: torch.Tensor | None = None
                  ) -> torch.Tensor:
-    """out[M, N] *= outer(a[M], b[N]), or with part[M, N], out += part * outer(a, b): in place, without
-    the [M, N] factor and product matrices, the same bits as its torch twin in fp8lab.gemm
-    (out.mul_(a[:, None] * b[None, :]), or out.add_(part * (a[:, None] * b[None, :]))). out is written
-    in place, so it must be readable as it is (accepts, contiguous, no pending negation, aligned)."""
-    a, b = _readable(a.to(torch.float32), "a"), _readable(b.to(torch.float32), "b")
+    """out[M, N] *= a[m] * b[n], or with part[M, N], out += part * (a[m] * b[n]): in place, without
+    the [M, N] factor and product matrices, the same bits as its torch twin in fp8lab.gemm.emulation
+    (_scale_outer_). a: a scale per row [M], one value for every row, or None (no row scales, the factor is b[n]);
+    b likewise per column [N]; not both None. out is written in place (_writable)."""
+    m, n = out.shape if out.dim() == 2 else (-1, -1)
+    a, b = (None if t is None else _readable(t.to(torch.float32), name) for t, name in ((a, "a"), (b, "b")))
     part = None if part is None else _readable(part, "part")
-    if not (accepts(out) and out.dim() == 2 and out.is_contiguous() and not out.is_neg() and not out.is_conj()
-            and out.data_ptr() % 4 == 0 and (part is None or part.shape == out.shape)
-            and a.numel() == out.shape[0] and b.numel() == out.shape[1]):
-        raise ValueError(f"scale_outer_ takes out[M, N] float32 contiguous (a plain CPU tensor), a[M], b[N] and "
-                         f"part None or [M, N]: got {tuple(out.shape)}, {a.numel()}, {b.numel()}, "
+    if not (_writable(out) and (part is None or part.shape == out.shape) and (a is not None or b is not None)
+            and all(t is None or t.numel() in (1, size) for t, size in ((a, m), (b, n)))):
+        raise ValueError(f"scale_outer_ takes out[M, N] float32 contiguous (a plain CPU tensor), a[M] or one value "
+                         f"or None, b[N] or one value or None (not both None) and part None or [M, N]: got "
+                         f"{tuple(out.shape)}, {None if a is None else a.numel()}, {None if b is None else b.numel()}, "
                          f"{None if part is None else tuple(part.shape)}")
     _torch_threads_here()
-    _load()[0].fp8lab_scale_outer(out.data_ptr(), None if part is None else part.data_ptr(), out.shape[0],
-                                  out.shape[1], a.data_ptr(), b.data_ptr())
+    a_step, b_step = (0 if t is None or t.numel() == 1 else 1 for t in (a, b))  # (0: one value for all)
+    _load()[0].fp8lab_scale_outer(out.data_ptr(), _ptr(part), m, n, _ptr(a), a_step, _ptr(b), b_step)
+    return out
+
+
+@opaque_to_compile
+def add_row_(out: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+    """out[M, N] += row[N] in place (a layer's bias): torch's out.add_(row), the same bits, on the calling thread
+    below parallel_min's count (where torch would wake its threads for a few microseconds of work)."""
+    row = _readable(row.to(torch.float32), "row")
+    if not (_writable(out) and row.numel() == out.shape[1]):
+        raise ValueError(f"add_row_ takes out[M, N] float32 contiguous (a plain CPU tensor) and row[N]: got "
+                         f"{tuple(out.shape)}, {row.numel()}")
+    _torch_threads_here()
+    _load()[0].fp8lab_add_row(out.data_ptr(), out.shape[0], out.shape[1], row.data_ptr())
     return out
 
 
@@ -506,8 +528,7 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     _torch_threads_here()
     code = _load()[0].fp8lab_segment_mm(a.data_ptr(), a.stride(0), a.stride(1), panels.data_ptr(), m, n, k, seg,
                                         sa.data_ptr(), sb.data_ptr(), out.data_ptr())
-    if code < 0:
-        raise RuntimeError(f"fp8lab kernel fp8lab_segment_mm refused the call: {_REFUSED.get(code, code)}")
+    _answered("fp8lab_segment_mm", code)
     return out
 
 
@@ -556,31 +577,5 @@ def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
     _torch_threads_here()
     code = _load()[0].fp8lab_hadamard(x2.data_ptr(), x2.shape[0], x2.shape[1], x2.stride(0), x2.stride(1),
                                       signs.data_ptr(), d, 1.0 / math.sqrt(d), out.data_ptr())
-    if code < 0:
-        raise RuntimeError(f"fp8lab kernel fp8lab_hadamard refused the call: {_REFUSED.get(code, code)}")
+    _answered("fp8lab_hadamard", code)
     return out.reshape(*x.shape[:-1], -1)
-
-
-@lru_cache(maxsize=1)
-def keep_freed_memory() -> str:
-    """Let glibc reuse freed blocks of up to 32 MiB instead of returning them to the OS.
-
-    Emulated FP8 makes many short-lived tensors of a few MiB (codes, values, scaled
-    products). By default glibc serves each from fresh mmap'd pages and unmaps it when
-    freed, so every step pays the page faults of touching new memory again: measured on the
-    toy MLP (2 cores), mxfp8 steps take 17.6 ms without this and 15.0 ms with it; fp32 and
-    tensorwise steps do not change measurably. Raising the mmap
-    threshold to its maximum (32 MiB) and the trim threshold keeps those pages in the
-    heap for the next step, as jemalloc or tcmalloc would. Process-wide and harmless
-    (the memory stays with the process for reuse). Returns what was done, once.
-    """
-    if platform.system() != "Linux":
-        return "allocator unchanged (not Linux/glibc)"
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return "allocator unchanged (no glibc mallopt)"
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    ok = mallopt(m_mmap_threshold, 32 << 20) == 1 and mallopt(m_trim_threshold, 256 << 20) == 1
-    return "glibc keeps freed blocks up to 32 MiB for reuse" if ok else "allocator unchanged (mallopt refused)"

@@ -175,7 +175,7 @@ def _quantize_pass(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | fl
     if x32 is not None:  # the C kernel: it draws before it can see an infinity, so a refusal gives the draws back
         drawn_from = generator if generator is not None else torch.default_generator  # x32 is on the CPU
         state = drawn_from.get_state() if spec.rounding == "stochastic" else None
-        fold = quantize_fast.folds(block, (m, k))
+        fold = quantize_fast.folds(block, (m, k), spec)
         fused = kernels.quantize(x32, block, quantize_fast.kernel_parameters(spec), given, fold=fold, count=count,
                                  values=values, draws=_draws(x2d, spec, generator))
         if fused is None or (fused.nan and bool(torch.isinf(x32).any())):

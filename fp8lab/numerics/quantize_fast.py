@@ -2,7 +2,7 @@
 
 Public: kernel_parameters(spec) (the C kernels' parameter block, kept on the spec), kernel_input(x2d, spec,
 amax) (x as the C kernel takes it, or None where the torch code runs), plain_pass(x, spec, values) (a GEMM
-operand's pass in one kernel call), folds(block, shape), scale_and_cast
+operand's pass in one kernel call), folds(block, shape, spec), scale_and_cast
 (the definition's cast a bounded chunk of block rows at a time), CHUNK_ELEMENTS, GPU_CHUNK_ELEMENTS.
 quantize.quantize_with is the one place that chooses between them; tests/test_quantize.py checks both
 against quantize.quantize_definition bit for bit.
@@ -65,19 +65,20 @@ def plain_pass(x: torch.Tensor, spec: TensorScaling, values: bool | None) -> tup
     if template is None or 0 in shape or not kernels.engine().kernels or not kernels.accepts(x):
         return None
     block = spec.granularity.block_shape(shape)
-    fold = folds(block, shape)
+    fold = folds(block, shape, spec)
     fused = kernels.quantize(x, block, template, fold=fold, values=values)
     if fused is None or (fused.nan and bool(torch.isinf(x).any())):  # (a NaN propagates to its block)
         return None
     return fused, fold
 
 
-def folds(block: tuple[int, int], shape: tuple[int, int]) -> bool:
-    """Whether the kernel writes values * block scale instead of the values: for blocks
-    smaller than the tensor both ways, whose scales vary along either dim a GEMM may
-    contract (1x32 along K, or 32x1 read transposed). A block spanning all rows or all
-    columns has one scale per row or column, which a GEMM applies to its output instead."""
-    return block[0] < shape[0] and block[1] < shape[1]
+def folds(block: tuple[int, int], shape: tuple[int, int], spec: TensorScaling) -> bool:
+    """Whether the kernel writes values * block scale instead of the values: for blocks smaller than the
+    tensor both ways, whose scales vary along either dim a GEMM may contract (1x32 along K, or 32x1 read
+    transposed), and for power-of-two scales of any block (rowwise's per row), which an emulated GEMM folds
+    exactly (gemm.emulation). Other blocks spanning all rows or all columns have one scale per row or column,
+    which a GEMM applies to its output instead."""
+    return (block[0] < shape[0] and block[1] < shape[1]) or spec.powers_of_two
 
 
 def scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt: FloatFormat,

@@ -166,6 +166,12 @@ class TensorScaling:
         if self.hadamard is not None and not isinstance(self.hadamard, RandomHadamard):
             raise TypeError(f"hadamard must be a RandomHadamard or None, got {type(self.hadamard).__name__}")
 
+    @property
+    def powers_of_two(self) -> bool:
+        """Whether every scale is a power of two (rules "rceil" and "floor"; 1 for an all-zero block, NaN for a
+        NaN one): multiplying by one is exact while the product stays normal."""
+        return self.scale_rule != "exact"
+
     # ---- the constants scale_from_amax's formulas use (pure functions of the fields) ----
     @cached_property
     def max_eff(self) -> float:

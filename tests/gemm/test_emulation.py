@@ -4,12 +4,16 @@ dequantized operands; bit-exact where every partial sum is exact; fp32 matmuls p
 Every recipe and shape against the Higham bound: tests/gemm/test_gemm.py.
 """
 
+import dataclasses
+import itertools
+
 import pytest
 import torch
 
+from fp8lab.gemm import emulation as emulation_module
 from fp8lab.gemm.emulation import EMULATIONS, emulated_mm, ieee_fp32_matmul, quantize_operands
 from fp8lab.numerics.formats import E4M3
-from fp8lab.numerics.quantize import quantize
+from fp8lab.numerics.quantize import Derived, quantize, quantize_spec, quantize_transposed, quantize_with
 from fp8lab.numerics.scaling import PerBlock, PerTensor
 
 
@@ -56,6 +60,66 @@ def test_small_integers_with_power_of_two_scales_are_bit_exact_in_both():
     want = (a @ b.T)
     for emulation in EMULATIONS:
         assert torch.equal(emulated_mm(a_q, b_q, emulation=emulation), want)
+
+
+def _rows_spanning(shape, g, lo=-30.0, hi=30.0) -> torch.Tensor:
+    """Rows (and columns) whose magnitudes span 10^lo..10^hi, a few zero rows and negative zeros among them."""
+    x = torch.randn(shape, generator=g) * torch.logspace(lo, hi, shape[0])[:, None] * torch.logspace(-3, 3, shape[1])
+    x[1] = 0.0
+    x[2, ::3] = -0.0
+    return x
+
+
+@pytest.mark.parametrize("extremes", [(-3.0, 3.0), (-10.0, 10.0), (-30.0, 30.0), (-38.0, -30.0)],
+                         ids=["mild", "wide", "beyond", "tiny"])
+def test_power_of_two_scales_folded_into_the_values_give_the_bits_of_scaling_the_output(extremes):
+    """rowwise's operands (per-row, per-column and per-tensor power-of-two scales) as the quantize kernel folds
+    them: the GEMM of the folded values equals the GEMM of the values with the scales applied to its output,
+    bit for bit, negative zeros included; where a folded value would not be normal (tiny: scales near 2^-126) or
+    a sum could pass 2^126 (beyond), the output is scaled instead, and the bits are the same."""
+    g = torch.Generator().manual_seed(5)
+    pow2 = {"per-row": quantize_spec("e4m3", "per-row", scale_rule="rceil"),
+            "per-tensor": quantize_spec("e4m3", "per-tensor", scale_rule="rceil"),
+            "e5m2 per-row": quantize_spec("e5m2", "per-row", scale_rule="floor")}
+    folded = 0
+    for (name_a, spec_a), (name_b, spec_b) in itertools.product(pow2.items(), repeat=2):
+        a = _rows_spanning((37, 70), g, *extremes)
+        b = _rows_spanning((70, 29), g, *extremes)  # b[K, N]: quantized down its columns, a transposed view
+        a_q = quantize_with(a, spec_a, values=True)
+        b_q = quantize_transposed(b, spec_b, values=True) if name_b != "per-tensor" else \
+            quantize_with(b.t().contiguous(), spec_b, values=True)
+        plain = [dataclasses.replace(q, derived=Derived(values=q.values())) for q in (a_q, b_q)]  # nothing folded
+        assert plain[0].derived.scaled is None
+        got, want = emulated_mm(a_q, b_q), emulated_mm(*plain)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (name_a, name_b)
+        folded += emulation_module._folded_powers_of_two(a_q, b_q) is not None
+    # (the test reaches the branch it is about, and its refusals)
+    assert folded == (9 if extremes[1] <= 10 and extremes[0] >= -10 else 0)
+
+
+def test_a_value_folded_below_floats_normal_range_is_left_unfolded():
+    """Tiny rows (scales 2^-126) times huge columns: every product is normal, but the tiny rows' folded values
+    would not be, and a CPU that flushes subnormals (torch.set_flush_denormal) would read them as zeros: the
+    output is scaled instead, and equals the unfolded GEMM there too."""
+    spec = quantize_spec("e4m3", "per-row", scale_rule="rceil")
+    g = torch.Generator().manual_seed(7)
+    a_q = quantize_with(torch.randn(6, 40, generator=g) * 1e-37, spec, values=True)
+    b_q = quantize_with(torch.randn(5, 40, generator=g) * 1e30, spec, values=True)
+    assert a_q.scale_range()[0] * a_q.fmt.min_subnormal < 2.0**-126
+    plain = [dataclasses.replace(q, derived=Derived(values=q.values())) for q in (a_q, b_q)]
+    assert torch.set_flush_denormal(True)
+    try:
+        got, want = emulated_mm(a_q, b_q), emulated_mm(*plain)
+    finally:
+        torch.set_flush_denormal(False)
+    assert bool((want != 0).all()) and torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+def test_exact_scales_are_not_folded_where_they_span_whole_rows():
+    g = torch.Generator().manual_seed(6)
+    spec = quantize_spec("e4m3", "per-row")
+    q = quantize_with(torch.randn(8, 64, generator=g), spec, values=True)
+    assert q.derived.scaled is None and emulation_module._folded_powers_of_two(q, q) is None
 
 
 def test_operands_must_share_k():

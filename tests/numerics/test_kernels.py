@@ -2,6 +2,8 @@
 fall back cleanly."""
 
 import contextlib
+import itertools
+import math
 import os
 import subprocess
 import sys
@@ -11,7 +13,7 @@ import torch
 
 import fp8lab
 from fp8lab import E2M1, E4M3, E5M2, E8M0, PerBlock, PerRow, PerTensor, quantize
-from fp8lab.gemm import emulated_mm
+from fp8lab.gemm import emulated_mm, emulation
 from fp8lab.numerics import kernels, kernels_build, scaling
 from fp8lab.numerics.quantize import quantize_spec, quantize_with
 from fp8lab.numerics.recipes import RECIPES, get_recipe
@@ -147,6 +149,48 @@ def test_emulated_gemm_matches_with_and_without_kernels(recipe):
     with kernels.disabled():
         want = emulated_mm(quantize(a, sa), quantize(b, sb))
     assert same_bits(got, want)
+
+
+@pytest.mark.skipif(not kernels.engine().kernels, reason="the fused kernels are not built here")
+def test_scale_outer_takes_scales_per_row_one_for_all_or_none_with_the_torch_twins_bits():
+    """Every form the emulated GEMM's output scales take (per row x per column, per row x one value, one x one,
+    one side missing: a tensor factor alone), with and without a K segment's partial sums, over NaN, infinite,
+    zero and negative-zero factors: the kernel's bits are the torch twin's."""
+    g = torch.Generator().manual_seed(9)
+    m, n = 37, 70
+    out, part = torch.randn(m, n, generator=g) * 1e3, torch.randn(m, n, generator=g)
+    out[0, :4] = torch.tensor([0.0, -0.0, math.inf, math.nan])
+    rows, cols = torch.rand(m, generator=g) * 4, torch.rand(n, generator=g) * 4
+    rows[:3], cols[:3] = torch.tensor([math.nan, 0.0, -0.0]), torch.tensor([math.inf, 1e-30, -2.0])
+    sides = {"per row": (rows, cols), "one": (torch.tensor(0.375), torch.tensor(-3.0)), "none": (None, None)}
+    forms = 0
+    for (name_a, (a, _)), (name_b, (_, b)) in itertools.product(sides.items(), repeat=2):
+        if a is None and b is None:
+            continue
+        for p in (None, part):
+            got = kernels.scale_outer_(out.clone(), a, b, p)
+            want = emulation._scale_outer_(out.clone(), a, b, p)
+            assert same_bits(got, want), (name_a, name_b, p is None)
+            forms += 1
+    assert forms == 16
+    with pytest.raises(ValueError, match="not both None"):
+        kernels.scale_outer_(out, None, None)
+
+
+@pytest.mark.skipif(not kernels.engine().kernels, reason="the fused kernels are not built here")
+def test_add_row_adds_a_bias_with_torchs_bits():
+    """A layer's bias added by the kernel (an FP8 layer's output, on the calling thread): torch's add_, bit for
+    bit, over rows of zeros, negative zeros, infinities and NaNs, one row and one column too; other shapes refused."""
+    g = torch.Generator().manual_seed(10)
+    for m, n in ((37, 70), (1, 5), (6, 1), (300, 257)):
+        out, row = torch.randn(m, n, generator=g) * 1e30, torch.randn(n, generator=g) * 1e30
+        out[0, : min(n, 4)] = torch.tensor([-0.0, math.inf, math.nan, 3e38])[: min(n, 4)]
+        row[: min(n, 4)] = torch.tensor([-0.0, -math.inf, 1.0, 3e38])[: min(n, 4)]
+        assert same_bits(kernels.add_row_(out.clone(), row), out.clone().add_(row)), (m, n)
+    with pytest.raises(ValueError, match=r"row\[N\]: got \(4, 3\), 4"):
+        kernels.add_row_(torch.ones(4, 3), torch.ones(4))
+    with pytest.raises(ValueError, match="add_row_ takes out"):
+        kernels.add_row_(torch.ones(4, 3).t(), torch.ones(4))  # (a view it cannot write in place)
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))

@@ -91,11 +91,14 @@ def test_the_chunked_cast_equals_the_unchunked_one(monkeypatch, fmt, block):
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
 
 
-def test_folds_only_blocks_smaller_than_the_tensor_both_ways():
-    assert quantize_fast.folds((1, 32), (64, 256)) and quantize_fast.folds((32, 1), (64, 256))
-    assert not quantize_fast.folds((1, 256), (64, 256))  # per row: one scale a row, applied to the output
-    assert not quantize_fast.folds((64, 1), (64, 256))  # one scale a column
-    assert not quantize_fast.folds((64, 256), (64, 256))
+def test_folds_blocks_smaller_than_the_tensor_both_ways_and_power_of_two_scales():
+    exact, pow2 = quantize_spec("e4m3", "per-row"), quantize_spec("e4m3", "per-row", scale_rule="rceil")
+    assert quantize_fast.folds((1, 32), (64, 256), exact) and quantize_fast.folds((32, 1), (64, 256), exact)
+    assert not quantize_fast.folds((1, 256), (64, 256), exact)  # per row: one scale a row, applied to the output
+    assert not quantize_fast.folds((64, 1), (64, 256), exact)  # one scale a column
+    assert not quantize_fast.folds((64, 256), (64, 256), exact)
+    for block in ((1, 256), (64, 1), (64, 256)):  # a power of two moves into the values exactly (gemm.emulation)
+        assert quantize_fast.folds(block, (64, 256), pow2)
 
 
 def test_the_kernel_runs_only_where_it_stores_the_settings():
