@@ -175,6 +175,8 @@ MUTATIONS = [
       "    if fused is None or (fused.nan and bool(torch.isinf(x).any())):", "    if fused is None:", QUANT),
     m("C add_row adds each row's own element instead of the column's", C,
       "out[m * N + n] = out[m * N + n] + row[n];", "out[m * N + n] = out[m * N + n] + row[m % N];", KERN),
+    m("a weight's 2-D blocks folded only where they split both dims", NUM + "quantize_fast.py",
+      "    return r < m or c < k\n", "    return r < m and c < k\n", T + "numerics/test_quantize_fast.py"),
     m("power-of-two scales folded though a sum could pass 2^126", G + "emulation.py",
       " and hi_a * hi_b * a_q.shape[1] < 2.0**126):\n        return None\n    return a_q.scaled_values()",
       "):\n        return None\n    return a_q.scaled_values()", T + "gemm/test_emulation.py"),

@@ -73,12 +73,19 @@ def plain_pass(x: torch.Tensor, spec: TensorScaling, values: bool | None) -> tup
 
 
 def folds(block: tuple[int, int], shape: tuple[int, int], spec: TensorScaling) -> bool:
-    """Whether the kernel writes values * block scale instead of the values: for blocks smaller than the
-    tensor both ways, whose scales vary along either dim a GEMM may contract (1x32 along K, or 32x1 read
-    transposed), and for power-of-two scales of any block (rowwise's per row), which an emulated GEMM folds
-    exactly (gemm.emulation). Other blocks spanning all rows or all columns have one scale per row or column,
-    which a GEMM applies to its output instead."""
-    return (block[0] < shape[0] and block[1] < shape[1]) or spec.powers_of_two
+    """Whether the kernel writes values * block scale instead of the values: where a GEMM that reads the tensor
+    contracts along a dim its scales vary on, and so multiplies the folded values. 1 x c blocks are read as they
+    lie (folded where narrower than K); r x 1 blocks (quantized down the columns) are read transposed (folded where
+    shorter than M); 2-D blocks (a weight's, read both ways) where they split either dim: the GEMM that reads them
+    along one scale per row widens the codes instead (QuantizedTensor.values). Power-of-two scales are always
+    folded: a GEMM folds them exactly (gemm.emulation). Blocks spanning a whole row or column otherwise have one
+    scale per row or column, which a GEMM applies to its output."""
+    (r, c), (m, k) = block, shape
+    if spec.powers_of_two:
+        return True
+    if r == 1 or c == 1:
+        return c < k if r == 1 else r < m
+    return r < m or c < k
 
 
 def scale_and_cast(x2d: torch.Tensor, block: tuple[int, int], inverse: torch.Tensor, fmt: FloatFormat,

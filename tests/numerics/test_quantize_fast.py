@@ -91,12 +91,17 @@ def test_the_chunked_cast_equals_the_unchunked_one(monkeypatch, fmt, block):
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
 
 
-def test_folds_blocks_smaller_than_the_tensor_both_ways_and_power_of_two_scales():
+def test_folds_where_a_gemm_reads_the_scales_varying_along_its_contraction():
     exact, pow2 = quantize_spec("e4m3", "per-row"), quantize_spec("e4m3", "per-row", scale_rule="rceil")
     assert quantize_fast.folds((1, 32), (64, 256), exact) and quantize_fast.folds((32, 1), (64, 256), exact)
+    assert quantize_fast.folds((1, 32), (1, 256), exact)  # one row of 1x32 blocks: read along K
     assert not quantize_fast.folds((1, 256), (64, 256), exact)  # per row: one scale a row, applied to the output
-    assert not quantize_fast.folds((64, 1), (64, 256), exact)  # one scale a column
+    assert not quantize_fast.folds((64, 1), (64, 256), exact)  # one scale a column (read transposed: a row)
+    assert quantize_fast.folds((32, 1), (64, 1), exact)  # one column of 32x1 blocks: read transposed, along M
     assert not quantize_fast.folds((64, 256), (64, 256), exact)
+    # a weight's 2-D blocks, read along K (fprop) and along N (dgrad): folded where they split either dim
+    assert quantize_fast.folds((128, 128), (128, 384), exact) and quantize_fast.folds((128, 128), (384, 128), exact)
+    assert not quantize_fast.folds((128, 128), (128, 128), exact)
     for block in ((1, 256), (64, 1), (64, 256)):  # a power of two moves into the values exactly (gemm.emulation)
         assert quantize_fast.folds(block, (64, 256), pow2)
 
