@@ -66,14 +66,20 @@ def child(pytest_args: list[str]) -> int:
     flags = kernels_build.FLAGS + kernels_build.NATIVE + kernels_build.openmp_flags(cc) + ASAN
     path = kernels_build.build(cc, flags)
     import ctypes
+    import functools
 
-    lib = kernels._bind(ctypes.CDLL(str(path)))
-    if not lib.fp8lab_openmp():
-        lib.fp8lab_set_threads(2)  # (POSIX threads: split the large tensors too)
     reason = f"AddressSanitizer build ({path.name}: {' '.join(flags)})"
-    kernels._load = lambda: (lib, reason)
+
+    @functools.lru_cache(maxsize=1)
+    def load() -> tuple[ctypes.CDLL, str]:  # (cached like kernels._load: a test that clears it binds it again)
+        lib = kernels._bind(ctypes.CDLL(str(path)))
+        if not lib.fp8lab_openmp():
+            lib.fp8lab_set_threads(2)  # (POSIX threads: split the large tensors too)
+        return lib, reason
+
+    kernels._load = load
     kernels._process_engine.cache_clear()
-    kernels_build._LOADED[:] = [(lib, reason)]  # (tests that ask the build module see this library too)
+    kernels_build._LOADED[:] = [load()]  # (tests that ask the build module see this library too)
     print(f"asan: {kernels.engine()}", flush=True)
     start = time.perf_counter()
     code = pytest.main(["-q", "-p", "no:cacheprovider", "-k", SKIP, *TESTS, *pytest_args])
@@ -94,7 +100,9 @@ def main(argv: list[str]) -> int:
            "FP8LAB_ASAN_CANARY": "1" if canary else "",
            # Python's own allocations are never freed at exit: leaks are not the question here
            "ASAN_OPTIONS": f"detect_leaks=0:halt_on_error=1:exitcode=99:log_path={logs / 'asan'}",
-           "FP8LAB_FUZZ_EXAMPLES": os.environ.get("FP8LAB_FUZZ_EXAMPLES", "200"), "PYTHONPATH": str(ROOT)}
+           "FP8LAB_FUZZ_EXAMPLES": os.environ.get("FP8LAB_FUZZ_EXAMPLES", "200"), "PYTHONPATH": str(ROOT),
+           # the child binds the library before tests/conftest.py runs: give it the split threshold conftest sets
+           "FP8LAB_PARALLEL_MIN": os.environ.get("FP8LAB_PARALLEL_MIN", "32768")}
     code = subprocess.run([sys.executable, __file__, *argv], cwd=ROOT, env=env).returncode
     reports = sorted(logs.glob("asan*"))
     for report in reports:
