@@ -173,6 +173,8 @@ MUTATIONS = [
       "    fused = kernels.quantize(x, block, template, fold=False, values=values)\n", QUANT),
     m("the plain pass keeps an infinity beside a NaN", NUM + "quantize_fast.py",
       "    if fused is None or (fused.nan and bool(torch.isinf(x).any())):", "    if fused is None:", QUANT),
+    m("C scale_outer leaves the output unscaled where one side has no scales", C,
+      "    if (a == NULL) a = &one, a_step = 0;\n", "    if (a == NULL) return;\n", KERN),
     m("C add_row adds each row's own element instead of the column's", C,
       "out[m * N + n] = out[m * N + n] + row[n];", "out[m * N + n] = out[m * N + n] + row[m % N];", KERN),
     m("a weight's 2-D blocks folded only where they split both dims", NUM + "quantize_fast.py",

@@ -886,36 +886,35 @@ FP8LAB_API void fp8lab_widen(const uint8_t *codes, int64_t n, const float *table
      part NULL:  out[m, n] *= a[m] * b[n]                    (the output's scales, torch's out *= outer(a, b))
      part given: out[m, n] += part[m, n] * (a[m] * b[n])     (one K segment of the emulated GEMM's definition,
                  gemm/emulation.py: the factor, then the product, then the sum, each rounded on its own)
-   a_step 1: a scale per row; 0: a[0] for every row; a NULL: none (the factor is b[n] itself); b likewise. */
+   a_step 1: a scale per row; 0: a[0] for every row; a NULL: none, read as 1 (1 * b[n] is b[n], bit for bit,
+   NaN and infinity included); b likewise. */
 FP8LAB_API void fp8lab_scale_outer(float *out, const float *part, int64_t M, int64_t N, const float *a,
                                    int64_t a_step, const float *b, int64_t b_step) {
+    static const float one = 1.0f;
+    if (a == NULL) a = &one, a_step = 0;
+    if (b == NULL) b = &one, b_step = 0;
 #ifdef _OPENMP
 #pragma omp parallel for if (threads_for(M * N, M) > 1) num_threads(threads_for(M * N, M))
 #endif
     for (int64_t m = 0; m < M; m++) {
         float *row = out + m * N;
         const float *prow = part ? part + m * N : NULL;
-        if (b != NULL && b_step != 0) {  /* a factor per column: am * b[n] (b[n] itself where a is NULL) */
-            if (a == NULL && prow == NULL) {
-                for (int64_t n = 0; n < N; n++) row[n] = row[n] * b[n];
-            } else if (a == NULL) {
-                for (int64_t n = 0; n < N; n++) { float product = prow[n] * b[n]; row[n] = row[n] + product; }
-            } else if (prow == NULL) {
-                float am = a[m * a_step];
-                for (int64_t n = 0; n < N; n++) {
-                    float factor = am * b[n];
-                    row[n] = row[n] * factor;
-                }
-            } else {
-                float am = a[m * a_step];
+        if (b_step != 0) { /* a factor per column */
+            float am = a[m * a_step];
+            if (prow) {
                 for (int64_t n = 0; n < N; n++) {
                     float factor = am * b[n];
                     float product = prow[n] * factor;
                     row[n] = row[n] + product;
                 }
+            } else {
+                for (int64_t n = 0; n < N; n++) {
+                    float factor = am * b[n];
+                    row[n] = row[n] * factor;
+                }
             }
-        } else {  /* one factor for the row (a NULL and b NULL: 1) */
-            float factor = a ? (b ? a[m * a_step] * b[0] : a[m * a_step]) : (b ? b[0] : 1.0f);
+        } else { /* one factor for the row */
+            float factor = a[m * a_step] * b[0];
             if (prow) {
                 for (int64_t n = 0; n < N; n++) { float product = prow[n] * factor; row[n] = row[n] + product; }
             } else {
