@@ -29,8 +29,9 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import fontManager, get_font
 from matplotlib.transforms import Bbox
 
-__all__ = ["PRIVATE_APIS", "GlyphCacheCanvas", "LayeredCanvas", "glyph_cache_stats", "status"]
+__all__ = ["KEPT_BACKGROUNDS", "PRIVATE_APIS", "GlyphCacheCanvas", "LayeredCanvas", "glyph_cache_stats", "status"]
 
+KEPT_BACKGROUNDS = 4  # per canvas (a panel's figure at 2x: about 2 MB each)
 _MAX_ENTRIES = 20_000  # glyph bitmaps (a few hundred bytes each) and layouts; cleared whole when full
 _layouts: dict[tuple, list[tuple]] = {}
 _glyphs: dict[tuple, tuple[np.ndarray, int, int]] = {}
@@ -309,7 +310,9 @@ class LayeredCanvas(GlyphCacheCanvas):
     texts) in matplotlib's order, legends last, each pasted from an image of it rendered once.
     The background is drawn again only when what it shows changes (its key: figure size, each
     axes' position, scales, limits, tick positions and labels as formatted, label texts and tick
-    settings); otherwise its pixels are restored and only the foreground is drawn. The first
+    settings); otherwise its pixels are restored and only the foreground is drawn. The last
+    KEPT_BACKGROUNDS backgrounds are kept, each under its key: a control that goes back to an
+    earlier value (a recipe list toggled, a slider dragged back) restores that one. The first
     layer is most of a redraw (axes, ticks and legends take most of Agg's time in the lab's
     panels). `keep=False` draws both layers every time (the reference that tests/test_widgets.py
     compares the kept background against, byte for byte).
@@ -321,6 +324,7 @@ class LayeredCanvas(GlyphCacheCanvas):
         super().__init__(figure)
         self.keep, self.glyphs = keep, glyphs
         self._background = None  # (figure part, axes parts, each axes' region, BufferRegion)
+        self._earlier: list[tuple] = []  # backgrounds before it, newest first, each as _background
         self._sprites: dict[tuple, tuple[np.ndarray, int, int]] = {}  # legend key -> (rgba, x, y)
         self.stats = {"kept": 0, "partly": 0, "drawn": 0, "whole": 0}
 
@@ -436,7 +440,7 @@ class LayeredCanvas(GlyphCacheCanvas):
             self._draw_layers()
         except Exception as err:  # a matplotlib whose private APIs moved: whole drawings from now on
             _turn_off("kept background", err)
-            self._background = None
+            self._background, self._earlier = None, []
             self.stats["whole"] += 1
             super().draw()
 
@@ -454,7 +458,7 @@ class LayeredCanvas(GlyphCacheCanvas):
         layers = self._layers()
         if layers is None:
             self.stats["whole"] += 1
-            self._background = None
+            self._background, self._earlier = None, []
             super().draw()
             return
         front, legends = layers
@@ -476,6 +480,12 @@ class LayeredCanvas(GlyphCacheCanvas):
         """Put the background in the buffer: kept, kept with some axes drawn again, or drawn whole;
         says which."""
         kept = self._background if self.keep else None
+        earlier = next((i for i, bg in enumerate(self._earlier) if bg[:2] == (figure_part, axes_parts)), None)
+        if kept is not None and kept[:2] != (figure_part, axes_parts) and earlier is not None:
+            self._background = self._earlier.pop(earlier)  # a value shown before: the newest again
+            self._earlier.insert(0, kept)
+            self.restore_region(self._background[3])
+            return "kept"
         if kept is not None and kept[0] == figure_part:
             _, old_parts, regions, pixels = kept
             changed = [i for i, (old, now) in enumerate(zip(old_parts, axes_parts, strict=True)) if old != now]
@@ -484,14 +494,20 @@ class LayeredCanvas(GlyphCacheCanvas):
                 return "kept"
             if regions is not None and len(changed) < len(axes_parts) and \
                     self._redraw_axes(renderer, changed, regions, hidden):
-                self._background = (figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox))
+                self._keep_background((figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox)))
                 return "partly"
         with _hidden(hidden):
             super().draw()
         if self.keep:  # each axes' region, where one of several may be drawn again alone
             regions = [self._region(ax, renderer) for ax in self.figure.axes] if len(axes_parts) > 1 else None
-            self._background = (figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox))
+            self._keep_background((figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox)))
         return "drawn"
+
+    def _keep_background(self, background: tuple) -> None:
+        """Make `background` the current one; the one it replaces joins the earlier ones (the oldest dropped)."""
+        if self._background is not None:
+            self._earlier = [self._background, *self._earlier][:KEPT_BACKGROUNDS - 1]
+        self._background = background
 
     def _paste_legend(self, legend, renderer) -> None:
         """Draw the legend from an image of it drawn alone (kept per legend key)."""

@@ -194,3 +194,27 @@ def test_ticks_laid_out_once_a_drawing_are_laid_out_again_at_new_limits():
         fig.set_canvas(kept)
     assert kept.stats["partly"] == 1, kept.stats
     assert not any("_update_ticks" in vars(a) for ax in axes for a in (ax.xaxis, ax.yaxis))
+
+
+def test_a_background_shown_before_is_restored_and_the_oldest_is_dropped():
+    """The last KEPT_BACKGROUNDS backgrounds are kept, each under its key: limits that go back to an earlier value
+    restore that background (no drawing), with a whole drawing's pixels; one more new background drops the
+    oldest, which is drawn again when it comes back."""
+    fig, axes = render._probe_figure()
+    kept = render.LayeredCanvas(fig, glyphs=False)
+    limits = [(0, 4 + i) for i in range(render.KEPT_BACKGROUNDS)]
+    for ylim in limits + limits[::-1][1:]:  # across, then back: every way back is kept
+        axes[0].set_ylim(*ylim)
+        kept._draw_layers()
+        whole = render.LayeredCanvas(fig, keep=False, glyphs=False)
+        whole._draw_layers()
+        assert np.array_equal(np.asarray(kept.buffer_rgba()), np.asarray(whole.buffer_rgba())), ylim
+        fig.set_canvas(kept)
+    n = render.KEPT_BACKGROUNDS
+    assert kept.stats["kept"] == n - 1 and kept.stats["drawn"] + kept.stats["partly"] == n, kept.stats
+    axes[0].set_ylim(0, 99)  # one more: the oldest kept one (limits[-1], shown first on the way back) is dropped
+    kept._draw_layers()
+    before = dict(kept.stats)
+    axes[0].set_ylim(*limits[-1])
+    kept._draw_layers()
+    assert kept.stats["kept"] == before["kept"], kept.stats
