@@ -492,6 +492,7 @@ class LayeredCanvas(GlyphCacheCanvas):
             self.restore_region(pixels)
             if not changed:
                 return "kept"
+            regions = None if regions is None else list(regions)  # (the new background's: the kept one keeps its)
             if regions is not None and len(changed) < len(axes_parts) and \
                     self._redraw_axes(renderer, changed, regions, hidden):
                 self._keep_background((figure_part, axes_parts, regions, self.copy_from_bbox(self.figure.bbox)))
