@@ -13,13 +13,15 @@ import json
 
 import pytest
 
+from fp8lab.bench.notebooks import PEAK_MB
 from tests.training.test_distributed import CURVE, FLOOR
 
 # How long a notebook takes is a benchmark's question (`python -m fp8lab bench notebooks`: the table in
 # docs/performance.md); here the run only has to finish, and a hang fails it (the runners' guards).
 MEMORY_LIMIT_MB = 1536.0  # measured peaks 390-590 MB at workshop size; a leak or a runaway tensor fails
 
-PEAK = "import resource; print('PEAK_RSS_MB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+# the kernel's own peak (bench notebooks' probe), not getrusage's ru_maxrss, which a kernel started by pytest inherits
+PEAK = PEAK_MB + "print('PEAK_RSS_MB', _peak_mb())"
 
 
 def _check_08(c: dict) -> None:

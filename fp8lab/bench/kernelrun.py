@@ -27,12 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from fp8lab.bench.notebooks import PEAK_MB
 from fp8lab.threads import MARKER
 
 __all__ = ["START_WAYS", "kernel_environment", "main", "run_in_subprocess", "spec"]
 
 START_WAYS = ("lab", "jupyter", "torch-first")
-PROBE = """\
+PROBE = PEAK_MB + """\
 import json as _json, os as _os, resource as _resource, sys as _sys
 _self, _kids = _resource.getrusage(_resource.RUSAGE_SELF), _resource.getrusage(_resource.RUSAGE_CHILDREN)
 _t = _sys.modules.get("torch")
@@ -42,7 +43,7 @@ try:
     _line = _threads.decision().line()
 except ImportError:  # a --tree checkout from before the thread policy
     pass
-print("PROBE", _json.dumps({"peak_mb": _self.ru_maxrss / 1024, "cpu_s": _self.ru_utime + _self.ru_stime,
+print("PROBE", _json.dumps({"peak_mb": _peak_mb(), "cpu_s": _self.ru_utime + _self.ru_stime,
     "children_cpu_s": _kids.ru_utime + _kids.ru_stime, "torch_threads": _t.get_num_threads() if _t else None,
     "omp_wait_policy": _os.environ.get("OMP_WAIT_POLICY"), "omp_num_threads": _os.environ.get("OMP_NUM_THREADS"),
     "threads": _line}))

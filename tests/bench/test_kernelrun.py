@@ -44,3 +44,18 @@ def test_finish_reads_the_last_result_line_or_says_what_went_wrong():
     assert kernelrun.finish(ok, 60) == {"seconds": 2.5}
     failed = _runner("import sys; sys.stderr.write('boom'); sys.exit(3)")
     assert kernelrun.finish(failed, 60) == {"error": "the runner exited 3: boom"}
+
+
+def test_the_probe_reports_the_kernels_own_peak_not_the_large_process_that_started_it():
+    """bench load's and bench room's probe (run in each kernel after its notebook) reports the kernel's own peak
+    memory: getrusage's ru_maxrss, which survives fork and exec, would report a large parent's (a gigabyte held
+    here), and bench room's memory check would refuse a room that fits."""
+    import torch
+
+    held = torch.ones(2**28)  # 1 GiB, touched
+    # preexec_fn makes Python fork (not vfork or posix_spawn), as jupyter_client's kernel launch can
+    r = subprocess.run([sys.executable, "-c", kernelrun.PROBE], capture_output=True, text=True, check=True,
+                       preexec_fn=lambda: None)
+    del held
+    line = next(x for x in r.stdout.splitlines() if x.startswith("PROBE "))
+    assert 1 < json.loads(line[len("PROBE "):])["peak_mb"] < 512, line
