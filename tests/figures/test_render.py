@@ -161,6 +161,16 @@ def test_when_overlapping_regions_take_every_axes_the_figure_is_drawn_whole():
     assert kept.stats["drawn"] == 2, kept.stats
 
 
+def _draw_kept_as_whole(kept, fig, what) -> None:
+    """Draw `fig` on its kept canvas and assert the pixels are a whole drawing's (then the kept canvas is the
+    figure's again)."""
+    kept._draw_layers()
+    whole = render.LayeredCanvas(fig, keep=False, glyphs=False)
+    whole._draw_layers()
+    assert np.array_equal(np.asarray(kept.buffer_rgba()), np.asarray(whole.buffer_rgba())), what
+    fig.set_canvas(kept)
+
+
 def test_ticks_laid_out_once_a_drawing_are_laid_out_again_at_new_limits():
     """Within a drawing each axis answers its tick layout and label boxes from the first time it laid them out
     (LayeredCanvas._draw_layers), while its limits, locator and formatter stay: new limits lay them out again.
@@ -187,11 +197,7 @@ def test_ticks_laid_out_once_a_drawing_are_laid_out_again_at_new_limits():
     kept = render.LayeredCanvas(fig, glyphs=False)
     for ylim in ((-5, 5), (0, 3e4)):
         axes[1].set_ylim(*ylim)
-        kept._draw_layers()
-        whole = render.LayeredCanvas(fig, keep=False, glyphs=False)
-        whole._draw_layers()
-        assert np.array_equal(np.asarray(kept.buffer_rgba()), np.asarray(whole.buffer_rgba())), ylim
-        fig.set_canvas(kept)
+        _draw_kept_as_whole(kept, fig, ylim)
     assert kept.stats["partly"] == 1, kept.stats
     assert not any("_update_ticks" in vars(a) for ax in axes for a in (ax.xaxis, ax.yaxis))
 
@@ -205,11 +211,7 @@ def test_a_background_shown_before_is_restored_and_the_oldest_is_dropped():
     limits = [(0, 4 + i) for i in range(render.KEPT_BACKGROUNDS)]
     for ylim in limits + limits[::-1][1:]:  # across, then back: every way back is kept
         axes[0].set_ylim(*ylim)
-        kept._draw_layers()
-        whole = render.LayeredCanvas(fig, keep=False, glyphs=False)
-        whole._draw_layers()
-        assert np.array_equal(np.asarray(kept.buffer_rgba()), np.asarray(whole.buffer_rgba())), ylim
-        fig.set_canvas(kept)
+        _draw_kept_as_whole(kept, fig, ylim)
     n = render.KEPT_BACKGROUNDS
     assert kept.stats["kept"] == n - 1 and kept.stats["drawn"] + kept.stats["partly"] == n, kept.stats
     axes[0].set_ylim(0, 99)  # one more: the oldest kept one (limits[-1], shown first on the way back) is dropped
