@@ -274,6 +274,17 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
+def _floats(*shape: int) -> torch.Tensor:
+    """A float32 buffer for C to write: float32 whatever torch.set_default_dtype says (a float16 default would give
+    half the bytes C writes, a float64 one values read as other numbers)."""
+    return torch.empty(shape, dtype=torch.float32)
+
+
+def _float(value: float) -> torch.Tensor:
+    """A float32 0-d tensor of a float the C code wrote (its float32 value exactly), whatever the default dtype."""
+    return torch.full((), value, dtype=torch.float32)
+
+
 def _readable(t: torch.Tensor, what: str) -> torch.Tensor:
     """t as C reads it: its bits are its values (a pending negation or conjugation resolved), row-major
     contiguous and 4-byte aligned (copied where not), after accepts() has allowed it."""
@@ -385,10 +396,10 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
     if x holds an infinity (the caller explains)."""
     p, x2d = _block_params(template, x2d, block)
     mb, kb = -(-p.M // p.r), -(-p.K // p.c)
-    own, scale, inverse = torch.empty(mb, kb), torch.empty(mb, kb), torch.empty(mb, kb)  # (float32: the default)
+    own, scale, inverse = _floats(mb, kb), _floats(mb, kb), _floats(mb, kb)
     codes = torch.empty(p.M, p.K, dtype=STORAGE_OF[p.storage.mantissa_bits])
     eager = p.M * p.K <= EAGER_VALUES if values is None else values
-    out = torch.empty(p.M, p.K) if eager else None
+    out = _floats(p.M, p.K) if eager else None
     given = _per_block(p, amax)
     if draws is not None:
         if tuple(draws.shape) != (p.M, p.K):
@@ -399,7 +410,7 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
     code = _run("fp8lab_quantize", p)
     if code == _INFINITE_AMAX:
         return None
-    tensor_scale = torch.tensor(p.tensor_scale) if p.two_level else None
+    tensor_scale = _float(p.tensor_scale) if p.two_level else None
     return Fused(codes, out, scale, own, tensor_scale,
                  (p.scale_range[0], p.scale_range[1]), (p.counts[0], p.counts[1]) if count else None,
                  code == _NAN_AMAX)
@@ -425,7 +436,7 @@ def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     if x2d.numel() == 0:
         raise ValueError("cannot scale an empty tensor")
     p, x2d = _block_params(_template("e4m3"), x2d, granularity.block_shape(tuple(x2d.shape)))
-    out = torch.empty(-(-p.M // p.r), -(-p.K // p.c))
+    out = _floats(-(-p.M // p.r), -(-p.K // p.c))
     p.amax = out.data_ptr()
     _run("fp8lab_block_amax", p)
     return out
@@ -439,10 +450,10 @@ def scale_from_amax(amax: torch.Tensor, fmt: FloatFormat | str = "e4m3", scale_r
     a = amax.to(torch.float32)
     p, flat = _block_params(_template(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor), a.reshape(1, -1),
                             (1, 1))
-    scale, inverse = torch.empty(a.shape), torch.empty(a.shape)
+    scale, inverse = _floats(*a.shape), _floats(*a.shape)
     p.given_amax, p.scale, p.inverse = flat.data_ptr(), scale.data_ptr(), inverse.data_ptr()
     _run("fp8lab_scales", p)
-    return Scales(scale, inverse, torch.tensor(p.tensor_scale) if p.two_level else None)
+    return Scales(scale, inverse, _float(p.tensor_scale) if p.two_level else None)
 
 
 @opaque_to_compile
@@ -453,9 +464,9 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
     if dtype not in (torch.float32, fmt.storage_dtype):
         raise ValueError(f"cast returns float32 values or {fmt.name}'s storage dtype {fmt.storage_dtype}, not {dtype}")
     flat = x.to(torch.float32).reshape(1, -1)
-    one = torch.ones(1)
+    one = _float(1.0).reshape(1)
     p, flat = _block_params(_template(fmt), flat, (1, max(flat.shape[1], 1)))
-    codes, values = torch.empty(flat.shape, dtype=fmt.storage_dtype), torch.empty(flat.shape)
+    codes, values = torch.empty(flat.shape, dtype=fmt.storage_dtype), _floats(*flat.shape)
     p.inverse, p.codes, p.values = one.data_ptr(), codes.data_ptr(), values.data_ptr()
     if flat.numel():
         _run("fp8lab_cast", p)
@@ -524,7 +535,7 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     cols = -(-n // _SEGMENT_COLS) * _SEGMENT_COLS
     b, sb = (F.pad(b, (0, 0, 0, cols - n)), F.pad(sb, (0, cols - n))) if cols > n else (b, sb)
     panels = b.reshape(cols // _SEGMENT_COLS, _SEGMENT_COLS, k).transpose(1, 2).contiguous()
-    out = torch.empty(m, n)
+    out = _floats(m, n)
     _torch_threads_here()
     code = _load()[0].fp8lab_segment_mm(a.data_ptr(), a.stride(0), a.stride(1), panels.data_ptr(), m, n, k, seg,
                                         sa.data_ptr(), sb.data_ptr(), out.data_ptr())
@@ -559,7 +570,7 @@ def widen_codes(data: torch.Tensor) -> torch.Tensor:
     if not data.is_contiguous():  # (M, K) viewing contiguous (K, M) codes
         return widen_codes(data.t()).t()
     table = _widen_table(data.dtype)
-    out = torch.empty(data.shape)
+    out = _floats(*data.shape)
     _torch_threads_here()
     _load()[0].fp8lab_widen(data.data_ptr(), data.numel(), table.data_ptr(), out.data_ptr())
     return out
@@ -572,7 +583,7 @@ def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
     the C code may read (accepts), read in its own layout (x^T as a view)."""
     d = transform.size
     x2 = _resolved(x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x, "x")  # (R, C), in its layout (x^T's view)
-    out = torch.empty(x2.shape[0], -(-x2.shape[1] // d) * d)  # (R, ceil(C/d) * d)
+    out = _floats(x2.shape[0], -(-x2.shape[1] // d) * d)  # (R, ceil(C/d) * d)
     signs = _readable(transform.signs, "signs")
     _torch_threads_here()
     code = _load()[0].fp8lab_hadamard(x2.data_ptr(), x2.shape[0], x2.shape[1], x2.stride(0), x2.stride(1),

@@ -472,6 +472,42 @@ def test_the_widen_twin_gives_formats_widens_bits_for_every_code(dtype):
     assert same_bits(q.values(), widen(q.data))
 
 
+def _every_kernels_answer() -> list:
+    """One answer of each C entry point that allocates what C writes: quantize (every recipe's input, values
+    written; NVFP4's tensor scale), amax_per_block, scale_from_amax (two-level), cast, segment_mm (the
+    reference GEMM of E2M1 operands), widen_codes and hadamard; inputs made as float32 whatever the default."""
+    from fp8lab.numerics.hadamard import RandomHadamard
+
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(96, 256, generator=g, dtype=torch.float32)
+    w = torch.randn(64, 256, generator=g, dtype=torch.float32)
+    answers = []
+    for name in RECIPES:
+        q = quantize_with(x, get_recipe(name).input, values=True)
+        answers += [q.data, q.values(), q.scale, q.tensor_scale]
+    a, b = (quantize(t, E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True) for t in (x, w))
+    amax = kernels.amax_per_block(x, PerBlock(1, 32))
+    answers += [amax, *kernels.scale_from_amax(amax, E2M1, scale_fmt=E4M3, two_level=True),
+                kernels.cast(x, E4M3), emulated_mm(a, b, emulation="reference"),
+                kernels.widen_codes(quantize(x, E4M3, PerRow()).data), kernels.hadamard(RandomHadamard(16, 0), x)]
+    return answers
+
+
+@pytest.mark.parametrize("default", [torch.float64, torch.float16, torch.bfloat16], ids=str)
+def test_every_kernel_writes_float32_whatever_the_default_dtype(default):
+    """A notebook that called torch.set_default_dtype (float64 for a reference, a half type by mistake): every
+    buffer C writes float32 into is float32 still, so every kernel's answer is the float32 default's, dtype and
+    bits (a float64 buffer read back other numbers; a half one had half the bytes C wrote)."""
+    want = _every_kernels_answer()
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        got = _every_kernels_answer()
+    finally:
+        torch.set_default_dtype(old)
+    assert len(got) == len(want) and all(same_bits(a, b) for a, b in zip(got, want, strict=True))
+
+
 @pytest.mark.parametrize("size", [4, 16, 64, 256])
 def test_the_hadamard_twin_gives_the_torch_codes_bits(size):
     """kernels.hadamard against RandomHadamard.apply: bit for bit (NaN where NaN), rows narrower than d, widths d

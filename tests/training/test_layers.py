@@ -332,3 +332,33 @@ if __name__ == "__main__":  # add (or renew) this machine's flavor (only where a
     entries = json.loads(PINNED_STEPS.read_text()) if PINNED_STEPS.exists() else {}
     entries[summation_flavor()] = {r: step_digests(r) for r in EVERY_RECIPE}
     PINNED_STEPS.write_text(json.dumps(entries, indent=1) + "\n")
+
+
+@pytest.mark.parametrize("recipe", EVERY_RECIPE)
+def test_a_default_dtype_set_after_conversion_changes_no_step(recipe):
+    """A learner who calls torch.set_default_dtype (float64 for a reference computation, a half type by mistake)
+    after converting a float32 model trains it as before: every tensor the layers make for the C kernels or their
+    scales is float32 whatever the default, so losses, gradients and weights are the float32 default's bit for
+    bit."""
+
+    def steps(default: torch.dtype) -> list[torch.Tensor]:
+        model = convert(_small_model(), recipe)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        out = []
+        for x in _batches(3):
+            old = torch.get_default_dtype()
+            torch.set_default_dtype(default)
+            try:
+                opt.zero_grad()
+                loss = model(x).square().mean()
+                loss.backward()
+            finally:
+                torch.set_default_dtype(old)
+            opt.step()
+            out += [loss.detach(), *(p.grad.clone() for p in model.parameters())]
+        return out + [p.detach() for p in model.parameters()]
+
+    want = steps(torch.float32)
+    for default in (torch.float64, torch.float16, torch.bfloat16):
+        got = steps(default)
+        assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want, strict=True)), default
