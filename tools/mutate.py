@@ -241,6 +241,9 @@ MUTATIONS = [
     m("kernels.py: E8M0 scales' exponent range as float32's", K,
       "exponent_min=lo, exponent_max=hi", "exponent_min=-126, exponent_max=hi",
       KERN + "::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
+    m("the buffers C writes take torch's default dtype", K, "    return torch.empty(shape, dtype=torch.float32)",
+      "    return torch.empty(shape)", KERN + "::test_every_kernel_writes_float32_whatever_the_default_dtype",
+      T + "training/test_layers.py::test_a_default_dtype_set_after_conversion_changes_no_step"),
     # ---- the emulated GEMM
     m("b's block scales indexed with a's block width", G,
       "scale_(out, sa_k[start // wa], sb_k[start // wb], part)",

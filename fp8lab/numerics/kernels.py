@@ -16,7 +16,8 @@ reach C as data, in one parameter block (_Params) filled from FloatFormat and SC
 every call checks the sizes it passes, and the C side checks them again. C reads raw memory, so
 a tensor reaches it only as accepts() allows (a plain strided float32 CPU tensor with memory of
 its own: no fake, functional or zero tensor, no tensor subclass) and as _readable() makes it (no
-pending negation or conjugation, contiguous, 4-byte aligned); anything else runs in torch. Each
+pending negation or conjugation, contiguous, 4-byte aligned); anything else runs in torch. What C writes
+goes into float32 buffers made here (_floats), whatever torch.set_default_dtype says. Each
 entry point is opaque to torch.compile (opaque_to_compile: torch.compiler.disable where traced): a
 compiled function calls it with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
 Tensors beyond fp8lab.threads.parallel_min's count (by OpenMP's wait policy) are split by rows (the same bits for
