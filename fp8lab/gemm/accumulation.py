@@ -138,8 +138,8 @@ class GroupedProducts:
         self.group_max = np.abs(self.groups).max(-1)  # (G, n)
         self.live = self.group_max > 0  # the groups that hold a nonzero product
         self.live_groups = self.groups[self.live]  # (L, group)
-        self._products, self._scratch = torch.from_numpy(self.live_groups), torch.empty(self.live_groups.shape,
-                                                                                        dtype=torch.float64)
+        self._products = torch.from_numpy(self.live_groups)
+        self._scratch = torch.empty(self.live_groups.shape, dtype=torch.float64, device="cpu")
         self._lock = threading.Lock()
         self.group_sums = self.groups.sum(-1)  # (G, n), rounded: only a guess of the running sum
         nonzero = self.group_max[self.live]

@@ -72,7 +72,7 @@ def _probe_operand(q: QuantizedTensor, rows: int, k: int, g: torch.Generator, de
                    magnitude: float = 1.0) -> QuantizedTensor:
     """A small operand quantized as q is (its format, blocks, scale rule and scale format, tensor
     scale): what the kernel planned for q runs on in the probe."""
-    x = torch.randn(rows, k, generator=g) * magnitude
+    x = torch.randn(rows, k, generator=g, device="cpu") * magnitude
     return quantize(x.to(device), q.fmt, q.granularity, q.scale_rule, q.margin, scale_fmt=q.scale_fmt,
                     two_level=q.tensor_scale is not None)
 

@@ -144,11 +144,11 @@ def k_blocks(q: QuantizedTensor) -> tuple[torch.Tensor, int]:
 
 
 def _tensor_factor(a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor | None:
+    """Both operands' tensor scales (NVFP4's second level) multiplied, the one where the other has none, else None."""
     ta, tb = a_q.tensor_scale, b_q.tensor_scale
-    if ta is None and tb is None:
-        return None
-    one = torch.ones((), device=a_q.data.device)
-    return (ta if ta is not None else one) * (tb if tb is not None else one)
+    if ta is None or tb is None:
+        return ta if tb is None else tb
+    return ta * tb
 
 
 # ---- emulation ------------------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
     sb, wb = k_blocks(b_q)  # (N, KBb)
     seg = _segments(k, wa, wb)
     if _exact_partials(a_q, b_q, seg) and kernels.enabled(a, b, sa, sb):  # the loop below in one call
-        starts = torch.arange(0, k, seg)
+        starts = torch.arange(0, k, seg, device=a.device)
         return scale_output(kernels.segment_mm(a, b, sa.t()[starts // wa], sb.t()[starts // wb], seg), a_q, b_q)
     out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
     scale_ = _scale_outer_for(out, sa, sb)  # (either twin: the same bits)

@@ -83,7 +83,7 @@ def anatomy(fmt: FloatFormat | str, code: int) -> Anatomy:
 def rounding(fmt: FloatFormat | str, value: float) -> Rounding:
     """What `value` becomes in `fmt` (round to nearest, ties to even, saturate), and the error."""
     f = get_format(fmt)
-    rounded = float(cast(torch.tensor([value], dtype=torch.float64), f)[0]) if math.isfinite(value) else (
+    rounded = float(cast(torch.tensor([value], dtype=torch.float64, device="cpu"), f)[0]) if math.isfinite(value) else (
         math.nan if math.isnan(value) else math.copysign(f.max_value, value))
     if math.isnan(rounded):
         return Rounding(value, rounded, f.nan_codes[0] if f.has_nan else None, "NaN", math.nan, math.nan)

@@ -136,7 +136,7 @@ class FloatFormat:
 
     def encode(self, value: float) -> int:
         """The code of `value` after the reference cast (round to nearest even, saturate)."""
-        rounded = float(cast_reference(torch.tensor([value], dtype=torch.float32), self)[0])
+        rounded = float(cast_reference(torch.tensor([value], dtype=torch.float32, device="cpu"), self)[0])
         if math.isnan(rounded):
             if not self.has_nan:
                 raise ValueError(f"{self.name} has no NaN code")
@@ -180,7 +180,7 @@ class FloatFormat:
     @cached_property
     def _values(self) -> torch.Tensor:
         finite = {v for v in self._decoded if math.isfinite(v)}  # +0 and -0 collapse to one
-        return torch.tensor(sorted(finite), dtype=torch.float64)
+        return torch.tensor(sorted(finite), dtype=torch.float64, device="cpu")
 
     # ---- derived numbers ----------------------------------------------------------------
     @cached_property

@@ -30,7 +30,7 @@ def hadamard_matrix(size: int) -> torch.Tensor:
     H_2n = [[H_n, H_n], [H_n, -H_n]]; H H^T = size * I."""
     if size < 1 or size & (size - 1):
         raise ValueError(f"a Hadamard matrix here has a power-of-two size, got {size}")
-    h = torch.ones(1, 1, dtype=torch.float64)
+    h = torch.ones(1, 1, dtype=torch.float64, device="cpu")  # (whatever torch.set_default_device says)
     while h.shape[0] < size:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
     return h
@@ -63,8 +63,8 @@ class RandomHadamard:
 
     @cached_property
     def signs(self) -> torch.Tensor:
-        """s[d]: +-1.0 (float32), drawn from `seed` with torch's CPU generator (the same on every machine)."""
-        bits = torch.randint(0, 2, (self.size,), generator=torch.Generator().manual_seed(self.seed))
+        """s[d]: +-1.0 (float32, CPU), drawn from `seed` with torch's CPU generator (the same on every machine)."""
+        bits = torch.randint(0, 2, (self.size,), generator=torch.Generator().manual_seed(self.seed), device="cpu")
         return (bits * 2 - 1).to(torch.float32)
 
     def matrix(self) -> torch.Tensor:

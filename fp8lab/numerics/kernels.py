@@ -17,7 +17,7 @@ every call checks the sizes it passes, and the C side checks them again. C reads
 a tensor reaches it only as accepts() allows (a plain strided float32 CPU tensor with memory of
 its own: no fake, functional or zero tensor, no tensor subclass) and as _readable() makes it (no
 pending negation or conjugation, contiguous, 4-byte aligned); anything else runs in torch. What C writes
-goes into float32 buffers made here (_floats), whatever torch.set_default_dtype says. Each
+goes into CPU buffers made here (_buffer), whatever torch.set_default_dtype and set_default_device say. Each
 entry point is opaque to torch.compile (opaque_to_compile: torch.compiler.disable where traced): a
 compiled function calls it with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
 Tensors beyond fp8lab.threads.parallel_min's count (by OpenMP's wait policy) are split by rows (the same bits for
@@ -275,15 +275,20 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
+def _buffer(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A buffer for C to write, in CPU memory and of `dtype` whatever torch.set_default_dtype and
+    set_default_device say (a float16 default gives half the bytes C writes, a float64 one values read as other
+    numbers; a meta or CUDA default device memory C cannot write)."""
+    return torch.empty(shape, dtype=dtype, device="cpu")
+
+
 def _floats(*shape: int) -> torch.Tensor:
-    """A float32 buffer for C to write: float32 whatever torch.set_default_dtype says (a float16 default would give
-    half the bytes C writes, a float64 one values read as other numbers)."""
-    return torch.empty(shape, dtype=torch.float32)
+    return _buffer(shape)
 
 
 def _float(value: float) -> torch.Tensor:
-    """A float32 0-d tensor of a float the C code wrote (its float32 value exactly), whatever the default dtype."""
-    return torch.full((), value, dtype=torch.float32)
+    """A float32 0-d CPU tensor of a float the C code wrote (its float32 value exactly), whatever the defaults."""
+    return torch.full((), value, dtype=torch.float32, device="cpu")
 
 
 def _readable(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -398,7 +403,7 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
     p, x2d = _block_params(template, x2d, block)
     mb, kb = -(-p.M // p.r), -(-p.K // p.c)
     own, scale, inverse = _floats(mb, kb), _floats(mb, kb), _floats(mb, kb)
-    codes = torch.empty(p.M, p.K, dtype=STORAGE_OF[p.storage.mantissa_bits])
+    codes = _buffer((p.M, p.K), STORAGE_OF[p.storage.mantissa_bits])
     eager = p.M * p.K <= EAGER_VALUES if values is None else values
     out = _floats(p.M, p.K) if eager else None
     given = _per_block(p, amax)
@@ -467,7 +472,7 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
     flat = x.to(torch.float32).reshape(1, -1)
     one = _float(1.0).reshape(1)
     p, flat = _block_params(_template(fmt), flat, (1, max(flat.shape[1], 1)))
-    codes, values = torch.empty(flat.shape, dtype=fmt.storage_dtype), _floats(*flat.shape)
+    codes, values = _buffer(tuple(flat.shape), fmt.storage_dtype), _floats(*flat.shape)
     p.inverse, p.codes, p.values = one.data_ptr(), codes.data_ptr(), values.data_ptr()
     if flat.numel():
         _run("fp8lab_cast", p)
@@ -557,7 +562,7 @@ def widens(data: torch.Tensor) -> bool:
 @lru_cache(maxsize=len(_BYTE_CODES))
 def _widen_table(dtype: torch.dtype) -> torch.Tensor:
     """The float32 value of each of a byte format's 256 codes, as formats.widen gives it (NaN bits included)."""
-    return widen(torch.arange(256, dtype=torch.uint8).view(dtype)).contiguous()
+    return widen(torch.arange(256, dtype=torch.uint8, device="cpu").view(dtype)).contiguous()
 
 
 @opaque_to_compile

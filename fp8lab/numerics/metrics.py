@@ -50,7 +50,7 @@ def sqnr(x: torch.Tensor, y: torch.Tensor | QuantizedTensor) -> float:
 
 def ordinary_channels(k: int, outlier_channels: torch.Tensor | list[int] | None = None) -> torch.Tensor:
     """A bool mask over the K channels (columns) of x[M, K]: True except at `outlier_channels`."""
-    keep = torch.ones(k, dtype=torch.bool)
+    keep = torch.ones(k, dtype=torch.bool, device="cpu")
     if outlier_channels is not None and len(outlier_channels):
         keep[torch.as_tensor(outlier_channels, dtype=torch.long)] = False
     return keep

@@ -594,5 +594,5 @@ def _e2m1_codes(values: torch.Tensor) -> torch.Tensor:
 # E2M1 data is stored as E4M3 bytes: a 256-entry table turns each byte into its 4-bit E2M1 code
 # (the bytes of the 16 E2M1 values; a NaN byte, from a NaN input, maps like the searchsorted
 # of NaN did: to the largest magnitude with its sign bit)
-_E2M1_FROM_E4M3_BYTE = _e2m1_codes(torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float())
+_E2M1_FROM_E4M3_BYTE = _e2m1_codes(torch.arange(256, dtype=torch.uint8, device="cpu").view(torch.float8_e4m3fn).float())
 _LOOKUP_CHUNK = 1 << 22  # codes(): elements looked up at a time (16 MiB of int32 indices)

@@ -115,7 +115,7 @@ _HISTORY_KEY = "amax_history."
 def save_histories(delayed: DelayedState | None, destination: dict, prefix: str) -> None:
     """Each role's recorded amaxes (float64, oldest first) under prefix + amax_history.<role>."""
     for role, history in (delayed.histories if delayed is not None else {}).items():
-        destination[prefix + _HISTORY_KEY + role] = torch.tensor(history.history, dtype=torch.float64)
+        destination[prefix + _HISTORY_KEY + role] = torch.tensor(history.history, dtype=torch.float64, device="cpu")
 
 
 def load_histories(delayed: DelayedState | None, state_dict: dict, prefix: str, strict: bool,

@@ -475,12 +475,13 @@ def test_the_widen_twin_gives_formats_widens_bits_for_every_code(dtype):
 def _every_kernels_answer() -> list:
     """One answer of each C entry point that allocates what C writes: quantize (every recipe's input, values
     written; NVFP4's tensor scale), amax_per_block, scale_from_amax (two-level), cast, segment_mm (the
-    reference GEMM of E2M1 operands), widen_codes and hadamard; inputs made as float32 whatever the default."""
+    reference GEMM of E2M1 operands), widen_codes and hadamard; inputs made as float32 CPU tensors whatever the
+    defaults."""
     from fp8lab.numerics.hadamard import RandomHadamard
 
     g = torch.Generator().manual_seed(9)
-    x = torch.randn(96, 256, generator=g, dtype=torch.float32)
-    w = torch.randn(64, 256, generator=g, dtype=torch.float32)
+    x = torch.randn(96, 256, generator=g, dtype=torch.float32, device="cpu")
+    w = torch.randn(64, 256, generator=g, dtype=torch.float32, device="cpu")
     answers = []
     for name in RECIPES:
         q = quantize_with(x, get_recipe(name).input, values=True)
@@ -493,19 +494,23 @@ def _every_kernels_answer() -> list:
     return answers
 
 
-@pytest.mark.parametrize("default", [torch.float64, torch.float16, torch.bfloat16], ids=str)
-def test_every_kernel_writes_float32_whatever_the_default_dtype(default):
-    """A notebook that called torch.set_default_dtype (float64 for a reference, a half type by mistake): every
-    buffer C writes float32 into is float32 still, so every kernel's answer is the float32 default's, dtype and
-    bits (a float64 buffer read back other numbers; a half one had half the bytes C wrote)."""
+@pytest.mark.parametrize(("dtype", "device"), [(torch.float64, "cpu"), (torch.float16, "cpu"),
+                                               (torch.bfloat16, "cpu"), (torch.float32, "meta")], ids=str)
+def test_every_kernel_writes_cpu_float32_whatever_the_defaults(dtype, device):
+    """A notebook that called torch.set_default_dtype (float64 for a reference, a half type by mistake) or
+    set_default_device ("meta" to size a model, "cuda"): every buffer C writes is a CPU buffer of C's dtype still,
+    so every kernel's answer is the defaults' answer, dtype, device and bits (a float64 buffer read back other
+    numbers; a half one had half the bytes C wrote; a meta one had no memory at all)."""
     want = _every_kernels_answer()
     old = torch.get_default_dtype()
-    torch.set_default_dtype(default)
+    torch.set_default_dtype(dtype)
     try:
-        got = _every_kernels_answer()
+        with torch.device(device):
+            got = _every_kernels_answer()
     finally:
         torch.set_default_dtype(old)
     assert len(got) == len(want) and all(same_bits(a, b) for a, b in zip(got, want, strict=True))
+    assert all(t is None or t.device.type == "cpu" for t in got)
 
 
 @pytest.mark.parametrize("size", [4, 16, 64, 256])

@@ -335,30 +335,33 @@ if __name__ == "__main__":  # add (or renew) this machine's flavor (only where a
 
 
 @pytest.mark.parametrize("recipe", EVERY_RECIPE)
-def test_a_default_dtype_set_after_conversion_changes_no_step(recipe):
-    """A learner who calls torch.set_default_dtype (float64 for a reference computation, a half type by mistake)
-    after converting a float32 model trains it as before: every tensor the layers make for the C kernels or their
-    scales is float32 whatever the default, so losses, gradients and weights are the float32 default's bit for
-    bit."""
+def test_defaults_set_after_conversion_change_no_step(recipe):
+    """A learner who calls torch.set_default_dtype (float64 for a reference computation, a half type by mistake) or
+    set_default_device ("meta" to size a model) after converting a float32 model trains it as before: every
+    tensor the layers make for the C kernels, their scales and their GEMMs is a float32 tensor on the operands'
+    device whatever the defaults, so losses, gradients and weights are bit for bit the defaults' ones."""
 
-    def steps(default: torch.dtype) -> list[torch.Tensor]:
+    def steps(dtype: torch.dtype, device: str) -> list[torch.Tensor]:
         model = convert(_small_model(), recipe)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         out = []
         for x in _batches(3):
             old = torch.get_default_dtype()
-            torch.set_default_dtype(default)
+            torch.set_default_dtype(dtype)
             try:
-                opt.zero_grad()
-                loss = model(x).square().mean()
-                loss.backward()
+                with torch.device(device):
+                    opt.zero_grad()
+                    loss = model(x).square().mean()
+                    loss.backward()
             finally:
                 torch.set_default_dtype(old)
             opt.step()
             out += [loss.detach(), *(p.grad.clone() for p in model.parameters())]
         return out + [p.detach() for p in model.parameters()]
 
-    want = steps(torch.float32)
-    for default in (torch.float64, torch.float16, torch.bfloat16):
-        got = steps(default)
-        assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want, strict=True)), default
+    want = steps(torch.float32, "cpu")
+    for dtype, device in ((torch.float64, "cpu"), (torch.float16, "cpu"), (torch.bfloat16, "cpu"),
+                          (torch.float32, "meta")):
+        got = steps(dtype, device)
+        assert all(a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+                   for a, b in zip(got, want, strict=True)), (dtype, device)
