@@ -1,7 +1,8 @@
 """Synthetic tensors for the notebooks: distributions, outlier channels, spikes over steps.
 
 Public: DISTRIBUTIONS, sample(distribution, shape, outliers, seed, ...), activation_stream.
-All generated in code from a seed; nothing is downloaded. Notebooks 02-05 draw from here.
+All generated in code from a seed, float32 CPU tensors whatever torch's default dtype (the same numbers in every
+notebook); nothing is downloaded. Notebooks 02-05 draw from here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ DISTRIBUTIONS: tuple[str, ...] = ("normal", "laplace", "lognormal", "uniform", "
 # massive activations, both)
 OUTLIER_PLACEMENTS: tuple[str, ...] = ("channels", "tokens", "both")
 OUTLIER_TOKENS = 2
+# every tensor made here: the activations' dtype and the generator's device, whatever torch's defaults say
+_FLOAT32_CPU = {"dtype": torch.float32, "device": "cpu"}
 
 
 def sample(
@@ -49,19 +52,20 @@ def sample(
     g = torch.Generator().manual_seed(seed)
     m, k = shape
     if distribution == "normal":
-        x = torch.randn(m, k, generator=g)
+        x = torch.randn(m, k, generator=g, **_FLOAT32_CPU)
     elif distribution == "laplace":
-        u = torch.rand(m, k, generator=g) - 0.5
+        u = torch.rand(m, k, generator=g, **_FLOAT32_CPU) - 0.5
         x = -torch.sign(u) * torch.log1p(-2 * u.abs())
     elif distribution == "lognormal":
-        x = torch.exp(torch.randn(m, k, generator=g) * 1.5)
+        x = torch.exp(torch.randn(m, k, generator=g, **_FLOAT32_CPU) * 1.5)
     elif distribution == "uniform":
-        x = torch.rand(m, k, generator=g) * 2 - 1
+        x = torch.rand(m, k, generator=g, **_FLOAT32_CPU) * 2 - 1
     else:  # channel scales
-        x = torch.randn(m, k, generator=g) * torch.logspace(-3, 3, k)[torch.randperm(k, generator=g)]
+        x = torch.randn(m, k, generator=g, **_FLOAT32_CPU)  # (drawn before the channels' order)
+        x = x * torch.logspace(-3, 3, k, **_FLOAT32_CPU)[torch.randperm(k, generator=g, device="cpu")]
     if normalize:
         x = (x - x.mean(0)) / x.std(0).clamp(min=1e-12)
-    perm = torch.randperm(k, generator=g)
+    perm = torch.randperm(k, generator=g, device="cpu")
     idx = perm[:outlier_channels].sort().values  # the channel outliers' (or the token outliers') channels
     other = perm[outlier_channels:2 * outlier_channels].sort().values  # "both": the token outliers' channels
     rows = slice(None) if placement == "channels" else slice(0, OUTLIER_TOKENS)
@@ -74,7 +78,7 @@ def sample(
         x[rows, idx] *= outliers
     if placement == "channels":
         return (x, idx) if return_outliers else x
-    mask = torch.zeros(m, k, dtype=torch.bool)  # the outliers' positions
+    mask = torch.zeros(m, k, dtype=torch.bool, device="cpu")  # the outliers' positions
     if placement == "both":
         mask[:, idx] = True
         mask[rows, other] = True
@@ -99,7 +103,7 @@ def activation_stream(
     g = torch.Generator().manual_seed(seed)
     out = []
     for step in range(steps):
-        x = torch.randn(*shape, generator=g) * (1 + drift) ** step
+        x = torch.randn(*shape, generator=g, **_FLOAT32_CPU) * (1 + drift) ** step
         if spike_step is not None and step == spike_step:
             x = x * spike
         out.append(x)

@@ -54,3 +54,26 @@ def test_activation_stream_spikes_at_its_step_and_drifts():
     assert torch.equal(spiked[2], plain[2] * 20.0) and torch.equal(spiked[3], plain[3])
     drift = activation_stream(3, (4, 8), spike_step=None, drift=0.5, seed=0)
     torch.testing.assert_close(drift[2], plain[2] * 1.5**2, atol=0, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("dtype", "device"), [(torch.float64, "cpu"), (torch.float16, "cpu"), (torch.float32, "meta")],
+                         ids=str)
+def test_every_tensor_is_the_seeds_float32_cpu_tensor_whatever_torchs_defaults(dtype, device):
+    """A notebook that called torch.set_default_dtype or set_default_device still draws the notebook's numbers:
+    every distribution, placement and stream gives the default's float32 CPU tensors, bit for bit."""
+
+    def everything() -> list[torch.Tensor]:
+        out = [sample(d, (16, 32), outliers=50.0, seed=5) for d in DISTRIBUTIONS]
+        out += list(sample("normal", (16, 32), outliers=50.0, placement="both", seed=6, return_outliers=True))
+        return out + activation_stream(steps=3, shape=(8, 16), spike_step=1, drift=0.1)
+
+    want = everything()
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            got = everything()
+    finally:
+        torch.set_default_dtype(old)
+    assert all(a.dtype == b.dtype and a.device.type == "cpu" and torch.equal(a, b)
+               for a, b in zip(got, want, strict=True))

@@ -109,6 +109,20 @@ def metrics_html(rows: dict[str, str]) -> str:
     return f"<table style='font-size:13px'>{cells}</table>"
 
 
+def _defaults_note() -> str:
+    """A line for a panel's text where torch's defaults are not float32 on the CPU (the notebook called
+    torch.set_default_dtype or set_default_device): the lab's models (nn.Linear and the like) and some panels' own
+    tensors are made in them (fp8lab.data's are float32 on the CPU whatever they say), so a panel's numbers can
+    differ from the notebook's, and the panel says so. "" under the defaults."""
+    dtype, device = torch.get_default_dtype(), torch.get_default_device()
+    if dtype == torch.float32 and device.type == "cpu":
+        return ""
+    return (f"<p style='color:#d55e00'><b>Note:</b> torch's default dtype is {dtype} and its default device "
+            f"{device} here (torch.set_default_dtype, set_default_device): some of the lab's models and data follow "
+            "them, so a panel's numbers can differ from the notebook's. <code>torch.set_default_dtype(torch.float32)"
+            "</code> and <code>torch.set_default_device('cpu')</code> give the notebook's.</p>")
+
+
 def percent(v: float) -> str:
     """A share (0-1) as the panels print it: 3 significant digits and a % sign (0.0123 -> "1.23%")."""
     return f"{100 * v:.3g}%"
@@ -231,7 +245,7 @@ class Panel:
                 self.draw(self.data, axes)
             drawn = time.thread_time()
             self.image.value = plots.to_png(fig, keep=True)
-            self.text.value = self.describe(self.data)
+            self.text.value = _defaults_note() + self.describe(self.data)
             self.cpu_parts = {"compute": computed - began, "draw": drawn - computed,
                               "render": time.thread_time() - drawn}
         except ValueError as err:  # bad combinations are explained, never raised into the notebook

@@ -8,6 +8,7 @@ import sys
 import threading
 
 import pytest
+import torch
 
 import fp8lab.lab.panels.base as base
 from fp8lab.lab.panels import PANELS, AccumulationPanel, PerTensorPanel, TrainingPanel
@@ -240,3 +241,20 @@ def test_a_redraw_says_what_its_parts_cost_and_a_failed_one_says_nothing():
     panel.compute = lambda **values: (_ for _ in ()).throw(ValueError("no such combination"))
     panel.refresh()
     assert "Not possible" in panel.text.value and panel.cpu_parts == {}
+
+
+def test_a_panel_says_where_torchs_default_dtype_changes_its_numbers():
+    """Under torch.set_default_dtype(torch.float64) a panel whose models and data follow torch's default (mismatch
+    trains its weights' copies) says so above its text, naming the call that gives the notebook's numbers; under
+    float32 it says nothing; and a panel drawing fp8lab.data's tensors alone (per_tensor) draws the same picture
+    either way, its data being float32 whatever the default."""
+    calm = widgets._panel("mismatch").text.value
+    picture = widgets._panel("per_tensor").image.value
+    torch.set_default_dtype(torch.float64)
+    try:
+        noted = widgets._panel("mismatch").text.value
+        per_tensor = widgets._panel("per_tensor")
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert "Note:" not in calm and "torch.set_default_dtype(torch.float32)" in noted and "float64" in noted
+    assert per_tensor.image.value == picture
