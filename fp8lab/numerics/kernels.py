@@ -17,7 +17,7 @@ every call checks the sizes it passes, and the C side checks them again. C reads
 a tensor reaches it only as accepts() allows (a plain strided float32 CPU tensor with memory of
 its own: no fake, functional or zero tensor, no tensor subclass) and as _readable() makes it (no
 pending negation or conjugation, contiguous, 4-byte aligned); anything else runs in torch. What C writes
-goes into CPU buffers made here (_buffer), whatever torch.set_default_dtype and set_default_device say. Each
+goes into CPU buffers made here (_FLOAT32, _CODES), whatever torch.set_default_dtype and set_default_device say. Each
 entry point is opaque to torch.compile (opaque_to_compile: torch.compiler.disable where traced): a
 compiled function calls it with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
 Tensors beyond fp8lab.threads.parallel_min's count (by OpenMP's wait policy) are split by rows (the same bits for
@@ -275,15 +275,11 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def _buffer(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A buffer for C to write, in CPU memory and of `dtype` whatever torch.set_default_dtype and
-    set_default_device say (a float16 default gives half the bytes C writes, a float64 one values read as other
-    numbers; a meta or CUDA default device memory C cannot write)."""
-    return torch.empty(shape, dtype=dtype, device="cpu")
-
-
-def _floats(*shape: int) -> torch.Tensor:
-    return _buffer(shape)
+# Empty CPU tensors of each dtype C writes: the buffers for C are their new_empty, which keeps their dtype and device
+# whatever torch.set_default_dtype and set_default_device say (a float16 default gave half the bytes C writes, a
+# float64 one values read as other numbers, a meta or CUDA one memory C cannot write), as fast as torch.empty(m, n)
+_FLOAT32 = torch.empty(0, dtype=torch.float32, device="cpu")
+_CODES = {dtype: torch.empty(0, dtype=dtype, device="cpu") for dtype in STORAGE}
 
 
 def _float(value: float) -> torch.Tensor:
@@ -402,10 +398,10 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
     if x holds an infinity (the caller explains)."""
     p, x2d = _block_params(template, x2d, block)
     mb, kb = -(-p.M // p.r), -(-p.K // p.c)
-    own, scale, inverse = _floats(mb, kb), _floats(mb, kb), _floats(mb, kb)
-    codes = _buffer((p.M, p.K), STORAGE_OF[p.storage.mantissa_bits])
+    own, scale, inverse = _FLOAT32.new_empty(mb, kb), _FLOAT32.new_empty(mb, kb), _FLOAT32.new_empty(mb, kb)
+    codes = _CODES[STORAGE_OF[p.storage.mantissa_bits]].new_empty(p.M, p.K)
     eager = p.M * p.K <= EAGER_VALUES if values is None else values
-    out = _floats(p.M, p.K) if eager else None
+    out = _FLOAT32.new_empty(p.M, p.K) if eager else None
     given = _per_block(p, amax)
     if draws is not None:
         if tuple(draws.shape) != (p.M, p.K):
@@ -442,7 +438,7 @@ def amax_per_block(x: torch.Tensor, granularity: Granularity) -> torch.Tensor:
     if x2d.numel() == 0:
         raise ValueError("cannot scale an empty tensor")
     p, x2d = _block_params(_template("e4m3"), x2d, granularity.block_shape(tuple(x2d.shape)))
-    out = _floats(-(-p.M // p.r), -(-p.K // p.c))
+    out = _FLOAT32.new_empty(-(-p.M // p.r), -(-p.K // p.c))
     p.amax = out.data_ptr()
     _run("fp8lab_block_amax", p)
     return out
@@ -456,7 +452,7 @@ def scale_from_amax(amax: torch.Tensor, fmt: FloatFormat | str = "e4m3", scale_r
     a = amax.to(torch.float32)
     p, flat = _block_params(_template(fmt, scale_rule, margin, scale_fmt, two_level, scale_floor), a.reshape(1, -1),
                             (1, 1))
-    scale, inverse = _floats(*a.shape), _floats(*a.shape)
+    scale, inverse = _FLOAT32.new_empty(a.shape), _FLOAT32.new_empty(a.shape)
     p.given_amax, p.scale, p.inverse = flat.data_ptr(), scale.data_ptr(), inverse.data_ptr()
     _run("fp8lab_scales", p)
     return Scales(scale, inverse, _float(p.tensor_scale) if p.two_level else None)
@@ -472,7 +468,7 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
     flat = x.to(torch.float32).reshape(1, -1)
     one = _float(1.0).reshape(1)
     p, flat = _block_params(_template(fmt), flat, (1, max(flat.shape[1], 1)))
-    codes, values = _buffer(tuple(flat.shape), fmt.storage_dtype), _floats(*flat.shape)
+    codes, values = _CODES[fmt.storage_dtype].new_empty(flat.shape), _FLOAT32.new_empty(flat.shape)
     p.inverse, p.codes, p.values = one.data_ptr(), codes.data_ptr(), values.data_ptr()
     if flat.numel():
         _run("fp8lab_cast", p)
@@ -541,7 +537,7 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     cols = -(-n // _SEGMENT_COLS) * _SEGMENT_COLS
     b, sb = (F.pad(b, (0, 0, 0, cols - n)), F.pad(sb, (0, cols - n))) if cols > n else (b, sb)
     panels = b.reshape(cols // _SEGMENT_COLS, _SEGMENT_COLS, k).transpose(1, 2).contiguous()
-    out = _floats(m, n)
+    out = _FLOAT32.new_empty(m, n)
     _torch_threads_here()
     code = _load()[0].fp8lab_segment_mm(a.data_ptr(), a.stride(0), a.stride(1), panels.data_ptr(), m, n, k, seg,
                                         sa.data_ptr(), sb.data_ptr(), out.data_ptr())
@@ -576,7 +572,7 @@ def widen_codes(data: torch.Tensor) -> torch.Tensor:
     if not data.is_contiguous():  # (M, K) viewing contiguous (K, M) codes
         return widen_codes(data.t()).t()
     table = _widen_table(data.dtype)
-    out = _floats(*data.shape)
+    out = _FLOAT32.new_empty(data.shape)
     _torch_threads_here()
     _load()[0].fp8lab_widen(data.data_ptr(), data.numel(), table.data_ptr(), out.data_ptr())
     return out
@@ -589,7 +585,7 @@ def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
     the C code may read (accepts), read in its own layout (x^T as a view)."""
     d = transform.size
     x2 = _resolved(x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x, "x")  # (R, C), in its layout (x^T's view)
-    out = _floats(x2.shape[0], -(-x2.shape[1] // d) * d)  # (R, ceil(C/d) * d)
+    out = _FLOAT32.new_empty(x2.shape[0], -(-x2.shape[1] // d) * d)  # (R, ceil(C/d) * d)
     signs = _readable(transform.signs, "signs")
     _torch_threads_here()
     code = _load()[0].fp8lab_hadamard(x2.data_ptr(), x2.shape[0], x2.shape[1], x2.stride(0), x2.stride(1),
