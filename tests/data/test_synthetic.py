@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fp8lab.data.synthetic import DISTRIBUTIONS, OUTLIER_TOKENS, activation_stream, sample
+from tests.defaults import OTHER_DEFAULTS, torch_defaults
 
 
 def test_the_same_seed_gives_the_same_tensor_and_each_distribution_its_shape():
@@ -56,8 +57,7 @@ def test_activation_stream_spikes_at_its_step_and_drifts():
     torch.testing.assert_close(drift[2], plain[2] * 1.5**2, atol=0, rtol=1e-6)
 
 
-@pytest.mark.parametrize(("dtype", "device"), [(torch.float64, "cpu"), (torch.float16, "cpu"), (torch.float32, "meta")],
-                         ids=str)
+@pytest.mark.parametrize(("dtype", "device"), OTHER_DEFAULTS, ids=str)
 def test_every_tensor_is_the_seeds_float32_cpu_tensor_whatever_torchs_defaults(dtype, device):
     """A notebook that called torch.set_default_dtype or set_default_device still draws the notebook's numbers:
     every distribution, placement and stream gives the default's float32 CPU tensors, bit for bit."""
@@ -68,12 +68,7 @@ def test_every_tensor_is_the_seeds_float32_cpu_tensor_whatever_torchs_defaults(d
         return out + activation_stream(steps=3, shape=(8, 16), spike_step=1, drift=0.1)
 
     want = everything()
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            got = everything()
-    finally:
-        torch.set_default_dtype(old)
+    with torch_defaults(dtype, device):
+        got = everything()
     assert all(a.dtype == b.dtype and a.device.type == "cpu" and torch.equal(a, b)
                for a, b in zip(got, want, strict=True))

@@ -18,6 +18,7 @@ from fp8lab.numerics import kernels, kernels_build, scaling
 from fp8lab.numerics.quantize import quantize_spec, quantize_with
 from fp8lab.numerics.recipes import RECIPES, get_recipe
 from fp8lab.training.layers import LayerState, _operand
+from tests.defaults import OTHER_DEFAULTS, torch_defaults
 from tests.numerics import same_bits
 
 pytestmark = pytest.mark.skipif(not kernels.status()[0], reason=f"kernels not built here: {kernels.status()[1]}")
@@ -494,21 +495,15 @@ def _every_kernels_answer() -> list:
     return answers
 
 
-@pytest.mark.parametrize(("dtype", "device"), [(torch.float64, "cpu"), (torch.float16, "cpu"),
-                                               (torch.bfloat16, "cpu"), (torch.float32, "meta")], ids=str)
+@pytest.mark.parametrize(("dtype", "device"), OTHER_DEFAULTS, ids=str)
 def test_every_kernel_writes_cpu_float32_whatever_the_defaults(dtype, device):
     """A notebook that called torch.set_default_dtype (float64 for a reference, a half type by mistake) or
     set_default_device ("meta" to size a model, "cuda"): every buffer C writes is a CPU buffer of C's dtype still,
     so every kernel's answer is the defaults' answer, dtype, device and bits (a float64 buffer read back other
     numbers; a half one had half the bytes C wrote; a meta one had no memory at all)."""
     want = _every_kernels_answer()
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            got = _every_kernels_answer()
-    finally:
-        torch.set_default_dtype(old)
+    with torch_defaults(dtype, device):
+        got = _every_kernels_answer()
     assert len(got) == len(want) and all(same_bits(a, b) for a, b in zip(got, want, strict=True))
     assert all(t is None or t.device.type == "cpu" for t in got)
 

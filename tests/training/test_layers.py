@@ -21,6 +21,7 @@ from fp8lab import RECIPES
 from fp8lab.nn import FP8Linear, convert, fp8_layers
 from fp8lab.numerics.recipes import VARIANTS
 from fp8lab.training import layers
+from tests.defaults import OTHER_DEFAULTS, torch_defaults
 
 EVERY_RECIPE = [*RECIPES, *VARIANTS]
 BATCH, WIDTH, OUT = 16, 32, 8
@@ -346,22 +347,16 @@ def test_defaults_set_after_conversion_change_no_step(recipe):
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         out = []
         for x in _batches(3):
-            old = torch.get_default_dtype()
-            torch.set_default_dtype(dtype)
-            try:
-                with torch.device(device):
-                    opt.zero_grad()
-                    loss = model(x).square().mean()
-                    loss.backward()
-            finally:
-                torch.set_default_dtype(old)
+            with torch_defaults(dtype, device):
+                opt.zero_grad()
+                loss = model(x).square().mean()
+                loss.backward()
             opt.step()
             out += [loss.detach(), *(p.grad.clone() for p in model.parameters())]
         return out + [p.detach() for p in model.parameters()]
 
     want = steps(torch.float32, "cpu")
-    for dtype, device in ((torch.float64, "cpu"), (torch.float16, "cpu"), (torch.bfloat16, "cpu"),
-                          (torch.float32, "meta")):
+    for dtype, device in OTHER_DEFAULTS:
         got = steps(dtype, device)
         assert all(a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
                    for a, b in zip(got, want, strict=True)), (dtype, device)

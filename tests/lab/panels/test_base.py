@@ -12,6 +12,7 @@ import torch
 
 import fp8lab.lab.panels.base as base
 from fp8lab.lab.panels import PANELS, AccumulationPanel, PerTensorPanel, TrainingPanel
+from tests.defaults import torch_defaults
 from tests.lab import test_widgets as widgets
 from tests.lab.drawings import whole_drawings
 
@@ -250,11 +251,8 @@ def test_a_panel_says_where_torchs_default_dtype_changes_its_numbers():
     either way, its data being float32 whatever the default."""
     calm = widgets._panel("mismatch").text.value
     picture = widgets._panel("per_tensor").image.value
-    torch.set_default_dtype(torch.float64)
-    try:
+    with torch_defaults(torch.float64, "cpu"):
         noted = widgets._panel("mismatch").text.value
         per_tensor = widgets._panel("per_tensor")
-    finally:
-        torch.set_default_dtype(torch.float32)
     assert "Note:" not in calm and "torch.set_default_dtype(torch.float32)" in noted and "float64" in noted
     assert per_tensor.image.value == picture
