@@ -57,6 +57,7 @@ def lesson(name: str, path: str, old: str, new: str) -> Mutation:
 
 NUM = "fp8lab/numerics/"
 F, S, Q, K, C = NUM + "formats.py", NUM + "scaling.py", NUM + "quantize.py", NUM + "kernels.py", NUM + "_kernels.c"
+KG = NUM + "kernels_gemm.py"
 KB, SET, TH = NUM + "kernels_build.py", "fp8lab/settings.py", "fp8lab/threads.py"
 FLOOR = ("tests/numerics/test_fp4_numerics.py::"
          "test_nvfp4_block_scale_floors_are_bit_exact_against_a_numpy_ml_dtypes_reference")
@@ -75,6 +76,7 @@ REAL = T + "gemm/test_real.py"
 FP4 = T + "numerics/test_fp4_numerics.py"
 EXPL = T + "notebooks/test_explanations.py"
 KERN = T + "numerics/test_kernels.py"
+KG_TESTS = T + "numerics/test_kernels_gemm.py"
 QUANT = T + "numerics/test_quantize.py"
 WIDGETS = T + "lab/test_widgets.py"
 PARTS = T + "training/test_fp4_parts.py"
@@ -174,9 +176,9 @@ MUTATIONS = [
     m("the plain pass keeps an infinity beside a NaN", NUM + "quantize_fast.py",
       "    if fused is None or (fused.nan and bool(torch.isinf(x).any())):", "    if fused is None:", QUANT),
     m("C scale_outer leaves the output unscaled where one side has no scales", C,
-      "    if (a == NULL) a = &one, a_step = 0;\n", "    if (a == NULL) return;\n", KERN),
+      "    if (a == NULL) a = &one, a_step = 0;\n", "    if (a == NULL) return;\n", KG_TESTS),
     m("C add_row adds each row's own element instead of the column's", C,
-      "out[m * N + n] = out[m * N + n] + row[n];", "out[m * N + n] = out[m * N + n] + row[m % N];", KERN),
+      "out[m * N + n] = out[m * N + n] + row[n];", "out[m * N + n] = out[m * N + n] + row[m % N];", KG_TESTS),
     m("a weight's 2-D blocks folded only where they split both dims", NUM + "quantize_fast.py",
       "    return r < m or c < k\n", "    return r < m and c < k\n", T + "numerics/test_quantize_fast.py"),
     m("power-of-two scales folded though a sum could pass 2^126", G + "emulation.py",
@@ -224,20 +226,20 @@ MUTATIONS = [
       KERN + "::test_per_row_scales_of_both_operands_match_with_and_without_kernels"),
     m("C K segment's sum adds the partial sums before the scales", C,
       "float product = prow[n] * factor;\n                    row[n]", "float product = prow[n] * am * b[n];\n row[n]",
-      KERN + "::test_the_reference_gemms_segments_match_with_and_without_kernels"),
+      KG_TESTS + "::test_the_reference_gemms_segments_match_with_and_without_kernels"),
     m("C segment_mm adds the segments' scaled sums last one first", C,
       "        for (int64_t s = 0; s < S; s++) {\n            const float *as",
       "        for (int64_t s = S - 1; s >= 0; s--) {\n            const float *as",
-      KERN + "::test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits"),
+      KG_TESTS + "::test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits"),
     m("C segment_mm skips zero scales beside infinite ones", C, "        if (!isfinite(y[j])) return 0;\n", "",
-      KERN + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
+      KG_TESTS + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
     m("C segment_mm reads a row-major whatever its strides", C, "float av = arow[r][k * col_stride];",
-      "float av = arow[r][k];", KERN + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
+      "float av = arow[r][k];", KG_TESTS + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
     m("C hadamard reads x row-major whatever its strides", C, "xr[(b + k) * col_stride]", "xr[b + k]",
       KERN + "::test_the_hadamard_twin_gives_the_torch_codes_bits"),
     m("segment_mm takes operands whose partial sums are not exact", G,
       "<= 2.0**24 * fa.min_subnormal * fb.min_subnormal", "<= 2.0**80 * fa.min_subnormal * fb.min_subnormal",
-      KERN + "::test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits"),
+      KG_TESTS + "::test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits"),
     m("kernels.py: E8M0 scales' exponent range as float32's", K,
       "exponent_min=lo, exponent_max=hi", "exponent_min=-126, exponent_max=hi",
       KERN + "::test_scale_from_amax_twins_agree_on_every_kind_of_amax"),
@@ -384,7 +386,7 @@ MUTATIONS = [
     m("a pending negation reaches the C code", K, "    t = t.resolve_conj().resolve_neg().contiguous()",
       "    t = t.contiguous()", HARD + "::test_views_the_c_code_cannot_read_as_memory_give_the_values"),
     m("the C code reads any CPU float32 tensor", K,
-      "    return t.dtype == torch.float32 and _own_memory(t)", "    return t.is_cpu and t.dtype == torch.float32",
+      "    return t.dtype == torch.float32 and own_memory(t)", "    return t.is_cpu and t.dtype == torch.float32",
       HARD + "::test_tensors_without_memory_of_their_own_run_in_torch"),
     m("the torch code lets an infinity beside a NaN through", Q,
       " or (bool(torch.isnan(own).any()) and bool(torch.isinf(x2d).any())):", ":",
@@ -603,8 +605,8 @@ MUTATIONS = [
       T + "test_threads.py"),
     m("threads: the lab server's kernels get no policy", "fp8lab/lab/launcher.py",
       "    env.update(threads.environment(env))\n", "", T + "test_threads.py"),
-    m("kernels: a new thread runs OpenMP's default count", K, "    _torch_threads_here()\n    return _answered(",
-      "    return _answered(", T + "test_threads.py"),
+    m("kernels: a new thread runs OpenMP's default count", K, "    _torch_threads_here()\n    answer = getattr(",
+      "    answer = getattr(", T + "test_threads.py"),
     m("panels: training_cliff's point drawn afresh on every drag", "fp8lab/lab/panels/training.py",
       "        if self._mark is None or self._drawn != self._drawing(data):",
       "        if True:", WIDGETS + "::test_dragging_the_sink_cliffs_point_moves_its_line_in_place_and_other_"

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import torch
 
-from fp8lab.numerics import kernels
+from fp8lab.numerics import kernels, kernels_gemm
 from fp8lab.numerics.quantize import QuantizedTensor, quantize_transposed, quantize_with
 from fp8lab.numerics.recipes import Recipe, get_recipe
 
@@ -213,7 +213,7 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
     seg = _segments(k, wa, wb)
     if _exact_partials(a_q, b_q, seg) and kernels.enabled(a, b, sa, sb):  # the loop below in one call
         starts = torch.arange(0, k, seg, device=a.device)
-        return scale_output(kernels.segment_mm(a, b, sa.t()[starts // wa], sb.t()[starts // wb], seg), a_q, b_q)
+        return scale_output(kernels_gemm.segment_mm(a, b, sa.t()[starts // wa], sb.t()[starts // wb], seg), a_q, b_q)
     out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
     scale_ = _scale_outer_for(out, sa, sb)  # (either twin: the same bits)
     sa_k, sb_k = sa.t().contiguous(), sb.t().contiguous()  # (KBa, M), (KBb, N): each K block's scales in a row
@@ -227,7 +227,7 @@ def _exact_partials(a_q: QuantizedTensor, b_q: QuantizedTensor, seg: int) -> boo
     """Whether every partial sum of a segment is exact in float32 whatever the order of its additions: the
     values are multiples of each format's smallest step, so every sum of seg products is a multiple of their
     product, at most seg * max * max; exact while that is within 2^24 steps (E2M1: 16 * 36 / (1/4) = 2304).
-    Then kernels.segment_mm, which adds them in its own order, gives the loop's bits."""
+    Then kernels_gemm.segment_mm, which adds them in its own order, gives the loop's bits."""
     fa, fb = a_q.fmt, b_q.fmt
     return seg * fa.max_value * fb.max_value <= 2.0**24 * fa.min_subnormal * fb.min_subnormal
 
@@ -278,7 +278,7 @@ def _scale_outer_(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | N
     """out[M, N] *= a[m] * b[n] (the output's scales), or with part[M, N] (one K segment's partial sums)
     out += part * (a[m] * b[n]); a: a scale per row [M], one for every row (0-d) or None (none: the factor is
     b[n]), b likewise per column; the factor is rounded to float32 first, as the reference forms it.
-    fp8lab.numerics.kernels.scale_outer_ is its twin (the same bits without the [M, N] factor)."""
+    fp8lab.numerics.kernels_gemm.scale_outer_ is its twin (the same bits without the [M, N] factor)."""
     rows = None if a is None else a[:, None] if a.dim() else a
     cols = None if b is None else b[None, :] if b.dim() else b
     factor = cols if rows is None else rows if cols is None else rows * cols  # (M, N), (M, 1), (1, N) or ()
@@ -289,7 +289,7 @@ def _scale_outer_for(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor 
                      ) -> Callable[..., torch.Tensor]:
     """The kernel's scale_outer_ where the kernels run and may read these tensors, else the torch twin
     (the same bits)."""
-    return kernels.scale_outer_ if kernels.enabled(out, *(t for t in (a, b) if t is not None)) else _scale_outer_
+    return kernels_gemm.scale_outer_ if kernels.enabled(out, *(t for t in (a, b) if t is not None)) else _scale_outer_
 
 
 def _scale_outer_either_(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:

@@ -8,6 +8,7 @@
   quantize_fast.py  quantize's fast twins (the C kernel's call, the chunked torch cast), chosen in quantize_with
   hadamard.py  the random Hadamard transform (NVFP4's, on the weight gradient's operands)
   kernels.py   quantize's fast path on the CPU: the calls into _kernels.c, chosen once per process
+  kernels_gemm.py  the emulated GEMM's C kernels: codes widened to values, the exact segments' loop, the epilogue
   kernels_build.py  building, caching and loading _kernels.c (first use; a checked cache)
   metrics.py   SQNR, relative error, overflow / underflow / subnormal fractions
   recipes.py   the named recipes: format, granularity and scale rule per tensor role and GEMM; the named

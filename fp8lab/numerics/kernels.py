@@ -3,11 +3,9 @@
 Public: engine() (the one switch: C kernels or torch code, decided once per process), disabled() (a context manager:
 the torch code in this thread), enabled(), accepts(tensor), status() -> (bool, reason), quantize(x2d, block,
 parameters(args), amax) (quantize_with's torch code in one call), the twins amax_per_block, scale_from_amax and cast
-(the torch definitions' signatures, by the kernels), scale_outer_(out, a, b, part) (both operands' scales, per row
-or one, applied to a GEMM's output, or to one K segment's partial sums added to it: the emulated GEMM's definition),
-segment_mm(a, b, sa, sb, seg) (that definition's whole loop in one call, where every partial sum is exact),
-add_row_(out, row) (a bias), hadamard(transform, x) (RandomHadamard.apply's twin), widen_codes(data) where
-widens(data) (formats.widen's twin), opaque_to_compile (how each entry point meets torch.compile).
+(the torch definitions' signatures, by the kernels), hadamard(transform, x) (RandomHadamard.apply's twin),
+opaque_to_compile (how each entry point meets torch.compile); for the GEMM's kernels beside it (kernels_gemm.py):
+call(name, *args), readable, resolved, own_memory, pointer, empty_float32.
 
 quantize.py and gemm define the numbers in torch; on the CPU they call these kernels, which
 compute the same bits in one pass over memory instead of five passes with a fresh temporary
@@ -15,10 +13,10 @@ each (tests/numerics/test_kernels.py checks every result against the torch code)
 reach C as data, in one parameter block (_Params) filled from FloatFormat and SCALE_RULES;
 every call checks the sizes it passes, and the C side checks them again. C reads raw memory, so
 a tensor reaches it only as accepts() allows (a plain strided float32 CPU tensor with memory of
-its own: no fake, functional or zero tensor, no tensor subclass) and as _readable() makes it (no
+its own: no fake, functional or zero tensor, no tensor subclass) and as readable() makes it (no
 pending negation or conjugation, contiguous, 4-byte aligned); anything else runs in torch. What C writes
-goes into CPU buffers made here (_FLOAT32, _CODES), whatever torch.set_default_dtype and set_default_device say. Each
-entry point is opaque to torch.compile (opaque_to_compile: torch.compiler.disable where traced): a
+goes into CPU buffers made here (empty_float32, _CODES), whatever torch.set_default_dtype and set_default_device
+say. Each entry point is opaque to torch.compile (opaque_to_compile: torch.compiler.disable where traced): a
 compiled function calls it with real tensors. kernels_build.py builds, caches and loads the library (status() says how).
 Tensors beyond fp8lab.threads.parallel_min's count (by OpenMP's wait policy) are split by rows (the same bits for
 any split) over the threads of torch's own OpenMP runtime where the library shares it (as many as
@@ -39,17 +37,16 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from fp8lab import threads
 from fp8lab.numerics import kernels_build
-from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_format, widen
+from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_format
 from fp8lab.numerics.hadamard import RandomHadamard
 from fp8lab.numerics.scaling import SCALE_RULES, Granularity, Scales, TensorScaling, as_2d
 
-__all__ = ["EAGER_VALUES", "Engine", "accepts", "add_row_", "amax_per_block", "cast", "disabled", "enabled",
-           "engine", "hadamard", "opaque_to_compile", "parameters", "quantize",
-           "scale_from_amax", "scale_outer_", "segment_mm", "state_label", "status"]
+__all__ = ["EAGER_VALUES", "Engine", "accepts", "amax_per_block", "call", "cast", "disabled", "empty_float32",
+           "enabled", "engine", "hadamard", "opaque_to_compile", "own_memory", "parameters", "pointer", "quantize",
+           "readable", "resolved", "scale_from_amax", "state_label", "status"]
 
 STORAGE = {torch.float8_e4m3fn: E4M3, torch.float8_e5m2: E5M2}  # the code dtypes, and the formats of their bytes
 # a parameter block's code dtype, by its storage format's mantissa bits (3: E4M3 bytes, 2: E5M2 bytes)
@@ -236,11 +233,11 @@ def accepts(t: torch.Tensor) -> bool:
     own. Other tensor subclasses (FakeTensor and the like), functorch and functional wrappers, zero tensors and meta
     tensors have no such memory, or memory that does not hold their values: they run in torch. (A pending negation
     or conjugation, a layout that is not contiguous and an address that is not 4-byte aligned are made readable by a
-    copy: _readable.)"""
-    return t.dtype == torch.float32 and _own_memory(t)
+    copy: readable.)"""
+    return t.dtype == torch.float32 and own_memory(t)
 
 
-def _own_memory(t: torch.Tensor) -> bool:
+def own_memory(t: torch.Tensor) -> bool:
     """Whether `t`'s memory holds its values for the C code to read, whatever its dtype: a plain strided CPU tensor
     (or parameter), not nested, not a zero tensor, not wrapped, with storage to point at (or no elements)."""
     if type(t) not in _PLAIN or t.layout != torch.strided or not t.is_cpu:
@@ -271,7 +268,7 @@ def enabled(*tensors: torch.Tensor) -> bool:
 # ---- the calls: each checks what it passes, and the C side checks it again --------------------------------------
 
 
-def _ptr(t: torch.Tensor | None) -> int | None:
+def pointer(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
@@ -282,12 +279,17 @@ _FLOAT32 = torch.empty(0, dtype=torch.float32, device="cpu")
 _CODES = {dtype: torch.empty(0, dtype=dtype, device="cpu") for dtype in STORAGE}
 
 
+def empty_float32(*size: int) -> torch.Tensor:
+    """An uninitialized float32 CPU tensor of this size for C to write, whatever torch's defaults."""
+    return _FLOAT32.new_empty(size)
+
+
 def _float(value: float) -> torch.Tensor:
     """A float32 0-d CPU tensor of a float the C code wrote (its float32 value exactly), whatever the defaults."""
     return torch.full((), value, dtype=torch.float32, device="cpu")
 
 
-def _readable(t: torch.Tensor, what: str) -> torch.Tensor:
+def readable(t: torch.Tensor, what: str) -> torch.Tensor:
     """t as C reads it: its bits are its values (a pending negation or conjugation resolved), row-major
     contiguous and 4-byte aligned (copied where not), after accepts() has allowed it."""
     if not accepts(t):
@@ -297,24 +299,17 @@ def _readable(t: torch.Tensor, what: str) -> torch.Tensor:
     return t if t.data_ptr() % 4 == 0 else t.clone()
 
 
-def _writable(out: torch.Tensor) -> bool:
-    """Whether C may write out[M, N] in place as it lies: accepts() it, 2-D, row-major contiguous, no pending
-    negation or conjugation, 4-byte aligned."""
-    return (accepts(out) and out.dim() == 2 and out.is_contiguous() and not out.is_neg() and not out.is_conj()
-            and out.data_ptr() % 4 == 0)
-
-
-def _resolved(t: torch.Tensor, what: str) -> torch.Tensor:
-    """A 2-D t as a C loop that takes strides reads it: as _readable makes it, but in t's own layout (a transposed
-    view is read as it lies); _readable's copy (or error) for anything else."""
+def resolved(t: torch.Tensor, what: str) -> torch.Tensor:
+    """A 2-D t as a C loop that takes strides reads it: as readable makes it, but in t's own layout (a transposed
+    view is read as it lies); readable's copy (or error) for anything else."""
     plain = accepts(t) and t.dim() == 2 and not (t.is_neg() or t.is_conj()) and t.data_ptr() % 4 == 0
-    return t if plain else _readable(t, what)
+    return t if plain else readable(t, what)
 
 
 def _input(x2d: torch.Tensor) -> torch.Tensor:
     if not (isinstance(x2d, torch.Tensor) and x2d.dim() == 2):
         raise ValueError("fp8lab.numerics.kernels takes a 2-D float32 CPU tensor x[M, K]")
-    return _readable(x2d, "x")
+    return readable(x2d, "x")
 
 
 def _block_params(template: bytes, x2d: torch.Tensor, block: tuple[int, int]) -> tuple[_Params, torch.Tensor]:
@@ -340,8 +335,15 @@ def _torch_threads_here() -> None:
 
 
 def _run(name: str, p: _Params) -> int:
+    return call(name, ctypes.byref(p))
+
+
+def call(name: str, *args) -> int | None:
+    """The library's function `name` called with args on this thread (given torch's thread count first): its
+    answer (None from a function that answers nothing); RuntimeError naming its reason where it refused the call."""
     _torch_threads_here()
-    return _answered(name, getattr(_load()[0], name)(ctypes.byref(p)))
+    answer = getattr(_load()[0], name)(*args)
+    return answer if answer is None else _answered(name, answer)
 
 
 def _answered(name: str, code: int) -> int:
@@ -356,7 +358,7 @@ def _per_block(p: _Params, t: torch.Tensor | None) -> torch.Tensor | None:
         return None
     if not (t.dtype == torch.float32 and t.device.type == "cpu" and t.numel() == p.blocks):
         raise ValueError(f"expected {p.blocks} float32 values, one per block, got {t.numel()} {t.dtype}")
-    return _readable(t, "amax")
+    return readable(t, "amax")
 
 
 _INFINITE_AMAX, _NAN_AMAX = 1, 2  # fp8lab_quantize's answers beside OK (0): x holds an infinity, a NaN
@@ -406,9 +408,9 @@ def quantize(x2d: torch.Tensor, block: tuple[int, int], template: bytes, amax: t
     if draws is not None:
         if tuple(draws.shape) != (p.M, p.K):
             raise ValueError(f"draws must be one per element of x[{p.M}, {p.K}], got shape {tuple(draws.shape)}")
-        draws = _readable(draws, "draws")
-    p.given_amax, p.amax, p.scale, p.inverse = _ptr(given), own.data_ptr(), scale.data_ptr(), inverse.data_ptr()
-    p.codes, p.values, p.fold, p.count, p.draws = codes.data_ptr(), _ptr(out), fold, count, _ptr(draws)
+        draws = readable(draws, "draws")
+    p.given_amax, p.amax, p.scale, p.inverse = pointer(given), own.data_ptr(), scale.data_ptr(), inverse.data_ptr()
+    p.codes, p.values, p.fold, p.count, p.draws = codes.data_ptr(), pointer(out), fold, count, pointer(draws)
     code = _run("fp8lab_quantize", p)
     if code == _INFINITE_AMAX:
         return None
@@ -476,119 +478,14 @@ def cast(x: torch.Tensor, fmt: FloatFormat | str, dtype: torch.dtype = torch.flo
 
 
 @opaque_to_compile
-def scale_outer_(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None, part: torch.Tensor | None = None
-                 ) -> torch.Tensor:
-    """out[M, N] *= a[m] * b[n], or with part[M, N], out += part * (a[m] * b[n]): in place, without
-    the [M, N] factor and product matrices, the same bits as its torch twin in fp8lab.gemm.emulation
-    (_scale_outer_). a: a scale per row [M], one value for every row, or None (no row scales, the factor is b[n]);
-    b likewise per column [N]; not both None. out is written in place (_writable)."""
-    m, n = out.shape if out.dim() == 2 else (-1, -1)
-    a, b = (None if t is None else _readable(t.to(torch.float32), name) for t, name in ((a, "a"), (b, "b")))
-    part = None if part is None else _readable(part, "part")
-    if not (_writable(out) and (part is None or part.shape == out.shape) and (a is not None or b is not None)
-            and all(t is None or t.numel() in (1, size) for t, size in ((a, m), (b, n)))):
-        raise ValueError(f"scale_outer_ takes out[M, N] float32 contiguous (a plain CPU tensor), a[M] or one value "
-                         f"or None, b[N] or one value or None (not both None) and part None or [M, N]: got "
-                         f"{tuple(out.shape)}, {None if a is None else a.numel()}, {None if b is None else b.numel()}, "
-                         f"{None if part is None else tuple(part.shape)}")
-    _torch_threads_here()
-    a_step, b_step = (0 if t is None or t.numel() == 1 else 1 for t in (a, b))  # (0: one value for all)
-    _load()[0].fp8lab_scale_outer(out.data_ptr(), _ptr(part), m, n, _ptr(a), a_step, _ptr(b), b_step)
-    return out
-
-
-@opaque_to_compile
-def add_row_(out: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
-    """out[M, N] += row[N] in place (a layer's bias): torch's out.add_(row), the same bits, on the calling thread
-    below parallel_min's count (where torch would wake its threads for a few microseconds of work)."""
-    row = _readable(row.to(torch.float32), "row")
-    if not (_writable(out) and row.numel() == out.shape[1]):
-        raise ValueError(f"add_row_ takes out[M, N] float32 contiguous (a plain CPU tensor) and row[N]: got "
-                         f"{tuple(out.shape)}, {row.numel()}")
-    _torch_threads_here()
-    _load()[0].fp8lab_add_row(out.data_ptr(), out.shape[0], out.shape[1], row.data_ptr())
-    return out
-
-
-_SEGMENT_COLS = 64  # the columns of segment_mm's tiles of outputs: _kernels.c's SEGMENT_COLS
-
-
-@opaque_to_compile
-def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, seg: int) -> torch.Tensor:
-    """The emulated GEMM's definition in one call, where every partial sum is exact: out[M, N] float32, the sum
-    over K segments of seg columns, in order from 0, of (a[:, s] @ b[:, s].T) * (sa[s, :, None] * sb[s, None, :]),
-    each product and sum rounded to float32 as the loop in fp8lab.gemm.emulation forms them with scale_outer_.
-    a[M, K] and b[N, K] float32 values, sa[S, M] and sb[S, N] each segment's scales, S = ceil(K / seg). The
-    kernel adds each partial sum's products in its own order: the caller passes operands whose partial sums
-    are exact in float32 whatever the order (E2M1 values), so the bits are the loop's. Each tile of outputs
-    is one thread's (the same bits for any number of threads); without OpenMP it runs on the calling thread."""
-    # a read in its own layout (wgrad's operands are transposed views), b copied once into the kernel's panels
-    a, b = _resolved(a, "a"), _resolved(b, "b")
-    sa, sb = _readable(sa, "sa"), _readable(sb, "sb")
-    m, k = a.shape if a.dim() == 2 else (0, 0)
-    n = b.shape[0] if b.dim() == 2 else 0
-    segments = -(-k // seg) if seg >= 1 else 0
-    if not (a.dim() == 2 and b.dim() == 2 and b.shape[1] == k and k >= 1 and seg >= 1
-            and tuple(sa.shape) == (segments, m) and tuple(sb.shape) == (segments, n)):
-        raise ValueError(f"segment_mm takes a[M, K], b[N, K], sa[S, M], sb[S, N] with S = ceil(K / seg), seg >= 1: "
-                         f"got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(sa.shape)}, {tuple(sb.shape)}, seg {seg}")
-    # b in panels of 64 columns, each transposed, (NP / 64, K, 64), NP = N rounded up to 64 with zero columns: the
-    # kernel's partial sums run along n, 64 columns of a tile at a time
-    cols = -(-n // _SEGMENT_COLS) * _SEGMENT_COLS
-    b, sb = (F.pad(b, (0, 0, 0, cols - n)), F.pad(sb, (0, cols - n))) if cols > n else (b, sb)
-    panels = b.reshape(cols // _SEGMENT_COLS, _SEGMENT_COLS, k).transpose(1, 2).contiguous()
-    out = _FLOAT32.new_empty(m, n)
-    _torch_threads_here()
-    code = _load()[0].fp8lab_segment_mm(a.data_ptr(), a.stride(0), a.stride(1), panels.data_ptr(), m, n, k, seg,
-                                        sa.data_ptr(), sb.data_ptr(), out.data_ptr())
-    _answered("fp8lab_segment_mm", code)
-    return out
-
-
-_BYTE_CODES = (torch.float8_e4m3fn, torch.float8_e5m2)
-
-
-def widens(data: torch.Tensor) -> bool:
-    """Whether widen_codes (below) may read `data`: the kernels on, one-byte FP8 codes in a plain CPU tensor with
-    memory of its own, contiguous or a 2-D transposed view of contiguous codes (else formats.widen runs)."""
-    return (engine().kernels and data.dtype in _BYTE_CODES and _own_memory(data) and data.numel() > 0
-            and (data.is_contiguous() or (data.dim() == 2 and data.t().is_contiguous())))
-
-
-@lru_cache(maxsize=len(_BYTE_CODES))
-def _widen_table(dtype: torch.dtype) -> torch.Tensor:
-    """The float32 value of each of a byte format's 256 codes, as formats.widen gives it (NaN bits included)."""
-    return widen(torch.arange(256, dtype=torch.uint8, device="cpu").view(dtype)).contiguous()
-
-
-@opaque_to_compile
-def widen_codes(data: torch.Tensor) -> torch.Tensor:
-    """formats.widen(data), by the kernel: each code's float32 value looked up in a table of formats.widen's
-    own 256 values (the same bits), data's shape and layout (a transposed view's values are one too: a GEMM's
-    summation order may follow the layout). data: what widens() allows."""
-    if not widens(data):
-        raise ValueError(f"fp8lab.numerics.kernels.widen_codes takes float8 CPU codes, contiguous or transposed, "
-                         f"got a {type(data).__name__} of {data.dtype} on {data.device}")
-    if not data.is_contiguous():  # (M, K) viewing contiguous (K, M) codes
-        return widen_codes(data.t()).t()
-    table = _widen_table(data.dtype)
-    out = _FLOAT32.new_empty(data.shape)
-    _torch_threads_here()
-    _load()[0].fp8lab_widen(data.data_ptr(), data.numel(), table.data_ptr(), out.data_ptr())
-    return out
-
-
-@opaque_to_compile
 def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
     """transform.apply(x), by the kernel: x[..., C] @ Q per block of d along the last dim (zero-padded), float32
     [..., ceil(C/d) * d], the torch code's operations in its order (the same bits). x: a float32 CPU tensor
     the C code may read (accepts), read in its own layout (x^T as a view)."""
     d = transform.size
-    x2 = _resolved(x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x, "x")  # (R, C), in its layout (x^T's view)
+    x2 = resolved(x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x, "x")  # (R, C), in its layout (x^T's view)
     out = _FLOAT32.new_empty(x2.shape[0], -(-x2.shape[1] // d) * d)  # (R, ceil(C/d) * d)
-    signs = _readable(transform.signs, "signs")
-    _torch_threads_here()
-    code = _load()[0].fp8lab_hadamard(x2.data_ptr(), x2.shape[0], x2.shape[1], x2.stride(0), x2.stride(1),
-                                      signs.data_ptr(), d, 1.0 / math.sqrt(d), out.data_ptr())
-    _answered("fp8lab_hadamard", code)
+    signs = readable(transform.signs, "signs")
+    call("fp8lab_hadamard", x2.data_ptr(), x2.shape[0], x2.shape[1], x2.stride(0), x2.stride(1), signs.data_ptr(), d,
+         1.0 / math.sqrt(d), out.data_ptr())
     return out.reshape(*x.shape[:-1], -1)

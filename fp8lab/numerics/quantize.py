@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fp8lab.numerics import kernels, quantize_fast
+from fp8lab.numerics import kernels, kernels_gemm, quantize_fast
 from fp8lab.numerics.formats import (
     E2M1,
     E4M3,
@@ -441,7 +441,7 @@ class QuantizedTensor:
     def values(self) -> torch.Tensor:
         """data as float32 (the element values before scaling), computed once (Derived)."""
         if self.derived.values is None:  # (by a table lookup in C where the kernels run: the same bits)
-            self.derived.values = (kernels.widen_codes if kernels.widens(self.data) else widen)(self.data)
+            self.derived.values = (kernels_gemm.widen_codes if kernels_gemm.widens(self.data) else widen)(self.data)
         return self.derived.values
 
     def scaled_values(self) -> torch.Tensor:

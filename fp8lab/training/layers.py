@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8lab.gemm import GemmBackend, default_backend
-from fp8lab.numerics import kernels
+from fp8lab.numerics import kernels, kernels_gemm
 from fp8lab.numerics.quantize import QuantizedTensor, block_amax, quantize_observing, quantize_with, transformed
 from fp8lab.numerics.recipes import Recipe, RoundingDraws, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import AmaxHistory, Granularity
@@ -154,7 +154,7 @@ def _add_bias(out: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """out[M, N] += bias[N], by the kernels' twin where they may read both (the same bits, without waking torch's
     threads for a few microseconds of work), else torch's add_."""
     if out.dim() == 2 and out.is_contiguous() and kernels.enabled(out, bias):
-        return kernels.add_row_(out, bias)
+        return kernels_gemm.add_row_(out, bias)
     return out.add_(bias)
 
 

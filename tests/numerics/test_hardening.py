@@ -15,7 +15,7 @@ import fp8lab.nn
 import fp8lab.training.train
 from fp8lab import E2M1, E4M3, E5M2, E8M0, AmaxHistory, PerBlock, PerRow, PerTensor, quantize
 from fp8lab.gemm import AccumulatorModel, emulated_mm
-from fp8lab.numerics import kernels
+from fp8lab.numerics import kernels, kernels_gemm
 from fp8lab.numerics.metrics import overflow_fraction
 from fp8lab.numerics.quantize import QuantizedTensor, quantize_spec
 from fp8lab.numerics.quantize_fast import CHUNK_ELEMENTS, kernel_parameters
@@ -85,15 +85,15 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
     with pytest.raises(RuntimeError, match="inconsistent shapes"):
         kernels._run("fp8lab_quantize", p)
     with pytest.raises(ValueError, match="out"):
-        kernels.scale_outer_(torch.ones(4, 3), torch.ones(5), torch.ones(3))
+        kernels_gemm.scale_outer_(torch.ones(4, 3), torch.ones(5), torch.ones(3))
     with pytest.raises(ValueError, match=r"part None or \[M, N\]: got \(4, 3\), 4, 3, \(3, 4\)"):
-        kernels.scale_outer_(torch.ones(4, 3), torch.ones(4), torch.ones(3), torch.ones(3, 4))
+        kernels_gemm.scale_outer_(torch.ones(4, 3), torch.ones(4), torch.ones(3), torch.ones(3, 4))
     with pytest.raises(ValueError, match=r"S = ceil\(K / seg\).*got \(4, 32\), \(3, 32\), \(1, 4\), \(2, 3\), seg 16"):
-        kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 32), torch.ones(1, 4), torch.ones(2, 3), 16)
+        kernels_gemm.segment_mm(torch.ones(4, 32), torch.ones(3, 32), torch.ones(1, 4), torch.ones(2, 3), 16)
     with pytest.raises(ValueError, match="seg 0"):
-        kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 32), torch.ones(1, 4), torch.ones(1, 3), 0)
+        kernels_gemm.segment_mm(torch.ones(4, 32), torch.ones(3, 32), torch.ones(1, 4), torch.ones(1, 3), 0)
     with pytest.raises(ValueError, match=r"got \(4, 32\), \(3, 31\)"):
-        kernels.segment_mm(torch.ones(4, 32), torch.ones(3, 31), torch.ones(2, 4), torch.ones(2, 3), 16)
+        kernels_gemm.segment_mm(torch.ones(4, 32), torch.ones(3, 31), torch.ones(2, 4), torch.ones(2, 3), 16)
     # the C side checks its sizes again, whatever Python passes (a segment of no columns, a negative stride)
     out = torch.empty(4, 64)
     a = torch.ones(4, 16)
@@ -373,9 +373,10 @@ def test_views_the_c_code_cannot_read_as_memory_give_the_values(path):
     with kernels.disabled():
         twin = emulated_mm(quantize(x, E4M3, PerRow()), quantize(torch.randn(16, 64), E4M3, PerRow()))
     if path == "kernels" and kernels.engine().kernels:
-        assert torch.equal(kernels.scale_outer_(out.clone(), sa, sb), out * (sa[:, None] * sb[None, :]))
+        assert torch.equal(kernels_gemm.scale_outer_(out.clone(), sa, sb), out * (sa[:, None] * sb[None, :]))
         part = torch._neg_view(-torch.randn(8, 16))  # a pending negation in the partial sums too
-        assert torch.equal(kernels.scale_outer_(out.clone(), sa, sb, part), out + part * (sa[:, None] * sb[None, :]))
+        want = out + part * (sa[:, None] * sb[None, :])
+        assert torch.equal(kernels_gemm.scale_outer_(out.clone(), sa, sb, part), want)
     assert twin.shape == (8, 16)
 
 
