@@ -204,16 +204,18 @@ def _emulated(a_q: QuantizedTensor, b_q: QuantizedTensor, emulation: str) -> tor
         out = _emulated_fast(a_q, b_q, _scale_outer_either_)
         if out is not None:
             return out
-    a = a_q.values()  # (M, K) exact FP8 values, float32
-    b = b_q.values()  # (N, K)
-    m, k = a.shape
-    n = b.shape[0]
+    (m, k), n = a_q.shape, b_q.shape[0]
     sa, wa = k_blocks(a_q)  # (M, KBa), block width along K
     sb, wb = k_blocks(b_q)  # (N, KBb)
     seg = _segments(k, wa, wb)
-    if _exact_partials(a_q, b_q, seg) and kernels.enabled(a, b, sa, sb):  # the loop below in one call
-        starts = torch.arange(0, k, seg, device=a.device)
-        return scale_output(kernels_gemm.segment_mm(a, b, sa.t()[starts // wa], sb.t()[starts // wb], seg), a_q, b_q)
+    if _exact_partials(a_q, b_q, seg) and kernels.enabled(sa, sb):  # the loop below in one call
+        a, b = _values_or_codes(a_q), _values_or_codes(b_q)
+        if all(kernels.enabled(t) or kernels_gemm.widens(t) for t in (a, b)):
+            starts = torch.arange(0, k, seg, device=sa.device)
+            out = kernels_gemm.segment_mm(a, b, sa.t()[starts // wa], sb.t()[starts // wb], seg)
+            return scale_output(out, a_q, b_q)
+    a = a_q.values()  # (M, K) exact FP8 values, float32
+    b = b_q.values()  # (N, K)
     out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
     scale_ = _scale_outer_for(out, sa, sb)  # (either twin: the same bits)
     sa_k, sb_k = sa.t().contiguous(), sb.t().contiguous()  # (KBa, M), (KBb, N): each K block's scales in a row
@@ -230,6 +232,12 @@ def _exact_partials(a_q: QuantizedTensor, b_q: QuantizedTensor, seg: int) -> boo
     Then kernels_gemm.segment_mm, which adds them in its own order, gives the loop's bits."""
     fa, fb = a_q.fmt, b_q.fmt
     return seg * fa.max_value * fb.max_value <= 2.0**24 * fa.min_subnormal * fb.min_subnormal
+
+
+def _values_or_codes(q: QuantizedTensor) -> torch.Tensor:
+    """q's float32 values where it has them, else its FP8 codes where kernels_gemm.segment_mm reads their values on
+    the way (no float32 copy), else its values (computed now)."""
+    return q.data if q.derived.values is None and kernels_gemm.widens(q.data) else q.values()
 
 
 def scale_output(out: torch.Tensor, a_q: QuantizedTensor, b_q: QuantizedTensor) -> torch.Tensor:

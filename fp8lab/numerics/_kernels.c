@@ -785,7 +785,8 @@ FP8LAB_API int fp8lab_hadamard(const float *x, int64_t R, int64_t C, int64_t row
      out[m, n] = sum over the segments s, in order from out = +0, of part(m, n, s) * (sa[s, m] * sb[s, n])
      part(m, n, s) = sum over k in s of a[m, k] * bt[k, n]           (s: seg columns of K, the last one shorter)
    the factor, then the product, then the sum each rounded to float32 on their own, as the loop's scale_outer_
-   forms them. a[M, K] with its strides (a transposed view read as it lies); bt[NP / COLS, K, COLS]: b in panels
+   forms them. a[M, K] with its strides (a transposed view read as it lies): float32 values, or one-byte codes
+   with a_table their format's 256 values (read as it goes: no float32 copy); bt[NP / COLS, K, COLS]: b in panels
    of COLS columns, each transposed (the partial sums run along n in vectors), NP = N rounded up to COLS with zero
    columns; sa[S, M], sb[S, NP] each segment's scales, S = ceil(K / seg); out[M, N]. Each tile of ROWS x COLS
    outputs is summed in registers, its rows sharing each row of bt. A tile's segment whose factors are all zero
@@ -813,9 +814,14 @@ static int zero_factors(const float *x, int64_t nx, const float *y, int64_t ny) 
     return 1;
 }
 
-FP8LAB_API WIDE_VECTORS int fp8lab_segment_mm(const float *a, int64_t row_stride, int64_t col_stride, const float *bt,
-                                              int64_t M, int64_t N, int64_t K, int64_t seg, const float *sa,
-                                              const float *sb, float *out) {
+/* a[m, k]'s value: a float32 a's own, or a one-byte code's from its format's table of 256 values (formats.widen's) */
+static inline __attribute__((always_inline)) float a_value(const void *a, const float *table, int64_t i) {
+    return table ? table[((const uint8_t *)a)[i]] : ((const float *)a)[i];
+}
+
+FP8LAB_API WIDE_VECTORS int fp8lab_segment_mm(const void *a, const float *a_table, int64_t row_stride,
+                                              int64_t col_stride, const float *bt, int64_t M, int64_t N, int64_t K,
+                                              int64_t seg, const float *sa, const float *sb, float *out) {
     if (a == NULL || bt == NULL || sa == NULL || sb == NULL || out == NULL || M < 0 || N < 0 || K < 1 || seg < 1 ||
         row_stride < 0 || col_stride < 0)
         return BAD_SHAPE;
@@ -829,11 +835,11 @@ FP8LAB_API WIDE_VECTORS int fp8lab_segment_mm(const float *a, int64_t row_stride
         int64_t m0 = tile % row_tiles * SEGMENT_ROWS, n0 = tile / row_tiles * SEGMENT_COLS;
         int64_t rows = M - m0 < SEGMENT_ROWS ? M - m0 : SEGMENT_ROWS;
         int64_t cols = N - n0 < SEGMENT_COLS ? N - n0 : SEGMENT_COLS;
-        const float *panel = bt + n0 * K, *arow[SEGMENT_ROWS];
-        int64_t row[SEGMENT_ROWS];  /* the last tile's missing rows repeat its last row: computed, never written */
+        const float *panel = bt + n0 * K;
+        int64_t row[SEGMENT_ROWS], arow[SEGMENT_ROWS]; /* the last tile's missing rows repeat its last row */
         for (int r = 0; r < SEGMENT_ROWS; r++) {
             row[r] = m0 + (r < rows ? r : rows - 1);
-            arow[r] = a + row[r] * row_stride;
+            arow[r] = row[r] * row_stride;
         }
         float sum[SEGMENT_ROWS][SEGMENT_COLS] = {{0.0f}};
         for (int64_t s = 0; s < S; s++) {
@@ -845,7 +851,7 @@ FP8LAB_API WIDE_VECTORS int fp8lab_segment_mm(const float *a, int64_t row_stride
             for (int64_t k = s * seg; k < k1; k++) {
                 const float *brow = panel + k * SEGMENT_COLS;
                 for (int r = 0; r < SEGMENT_ROWS; r++) {
-                    float av = arow[r][k * col_stride];
+                    float av = a_value(a, a_table, arow[r] + k * col_stride);
                     for (int n = 0; n < SEGMENT_COLS; n++) part[r][n] = EXACT_MADD(av, brow[n], part[r][n]);
                 }
             }

@@ -157,8 +157,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
                              ctypes.c_float, _p], ctypes.c_int),
         "fp8lab_widen": ([_p, ctypes.c_int64, _p, _p], None),
         "fp8lab_add_row": ([_p, ctypes.c_int64, ctypes.c_int64, _p], None),
-        "fp8lab_segment_mm": ([_p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                               ctypes.c_int64, _p, _p, _p], ctypes.c_int),
+        "fp8lab_segment_mm": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.c_int64, ctypes.c_int64, _p, _p, _p], ctypes.c_int),
     }
     for name, (args, res) in signatures.items():
         fn = getattr(lib, name)

@@ -60,12 +60,16 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     """The emulated GEMM's definition in one call, where every partial sum is exact: out[M, N] float32, the sum
     over K segments of seg columns, in order from 0, of (a[:, s] @ b[:, s].T) * (sa[s, :, None] * sb[s, None, :]),
     each product and sum rounded to float32 as the loop in fp8lab.gemm.emulation forms them with scale_outer_.
-    a[M, K] and b[N, K] float32 values, sa[S, M] and sb[S, N] each segment's scales, S = ceil(K / seg). The
+    a[M, K] and b[N, K] float32 values, or FP8 codes that widens() allows (their values, widen_codes', are read
+    on the way: no float32 copy of a), sa[S, M] and sb[S, N] each segment's scales, S = ceil(K / seg). The
     kernel adds each partial sum's products in its own order: the caller passes operands whose partial sums
     are exact in float32 whatever the order (E2M1 values), so the bits are the loop's. Each tile of outputs
     is one thread's (the same bits for any number of threads); without OpenMP it runs on the calling thread."""
     # a read in its own layout (wgrad's operands are transposed views), b copied once into the kernel's panels
-    a, b = kernels.resolved(a, "a"), kernels.resolved(b, "b")
+    a_table = _widen_table(a.dtype) if widens(a) else None
+    codes_b = b.dtype if widens(b) else None
+    a = a if a_table is not None else kernels.resolved(a, "a")
+    b = kernels.resolved(b, "b") if codes_b is None else b.view(torch.uint8)  # (codes laid out as bytes, widened once)
     sa, sb = kernels.readable(sa, "sa"), kernels.readable(sb, "sb")
     m, k = a.shape if a.dim() == 2 else (0, 0)
     n = b.shape[0] if b.dim() == 2 else 0
@@ -79,9 +83,10 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     cols = -(-n // _SEGMENT_COLS) * _SEGMENT_COLS
     b, sb = (F.pad(b, (0, 0, 0, cols - n)), F.pad(sb, (0, cols - n))) if cols > n else (b, sb)
     panels = b.reshape(cols // _SEGMENT_COLS, _SEGMENT_COLS, k).transpose(1, 2).contiguous()
+    panels = panels if codes_b is None else widen_codes(panels.view(codes_b))  # (code 0 pads: +0 in both formats)
     out = kernels.empty_float32(m, n)
-    kernels.call("fp8lab_segment_mm", a.data_ptr(), a.stride(0), a.stride(1), panels.data_ptr(), m, n, k, seg,
-                 sa.data_ptr(), sb.data_ptr(), out.data_ptr())
+    kernels.call("fp8lab_segment_mm", a.data_ptr(), kernels.pointer(a_table), a.stride(0), a.stride(1),
+                 panels.data_ptr(), m, n, k, seg, sa.data_ptr(), sb.data_ptr(), out.data_ptr())
     return out
 
 

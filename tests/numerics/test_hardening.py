@@ -97,12 +97,11 @@ def test_every_kernel_call_checks_its_sizes_and_the_c_side_checks_the_block():
     # the C side checks its sizes again, whatever Python passes (a segment of no columns, a negative stride)
     out = torch.empty(4, 64)
     a = torch.ones(4, 16)
-    assert kernels._load()[0].fp8lab_segment_mm(a.data_ptr(), 16, 1, torch.ones(16, 64).data_ptr(), 4, 64, 16, 0,
-                                                torch.ones(4).data_ptr(), torch.ones(64).data_ptr(),
-                                                out.data_ptr()) == -2
-    assert kernels._load()[0].fp8lab_segment_mm(a.data_ptr(), 16, -1, torch.ones(16, 64).data_ptr(), 4, 64, 16, 16,
-                                                torch.ones(4).data_ptr(), torch.ones(64).data_ptr(),
-                                                out.data_ptr()) == -2  # (a stride below zero)
+    panels, sa, sb = torch.ones(16, 64), torch.ones(4), torch.ones(64)
+    assert kernels._load()[0].fp8lab_segment_mm(a.data_ptr(), None, 16, 1, panels.data_ptr(), 4, 64, 16, 0,
+                                                sa.data_ptr(), sb.data_ptr(), out.data_ptr()) == -2
+    assert kernels._load()[0].fp8lab_segment_mm(a.data_ptr(), None, 16, -1, panels.data_ptr(), 4, 64, 16, 16,
+                                                sa.data_ptr(), sb.data_ptr(), out.data_ptr()) == -2  # (a stride < 0)
 
 
 # ---- 2: QuantizedTensor checks what it is built from ------------------------------------------------------------

@@ -87,7 +87,7 @@ def test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits(
              PerBlock(1, 16), PerBlock(1, 16)), ((200, 24), (129, 24), PerBlock(1, 16), PerRow()),
              ((64, 512), (300, 512), PerBlock(1, 32), PerBlock(1, 16))]
     calls, segment_mm = [], kernels_gemm.segment_mm
-    monkeypatch.setattr(kernels_gemm, "segment_mm", lambda *args: calls.append(1) or segment_mm(*args))
+    monkeypatch.setattr(kernels_gemm, "segment_mm", lambda *args: calls.append(args[:2]) or segment_mm(*args))
     for (m, k), (n, _), ga, gb in cases:
         a = torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-8, 8, (m, 1), generator=g).float())
         b = -torch.randn(n, k, generator=g)
@@ -99,6 +99,8 @@ def test_the_reference_gemms_exact_segments_run_in_one_call_with_the_loops_bits(
             want = emulated_mm(qa, qb, emulation="reference")
         assert same_bits(got, want), (m, n, k, ga, gb)
     assert len(calls) == len(cases)
+    # operands whose values the quantize pass did not write (it wrote them folded) go in as their codes
+    assert all(t.dtype == torch.float8_e4m3fn for t in calls[0]) and calls[2][1].dtype == torch.float32
     # E4M3 operands' partial sums are not exact: they keep the loop
     emulated_mm(quantize(a, E4M3, PerBlock(1, 32)), quantize(b, E4M3, PerBlock(1, 16)), emulation="reference")
     assert len(calls) == len(cases)
@@ -149,3 +151,21 @@ def test_the_widen_twin_gives_formats_widens_bits_for_every_code(dtype):
     with kernels.disabled():
         assert not kernels_gemm.widens(q.data)
     assert same_bits(q.values(), widen(q.data))
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_segment_mm_reads_fp8_codes_as_their_values(dtype):
+    """segment_mm given one-byte codes for a, b or both (contiguous, or transposed views as wgrad's operands are)
+    reads each code's value from widen_codes' table: the bits its float32 values give, every code but NaN's,
+    over shapes the 6 x 64 tiles do not divide."""
+    g = torch.Generator().manual_seed(8)
+    m, n, k, seg = 13, 70, 48, 16
+    raw = torch.randint(0, 256, (m + n, k), dtype=torch.uint8, generator=g)
+    raw[widen(raw.view(dtype)).isnan()] = 0  # (NaN codes: a NaN in every sum they meet)
+    codes = raw.view(dtype)
+    a, b = codes[:m], codes[m:]
+    sa, sb = torch.rand(3, m, generator=g) + 0.5, torch.rand(3, n, generator=g) + 0.5
+    want = kernels_gemm.segment_mm(widen(a), widen(b), sa, sb, seg)
+    for a_in, b_in in ((a, b), (a, widen(b)), (widen(a), b), (a.t().contiguous().t(), b.t().contiguous().t())):
+        assert kernels_gemm.widens(a_in) or a_in.dtype == torch.float32
+        assert same_bits(kernels_gemm.segment_mm(a_in, b_in, sa, sb, seg), want), (a_in.dtype, b_in.dtype)
