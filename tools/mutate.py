@@ -235,6 +235,8 @@ MUTATIONS = [
       KG_TESTS + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
     m("C segment_mm reads a row-major whatever its strides", C, "a_value(a, a_table, arow[r] + k * col_stride)",
       "a_value(a, a_table, arow[r] + k)", KG_TESTS + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
+    m("C stochastic rounding's inverse step twice too large", C, "a * float_of(0x7F000000u - bits_of(step))",
+      "a * float_of(0x7F800000u - bits_of(step))", KERN + "::test_stochastic_rounding_split_over_threads_gives_the_same_"),
     m("C segment_mm reads a code's value without its sign", C, "table[((const uint8_t *)a)[i]]",
       "table[((const uint8_t *)a)[i] & 0x7F]", KG_TESTS + "::test_segment_mm_reads_fp8_codes_as_their_values"),
     m("segment_mm widens b's codes as E4M3 whatever their format", KG, "widen_codes(panels.view(codes_b))",

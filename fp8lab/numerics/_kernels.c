@@ -252,7 +252,10 @@ static inline void cast_stochastic_one(float t, float draw, fmt_t f, uint8_t *co
     a = a > f.max_value ? f.max_value : a; /* (NaN stays) */
     float step = float_of(bits_of(a) & 0x7F800000u) * f.step_scale;
     step = step < f.min_subnormal ? f.min_subnormal : step;
-    float units = a / step;
+    /* a / step as a times 1 / step: step is a power of two within the format's range (normal in float32), so is
+       its inverse (its exponent negated in the bits), and a times a power of two is exact here as a / step is
+       (units >= 1 where a is normal; a subnormal a is multiplied up): the same number, without a division */
+    float units = a * float_of(0x7F000000u - bits_of(step));
     float low = floorf(units);
     float out = (low + (draw < units - low ? 1.0f : 0.0f)) * step;
     cast_one(copysignf(out, t), f, code_out, value_out);
@@ -271,6 +274,22 @@ static inline __attribute__((always_inline)) void run_cast(const float *restrict
         }
     } else {
         for (int64_t k = 0; k < n; k++) cast_one(x[k] * s, f, codes + k, &v);
+    }
+}
+
+/* run_cast with a draw per element (stochastic rounding) */
+static inline __attribute__((always_inline)) void run_cast_stochastic(const float *restrict x,
+                                                                      const float *restrict draws, int64_t n, float s,
+                                                                      float fs, fmt_t f, uint8_t *restrict codes,
+                                                                      float *restrict values) {
+    float v;
+    if (values) {
+        for (int64_t k = 0; k < n; k++) {
+            cast_stochastic_one(x[k] * s, draws[k], f, codes + k, &v);
+            values[k] = v * fs;
+        }
+    } else {
+        for (int64_t k = 0; k < n; k++) cast_stochastic_one(x[k] * s, draws[k], f, codes + k, &v);
     }
 }
 
@@ -296,16 +315,12 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
                               float *values, const float *draws) {
     int64_t KB = (K + c - 1) / c;
     if (draws) { /* stochastic rounding: each element with its own draw */
-        float v;
         for (int64_t m = 0; m < M; m++) {
             for (int64_t j = 0; j < KB; j++) {
-                int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K;
+                int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, at = m * K + k0;
                 int64_t b = inv_count == 1 ? 0 : ((row0 + m) / r) * KB + j;
-                float s = inv[b], fs = fold ? fold[b] : 1.0f;
-                for (int64_t k = m * K + k0; k < m * K + k1; k++) {
-                    cast_stochastic_one(x[k] * s, draws[k], f, codes + k, &v);
-                    if (values) values[k] = v * fs;
-                }
+                run_cast_stochastic(x + at, draws + at, k1 - k0, inv[b], fold ? fold[b] : 1.0f, f, codes + at,
+                                    values ? values + at : NULL);
             }
         }
         return;
