@@ -77,6 +77,7 @@ FP4 = T + "numerics/test_fp4_numerics.py"
 EXPL = T + "notebooks/test_explanations.py"
 KERN = T + "numerics/test_kernels.py"
 KG_TESTS = T + "numerics/test_kernels_gemm.py"
+DRAWS = KERN + "::test_the_draws_twin_gives_torch_rands_numbers_and_moves_the_generator_as_torch_rand_does"
 QUANT = T + "numerics/test_quantize.py"
 WIDGETS = T + "lab/test_widgets.py"
 PARTS = T + "training/test_fp4_parts.py"
@@ -238,6 +239,16 @@ MUTATIONS = [
     m("C stochastic rounding's inverse step twice too large", C, "a * float_of(0x7F000000u - bits_of(step))",
       "a * float_of(0x7F800000u - bits_of(step))",
       KERN + "::test_stochastic_rounding_split_over_threads_gives_the_same_"),
+    m("C draws: the twist's second run reads the word one on", C, "mt_mix(s[i], s[i + 1], s[i + MT_M - MT_N]);",
+      "mt_mix(s[i], s[i + 1], s[i + MT_M - MT_N + 1]);", DRAWS),
+    m("C draws: a draw from the top 24 bits", C, "return (float)(y & 0xFFFFFFu) * 0x1p-24f;",
+      "return (float)(y >> 8) * 0x1p-24f;", DRAWS),
+    m("C draws: the generator's counter left where it was", C, "    memcpy(state + 8, &left, 4);\n", "",
+      DRAWS),
+    m("the kernel's draws from torch's default generator too", NUM + "quantize_fast.py",
+      "    if generator is not None and generator.device.type == \"cpu\" and kernels.draws_like_torch():",
+      "    if kernels.draws_like_torch():", T + "numerics/test_quantize_fast.py::"
+      "test_the_kernels_draws_come_from_torchs_generator_in_c_where_it_gives_torchs_numbers"),
     m("C segment_mm reads a code's value without its sign", C, "table[((const uint8_t *)a)[i]]",
       "table[((const uint8_t *)a)[i] & 0x7F]", KG_TESTS + "::test_segment_mm_reads_fp8_codes_as_their_values"),
     m("segment_mm widens b's codes as E4M3 whatever their format", KG, "widen_codes(panels.view(codes_b))",

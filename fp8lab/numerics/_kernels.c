@@ -944,3 +944,67 @@ FP8LAB_API void fp8lab_scale_outer(float *out, const float *part, int64_t M, int
         }
     }
 }
+
+/* ---- torch.rand's float32 draws from torch's CPU generator (formats.uniform_draws' twin) ---------------------
+   The generator is at::mt19937 (aten/src/ATen/core/MT19937RNGEngine.h): 624 32-bit words, refilled all at once
+   (the twist) when `left` counts down to 0, each output a word tempered; torch.rand's float32 is its low 24 bits
+   times 2^-24 (at::uniform_real_distribution<float>). `state` holds torch.Generator.get_state()'s bytes, which
+   lay the engine out as left (int32 at byte 8), next (uint64 at 16) and the words (each a uint64, at 24); the
+   draws advance it in place as torch.rand would. fp8lab.numerics.kernels checks once that its draws are
+   torch.rand's before it uses them. */
+#define MT_N 624
+#define MT_M 397
+#define MT_STATE_BYTES 5056
+
+/* the new word i from the old words i and i + 1 and the word M places on (new where it lies below i) */
+static inline uint32_t mt_mix(uint32_t word, uint32_t next, uint32_t ahead) {
+    uint32_t y = (word & 0x80000000u) | (next & 0x7FFFFFFFu);
+    return ahead ^ (y >> 1) ^ ((0u - (next & 1u)) & 0x9908B0DFu);
+}
+
+static void mt_twist(uint32_t *s) { /* in place, in order, in three runs (each vectorizes) */
+    int i = 0;
+    for (; i < MT_N - MT_M; i++) s[i] = mt_mix(s[i], s[i + 1], s[i + MT_M]);
+    for (; i < MT_N - 1; i++) s[i] = mt_mix(s[i], s[i + 1], s[i + MT_M - MT_N]);
+    s[MT_N - 1] = mt_mix(s[MT_N - 1], s[0], s[MT_M - 1]);
+}
+
+static inline float mt_draw(uint32_t y) {
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9D2C5680u;
+    y ^= (y << 15) & 0xEFC60000u;
+    y ^= y >> 18;
+    return (float)(y & 0xFFFFFFu) * 0x1p-24f;
+}
+
+FP8LAB_API int fp8lab_uniform(uint8_t *state, int64_t bytes, int64_t n, float *out) {
+    int32_t left;
+    uint64_t next;
+    uint32_t s[MT_N];
+    if (state == NULL || bytes != MT_STATE_BYTES || n < 0 || (n > 0 && out == NULL)) return BAD_SHAPE;
+    memcpy(&left, state + 8, 4);
+    memcpy(&next, state + 16, 8);
+    if (left < 1 || next > MT_N || next + (uint64_t)left > MT_N + 1) return BAD_SHAPE; /* reads stay in the words */
+    for (int i = 0; i < MT_N; i++) {
+        uint64_t word;
+        memcpy(&word, state + 24 + 8 * i, 8);
+        s[i] = (uint32_t)word;
+    }
+    for (int64_t i = 0; i < n;) {
+        if (left == 1) { /* the next read counts left down to 0: the words are refilled first */
+            mt_twist(s);
+            left = MT_N + 1;
+            next = 0;
+        }
+        int64_t run = (int64_t)left - 1 < n - i ? (int64_t)left - 1 : n - i;
+        for (int64_t j = 0; j < run; j++) out[i + j] = mt_draw(s[next + j]);
+        i += run, next += (uint64_t)run, left -= (int32_t)run;
+    }
+    memcpy(state + 8, &left, 4);
+    memcpy(state + 16, &next, 8);
+    for (int i = 0; i < MT_N; i++) {
+        uint64_t word = s[i];
+        memcpy(state + 24 + 8 * i, &word, 8);
+    }
+    return OK;
+}

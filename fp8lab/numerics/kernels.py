@@ -4,6 +4,7 @@ Public: engine() (the one switch: C kernels or torch code, decided once per proc
 the torch code in this thread), enabled(), accepts(tensor), status() -> (bool, reason), quantize(x2d, block,
 parameters(args), amax) (quantize_with's torch code in one call), the twins amax_per_block, scale_from_amax and cast
 (the torch definitions' signatures, by the kernels), hadamard(transform, x) (RandomHadamard.apply's twin),
+uniform_draws(shape, generator) where draws_like_torch() (formats.uniform_draws' twin: torch.rand's numbers),
 opaque_to_compile (how each entry point meets torch.compile); for the GEMM's kernels beside it (kernels_gemm.py):
 call(name, *args), readable, resolved, own_memory, pointer, empty_float32.
 
@@ -44,9 +45,9 @@ from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_fo
 from fp8lab.numerics.hadamard import RandomHadamard
 from fp8lab.numerics.scaling import SCALE_RULES, Granularity, Scales, TensorScaling, as_2d
 
-__all__ = ["EAGER_VALUES", "Engine", "accepts", "amax_per_block", "call", "cast", "disabled", "empty_float32",
-           "enabled", "engine", "hadamard", "opaque_to_compile", "own_memory", "parameters", "pointer", "quantize",
-           "readable", "resolved", "scale_from_amax", "state_label", "status"]
+__all__ = ["EAGER_VALUES", "Engine", "accepts", "amax_per_block", "call", "cast", "disabled", "draws_like_torch",
+           "empty_float32", "enabled", "engine", "hadamard", "opaque_to_compile", "own_memory", "parameters", "pointer",
+           "quantize", "readable", "resolved", "scale_from_amax", "state_label", "status", "uniform_draws"]
 
 STORAGE = {torch.float8_e4m3fn: E4M3, torch.float8_e5m2: E5M2}  # the code dtypes, and the formats of their bytes
 # a parameter block's code dtype, by its storage format's mantissa bits (3: E4M3 bytes, 2: E5M2 bytes)
@@ -157,6 +158,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
                              ctypes.c_float, _p], ctypes.c_int),
         "fp8lab_widen": ([_p, ctypes.c_int64, _p, _p], None),
         "fp8lab_add_row": ([_p, ctypes.c_int64, ctypes.c_int64, _p], None),
+        "fp8lab_uniform": ([_p, ctypes.c_int64, ctypes.c_int64, _p], ctypes.c_int),
         "fp8lab_segment_mm": ([_p, _p, ctypes.c_int64, ctypes.c_int64, _p, ctypes.c_int64, ctypes.c_int64,
                                ctypes.c_int64, ctypes.c_int64, _p, _p, _p], ctypes.c_int),
     }
@@ -489,3 +491,31 @@ def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
     call("fp8lab_hadamard", x2.data_ptr(), x2.shape[0], x2.shape[1], x2.stride(0), x2.stride(1), signs.data_ptr(), d,
          1.0 / math.sqrt(d), out.data_ptr())
     return out.reshape(*x.shape[:-1], -1)
+
+
+@opaque_to_compile
+def uniform_draws(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """formats.uniform_draws's numbers for a tensor of this shape from a CPU generator, by the kernel: torch.rand's
+    float32 draws, in order, from the generator's state (get_state()), which the kernel advances as torch.rand
+    would and set_state() puts back. Where draws_like_torch() (its one check against torch.rand here)."""
+    state = generator.get_state()
+    out = _FLOAT32.new_empty(shape)
+    call("fp8lab_uniform", state.data_ptr(), state.numel(), out.numel(), out.data_ptr())
+    generator.set_state(state)
+    return out
+
+
+@lru_cache(maxsize=1)
+def draws_like_torch() -> bool:
+    """Whether uniform_draws gives torch.rand's numbers and leaves the generator where torch.rand leaves it, checked
+    once: 1500 draws from a seeded generator after 100 (across a refill of its 624 words), and 3 more. False
+    (formats.uniform_draws runs: torch.rand itself) where they differ or the state is not the one it reads."""
+    if not engine().kernels:
+        return False
+    ours, theirs = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+    try:
+        drawn = [(uniform_draws((n,), ours), torch.rand(n, generator=theirs)) for n in (100, 1500, 3)]
+    except RuntimeError:  # (a state of another layout: the kernel refuses it)
+        return False
+    return all(a.view(torch.int32).equal(b.view(torch.int32)) for a, b in drawn) and ours.get_state().equal(
+        theirs.get_state())

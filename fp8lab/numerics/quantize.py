@@ -177,7 +177,7 @@ def _quantize_pass(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | fl
         state = drawn_from.get_state() if spec.rounding == "stochastic" else None
         fold = quantize_fast.folds(block, (m, k), spec)
         fused = kernels.quantize(x32, block, quantize_fast.kernel_parameters(spec), given, fold=fold, count=count,
-                                 values=values, draws=_draws(x2d, spec, generator))
+                                 values=values, draws=quantize_fast.draws(x2d, spec, generator))
         if fused is None or (fused.nan and bool(torch.isinf(x32).any())):
             if state is not None:  # the definition refuses before it draws: the generator's stream goes on as there
                 drawn_from.set_state(state)

@@ -2,7 +2,8 @@
 
 Public: kernel_parameters(spec) (the C kernels' parameter block, kept on the spec), kernel_input(x2d, spec,
 amax) (x as the C kernel takes it, or None where the torch code runs), plain_pass(x, spec, values) (a GEMM
-operand's pass in one kernel call), folds(block, shape, spec), scale_and_cast
+operand's pass in one kernel call), draws(x2d, spec, generator) (stochastic rounding's draws for that call),
+folds(block, shape, spec), scale_and_cast
 (the definition's cast a bounded chunk of block rows at a time), CHUNK_ELEMENTS, GPU_CHUNK_ELEMENTS.
 quantize.quantize_with is the one place that chooses between them; tests/test_quantize.py checks both
 against quantize.quantize_definition bit for bit.
@@ -13,11 +14,11 @@ from __future__ import annotations
 import torch
 
 from fp8lab.numerics import kernels
-from fp8lab.numerics.formats import FloatFormat, cast, round_stochastic
+from fp8lab.numerics.formats import FloatFormat, cast, round_stochastic, uniform_draws
 from fp8lab.numerics.scaling import TensorScaling, padded_blocks
 
-__all__ = ["CHUNK_ELEMENTS", "GPU_CHUNK_ELEMENTS", "folds", "kernel_input", "kernel_parameters", "plain_pass",
-           "scale_and_cast"]
+__all__ = ["CHUNK_ELEMENTS", "GPU_CHUNK_ELEMENTS", "draws", "folds", "kernel_input", "kernel_parameters",
+           "plain_pass", "scale_and_cast"]
 
 # rows of blocks handled per step of the scale-and-cast loop: ~1 MiB of float32 at a time
 # stays in cache, so x is read once and the fp8 result written once
@@ -70,6 +71,18 @@ def plain_pass(x: torch.Tensor, spec: TensorScaling, values: bool | None) -> tup
     if fused is None or (fused.nan and bool(torch.isinf(x).any())):  # (a NaN propagates to its block)
         return None
     return fused, fold
+
+
+def draws(x2d: torch.Tensor, spec: TensorScaling, generator: torch.Generator | None) -> torch.Tensor | None:
+    """Stochastic rounding's draws for the C kernel's pass over x[M, K] (a CPU tensor), one per element in order:
+    formats.uniform_draws' numbers, by kernels.uniform_draws (torch's generator in C, ten times torch.rand's speed)
+    where a CPU generator is given and kernels.draws_like_torch(), else by torch.rand itself (torch's default
+    generator, which any thread may draw from at once, stays torch.rand's). None: rounding to nearest draws none."""
+    if spec.rounding != "stochastic":
+        return None
+    if generator is not None and generator.device.type == "cpu" and kernels.draws_like_torch():
+        return kernels.uniform_draws(tuple(x2d.shape), generator)
+    return uniform_draws(x2d, generator)
 
 
 def folds(block: tuple[int, int], shape: tuple[int, int], spec: TensorScaling) -> bool:

@@ -436,3 +436,27 @@ def test_the_kernels_split_a_tensor_over_threads_from_a_size_the_wait_policy_set
         os.environ["FP8LAB_PARALLEL_MIN"] = before
         kernels._load.cache_clear()
         assert kernels._load()[0].fp8lab_parallel_min() == int(before)
+
+
+def test_the_draws_twin_gives_torch_rands_numbers_and_moves_the_generator_as_torch_rand_does():
+    """kernels.uniform_draws against torch.rand from generators at every kind of point in their stream (fresh,
+    one draw in, at and around a refill of the 624 words, far in): the same float32 bits, and the generator's
+    state afterwards the same bytes, so the draws that follow are torch's too; any shape. The C side refuses a
+    state whose counters would read outside the words; draws_like_torch() (the check the lab relies on) holds."""
+    assert kernels.draws_like_torch()
+    for advanced in (0, 1, 623, 624, 625, 1000):
+        for n in (0, 1, 623, 624, 625, 5000, 100003):
+            ours, theirs = torch.Generator().manual_seed(advanced), torch.Generator().manual_seed(advanced)
+            torch.rand(advanced, generator=ours), torch.rand(advanced, generator=theirs)
+            assert same_bits(kernels.uniform_draws((n,), ours), torch.rand(n, generator=theirs)), (advanced, n)
+            assert torch.equal(ours.get_state(), theirs.get_state()), (advanced, n)
+    ours, theirs = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    assert same_bits(kernels.uniform_draws((3, 5, 7), ours), torch.rand(3, 5, 7, generator=theirs))
+    out = torch.empty(4)
+    for offset, value in ((8, 0), (8, 625), (16, 625)):  # left 0 or beyond the words, next beyond them
+        state = ours.get_state()
+        state[offset:offset + 4] = torch.tensor([value], dtype=torch.int32).view(torch.uint8)
+        with pytest.raises(RuntimeError, match="refused"):
+            kernels.call("fp8lab_uniform", state.data_ptr(), state.numel(), 4, out.data_ptr())
+    with pytest.raises(RuntimeError, match="refused"):  # (a state of another size)
+        kernels.call("fp8lab_uniform", state.data_ptr(), state.numel() - 8, 4, out.data_ptr())

@@ -119,3 +119,21 @@ def test_the_kernel_runs_only_where_it_stores_the_settings():
         x = torch.ones(4, 64, dtype=torch.bfloat16)
         x32 = quantize_fast.kernel_input(x, nearest, None)
         assert x32 is not None and x32.dtype == torch.float32 and torch.equal(x32, x.float())
+
+
+def test_the_kernels_draws_come_from_torchs_generator_in_c_where_it_gives_torchs_numbers(monkeypatch):
+    """quantize_fast.draws (stochastic rounding's draws for the kernel's pass): kernels.uniform_draws for a CPU
+    generator given, torch.rand for torch's default generator and wherever draws_like_torch() is False; the
+    same numbers and the same generator state after either way, and None for rounding to nearest."""
+    x = torch.randn(40, 48)
+    spec = quantize_spec("e2m1", "1x16", scale_fmt="e4m3", two_level=True, rounding="stochastic")
+    assert quantize_fast.draws(x, quantize_spec("e2m1", "1x16", scale_fmt="e4m3"), None) is None
+    calls, twin = [], kernels.uniform_draws
+    monkeypatch.setattr(kernels, "uniform_draws", lambda *args: calls.append(args[0]) or twin(*args))
+    ours, theirs = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    got = quantize_fast.draws(x, spec, ours)
+    assert calls == [(40, 48)] == [tuple(got.shape)] and torch.equal(got, torch.rand(40, 48, generator=theirs))
+    assert torch.equal(ours.get_state(), theirs.get_state())
+    quantize_fast.draws(x, spec, None)  # (torch's default generator: torch.rand)
+    monkeypatch.setattr(kernels, "draws_like_torch", lambda: False)
+    assert torch.equal(quantize_fast.draws(x, spec, ours), torch.rand(40, 48, generator=theirs)) and len(calls) == 1
