@@ -136,6 +136,16 @@ static void block_amax_serial(const float *x, int64_t M, int64_t K, int64_t r, i
         out[0] = run_amax_bits(x, M * K, 0u);
         return;
     }
+    /* the MX and NVFP4 widths as constants (ahead of the narrow blocks' running max): whole vectors per block */
+#define AMAX_ROWS(W)                                                                                              \
+    for (int64_t m = 0; m < M; m++) {                                                                             \
+        const float *row = x + m * K;                                                                             \
+        uint32_t *orow = out + (m / r) * KB;                                                                      \
+        for (int64_t j = 0; j < KB; j++) orow[j] = run_amax_bits(row + j * W, W, orow[j]);                        \
+    }
+    if (c == 32 && K % 32 == 0) { AMAX_ROWS(32) return; }
+    if (c == 16 && K % 16 == 0) { AMAX_ROWS(16) return; }
+#undef AMAX_ROWS
     if (c < NARROW) { /* narrow blocks (e.g. 32 x 1, a column block): a running max per column */
         uint32_t *acc = (uint32_t *)malloc((size_t)K * sizeof(uint32_t));
         if (acc) {
@@ -160,16 +170,6 @@ static void block_amax_serial(const float *x, int64_t M, int64_t K, int64_t r, i
             return;
         }
     }
-    /* the MX and NVFP4 widths as constants: each block compiles to whole vectors */
-#define AMAX_ROWS(W)                                                                                              \
-    for (int64_t m = 0; m < M; m++) {                                                                             \
-        const float *row = x + m * K;                                                                             \
-        uint32_t *orow = out + (m / r) * KB;                                                                      \
-        for (int64_t j = 0; j < KB; j++) orow[j] = run_amax_bits(row + j * W, W, orow[j]);                        \
-    }
-    if (c == 32 && K % 32 == 0) { AMAX_ROWS(32) return; }
-    if (c == 16 && K % 16 == 0) { AMAX_ROWS(16) return; }
-#undef AMAX_ROWS
     for (int64_t m = 0; m < M; m++) {
         const float *row = x + m * K;
         uint32_t *orow = out + (m / r) * KB;
@@ -345,7 +345,8 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
             return;
         }
     }
-    /* the MX and NVFP4 widths as constants: each block compiles to whole vectors */
+    /* the MX width as a constant: each block compiles to whole vectors (narrower blocks, NVFP4 16 wide, run above:
+       a row of their inverses expanded, then one vector loop, is faster than a short loop per block) */
 #define CAST_ROWS(W)                                                                                              \
     for (int64_t m = 0; m < M; m++) {                                                                             \
         for (int64_t j = 0; j < KB; j++) {                                                                        \
@@ -355,7 +356,6 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
         }                                                                                                         \
     }
     if (c == 32 && K % 32 == 0) { CAST_ROWS(32) return; }
-    if (c == 16 && K % 16 == 0) { CAST_ROWS(16) return; }
 #undef CAST_ROWS
     for (int64_t m = 0; m < M; m++) {
         for (int64_t j = 0; j < KB; j++) {
