@@ -293,10 +293,20 @@ static inline __attribute__((always_inline)) void run_cast_stochastic(const floa
     }
 }
 
-static void run_cast_per_element(const float *x, int64_t n, const float *s, const float *fs, fmt_t f,
-                                 uint8_t *codes, float *values) {
+/* run_cast with an inverse s[k] and a fold fs[k] per element (a row of narrow blocks, expanded), and with a draw per
+   element where draws is not NULL (stochastic rounding) */
+static void run_cast_per_element(const float *restrict x, const float *restrict draws, int64_t n,
+                                 const float *restrict s, const float *restrict fs, fmt_t f, uint8_t *restrict codes,
+                                 float *restrict values) {
     float v;
-    if (values) {
+    if (draws && values) {
+        for (int64_t k = 0; k < n; k++) {
+            cast_stochastic_one(x[k] * s[k], draws[k], f, codes + k, &v);
+            values[k] = v * fs[k];
+        }
+    } else if (draws) {
+        for (int64_t k = 0; k < n; k++) cast_stochastic_one(x[k] * s[k], draws[k], f, codes + k, &v);
+    } else if (values) {
         for (int64_t k = 0; k < n; k++) {
             cast_one(x[k] * s[k], f, codes + k, &v);
             values[k] = v * fs[k];
@@ -314,19 +324,9 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
                               const float *inv, int64_t inv_count, const float *fold, fmt_t f, uint8_t *codes,
                               float *values, const float *draws) {
     int64_t KB = (K + c - 1) / c;
-    if (draws) { /* stochastic rounding: each element with its own draw */
-        for (int64_t m = 0; m < M; m++) {
-            for (int64_t j = 0; j < KB; j++) {
-                int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, at = m * K + k0;
-                int64_t b = inv_count == 1 ? 0 : ((row0 + m) / r) * KB + j;
-                run_cast_stochastic(x + at, draws + at, k1 - k0, inv[b], fold ? fold[b] : 1.0f, f, codes + at,
-                                    values ? values + at : NULL);
-            }
-        }
-        return;
-    }
-    if (inv_count == 1) { /* one scale: the whole tensor is one run */
-        run_cast(x, M * K, inv[0], fold ? fold[0] : 1.0f, f, codes, values);
+    if (inv_count == 1) { /* one scale: the whole tensor is one run (with stochastic rounding, a draw an element) */
+        if (draws) run_cast_stochastic(x, draws, M * K, inv[0], fold ? fold[0] : 1.0f, f, codes, values);
+        else run_cast(x, M * K, inv[0], fold ? fold[0] : 1.0f, f, codes, values);
         return;
     }
     if (c < NARROW) { /* narrow blocks: each column's inverse, once per block row */
@@ -339,7 +339,8 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
                     expand_row(inv + ((row0 + m) / r) * KB, K, c, sk);
                     if (fold) expand_row(fold + ((row0 + m) / r) * KB, K, c, fk);
                 }
-                run_cast_per_element(x + m * K, K, sk, fk, f, codes + m * K, values ? values + m * K : NULL);
+                run_cast_per_element(x + m * K, draws ? draws + m * K : NULL, K, sk, fk, f, codes + m * K,
+                                     values ? values + m * K : NULL);
             }
             free(sk);
             return;
@@ -355,13 +356,15 @@ static void scale_cast_serial(const float *x, int64_t row0, int64_t M, int64_t K
                      values ? values + m * K + k0 : NULL);                                                        \
         }                                                                                                         \
     }
-    if (c == 32 && K % 32 == 0) { CAST_ROWS(32) return; }
+    if (c == 32 && K % 32 == 0 && !draws) { CAST_ROWS(32) return; }
 #undef CAST_ROWS
     for (int64_t m = 0; m < M; m++) {
         for (int64_t j = 0; j < KB; j++) {
-            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, b = ((row0 + m) / r) * KB + j;
-            run_cast(x + m * K + k0, k1 - k0, inv[b], fold ? fold[b] : 1.0f, f, codes + m * K + k0,
-                     values ? values + m * K + k0 : NULL);
+            int64_t k0 = j * c, k1 = k0 + c < K ? k0 + c : K, at = m * K + k0, b = ((row0 + m) / r) * KB + j;
+            float s = inv[b], fs = fold ? fold[b] : 1.0f;
+            float *v = values ? values + at : NULL;
+            if (draws) run_cast_stochastic(x + at, draws + at, k1 - k0, s, fs, f, codes + at, v);
+            else run_cast(x + at, k1 - k0, s, fs, f, codes + at, v);
         }
     }
 }
