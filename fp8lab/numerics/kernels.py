@@ -497,7 +497,8 @@ def hadamard(transform: RandomHadamard, x: torch.Tensor) -> torch.Tensor:
 def uniform_draws(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     """formats.uniform_draws's numbers for a tensor of this shape from a CPU generator, by the kernel: torch.rand's
     float32 draws, in order, from the generator's state (get_state()), which the kernel advances as torch.rand
-    would and set_state() puts back. Where draws_like_torch() (its one check against torch.rand here)."""
+    would and set_state() puts back. Where draws_like_torch() (its one check against torch.rand here). Unlike
+    torch.rand it holds no lock on the generator: one generator drawn from by two threads at once is not for it."""
     state = generator.get_state()
     out = _FLOAT32.new_empty(shape)
     call("fp8lab_uniform", state.data_ptr(), state.numel(), out.numel(), out.data_ptr())
@@ -510,7 +511,7 @@ def draws_like_torch() -> bool:
     """Whether uniform_draws gives torch.rand's numbers and leaves the generator where torch.rand leaves it, checked
     once: 1500 draws from a seeded generator after 100 (across a refill of its 624 words), and 3 more. False
     (formats.uniform_draws runs: torch.rand itself) where they differ or the state is not the one it reads."""
-    if not engine().kernels:
+    if not _process_engine().kernels:  # (the library's, whatever kernels.disabled() says in this thread)
         return False
     ours, theirs = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
     try:
