@@ -238,7 +238,7 @@ MUTATIONS = [
       "a_value(a, a_table, arow[r] + k)", KG_TESTS + "::test_segment_mm_skips_only_the_segments_that_add_nothing"),
     m("C stochastic rounding's inverse step twice too large", C, "a * float_of(0x7F000000u - bits_of(step))",
       "a * float_of(0x7F800000u - bits_of(step))",
-      KERN + "::test_stochastic_rounding_split_over_threads_gives_the_same_"),
+      KERN + "::test_stochastic_rounding_split_over_threads_gives_the_same_bits"),
     m("C amax of NVFP4's 16-wide blocks over their first half", C,
       "if (c == 16 && K % 16 == 0) { AMAX_ROWS(16) return; }",
       "if (c == 16 && K % 16 == 0) { AMAX_ROWS(8) return; }", KERN + "::test_block_amax_twins_agree"),
@@ -283,7 +283,7 @@ MUTATIONS = [
       "self.text.value = _defaults_note() + self.describe(self.data)", "self.text.value = self.describe(self.data)",
       T + "lab/panels/test_base.py::test_a_panel_says_where_torchs_default_dtype_changes_its_numbers"),
     m("the reference GEMM's segment starts on torch's default device", G,
-      "        starts = torch.arange(0, k, seg, device=a.device)\n", "        starts = torch.arange(0, k, seg)\n",
+      "            starts = torch.arange(0, k, seg, device=sa.device)\n", "            starts = torch.arange(0, k, seg)\n",
       KERN + "::test_every_kernel_writes_cpu_float32_whatever_the_defaults"),
     # ---- the emulated GEMM
     m("b's block scales indexed with a's block width", G,
