@@ -283,7 +283,8 @@ MUTATIONS = [
       "self.text.value = _defaults_note() + self.describe(self.data)", "self.text.value = self.describe(self.data)",
       T + "lab/panels/test_base.py::test_a_panel_says_where_torchs_default_dtype_changes_its_numbers"),
     m("the reference GEMM's segment starts on torch's default device", G,
-      "            starts = torch.arange(0, k, seg, device=sa.device)\n", "            starts = torch.arange(0, k, seg)\n",
+      "            starts = torch.arange(0, k, seg, device=sa.device)\n",
+      "            starts = torch.arange(0, k, seg)\n",
       KERN + "::test_every_kernel_writes_cpu_float32_whatever_the_defaults"),
     # ---- the emulated GEMM
     m("b's block scales indexed with a's block width", G,
