@@ -330,8 +330,18 @@ def test_the_portable_build_without_openmp_or_native_code_gives_the_same_bits(tm
     qa = quantize(torch.randn(130, 200, generator=g), E2M1, PerBlock(1, 16), scale_fmt=E4M3, two_level=True)
     qb = quantize(torch.randn(70, 200, generator=g), E2M1, PerBlock(1, 32), scale_fmt=E4M3, two_level=True)
     got = emulated_mm(qa, qb, emulation="reference")
+    # torch.rand's draws (kernels.uniform_draws) and the 1 x 16 and 16 x 1 blocks' stochastic rounding
+    ours_g, torch_g = torch.Generator().manual_seed(8), torch.Generator().manual_seed(8)
+    assert same_bits(kernels.uniform_draws((2000,), ours_g), torch.rand(2000, generator=torch_g))
+    x = _nasty((64, 96), 5).nan_to_num(0.0)
+    stochastic = [quantize(x, E2M1, g, scale_fmt=E4M3, two_level=True, rounding="stochastic",
+                           generator=torch.Generator().manual_seed(3)) for g in (PerBlock(1, 16), PerBlock(16, 1))]
     monkeypatch.setattr(kernels, "_load", lambda: ours)
     assert same_bits(got, emulated_mm(qa, qb, emulation="reference"))
+    for q, g in zip(stochastic, (PerBlock(1, 16), PerBlock(16, 1)), strict=True):
+        native = quantize(x, E2M1, g, scale_fmt=E4M3, two_level=True, rounding="stochastic",
+                          generator=torch.Generator().manual_seed(3))
+        assert same_bits(q.data, native.data) and same_bits(q.values(), native.values()), g
 
 
 def _every_kernels_answer() -> list:
