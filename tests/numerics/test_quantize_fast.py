@@ -128,6 +128,7 @@ def test_the_kernels_draws_come_from_torchs_generator_in_c_where_it_gives_torchs
     x = torch.randn(40, 48)
     spec = quantize_spec("e2m1", "1x16", scale_fmt="e4m3", two_level=True, rounding="stochastic")
     assert quantize_fast.draws(x, quantize_spec("e2m1", "1x16", scale_fmt="e4m3"), None) is None
+    assert kernels.draws_like_torch()  # (its one check done here, with the twin itself: the spy counts x's draws)
     calls, twin = [], kernels.uniform_draws
     monkeypatch.setattr(kernels, "uniform_draws", lambda *args: calls.append(args[0]) or twin(*args))
     ours, theirs = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
