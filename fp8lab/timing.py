@@ -99,7 +99,7 @@ def reference_speed(size: int = REFERENCE_SIZE, repeats: int = 3, bf16_budget_s:
     bf16 matrix units takes a minute at 2048^3, so a 256^3 call is timed first and bf16 is left out when that
     call, scaled to size^3, would take over `bf16_budget_s` seconds."""
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
+    a, b = (torch.randn(size, size, generator=g, dtype=torch.float32, device="cpu") for _ in range(2))
     threads = torch.get_num_threads()
     ms = statistics.median(timed(lambda: a @ b, repeats, 1)) * 1e3
     parts = [f"fp32 {size}^3 mm {ms:.1f} ms ({threads} thread{'s' if threads > 1 else ''})"]

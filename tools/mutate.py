@@ -82,6 +82,8 @@ QUANT = T + "numerics/test_quantize.py"
 WIDGETS = T + "lab/test_widgets.py"
 PARTS = T + "training/test_fp4_parts.py"
 DRAG = T + "lab/panels/test_base.py::test_a_drag_on_a_loaded_machine_never_queues_stale_frames"
+ON_THE_CPU = T + "lab/panels/test_base.py::test_a_panel_computes_on_the_cpu_whatever_device_its_thread_defaults_to"
+ANY_DEFAULTS = T + "lab/panels/test_base.py::test_every_panel_draws_the_labs_picture_whatever_torchs_defaults"
 
 MUTATIONS = [
     # ---- formats: the cast and the format's numbers
@@ -276,12 +278,28 @@ MUTATIONS = [
       "    out = torch.empty(p.M, p.K, dtype=torch.float32) if eager else None",
       KERN + "::test_every_kernel_writes_cpu_float32_whatever_the_defaults"),
     m("fp8lab.data's normal draws in torch's default dtype", "fp8lab/data/synthetic.py",
-      '        x = torch.randn(m, k, generator=g, **_FLOAT32_CPU)\n    elif distribution == "laplace":',
+      '        x = torch.randn(m, k, generator=g, **FLOAT32_CPU)\n    elif distribution == "laplace":',
       '        x = torch.randn(m, k, generator=g)\n    elif distribution == "laplace":',
       T + "data/test_synthetic.py::test_every_tensor_is_the_seeds_float32_cpu_tensor_whatever_torchs_defaults"),
-    m("a panel says nothing of torch's defaults", "fp8lab/lab/panels/base.py",
-      "self.text.value = _defaults_note() + self.describe(self.data)", "self.text.value = self.describe(self.data)",
-      T + "lab/panels/test_base.py::test_a_panel_says_where_torchs_default_dtype_changes_its_numbers"),
+    m("a redraw makes its tensors on the thread's default device", "fp8lab/lab/panels/base.py",
+      "        with self._lock, torch_threads(self.redraw_threads), on_the_cpu():\n",
+      "        with self._lock, torch_threads(self.redraw_threads):\n", ON_THE_CPU),
+    m("a run the kernel waits for makes its tensors on the thread's default device", "fp8lab/lab/panels/base.py",
+      "                with on_the_cpu():\n                    work()",
+      "                if True:\n                    work()", ON_THE_CPU),
+    m("the lab's models and tasks in torch's default dtype", "fp8lab/data/synthetic.py",
+      'FLOAT32_CPU = {"dtype": torch.float32, "device": "cpu"}', 'FLOAT32_CPU = {"device": "cpu"}',
+      T + "training/test_models.py::"
+      "test_the_toys_and_tasks_are_the_seeds_float32_cpu_tensors_whatever_torchs_defaults"),
+    m("the gradient panel's sampled rows in torch's default dtype", "fp8lab/lab/panels/gradients.py",
+      "min(self.SAMPLE_ROWS, dy.shape[0]), dtype=torch.float32,\n", "min(self.SAMPLE_ROWS, dy.shape[0]),\n",
+      ANY_DEFAULTS + "[gradients]"),
+    m("the NVFP4 panel's flushed share divided in torch's default dtype", "fp8lab/lab/panels/nvfp4.py",
+      "flushed[clean].sum().float() / nonzero[clean].sum().clamp(min=1).float()",
+      "flushed[clean].sum() / nonzero[clean].sum().clamp(min=1)", ANY_DEFAULTS + "[nvfp4]"),
+    m("the draws check compares with torch.rand in torch's default dtype", K,
+      'torch.rand(n, generator=theirs, dtype=torch.float32, device="cpu"))', "torch.rand(n, generator=theirs))",
+      DRAWS),
     m("the reference GEMM's segment starts on torch's default device", G,
       "            starts = torch.arange(0, k, seg, device=sa.device)\n",
       "            starts = torch.arange(0, k, seg)\n",

@@ -88,17 +88,17 @@ class CharText:
         return "".join(VOCAB[i] for i in ids.tolist())
 
     def _windows(self, starts: torch.Tensor, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = starts[:, None] + torch.arange(seq + 1)  # (B, seq + 1)
+        idx = starts[:, None] + torch.arange(seq + 1, device=starts.device)  # (B, seq + 1)
         chunk = self.ids[idx]
         return chunk[:, :-1], chunk[:, 1:]
 
     def batch(self, g: torch.Generator, size: int, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(0, self.split - seq - 1, (size,), generator=g)
+        starts = torch.randint(0, self.split - seq - 1, (size,), generator=g, device="cpu")
         return self._windows(starts, seq)
 
     def heldout(self, size: int, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
         last = len(self.ids) - seq - 1
-        starts = torch.linspace(self.split, last, size).long()
+        starts = torch.linspace(self.split, last, size, dtype=torch.float32, device="cpu").long()
         return self._windows(starts, seq)
 
 

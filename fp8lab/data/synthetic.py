@@ -1,6 +1,7 @@
 """Synthetic tensors for the notebooks: distributions, outlier channels, spikes over steps.
 
-Public: DISTRIBUTIONS, sample(distribution, shape, outliers, seed, ...), activation_stream.
+Public: DISTRIBUTIONS, sample(distribution, shape, outliers, seed, ...), activation_stream, FLOAT32_CPU (the
+keywords every lab tensor is made with: the toys, the panels and the exercises name them too).
 All generated in code from a seed, float32 CPU tensors whatever torch's default dtype (the same numbers in every
 notebook); nothing is downloaded. Notebooks 02-05 draw from here.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DISTRIBUTIONS", "OUTLIER_PLACEMENTS", "OUTLIER_TOKENS", "activation_stream", "sample"]
+__all__ = ["DISTRIBUTIONS", "FLOAT32_CPU", "OUTLIER_PLACEMENTS", "OUTLIER_TOKENS", "activation_stream", "sample"]
 
 DISTRIBUTIONS: tuple[str, ...] = ("normal", "laplace", "lognormal", "uniform", "channel scales")
 # where the outliers sit in x[M, K] (rows: tokens): their channels in every token, or in the first OUTLIER_TOKENS
@@ -17,8 +18,9 @@ DISTRIBUTIONS: tuple[str, ...] = ("normal", "laplace", "lognormal", "uniform", "
 # massive activations, both)
 OUTLIER_PLACEMENTS: tuple[str, ...] = ("channels", "tokens", "both")
 OUTLIER_TOKENS = 2
-# every tensor made here: the activations' dtype and the generator's device, whatever torch's defaults say
-_FLOAT32_CPU = {"dtype": torch.float32, "device": "cpu"}
+# every tensor made here (and the lab's models and exercises): the activations' dtype and the generator's device,
+# whatever torch.set_default_dtype or set_default_device says
+FLOAT32_CPU = {"dtype": torch.float32, "device": "cpu"}
 
 
 def sample(
@@ -52,17 +54,17 @@ def sample(
     g = torch.Generator().manual_seed(seed)
     m, k = shape
     if distribution == "normal":
-        x = torch.randn(m, k, generator=g, **_FLOAT32_CPU)
+        x = torch.randn(m, k, generator=g, **FLOAT32_CPU)
     elif distribution == "laplace":
-        u = torch.rand(m, k, generator=g, **_FLOAT32_CPU) - 0.5
+        u = torch.rand(m, k, generator=g, **FLOAT32_CPU) - 0.5
         x = -torch.sign(u) * torch.log1p(-2 * u.abs())
     elif distribution == "lognormal":
-        x = torch.exp(torch.randn(m, k, generator=g, **_FLOAT32_CPU) * 1.5)
+        x = torch.exp(torch.randn(m, k, generator=g, **FLOAT32_CPU) * 1.5)
     elif distribution == "uniform":
-        x = torch.rand(m, k, generator=g, **_FLOAT32_CPU) * 2 - 1
+        x = torch.rand(m, k, generator=g, **FLOAT32_CPU) * 2 - 1
     else:  # channel scales
-        x = torch.randn(m, k, generator=g, **_FLOAT32_CPU)  # (drawn before the channels' order)
-        x = x * torch.logspace(-3, 3, k, **_FLOAT32_CPU)[torch.randperm(k, generator=g, device="cpu")]
+        x = torch.randn(m, k, generator=g, **FLOAT32_CPU)  # (drawn before the channels' order)
+        x = x * torch.logspace(-3, 3, k, **FLOAT32_CPU)[torch.randperm(k, generator=g, device="cpu")]
     if normalize:
         x = (x - x.mean(0)) / x.std(0).clamp(min=1e-12)
     perm = torch.randperm(k, generator=g, device="cpu")
@@ -103,7 +105,7 @@ def activation_stream(
     g = torch.Generator().manual_seed(seed)
     out = []
     for step in range(steps):
-        x = torch.randn(*shape, generator=g, **_FLOAT32_CPU) * (1 + drift) ** step
+        x = torch.randn(*shape, generator=g, **FLOAT32_CPU) * (1 + drift) ** step
         if spike_step is not None and step == spike_step:
             x = x * spike
         out.append(x)

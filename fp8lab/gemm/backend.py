@@ -278,8 +278,8 @@ def resolve_backend(recipe: Recipe | str = "tensorwise", device: torch.device | 
     if device is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     g = torch.Generator().manual_seed(0)
-    a_q, b_q = quantize_operands(torch.randn(32, 256, generator=g).to(device),
-                                 torch.randn(256, 32, generator=g).to(device), recipe)
+    a, b = (torch.randn(*shape, generator=g, dtype=torch.float32, device="cpu") for shape in ((32, 256), (256, 32)))
+    a_q, b_q = quantize_operands(a.to(device), b.to(device), recipe)
     return engine.choose(a_q, b_q)
 
 

@@ -148,7 +148,7 @@ def hosted_gpu_lines(cuda: str = "12.9") -> list[str]:
 
 def cast_behaviour() -> dict[str, str]:
     """How this torch casts an overflowing float32 to each FP8 dtype (fp8lab always clamps first)."""
-    probe = torch.tensor([1e6])
+    probe = torch.tensor([1e6], dtype=torch.float32, device="cpu")
     out = {}
     for name in ("float8_e4m3fn", "float8_e5m2"):
         value = float(probe.to(getattr(torch, name)).float())

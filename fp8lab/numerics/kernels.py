@@ -515,7 +515,8 @@ def draws_like_torch() -> bool:
         return False
     ours, theirs = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
     try:
-        drawn = [(uniform_draws((n,), ours), torch.rand(n, generator=theirs)) for n in (100, 1500, 3)]
+        drawn = [(uniform_draws((n,), ours), torch.rand(n, generator=theirs, dtype=torch.float32, device="cpu"))
+                 for n in (100, 1500, 3)]
     except RuntimeError:  # (a state of another layout: the kernel refuses it)
         return False
     return all(a.view(torch.int32).equal(b.view(torch.int32)) for a, b in drawn) and ours.get_state().equal(

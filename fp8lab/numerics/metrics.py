@@ -52,7 +52,7 @@ def ordinary_channels(k: int, outlier_channels: torch.Tensor | list[int] | None 
     """A bool mask over the K channels (columns) of x[M, K]: True except at `outlier_channels`."""
     keep = torch.ones(k, dtype=torch.bool, device="cpu")
     if outlier_channels is not None and len(outlier_channels):
-        keep[torch.as_tensor(outlier_channels, dtype=torch.long)] = False
+        keep[torch.as_tensor(outlier_channels, dtype=torch.long, device=keep.device)] = False
     return keep
 
 

@@ -188,7 +188,7 @@ def measure(recipes: Sequence[str] = COST_RECIPES, size: int = 512, rounds: int 
     import pandas as pd
 
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
+    a, b = (torch.randn(size, size, generator=g, dtype=torch.float32, device="cpu") for _ in range(2))
     cands, ops = {}, {}
     for name in recipes:
         r = get_recipe(name)

@@ -49,8 +49,8 @@ def signed_values(rows: int, k: int, positive: float, seed: int = 0, spread: flo
     if not 0.0 <= positive <= 1.0:
         raise ValueError(f"positive is a share in [0, 1], got {positive!r}")
     g = torch.Generator().manual_seed(seed)
-    mags = torch.exp(spread * torch.randn(rows, k, generator=g))
-    signs = torch.where(torch.rand(rows, k, generator=g) < positive, 1.0, -1.0)
+    mags = torch.exp(spread * torch.randn(rows, k, generator=g, dtype=torch.float32, device="cpu"))
+    signs = torch.where(torch.rand(rows, k, generator=g, dtype=torch.float32, device="cpu") < positive, 1.0, -1.0)
     return mags * signs
 
 
@@ -90,12 +90,12 @@ def small_update(ratio: float, steps: int, lr: float = 1.0, seed: int = 0) -> di
         raise ValueError(f"ratio is g over its block's largest value, in (0, 1], got {ratio!r}")
     if steps < 1:
         raise ValueError(f"steps is a positive number of updates, got {steps!r}")
-    block = torch.zeros(steps, 16)  # (steps, 16): one gradient block per step
+    block = torch.zeros(steps, 16, dtype=torch.float32, device="cpu")  # (steps, 16): one gradient block per step
     block[:, 0] = 1.0
     block[:, 1] = ratio
     out = {"ratio": ratio, "steps": steps, "rate": {}}
-    start = torch.zeros(1, dtype=torch.float64)
-    out["exact"] = torch.cat([start, -lr * ratio * torch.arange(1, steps + 1, dtype=torch.float64)])
+    start = torch.zeros(1, dtype=torch.float64, device="cpu")
+    out["exact"] = torch.cat([start, -lr * ratio * torch.arange(1, steps + 1, dtype=torch.float64, device="cpu")])
     for rounding in ("nearest", "stochastic"):
         g = _nvfp4(block, rounding, seed)[:, 1].double()  # (steps,): what the GEMM sees of g each step
         out[rounding] = torch.cat([start, -lr * g.cumsum(0)])
@@ -135,7 +135,8 @@ def _copies(w: torch.Tensor, recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor
     """w[N, K] as `recipe`'s fprop reads it (along K) and as its dgrad reads it (w^T along N, read back as w)."""
     n, k = w.shape
     g = torch.Generator().manual_seed(0)  # the other operands: any; only the weight's copies are kept
-    pairs = layer_gemms(torch.randn(16, k, generator=g), w, torch.randn(16, n, generator=g), recipe)
+    x, dy = (torch.randn(16, size, generator=g, dtype=torch.float32, device="cpu") for size in (k, n))
+    pairs = layer_gemms(x, w, dy, recipe)
     return pairs["fprop"][1].dequantize().reshape(n, k), pairs["dgrad"][1].dequantize().reshape(k, n).t()
 
 
@@ -152,8 +153,9 @@ def depth_drift(depth: int = 32, two_d: bool = False, recipe: Recipe | str = "nv
         raise ValueError(f"depth is a positive number of layers, got {depth!r}")
     r = get_recipe(recipe).with_2d_weight(two_d)
     g = torch.Generator().manual_seed(seed)
-    weights = [torch.randn(width, width, generator=g) / width**0.5 for _ in range(depth)]
-    dy = torch.randn(steps, width, generator=g, dtype=torch.float64)  # (steps, width): one dy per step
+    weights = [torch.randn(width, width, generator=g, dtype=torch.float32, device="cpu") / width**0.5
+               for _ in range(depth)]
+    dy = torch.randn(steps, width, generator=g, dtype=torch.float64, device="cpu")  # (steps, width): one dy per step
     chain, dgrad = dy.clone(), dy.clone()
     out = {"drift": [], "cosine": [], "drift_mean": [], "two_d": two_d, "recipe": r.name,
            "block": r.weight.granularity.label}

@@ -2,7 +2,8 @@
 
 Public: ToyMLP (notebook 06's MLP), TinyTransformer, SinkChannels (the sinks: a constant in a few channels of
 every token, of a few tokens, or both: PLACEMENTS), make_model, MODELS, TeacherTask, MarkovTask. All generated
-from a seed. The next layer's weights for the sink channels are held at zero: fp32 never sees the sinks,
+from a seed, float32 on the CPU whatever torch.set_default_dtype or set_default_device says (the lab's numbers,
+as fp8lab.data's). The next layer's weights for the sink channels are held at zero: fp32 never sees the sinks,
 while the scales of that layer's input do."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from fp8lab.data.synthetic import FLOAT32_CPU
 
 __all__ = ["CHANNEL_LAYOUTS", "MODELS", "PLACEMENTS", "SINK_TOKENS", "MarkovTask", "SinkChannels", "TeacherTask",
            "TinyTransformer", "ToyMLP", "make_model"]
@@ -52,9 +55,9 @@ class SinkChannels(nn.Module):
             raise ValueError(f"tokens is how many tokens hold token sinks, an int >= 1, got {tokens!r}")
         n = 2 * count if placement == "both" else count
         if channel_layout == "adjacent":
-            chosen = torch.arange(n)
+            chosen = torch.arange(n, device="cpu")
         else:
-            chosen = torch.randperm(channels, generator=torch.Generator().manual_seed(seed))[:n]
+            chosen = torch.randperm(channels, generator=torch.Generator().manual_seed(seed), device="cpu")[:n]
         column = chosen[:count].sort().values if placement != "tokens" else chosen[:0]
         token = chosen[n - count:].sort().values if placement != "channels" else chosen[:0]
         self.register_buffer("index", chosen.sort().values)  # every sink channel
@@ -73,7 +76,7 @@ class SinkChannels(nn.Module):
 
     def mask(self, shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
         """A bool tensor of h's `shape` (..., T, C): True where forward writes the sinks (whatever the magnitude)."""
-        out = torch.zeros(shape, dtype=torch.bool)
+        out = torch.zeros(shape, dtype=torch.bool, device=self.index.device)
         out[..., self.channel_index] = True
         out[..., : self.tokens, self.token_index] = True
         return out
@@ -92,11 +95,11 @@ class ToyMLP(nn.Module):
     def __init__(self, in_dim: int = 256, hidden: int = 1024, out_dim: int = 8, sinks: int = 4,
                  sink_magnitude: float = 0.0, placement: str = "channels", channel_layout: str = "adjacent") -> None:
         super().__init__()
-        self.fc1 = nn.Linear(in_dim, hidden, bias=False)
-        self.b1 = nn.Parameter(torch.zeros(hidden))
+        self.fc1 = nn.Linear(in_dim, hidden, bias=False, **FLOAT32_CPU)
+        self.b1 = nn.Parameter(torch.zeros(hidden, **FLOAT32_CPU))
         self.sink = SinkChannels(hidden, sinks, sink_magnitude, channel_layout=channel_layout, placement=placement)
-        self.fc2 = nn.Linear(hidden, hidden)
-        self.fc3 = nn.Linear(hidden, out_dim)
+        self.fc2 = nn.Linear(hidden, hidden, **FLOAT32_CPU)
+        self.fc3 = nn.Linear(hidden, out_dim, **FLOAT32_CPU)
         self.gain = 1.0
         self.project()
 
@@ -116,13 +119,13 @@ class Block(nn.Module):
     def __init__(self, d: int, heads: int, sinks: int, sink_magnitude: float, seed: int,
                  channel_layout: str = "adjacent", placement: str = "channels") -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.norm2 = nn.LayerNorm(d)
-        self.up = nn.Linear(d, 4 * d)
+        self.norm1 = nn.LayerNorm(d, **FLOAT32_CPU)
+        self.qkv = nn.Linear(d, 3 * d, **FLOAT32_CPU)
+        self.proj = nn.Linear(d, d, **FLOAT32_CPU)
+        self.norm2 = nn.LayerNorm(d, **FLOAT32_CPU)
+        self.up = nn.Linear(d, 4 * d, **FLOAT32_CPU)
         self.sink = SinkChannels(4 * d, sinks, sink_magnitude, seed, channel_layout, placement)
-        self.down = nn.Linear(4 * d, d)
+        self.down = nn.Linear(4 * d, d, **FLOAT32_CPU)
         self.heads = heads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -148,12 +151,12 @@ class TinyTransformer(nn.Module):
                  sinks: int = 4, sink_magnitude: float = 0.0, placement: str = "channels",
                  channel_layout: str = "adjacent") -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab, d)
-        self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
+        self.embed = nn.Embedding(vocab, d, **FLOAT32_CPU)
+        self.pos = nn.Parameter(torch.randn(seq, d, **FLOAT32_CPU) * 0.02)
         self.blocks = nn.ModuleList(Block(d, heads, sinks, sink_magnitude, 1234 + i, channel_layout, placement)
                                     for i in range(layers))
-        self.norm = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab)
+        self.norm = nn.LayerNorm(d, **FLOAT32_CPU)
+        self.head = nn.Linear(d, vocab, **FLOAT32_CPU)
         self.project()
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -196,12 +199,12 @@ class TeacherTask:
 
     def __init__(self, in_dim: int = 256, out_dim: int = 8, hidden: int = 64, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(10_000 + seed)
-        self.w1 = torch.randn(hidden, in_dim, generator=g) / math.sqrt(in_dim)
-        self.w2 = torch.randn(out_dim, hidden, generator=g) / math.sqrt(hidden)
+        self.w1 = torch.randn(hidden, in_dim, generator=g, **FLOAT32_CPU) / math.sqrt(in_dim)
+        self.w2 = torch.randn(out_dim, hidden, generator=g, **FLOAT32_CPU) / math.sqrt(hidden)
         self.in_dim = in_dim
 
     def batch(self, g: torch.Generator, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.randn(size, self.in_dim, generator=g)
+        x = torch.randn(size, self.in_dim, generator=g, **FLOAT32_CPU)
         return x, torch.tanh(x @ self.w1.t()) @ self.w2.t()
 
     @staticmethod
@@ -214,13 +217,14 @@ class MarkovTask:
 
     def __init__(self, vocab: int = 64, seq: int = 32, branching: int = 4, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(20_000 + seed)
-        self.next_tokens = torch.stack([torch.randperm(vocab, generator=g)[:branching] for _ in range(vocab)])
-        self.probs = torch.softmax(torch.randn(vocab, branching, generator=g) * 2, dim=-1)
+        self.next_tokens = torch.stack([torch.randperm(vocab, generator=g, device="cpu")[:branching]
+                                        for _ in range(vocab)])
+        self.probs = torch.softmax(torch.randn(vocab, branching, generator=g, **FLOAT32_CPU) * 2, dim=-1)
         self.vocab, self.seq = vocab, seq
 
     def batch(self, g: torch.Generator, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens = torch.empty(size, self.seq + 1, dtype=torch.long)
-        tokens[:, 0] = torch.randint(self.vocab, (size,), generator=g)
+        tokens = torch.empty(size, self.seq + 1, dtype=torch.long, device="cpu")
+        tokens[:, 0] = torch.randint(self.vocab, (size,), generator=g, device="cpu")
         for t in range(self.seq):
             choice = torch.multinomial(self.probs[tokens[:, t]], 1, generator=g).squeeze(1)
             tokens[:, t + 1] = self.next_tokens[tokens[:, t], choice]

@@ -60,7 +60,8 @@ def operand_losses(x: torch.Tensor, recipe: Recipe | str, outlier_channels: torc
     m, k = x.shape
     g = torch.Generator().manual_seed(seed)
     n = 16  # the layer's output width: any; it only shapes the weight and gradient operands
-    pairs = layer_gemms(x, torch.randn(n, k, generator=g), torch.randn(m, n, generator=g), recipe)
+    pairs = layer_gemms(x, torch.randn(n, k, generator=g, dtype=x.dtype, device="cpu").to(x.device),
+                        torch.randn(m, n, generator=g, dtype=x.dtype, device="cpu").to(x.device), recipe)
     out = {}
     for gemm in (gemm for gemm in GEMM_ROLES if gemm in gemms):
         pair = pairs[gemm]

@@ -116,7 +116,7 @@ def outlier_multiplier(ratio: float, distribution: str = "normal", shape: tuple[
     # multiplied by 1: the base values, and where the outliers will be
     x, where = sample(distribution, shape, 1.0, seed=seed, return_outliers=True, placement=placement)
     if placement == "channels":  # the outlier channels' indices: every token of them
-        mask = torch.zeros(shape, dtype=torch.bool)
+        mask = torch.zeros(shape, dtype=torch.bool, device="cpu")
         mask[:, where] = True
     else:  # a mask of the outliers' positions
         mask = where

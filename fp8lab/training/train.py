@@ -471,7 +471,7 @@ def history_in_a_loop(steps: int = 6, micro_batches: int = 2, nan_step: int | No
         scaled_with = history.amax()
         losses, amaxes = [], []
         for micro in range(micro_batches):
-            x = torch.randn(32, 16, generator=g) * (1 + step / 2)
+            x = torch.randn(32, 16, generator=g, dtype=torch.float32, device="cpu") * (1 + step / 2)
             if step == nan_step and micro == 0:
                 x[0, 0] = math.nan
             amaxes.append(float(x.abs().max()))
@@ -479,7 +479,7 @@ def history_in_a_loop(steps: int = 6, micro_batches: int = 2, nan_step: int | No
             losses.append(float(loss.detach()))
             if math.isfinite(losses[-1]):
                 loss.backward()
-        evaluation = torch.randn(32, 16, generator=g) * 100
+        evaluation = torch.randn(32, 16, generator=g, dtype=torch.float32, device="cpu") * 100
         with torch.no_grad():
             layer(evaluation)
         if all(math.isfinite(v) for v in losses):

@@ -457,6 +457,10 @@ def test_the_draws_twin_gives_torch_rands_numbers_and_moves_the_generator_as_tor
     kernels.draws_like_torch.cache_clear()
     with kernels.disabled():
         assert kernels.draws_like_torch()
+    for dtype, device in OTHER_DEFAULTS:  # (asked first under a notebook's float64 default, say: the check holds)
+        kernels.draws_like_torch.cache_clear()
+        with torch_defaults(dtype, device):
+            assert kernels.draws_like_torch(), (dtype, device)
     for advanced in (0, 1, 623, 624, 625, 1000):
         for n in (0, 1, 623, 624, 625, 5000, 100003):
             ours, theirs = torch.Generator().manual_seed(advanced), torch.Generator().manual_seed(advanced)

@@ -14,6 +14,7 @@ from fp8lab.training.models import (
     TeacherTask,
     make_model,
 )
+from tests.defaults import OTHER_DEFAULTS, torch_defaults
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -110,3 +111,25 @@ def test_the_markov_task_only_takes_the_chains_edges_and_shifts_targets_by_one()
     for prev, nxt in zip(tokens.flatten().tolist(), target.flatten().tolist(), strict=True):
         assert nxt in task.next_tokens[prev].tolist()
     torch.testing.assert_close(task.probs.sum(-1), torch.ones(16))
+
+
+def test_the_toys_and_tasks_are_the_seeds_float32_cpu_tensors_whatever_torchs_defaults():
+    """A notebook that called torch.set_default_dtype (float64 for a reference, a half type by mistake) or
+    set_default_device ("meta") still gets the lab's models and tasks: every parameter, buffer and batch the float32
+    CPU tensor the seed makes under the defaults, bit for bit (nn.Linear would follow the defaults)."""
+
+    def made() -> list[torch.Tensor]:
+        tensors = []
+        for kind in ("mlp", "transformer"):
+            model = make_model(kind, seed=3, sink_magnitude=50.0, placement="both", channel_layout="spread")
+            tensors += [*model.parameters(), *model.buffers()]
+        tensors += [*TeacherTask(seed=1).batch(torch.Generator().manual_seed(0), 4)]
+        tensors += [*MarkovTask(seed=1).batch(torch.Generator().manual_seed(0), 4)]
+        return [*tensors, SinkChannels(32, 2, 1.0, placement="both").mask((3, 4, 32))]
+
+    want = made()
+    for dtype, device in OTHER_DEFAULTS:
+        with torch_defaults(dtype, device):
+            got = made()
+        assert all(a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+                   for a, b in zip(got, want, strict=True)), (dtype, device)

@@ -25,7 +25,7 @@ __all__ = ['ANSWERS']
 
 def _q00_real() -> Answer:
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(128, 256, generator=g), torch.randn(256, 128, generator=g)
+    a, b = (torch.randn(*shape, generator=g, dtype=torch.float32, device="cpu") for shape in ((128, 256), (256, 128)))
 
     def real_on(arch: tuple[int, int]) -> list[str]:  # the fprop pair of each recipe, planned for that GPU
         out = []
@@ -38,8 +38,8 @@ def _q00_real() -> Answer:
         return out
 
     h100, b200 = real_on((9, 0)), real_on((10, 0))
-    e5m2 = float(torch.tensor([1e6]).to(torch.float8_e5m2).float()[0])
-    e4m3 = float(torch.tensor([1e6]).to(torch.float8_e4m3fn).float()[0])
+    e5m2 = float(torch.tensor([1e6], dtype=torch.float32, device="cpu").to(torch.float8_e5m2).float()[0])
+    e4m3 = float(torch.tensor([1e6], dtype=torch.float32, device="cpu").to(torch.float8_e4m3fn).float()[0])
     return Answer(
         "00_setup_check",
         "Which recipes would run for real on an H100? On a B200?",
@@ -117,7 +117,7 @@ def _q01_binades() -> Answer:
 
 
 def _q01_rounding() -> Answer:
-    a, b = (float(v) for v in cast(torch.tensor([1.0625, 1.1875]), E4M3))
+    a, b = (float(v) for v in cast(torch.tensor([1.0625, 1.1875], dtype=torch.float32, device="cpu"), E4M3))
     return Answer(
         "01_fp8_formats",
         "1.0625 sits exactly halfway between two E4M3 values. Which one did it round to, and why is that \"to even\"?",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from fp8lab.data.synthetic import sample
+from fp8lab.data.synthetic import FLOAT32_CPU, sample
 from fp8lab.lab.exercises.base import Feedback, as_tensor, call_learner, describe, not_a_function, one_name_not_a_list
 from fp8lab.numerics.formats import E4M3
 from fp8lab.numerics.metrics import sqnr
@@ -35,9 +35,9 @@ def check_block_amax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Feedbac
     if (wrong := not_a_function(fn, "check_block_amax(fn)")) is not None:
         return wrong
     g = torch.Generator().manual_seed(4)
-    cases = [("x[4, 64], block 32", torch.randn(4, 64, generator=g), 32),
-             ("x[3, 256], block 128, negative extremes", -torch.rand(3, 256, generator=g) * 7, 128),
-             ("x[8, 16], block 16 (per row)", torch.randn(8, 16, generator=g), 16)]
+    cases = [("x[4, 64], block 32", torch.randn(4, 64, generator=g, **FLOAT32_CPU), 32),
+             ("x[3, 256], block 128, negative extremes", -torch.rand(3, 256, generator=g, **FLOAT32_CPU) * 7, 128),
+             ("x[8, 16], block 16 (per row)", torch.randn(8, 16, generator=g, **FLOAT32_CPU), 16)]
     for name, x, block in cases:
         got, err = call_learner(fn, x.clone(), block)
         if err:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.lab.exercises.base import Feedback, as_number, as_tensor, call_learner, not_a_function
 from fp8lab.numerics.formats import E2M1, cast, stochastic_reference
 from fp8lab.training.measured_fp4 import split
@@ -33,9 +34,10 @@ def _cases() -> tuple[torch.Tensor, torch.Tensor]:
     """Values on and between E2M1's grid points, negative ones, beyond the max, zeros; and one draw each."""
     g = torch.Generator().manual_seed(9)
     grid = E2M1.values().float()
-    x = torch.cat([torch.empty(4000).uniform_(-7.0, 7.0, generator=g), grid, (grid[1:] + grid[:-1]) / 2,
-                   torch.tensor([0.0, -0.0, 6.0, -6.0, 100.0, -1e9, 0.1, -0.2])])
-    return x, torch.rand(x.shape, generator=g)
+    spread = torch.empty(4000, **FLOAT32_CPU).uniform_(-7.0, 7.0, generator=g)
+    x = torch.cat([spread, grid, (grid[1:] + grid[:-1]) / 2,
+                   torch.tensor([0.0, -0.0, 6.0, -6.0, 100.0, -1e9, 0.1, -0.2], **FLOAT32_CPU)])
+    return x, torch.rand(x.shape, generator=g, **FLOAT32_CPU)
 
 
 def check_stochastic_round(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Feedback:
@@ -81,8 +83,9 @@ def check_stochastic_round(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tens
         return Feedback(False, f"beyond 6 ({example}): E2M1 has no larger value, so clamp |x| to 6 first "
                                "(saturate, as the hardware does).")
     # the mean over many draws: a biased rule shows it whatever the grid details
-    v = torch.full((20000,), 0.7)
-    mean, err = call_learner(fn, v, torch.rand(v.shape, generator=torch.Generator().manual_seed(1)))
+    v = torch.full((20000,), 0.7, **FLOAT32_CPU)
+    draws = torch.rand(v.shape, generator=torch.Generator().manual_seed(1), **FLOAT32_CPU)
+    mean, err = call_learner(fn, v, draws)
     if err is None:
         mean, err = as_tensor(mean, "a tensor")
     if err is None and mean.numel() and abs(float(mean.mean()) - 0.7) > 0.02:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.lab.exercises.base import Feedback, as_tensor, call_learner, not_a_function
 from fp8lab.numerics.formats import E4M3
 from fp8lab.numerics.quantize import QuantizedTensor, quantize
@@ -46,14 +47,14 @@ class GemmOperand:
 
 def _gemm_cases():
     g = torch.Generator().manual_seed(5)
-    a3 = torch.randn(4, 64, generator=g)
+    a3 = torch.randn(4, 64, generator=g, **FLOAT32_CPU)
     a3[:, :16] *= 1000  # the first K block holds large values: its scales differ from the others' by ~2^10
-    return [("a[8, 32] @ b[32, 4], per tensor, amax 3 and 200", torch.randn(8, 32, generator=g) * 3,
-             torch.randn(4, 32, generator=g) * 200, PerTensor()),
-            ("a[2, 64] @ b[64, 5], per tensor, tiny values", torch.randn(2, 64, generator=g) * 1e-3,
-             torch.randn(5, 64, generator=g), PerTensor()),
+    return [("a[8, 32] @ b[32, 4], per tensor, amax 3 and 200", torch.randn(8, 32, generator=g, **FLOAT32_CPU) * 3,
+             torch.randn(4, 32, generator=g, **FLOAT32_CPU) * 200, PerTensor()),
+            ("a[2, 64] @ b[64, 5], per tensor, tiny values", torch.randn(2, 64, generator=g, **FLOAT32_CPU) * 1e-3,
+             torch.randn(5, 64, generator=g, **FLOAT32_CPU), PerTensor()),
             ("a[4, 64] @ b[64, 3], 1x16 blocks along K (one K block 1000x larger)", a3,
-             torch.randn(3, 64, generator=g), PerBlock(1, 16))]
+             torch.randn(3, 64, generator=g, **FLOAT32_CPU), PerBlock(1, 16))]
 
 
 def _reference_gemm(a: GemmOperand, b: GemmOperand) -> torch.Tensor:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.lab.exercises.base import Feedback, as_number, call_learner, describe, not_a_function
 from fp8lab.numerics.formats import E4M3
 from fp8lab.numerics.quantize import quantize
@@ -29,10 +30,10 @@ __all__ = [
 def _scale_cases() -> list[tuple[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(2)
     return [
-        ("a standard normal tensor", torch.randn(64, 64, generator=g)),
-        ("a tensor whose largest magnitude is negative", -torch.rand(8, 8, generator=g) * 1000),
-        ("a tiny tensor (|x| < 1e-3)", torch.randn(16, 16, generator=g) * 1e-4),
-        ("an all-zero tensor", torch.zeros(4, 4)),
+        ("a standard normal tensor", torch.randn(64, 64, generator=g, **FLOAT32_CPU)),
+        ("a tensor whose largest magnitude is negative", -torch.rand(8, 8, generator=g, **FLOAT32_CPU) * 1000),
+        ("a tiny tensor (|x| < 1e-3)", torch.randn(16, 16, generator=g, **FLOAT32_CPU) * 1e-4),
+        ("an all-zero tensor", torch.zeros(4, 4, **FLOAT32_CPU)),
     ]
 
 

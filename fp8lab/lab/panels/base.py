@@ -89,6 +89,19 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+@contextmanager
+def on_the_cpu() -> Iterator[None]:
+    """torch's default device the CPU in this thread for the block where a notebook set another
+    (torch.set_default_device holds for the thread that called it: "meta" to size a model, say), so that a panel's
+    tensors are the lab's CPU tensors; nothing changes, at no cost, where it is the CPU. (Its default dtype is
+    process-wide, so the lab names float32 where it makes a tensor instead: fp8lab.data.synthetic.FLOAT32_CPU.)"""
+    if torch.get_default_device().type == "cpu":
+        yield
+        return
+    with torch.device("cpu"):
+        yield
+
+
 MEMO_LIMIT = 128  # results a panel's cache holds before it starts again (a drag back over them only draws)
 
 
@@ -107,20 +120,6 @@ def metrics_html(rows: dict[str, str]) -> str:
     cells = "".join(f"<tr><td style='padding-right:12px'>{html.escape(k)}</td><td><b>{html.escape(v)}</b></td></tr>"
                     for k, v in rows.items())
     return f"<table style='font-size:13px'>{cells}</table>"
-
-
-def _defaults_note() -> str:
-    """A line for a panel's text where torch's defaults are not float32 on the CPU (the notebook called
-    torch.set_default_dtype or set_default_device): the lab's models (nn.Linear and the like) and some panels' own
-    tensors are made in them (fp8lab.data's are float32 on the CPU whatever they say), so a panel's numbers can
-    differ from the notebook's, and the panel says so. "" under the defaults."""
-    dtype, device = torch.get_default_dtype(), torch.get_default_device()
-    if dtype == torch.float32 and device.type == "cpu":
-        return ""
-    return (f"<p style='color:#d55e00'><b>Note:</b> torch's default dtype is {dtype} and its default device "
-            f"{device} here (torch.set_default_dtype, set_default_device): some of the lab's models and data follow "
-            "them, so a panel's numbers can differ from the notebook's. <code>torch.set_default_dtype(torch.float32)"
-            "</code> and <code>torch.set_default_device('cpu')</code> give the notebook's.</p>")
 
 
 def percent(v: float) -> str:
@@ -226,7 +225,7 @@ class Panel:
         return fig, axes
 
     def refresh(self) -> dict:
-        with self._lock, torch_threads(self.redraw_threads):
+        with self._lock, torch_threads(self.redraw_threads), on_the_cpu():
             return self._refresh()
 
     def _refresh(self) -> dict:
@@ -245,7 +244,7 @@ class Panel:
                 self.draw(self.data, axes)
             drawn = time.thread_time()
             self.image.value = plots.to_png(fig, keep=True)
-            self.text.value = _defaults_note() + self.describe(self.data)
+            self.text.value = self.describe(self.data)
             self.cpu_parts = {"compute": computed - began, "draw": drawn - computed,
                               "render": time.thread_time() - drawn}
         except ValueError as err:  # bad combinations are explained, never raised into the notebook
@@ -261,7 +260,8 @@ class Panel:
             return None
         if blocking or self.sync:
             try:
-                work()
+                with on_the_cpu():
+                    work()
             except KeyboardInterrupt:
                 self.text.value += "<p><b>Stopped</b> (the kernel was interrupted).</p>"
             return None

@@ -69,7 +69,7 @@ class DelayedPanel(Panel):
 
     def compute(self, history, algo, spike, drift, fmt, margin) -> dict:
         steps, _, amax, sqnr_current = self._stream_and_current(spike, drift, fmt, margin)
-        used = torch.tensor(AmaxHistory(history, algo).replay(amax.tolist()))
+        used = torch.tensor(AmaxHistory(history, algo).replay(amax.tolist()), dtype=torch.float32, device="cpu")
         delayed = quantize(steps, fmt, PerRow(), "exact", margin, amax=used[:, None])
         rows = {"step": range(self.steps), "amax": amax.tolist(), "scale amax (delayed)": used.tolist(),
                 "overflow (delayed)": row_overflow(steps, delayed).tolist(),

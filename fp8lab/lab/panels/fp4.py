@@ -70,8 +70,9 @@ class TwoDWeightPanel(Panel):
     def __init__(self) -> None:
         g = torch.Generator().manual_seed(0)
         self.weight = _lesson_weight()
-        self.dy = torch.randn(32, self.weight.shape[0], generator=g)  # a gradient for dx = dy @ w
-        spots = torch.randperm(self.weight.numel(), generator=g)[:8]  # where the outlier weights go
+        # a gradient for dx = dy @ w
+        self.dy = torch.randn(32, self.weight.shape[0], generator=g, dtype=torch.float32, device="cpu")
+        spots = torch.randperm(self.weight.numel(), generator=g, device="cpu")[:8]  # where the outlier weights go
         self.spots = spots
         self._computed: dict[tuple, dict] = {}  # compute's result per (recipe, blocks, outliers): a drag back reuses it
         super().__init__(
@@ -178,11 +179,12 @@ class HadamardPanel(Panel):
 
     def __init__(self) -> None:
         g = torch.Generator().manual_seed(0)
-        self.base = torch.randn(64, 256, generator=g)
+        self.base = torch.randn(64, 256, generator=g, dtype=torch.float32, device="cpu")
         # Student-t with 2 degrees of freedom, from the generator: z / sqrt(chi2_2 / 2), chi2_2 = -2 log(u)
-        self.heavy = torch.randn(64, 256, generator=g) / torch.sqrt(-torch.log1p(-torch.rand(64, 256, generator=g)))
+        self.heavy = torch.randn(64, 256, generator=g, dtype=torch.float32, device="cpu") / torch.sqrt(
+            -torch.log1p(-torch.rand(64, 256, generator=g, dtype=torch.float32, device="cpu")))
         self.fc2_input = _fc2_input()  # (tokens, channels); the lesson's 4 sink channels are channels 0-3
-        self.other = torch.randn(32, 256, generator=g)  # the GEMM's other operand
+        self.other = torch.randn(32, 256, generator=g, dtype=torch.float32, device="cpu")  # the GEMM's other operand
         super().__init__(
             source=dropdown(list(SOURCES.items()), "outlier", "tensor"),
             outlier=selection_slider([(f"{v:g}x", v) for v in OUTLIERS], 30.0, "outlier size"),
@@ -291,7 +293,7 @@ class RoundingPanel(Panel):
     keep_axes = True
 
     def __init__(self) -> None:
-        self.x = torch.linspace(0.0, 6.0, 241)
+        self.x = torch.linspace(0.0, 6.0, 241, dtype=torch.float32, device="cpu")
         self._gemm = None
         # every draw the slider can average, made once: row i is the i-th stochastic rounding of x; the mean of the
         # first n rows is what n draws give (a cumulative sum: a redraw divides one row of it)

@@ -59,7 +59,8 @@ class GradientPanel(Panel):
         def make() -> dict:
             dy = self.records[model].snapshots[step, name]
             a = dy.abs()
-            rows = torch.linspace(0, dy.shape[0] - 1, min(self.SAMPLE_ROWS, dy.shape[0])).round().long()
+            rows = torch.linspace(0, dy.shape[0] - 1, min(self.SAMPLE_ROWS, dy.shape[0]), dtype=torch.float32,
+                                  device="cpu").round().long()
             return {"dy": dy, "table": dy_choice_table(dy), "rows": rows,
                     "tiles": self._tile_span(quantize(dy, "e4m3", "1x128")),
                     "span": float(torch.log2(a.max() / a[a > 0].min())) if bool((a > 0).any()) else 0.0}

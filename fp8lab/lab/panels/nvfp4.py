@@ -48,7 +48,7 @@ def nvfp4_blocks_of(x: torch.Tensor, outlier_channels: torch.Tensor | list[int])
     inference tensor clamps them up to it, the training engines store an E4M3 subnormal), "below_subnormals"
     (needing one below 2^-10, where even an E4M3 subnormal scale rounds to 0). Also "tensor_scale", "x" and
     "outlier_channels"."""
-    idx = torch.as_tensor(outlier_channels, dtype=torch.long)
+    idx = torch.as_tensor(outlier_channels, dtype=torch.long, device="cpu")
     x = x.detach().float()
     scaling = RECIPES["nvfp4"].input  # scale_floor "zero": the training engines'
     q = quantize(x, scaling)
@@ -59,14 +59,15 @@ def nvfp4_blocks_of(x: torch.Tensor, outlier_channels: torch.Tensor | list[int])
     amax = x.abs().reshape(m, nb, BLOCK).amax(-1)  # (M, K/16)
     tensor_scale = float(q.tensor_scale)
     ideal = amax / E2M1.max_value / tensor_scale
-    holds = torch.zeros(k, dtype=torch.bool)
+    holds = torch.zeros(k, dtype=torch.bool, device="cpu")
     holds[idx] = True
     clean = (~holds.reshape(nb, BLOCK).any(-1)).expand(m, nb)  # (M, K/16)
     nonzero = (x != 0).reshape(m, nb, BLOCK)
 
     def share_flushed(d: torch.Tensor) -> float:
         flushed = ((x != 0) & (d == 0)).reshape(m, nb, BLOCK)
-        return float(flushed[clean].sum() / nonzero[clean].sum().clamp(min=1))
+        # (counts divided in float32, not in torch's default dtype)
+        return float(flushed[clean].sum().float() / nonzero[clean].sum().clamp(min=1).float())
 
     return {"x": x, "outlier_channels": idx.tolist(), "ideal": ideal, "stored": q.scale.reshape(m, nb),
             "stored_min_normal": q_inference.scale.reshape(m, nb), "clean": clean, "tensor_scale": tensor_scale,

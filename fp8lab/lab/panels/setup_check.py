@@ -77,7 +77,7 @@ class TimingPanel(Panel):
         waited for), else the CPU."""
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         g = torch.Generator().manual_seed(0)
-        a, b = torch.randn(n, n, generator=g).to(dev), torch.randn(n, n, generator=g).to(dev)
+        a, b = (torch.randn(n, n, generator=g, dtype=torch.float32, device="cpu").to(dev) for _ in range(2))
         a_q, b_q = quantize_operands(a, b, recipe)
         ab, bb = a.bfloat16(), b.bfloat16()
         choice = resolve_backend(recipe, dev)

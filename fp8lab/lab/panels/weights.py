@@ -57,7 +57,8 @@ def weight_copies(weight: torch.Tensor, recipe: Recipe | str) -> dict:
     w = weight.detach().float()
     n, k = w.shape
     g = torch.Generator().manual_seed(0)  # an activation and a gradient: any; they only shape the other operands
-    pairs = layer_gemms(torch.randn(16, k, generator=g), w, torch.randn(16, n, generator=g), recipe)
+    x, dy = (torch.randn(16, size, generator=g, dtype=torch.float32, device="cpu") for size in (k, n))
+    pairs = layer_gemms(x, w, dy, recipe)
     fprop = pairs["fprop"][1].dequantize().reshape(n, k)
     dgrad = pairs["dgrad"][1].dequantize().reshape(k, n).t()
     differ = fprop != dgrad
@@ -78,9 +79,9 @@ def uneven_weight(shape: tuple[int, int] = (1024, 1024), spread: float = 3.0, se
     in [-spread, spread] (as rows and columns of trained weights drift apart)."""
     g = torch.Generator().manual_seed(seed)
     n, k = shape
-    a = (torch.rand(n, 1, generator=g) * 2 - 1) * spread
-    b = (torch.rand(1, k, generator=g) * 2 - 1) * spread
-    return torch.randn(n, k, generator=g) * torch.exp2(a + b) * 0.03
+    a = (torch.rand(n, 1, generator=g, dtype=torch.float32, device="cpu") * 2 - 1) * spread
+    b = (torch.rand(1, k, generator=g, dtype=torch.float32, device="cpu") * 2 - 1) * spread
+    return torch.randn(n, k, generator=g, dtype=torch.float32, device="cpu") * torch.exp2(a + b) * 0.03
 
 
 WEIGHTS = {"fc2 of notebook 06's MLP (its initial values)": "lesson",

@@ -4,6 +4,7 @@ on how a redraw is scheduled run again here in that mode, and the mode's own gua
 a change is drawn before its handler returns, sliders send one value per release, a run happens in
 the foreground and the kernel's interrupt stops it."""
 
+import re
 import sys
 import threading
 
@@ -244,15 +245,47 @@ def test_a_redraw_says_what_its_parts_cost_and_a_failed_one_says_nothing():
     assert "Not possible" in panel.text.value and panel.cpu_parts == {}
 
 
-def test_a_panel_says_where_torchs_default_dtype_changes_its_numbers():
-    """Under torch.set_default_dtype(torch.float64) a panel whose models and data follow torch's default (mismatch
-    trains its weights' copies) says so above its text, naming the call that gives the notebook's numbers; under
-    float32 it says nothing; and a panel drawing fp8lab.data's tensors alone (per_tensor) draws the same picture
-    either way, its data being float32 whatever the default."""
-    calm = widgets._panel("mismatch").text.value
-    picture = widgets._panel("per_tensor").image.value
-    with torch_defaults(torch.float64, "cpu"):
-        noted = widgets._panel("mismatch").text.value
-        per_tensor = widgets._panel("per_tensor")
-    assert "Note:" not in calm and "torch.set_default_dtype(torch.float32)" in noted and "float64" in noted
-    assert per_tensor.image.value == picture
+# panels whose pictures show times measured as they draw: that they draw is what compares
+MEASURED_PANELS = ("timing", "cost")
+
+
+def _unmeasured(text: str) -> str:
+    """A panel's text without the seconds a run took (the training panels' "seconds" row)."""
+    return re.sub(r"(seconds</td><td><b>)[^<]*", r"\1", text)
+
+
+@pytest.mark.parametrize("name", list(PANELS))
+def test_every_panel_draws_the_labs_picture_whatever_torchs_defaults(sync, name):
+    """A notebook that called torch.set_default_dtype (float64 for a reference, a half type by mistake) or
+    set_default_device ("meta" to size a model) sees each panel as the lab draws it: the picture and the text of
+    the float32 CPU defaults, byte for byte (the lab's models, data and tensors are named float32 CPU ones, and a
+    panel computes on the CPU whatever device its thread defaults to). Both set at once, float16 on "meta": a
+    tensor made in either default changes the picture or fails."""
+    want = widgets._panel(name)
+    with torch_defaults(torch.float16, "meta"):
+        got = widgets._panel(name)
+    widgets._no_error(got, got.data, name)
+    if name not in MEASURED_PANELS:
+        assert got.image.value == want.image.value and _unmeasured(got.text.value) == _unmeasured(want.text.value)
+
+
+def test_a_panel_computes_on_the_cpu_whatever_device_its_thread_defaults_to(sync):
+    """A tensor a panel's code makes without naming a device lies on the CPU in a redraw and in a run the kernel's
+    thread waits for, where the notebook's thread defaults to "meta" (torch.set_default_device, per thread); outside
+    them the notebook's default stands."""
+
+    class Devices(base.Panel):
+        title = "devices"
+
+        def compute(self, **values) -> dict:
+            return {"device": torch.zeros(2).device.type}
+
+        def draw(self, data, axes) -> None:
+            axes.plot([0, 1])
+
+    panel, ran = Devices(), []
+    with torch_defaults(torch.float32, "meta"):
+        assert panel.refresh()["device"] == "cpu"
+        panel._launch(lambda: ran.append(torch.zeros(1).device.type), blocking=True)
+        assert torch.zeros(1).device.type == "meta"
+    assert ran == ["cpu"]
