@@ -20,6 +20,7 @@ import torch
 
 from fp8lab import threads
 from fp8lab._version import __version__
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.extras import EXTRAS, available, import_error, unusable
 from fp8lab.numerics import kernels
 from fp8lab.settings import smoke
@@ -148,7 +149,7 @@ def hosted_gpu_lines(cuda: str = "12.9") -> list[str]:
 
 def cast_behaviour() -> dict[str, str]:
     """How this torch casts an overflowing float32 to each FP8 dtype (fp8lab always clamps first)."""
-    probe = torch.tensor([1e6], dtype=torch.float32, device="cpu")
+    probe = torch.tensor([1e6], **FLOAT32_CPU)
     out = {}
     for name in ("float8_e4m3fn", "float8_e5m2"):
         value = float(probe.to(getattr(torch, name)).float())

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.gemm import matmul, quantize_operands, resolve_backend
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import GEMMS, Recipe, TensorScaling, get_recipe
@@ -188,7 +189,7 @@ def measure(recipes: Sequence[str] = COST_RECIPES, size: int = 512, rounds: int 
     import pandas as pd
 
     g = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(size, size, generator=g, dtype=torch.float32, device="cpu") for _ in range(2))
+    a, b = (torch.randn(size, size, generator=g, **FLOAT32_CPU) for _ in range(2))
     cands, ops = {}, {}
     for name in recipes:
         r = get_recipe(name)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.numerics.formats import E2M1
 from fp8lab.numerics.quantize import quantize
 from fp8lab.numerics.recipes import NVFP4_HADAMARD, Recipe, get_recipe
@@ -49,8 +50,8 @@ def signed_values(rows: int, k: int, positive: float, seed: int = 0, spread: flo
     if not 0.0 <= positive <= 1.0:
         raise ValueError(f"positive is a share in [0, 1], got {positive!r}")
     g = torch.Generator().manual_seed(seed)
-    mags = torch.exp(spread * torch.randn(rows, k, generator=g, dtype=torch.float32, device="cpu"))
-    signs = torch.where(torch.rand(rows, k, generator=g, dtype=torch.float32, device="cpu") < positive, 1.0, -1.0)
+    mags = torch.exp(spread * torch.randn(rows, k, generator=g, **FLOAT32_CPU))
+    signs = torch.where(torch.rand(rows, k, generator=g, **FLOAT32_CPU) < positive, 1.0, -1.0)
     return mags * signs
 
 
@@ -90,7 +91,7 @@ def small_update(ratio: float, steps: int, lr: float = 1.0, seed: int = 0) -> di
         raise ValueError(f"ratio is g over its block's largest value, in (0, 1], got {ratio!r}")
     if steps < 1:
         raise ValueError(f"steps is a positive number of updates, got {steps!r}")
-    block = torch.zeros(steps, 16, dtype=torch.float32, device="cpu")  # (steps, 16): one gradient block per step
+    block = torch.zeros(steps, 16, **FLOAT32_CPU)  # (steps, 16): one gradient block per step
     block[:, 0] = 1.0
     block[:, 1] = ratio
     out = {"ratio": ratio, "steps": steps, "rate": {}}
@@ -135,7 +136,7 @@ def _copies(w: torch.Tensor, recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor
     """w[N, K] as `recipe`'s fprop reads it (along K) and as its dgrad reads it (w^T along N, read back as w)."""
     n, k = w.shape
     g = torch.Generator().manual_seed(0)  # the other operands: any; only the weight's copies are kept
-    x, dy = (torch.randn(16, size, generator=g, dtype=torch.float32, device="cpu") for size in (k, n))
+    x, dy = (torch.randn(16, size, generator=g, **FLOAT32_CPU) for size in (k, n))
     pairs = layer_gemms(x, w, dy, recipe)
     return pairs["fprop"][1].dequantize().reshape(n, k), pairs["dgrad"][1].dequantize().reshape(k, n).t()
 
@@ -153,7 +154,7 @@ def depth_drift(depth: int = 32, two_d: bool = False, recipe: Recipe | str = "nv
         raise ValueError(f"depth is a positive number of layers, got {depth!r}")
     r = get_recipe(recipe).with_2d_weight(two_d)
     g = torch.Generator().manual_seed(seed)
-    weights = [torch.randn(width, width, generator=g, dtype=torch.float32, device="cpu") / width**0.5
+    weights = [torch.randn(width, width, generator=g, **FLOAT32_CPU) / width**0.5
                for _ in range(depth)]
     dy = torch.randn(steps, width, generator=g, dtype=torch.float64, device="cpu")  # (steps, width): one dy per step
     chain, dgrad = dy.clone(), dy.clone()

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.recipes import RECIPES, VARIANTS
 from fp8lab.training.layers import layer_gemms
@@ -36,7 +37,7 @@ def gemm_table(arch: tuple[int, int] | None = None, cuda: str | None = None,
     backend = default_backend("auto") if arch is None else GemmBackend("auto", arch, cuda or "12.9", probe=False)
     m, k, n = shape
     g = torch.Generator().manual_seed(0)
-    x, w, dy = (torch.randn(*s, generator=g, dtype=torch.float32, device="cpu") for s in ((m, k), (n, k), (m, n)))
+    x, w, dy = (torch.randn(*s, generator=g, **FLOAT32_CPU) for s in ((m, k), (n, k), (m, n)))
     rows = []
     for name in names:
         pairs = layer_gemms(x.to(device), w.to(device), dy.to(device), name)

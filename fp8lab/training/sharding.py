@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.numerics.formats import E4M3, FloatFormat
 from fp8lab.numerics.metrics import relative_error
 from fp8lab.numerics.quantize import quantize
@@ -44,8 +45,8 @@ def example_weight(rows: int = 512, cols: int = 256, seed: int = 0) -> torch.Ten
     each row scaled by 2^u with u uniform in [-2, 2], and the last eighth of the rows 8x larger (one shard
     of 8 holds the largest rows)."""
     g = torch.Generator().manual_seed(seed)
-    w = torch.randn(rows, cols, generator=g, dtype=torch.float32, device="cpu")
-    w = w * 2.0 ** (torch.rand(rows, 1, generator=g, dtype=torch.float32, device="cpu") * 4 - 2) * 0.02
+    w = torch.randn(rows, cols, generator=g, **FLOAT32_CPU)
+    w = w * 2.0 ** (torch.rand(rows, 1, generator=g, **FLOAT32_CPU) * 4 - 2) * 0.02
     w[rows - rows // 8:] *= 8
     return w
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.gemm import GemmBackend, default_backend
 from fp8lab.numerics.recipes import RECIPES, ROLES, DelayedSpec, Recipe, TensorScaling, get_recipe
 from fp8lab.numerics.scaling import PerBlock
@@ -471,7 +472,7 @@ def history_in_a_loop(steps: int = 6, micro_batches: int = 2, nan_step: int | No
         scaled_with = history.amax()
         losses, amaxes = [], []
         for micro in range(micro_batches):
-            x = torch.randn(32, 16, generator=g, dtype=torch.float32, device="cpu") * (1 + step / 2)
+            x = torch.randn(32, 16, generator=g, **FLOAT32_CPU) * (1 + step / 2)
             if step == nan_step and micro == 0:
                 x[0, 0] = math.nan
             amaxes.append(float(x.abs().max()))
@@ -479,7 +480,7 @@ def history_in_a_loop(steps: int = 6, micro_batches: int = 2, nan_step: int | No
             losses.append(float(loss.detach()))
             if math.isfinite(losses[-1]):
                 loss.backward()
-        evaluation = torch.randn(32, 16, generator=g, dtype=torch.float32, device="cpu") * 100
+        evaluation = torch.randn(32, 16, generator=g, **FLOAT32_CPU) * 100
         with torch.no_grad():
             layer(evaluation)
         if all(math.isfinite(v) for v in losses):

@@ -10,7 +10,7 @@ import ipywidgets as W
 import pandas as pd
 import torch
 
-from fp8lab.data.synthetic import activation_stream
+from fp8lab.data.synthetic import FLOAT32_CPU, activation_stream
 from fp8lab.figures import plots
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import (
@@ -69,7 +69,7 @@ class DelayedPanel(Panel):
 
     def compute(self, history, algo, spike, drift, fmt, margin) -> dict:
         steps, _, amax, sqnr_current = self._stream_and_current(spike, drift, fmt, margin)
-        used = torch.tensor(AmaxHistory(history, algo).replay(amax.tolist()), dtype=torch.float32, device="cpu")
+        used = torch.tensor(AmaxHistory(history, algo).replay(amax.tolist()), **FLOAT32_CPU)
         delayed = quantize(steps, fmt, PerRow(), "exact", margin, amax=used[:, None])
         rows = {"step": range(self.steps), "amax": amax.tolist(), "scale amax (delayed)": used.tolist(),
                 "overflow (delayed)": row_overflow(steps, delayed).tolist(),

@@ -17,6 +17,7 @@ import ipywidgets as W
 import numpy as np
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.figures import fp4 as figs
 from fp8lab.figures.plots import PALETTE, block_grid, heatmap
 from fp8lab.gemm import emulated_mm
@@ -71,7 +72,7 @@ class TwoDWeightPanel(Panel):
         g = torch.Generator().manual_seed(0)
         self.weight = _lesson_weight()
         # a gradient for dx = dy @ w
-        self.dy = torch.randn(32, self.weight.shape[0], generator=g, dtype=torch.float32, device="cpu")
+        self.dy = torch.randn(32, self.weight.shape[0], generator=g, **FLOAT32_CPU)
         spots = torch.randperm(self.weight.numel(), generator=g, device="cpu")[:8]  # where the outlier weights go
         self.spots = spots
         self._computed: dict[tuple, dict] = {}  # compute's result per (recipe, blocks, outliers): a drag back reuses it
@@ -179,12 +180,12 @@ class HadamardPanel(Panel):
 
     def __init__(self) -> None:
         g = torch.Generator().manual_seed(0)
-        self.base = torch.randn(64, 256, generator=g, dtype=torch.float32, device="cpu")
+        self.base = torch.randn(64, 256, generator=g, **FLOAT32_CPU)
         # Student-t with 2 degrees of freedom, from the generator: z / sqrt(chi2_2 / 2), chi2_2 = -2 log(u)
-        self.heavy = torch.randn(64, 256, generator=g, dtype=torch.float32, device="cpu") / torch.sqrt(
-            -torch.log1p(-torch.rand(64, 256, generator=g, dtype=torch.float32, device="cpu")))
+        self.heavy = torch.randn(64, 256, generator=g, **FLOAT32_CPU) / torch.sqrt(
+            -torch.log1p(-torch.rand(64, 256, generator=g, **FLOAT32_CPU)))
         self.fc2_input = _fc2_input()  # (tokens, channels); the lesson's 4 sink channels are channels 0-3
-        self.other = torch.randn(32, 256, generator=g, dtype=torch.float32, device="cpu")  # the GEMM's other operand
+        self.other = torch.randn(32, 256, generator=g, **FLOAT32_CPU)  # the GEMM's other operand
         super().__init__(
             source=dropdown(list(SOURCES.items()), "outlier", "tensor"),
             outlier=selection_slider([(f"{v:g}x", v) for v in OUTLIERS], 30.0, "outlier size"),
@@ -293,7 +294,7 @@ class RoundingPanel(Panel):
     keep_axes = True
 
     def __init__(self) -> None:
-        self.x = torch.linspace(0.0, 6.0, 241, dtype=torch.float32, device="cpu")
+        self.x = torch.linspace(0.0, 6.0, 241, **FLOAT32_CPU)
         self._gemm = None
         # every draw the slider can average, made once: row i is the i-th stochastic rounding of x; the mean of the
         # first n rows is what n draws give (a cumulative sum: a redraw divides one row of it)

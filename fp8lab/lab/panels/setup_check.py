@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipywidgets as W
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.figures import plots
 from fp8lab.gemm import matmul, quantize_operands, resolve_backend
 from fp8lab.lab.panels.base import (
@@ -77,7 +78,7 @@ class TimingPanel(Panel):
         waited for), else the CPU."""
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         g = torch.Generator().manual_seed(0)
-        a, b = (torch.randn(n, n, generator=g, dtype=torch.float32, device="cpu").to(dev) for _ in range(2))
+        a, b = (torch.randn(n, n, generator=g, **FLOAT32_CPU).to(dev) for _ in range(2))
         a_q, b_q = quantize_operands(a, b, recipe)
         ab, bb = a.bfloat16(), b.bfloat16()
         choice = resolve_backend(recipe, dev)

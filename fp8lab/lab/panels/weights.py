@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from fp8lab.data.synthetic import FLOAT32_CPU
 from fp8lab.figures import gemms, scales
 from fp8lab.lab import redraw
 from fp8lab.lab.panels.base import Panel, dropdown, metrics_html, percent
@@ -57,7 +58,7 @@ def weight_copies(weight: torch.Tensor, recipe: Recipe | str) -> dict:
     w = weight.detach().float()
     n, k = w.shape
     g = torch.Generator().manual_seed(0)  # an activation and a gradient: any; they only shape the other operands
-    x, dy = (torch.randn(16, size, generator=g, dtype=torch.float32, device="cpu") for size in (k, n))
+    x, dy = (torch.randn(16, size, generator=g, **FLOAT32_CPU) for size in (k, n))
     pairs = layer_gemms(x, w, dy, recipe)
     fprop = pairs["fprop"][1].dequantize().reshape(n, k)
     dgrad = pairs["dgrad"][1].dequantize().reshape(k, n).t()
@@ -79,9 +80,9 @@ def uneven_weight(shape: tuple[int, int] = (1024, 1024), spread: float = 3.0, se
     in [-spread, spread] (as rows and columns of trained weights drift apart)."""
     g = torch.Generator().manual_seed(seed)
     n, k = shape
-    a = (torch.rand(n, 1, generator=g, dtype=torch.float32, device="cpu") * 2 - 1) * spread
-    b = (torch.rand(1, k, generator=g, dtype=torch.float32, device="cpu") * 2 - 1) * spread
-    return torch.randn(n, k, generator=g, dtype=torch.float32, device="cpu") * torch.exp2(a + b) * 0.03
+    a = (torch.rand(n, 1, generator=g, **FLOAT32_CPU) * 2 - 1) * spread
+    b = (torch.rand(1, k, generator=g, **FLOAT32_CPU) * 2 - 1) * spread
+    return torch.randn(n, k, generator=g, **FLOAT32_CPU) * torch.exp2(a + b) * 0.03
 
 
 WEIGHTS = {"fc2 of notebook 06's MLP (its initial values)": "lesson",
