@@ -84,6 +84,7 @@ PARTS = T + "training/test_fp4_parts.py"
 DRAG = T + "lab/panels/test_base.py::test_a_drag_on_a_loaded_machine_never_queues_stale_frames"
 ON_THE_CPU = T + "lab/panels/test_base.py::test_a_panel_computes_on_the_cpu_whatever_device_its_thread_defaults_to"
 ANY_DEFAULTS = T + "lab/panels/test_base.py::test_every_panel_draws_the_labs_picture_whatever_torchs_defaults"
+PLAIN_AMAX = QUANT + "::test_the_plain_pass_takes_delayed_scalings_one_amax_as_the_kernel_branch_does"
 
 MUTATIONS = [
     # ---- formats: the cast and the format's numbers
@@ -174,8 +175,8 @@ MUTATIONS = [
     m("the library splits from its own default whatever the policy", K,
       "        lib.fp8lab_set_parallel_min(threads.parallel_min())\n", "        pass\n", KERN),
     m("the plain pass writes unfolded values where the blocks fold", NUM + "quantize_fast.py",
-      "    fused = kernels.quantize(x, block, template, fold=fold, values=values)\n",
-      "    fused = kernels.quantize(x, block, template, fold=False, values=values)\n", QUANT),
+      "    fused = kernels.quantize(x, block, template, amax, fold=fold, values=values)\n",
+      "    fused = kernels.quantize(x, block, template, amax, fold=False, values=values)\n", QUANT),
     m("the plain pass keeps an infinity beside a NaN", NUM + "quantize_fast.py",
       "    if fused is None or (fused.nan and bool(torch.isinf(x).any())):", "    if fused is None:", QUANT),
     m("C scale_outer leaves the output unscaled where one side has no scales", C,
@@ -725,6 +726,37 @@ MUTATIONS = [
       "    if check_memory and (floor := own_memory_mb()) is not None:", "    if False:", T + "bench/test_room.py"),
     m("kernels_build: a build starts without a word", KB, "            cc.announce()\n            cc.run(",
       "            cc.run(", CACHE),
+    # ---- the step's calls: the plain pass for delayed scaling's amax, torch's op where it runs alone
+    m("the plain pass scales with x's own amax where delayed scaling gives one", NUM + "quantize_fast.py",
+      "fused = kernels.quantize(x, block, template, amax, fold=fold, values=values)",
+      "fused = kernels.quantize(x, block, template, None, fold=fold, values=values)", PLAIN_AMAX),
+    m("the plain pass takes a negative or infinite amax", NUM + "quantize_fast.py",
+      "    return not (value < 0 or math.isinf(value))", "    return True", PLAIN_AMAX),
+    m("the plain pass records x's own amax as the one it scaled with", Q,
+      "scaled_from = fused.amax if amax is None else amax.reshape(())", "scaled_from = fused.amax", PLAIN_AMAX),
+    m("all_finite takes one infinite value for finite", ARM, "return t.numel() == 0 or math.isfinite(float(t))",
+      "return t.numel() == 0 or not math.isnan(float(t))",
+      T + "training/test_armour.py::test_all_finite_says_what_isfinite_says"),
+    m("torch_runs_alone forgets torch's one thread", K,
+      "    return t.numel() < TORCH_GRAIN or torch.get_num_threads() == 1", "    return t.numel() < TORCH_GRAIN",
+      KERN + "::test_torch_runs_an_elementwise_op_alone_below_its_grain_or_on_one_thread"),
+    m("a one-value output scale is always the kernel's", G + "emulation.py",
+      "if all(t is None or t.dim() == 0 for t in (a, b)) and kernels.torch_runs_alone(out):",
+      "if all(t is None or t.dim() == 0 for t in (a, b)) and False:",
+      T + "gemm/test_emulation.py::test_a_one_value_output_scale_is_torchs_multiply_where_torch_runs_it_alone"),
+    m("a bias is always the kernel's", N, "and not kernels.torch_runs_alone(out) and kernels.enabled(out, bias)",
+      "and kernels.enabled(out, bias)",
+      T + "training/test_layers.py::test_the_bias_is_torchs_add_where_torch_runs_it_alone_else_the_kernels"),
+    m("a gradient's quantizing pass takes a NaN for finite", ARM, "    return q if all_finite(q.amax) else None",
+      "    return q", T + "training/test_armour.py::"
+      "test_a_gradient_quantized_where_finite_is_quantize_with_and_none_where_it_holds_an_inf_or_nan",
+      T + "training/test_layers.py::test_a_non_finite_gradient_gives_high_precisions_gradients_from_the_same_operands"),
+    m("quantize_if_finite takes every refusal for an infinity", ARM, "        if all_finite(t):\n            raise",
+      "        if False:\n            raise", T + "training/test_armour.py::"
+      "test_a_gradient_quantized_where_finite_is_quantize_with_and_none_where_it_holds_an_inf_or_nan"),
+    m("a gradient read in its quantizing pass is kept as finite whatever the pass found", N,
+      "            state.finite_gradient = (t, q is not None)", "            state.finite_gradient = (t, True)",
+      T + "training/test_layers.py::test_a_non_finite_gradient_gives_high_precisions_gradients_from_the_same_operands"),
     # ---- notebook 06's lessons, trained
     lesson("the sinks have no effect", "fp8lab/training/models.py", "        h = self.sink(h)", "        h = h"),
     lesson("tensorwise scales to a power of two", R, '"tensorwise", _E4M3_TENSOR, _E4M3_TENSOR, _E5M2_TENSOR,',

@@ -295,8 +295,11 @@ def _scale_outer_(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | N
 
 def _scale_outer_for(out: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None
                      ) -> Callable[..., torch.Tensor]:
-    """The kernel's scale_outer_ where the kernels run and may read these tensors, else the torch twin
-    (the same bits)."""
+    """The kernel's scale_outer_ where the kernels run and may read these tensors, else the torch twin (the same
+    bits). One value on each side (per tensor, NVFP4's tensor factor) is one multiply by one float32 factor: torch's
+    mul_ where it runs on the calling thread anyway (kernels.torch_runs_alone), without the kernel call's checks."""
+    if all(t is None or t.dim() == 0 for t in (a, b)) and kernels.torch_runs_alone(out):
+        return _scale_outer_
     return kernels_gemm.scale_outer_ if kernels.enabled(out, *(t for t in (a, b) if t is not None)) else _scale_outer_
 
 

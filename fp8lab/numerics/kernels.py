@@ -45,9 +45,10 @@ from fp8lab.numerics.formats import E4M3, E5M2, FloatFormat, check_float, get_fo
 from fp8lab.numerics.hadamard import RandomHadamard
 from fp8lab.numerics.scaling import SCALE_RULES, Granularity, Scales, TensorScaling, as_2d
 
-__all__ = ["EAGER_VALUES", "Engine", "accepts", "amax_per_block", "call", "cast", "disabled", "draws_like_torch",
-           "empty_float32", "enabled", "engine", "hadamard", "opaque_to_compile", "own_memory", "parameters", "pointer",
-           "quantize", "readable", "resolved", "scale_from_amax", "state_label", "status", "uniform_draws"]
+__all__ = ["EAGER_VALUES", "TORCH_GRAIN", "Engine", "accepts", "amax_per_block", "call", "cast", "disabled",
+           "draws_like_torch", "empty_float32", "enabled", "engine", "hadamard", "opaque_to_compile", "own_memory",
+           "parameters", "pointer", "quantize", "readable", "resolved", "scale_from_amax", "state_label", "status",
+           "torch_runs_alone", "uniform_draws"]
 
 STORAGE = {torch.float8_e4m3fn: E4M3, torch.float8_e5m2: E5M2}  # the code dtypes, and the formats of their bytes
 # a parameter block's code dtype, by its storage format's mantissa bits (3: E4M3 bytes, 2: E5M2 bytes)
@@ -265,6 +266,18 @@ def _wrapped(t: torch.Tensor) -> bool:
 def enabled(*tensors: torch.Tensor) -> bool:
     """Whether the kernels apply: the engine's choice here, and tensors the C code may read (accepts)."""
     return engine().kernels and all(accepts(t) for t in tensors)
+
+
+# torch runs an elementwise op on the calling thread below this many elements (ATen's at::internal::GRAIN_SIZE)
+TORCH_GRAIN = 32768
+
+
+def torch_runs_alone(t: torch.Tensor) -> bool:
+    """Whether torch runs an elementwise op over t on the calling thread: one intra-op thread, or fewer elements
+    than its grain (TORCH_GRAIN). There torch's own op costs a few microseconds where a kernel call costs tens (its
+    checks in Python), so the kernels' twins that exist to keep torch's threads asleep (a GEMM's one-value output
+    scale, a bias) leave that work to torch: the same bits."""
+    return t.numel() < TORCH_GRAIN or torch.get_num_threads() == 1
 
 
 # ---- the calls: each checks what it passes, and the C side checks it again --------------------------------------

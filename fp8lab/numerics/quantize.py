@@ -160,10 +160,12 @@ def quantize_observing(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor 
 def _quantize_pass(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | float | None, count: bool,
                    values: bool | None, generator: torch.Generator | None) -> tuple[QuantizedTensor, torch.Tensor]:
     """quantize_with's one pass: the QuantizedTensor, and x's own block amaxes (which it reads to check x)."""
-    plain = quantize_fast.plain_pass(x, spec, values) if amax is None and not count else None
+    plain = None if count or not (amax is None or isinstance(amax, torch.Tensor)) else (
+        quantize_fast.plain_pass(x, spec, values, amax))
     if plain is not None:  # (a GEMM operand's pass, most often: one kernel call, nothing else to decide)
         fused, fold = plain
-        return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, fused.amax, fused.values, fold,
+        scaled_from = fused.amax if amax is None else amax.reshape(())  # (given: one amax, per tensor)
+        return _quantized(x, spec, fused.codes, fused.scale, fused.tensor_scale, scaled_from, fused.values, fold,
                           fused.scale_range), fused.amax
     x2d = _input_2d(x, spec.granularity)
     m, k = x2d.shape

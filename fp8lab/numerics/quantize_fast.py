@@ -1,8 +1,8 @@
 """quantize's fast twins: the same bits as the definition in quantize.py, computed faster.
 
 Public: kernel_parameters(spec) (the C kernels' parameter block, kept on the spec), kernel_input(x2d, spec,
-amax) (x as the C kernel takes it, or None where the torch code runs), plain_pass(x, spec, values) (a GEMM
-operand's pass in one kernel call), draws(x2d, spec, generator) (stochastic rounding's draws for that call),
+amax) (x as the C kernel takes it, or None where the torch code runs), plain_pass(x, spec, values, amax) (a
+GEMM operand's pass in one kernel call), draws(x2d, spec, generator) (stochastic rounding's draws for that call),
 folds(block, shape, spec), scale_and_cast
 (the definition's cast a bounded chunk of block rows at a time), CHUNK_ELEMENTS, GPU_CHUNK_ELEMENTS.
 quantize.quantize_with is the one place that chooses between them; tests/test_quantize.py checks both
@@ -10,6 +10,8 @@ against quantize.quantize_definition bit for bit.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -53,13 +55,17 @@ def kernel_input(x2d: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | No
     return x32 if kernels.accepts(x32) and (amax is None or kernels.accepts(amax)) else None
 
 
-def plain_pass(x: torch.Tensor, spec: TensorScaling, values: bool | None) -> tuple[kernels.Fused, bool] | None:
+def plain_pass(x: torch.Tensor, spec: TensorScaling, values: bool | None,
+               amax: torch.Tensor | None = None) -> tuple[kernels.Fused, bool] | None:
     """quantize_with's kernel pass for the tensor it meets most, a GEMM operand: x a plain 2-D float32 CPU tensor,
-    no amax given, nothing counted, rounding to nearest, so nothing to check, widen, draw or restore but what the
+    nothing counted, rounding to nearest, no amax given or one for the whole tensor (delayed scaling's, per
+    tensor: a float32 CPU value, finite and >= 0, or NaN), so nothing to check, widen, draw or restore but what the
     kernel call checks itself. (The kernel's answer, whether it folded), the same call and bits as quantize_with's
     general kernel branch; None (that branch decides, and explains) for anything else, and where x holds an
     infinity."""
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() != 2 or spec.rounding != "nearest":
+        return None
+    if amax is not None and not _one_amax(amax, spec):
         return None
     shape = tuple(x.shape)
     template = kernel_parameters(spec)
@@ -67,10 +73,20 @@ def plain_pass(x: torch.Tensor, spec: TensorScaling, values: bool | None) -> tup
         return None
     block = spec.granularity.block_shape(shape)
     fold = folds(block, shape, spec)
-    fused = kernels.quantize(x, block, template, fold=fold, values=values)
+    fused = kernels.quantize(x, block, template, amax, fold=fold, values=values)
     if fused is None or (fused.nan and bool(torch.isinf(x).any())):  # (a NaN propagates to its block)
         return None
     return fused, fold
+
+
+def _one_amax(amax: torch.Tensor, spec: TensorScaling) -> bool:
+    """Whether `amax` is one amax the plain pass takes as it is: per tensor scaling's, a float32 CPU tensor of one
+    value, finite and >= 0, or NaN (quantize's general branch refuses the others, with its reasons)."""
+    if not (spec.granularity.whole_tensor and isinstance(amax, torch.Tensor) and amax.dtype == torch.float32
+            and amax.numel() == 1 and kernels.accepts(amax)):
+        return False
+    value = float(amax)
+    return not (value < 0 or math.isinf(value))
 
 
 def draws(x2d: torch.Tensor, spec: TensorScaling, generator: torch.Generator | None) -> torch.Tensor | None:

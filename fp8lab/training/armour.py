@@ -18,7 +18,8 @@ from torch import nn
 from torch._functorch.utils import unwrap_dead_wrappers
 
 from fp8lab.numerics import kernels
-from fp8lab.numerics.scaling import PerTensor
+from fp8lab.numerics.quantize import QuantizedTensor, quantize_with
+from fp8lab.numerics.scaling import PerTensor, TensorScaling
 from fp8lab.training.delayed import DelayedState
 
 __all__ = ["VMAP_REFUSAL", "all_finite", "apply_positional", "at_least_one_row", "autocast_operands", "fp8_subclass",
@@ -98,13 +99,30 @@ def at_least_one_row(t: torch.Tensor, m: int) -> torch.Tensor:
 def all_finite(t: torch.Tensor) -> bool:
     """Whether t holds no inf and no NaN: its max and min are finite (both propagate NaN), two vectorized
     reductions instead of torch.isfinite's boolean copy (about 15x faster on the CPU); where the C kernels
-    run and may read t, its amax (NaN where a NaN is, else inf where an inf is) in one pass."""
-    if t.numel() == 0:
-        return True
+    run and may read t, its amax (NaN where a NaN is, else inf where an inf is) in one pass; one value (a per-tensor
+    amax) read as a number."""
+    if t.numel() <= 1:
+        return t.numel() == 0 or math.isfinite(float(t))
     t = t.detach()  # a check, not a step of the graph: no warning when t needs its gradient
     if kernels.enabled(t):
         return math.isfinite(float(kernels.amax_per_block(t, PerTensor())))
     return math.isfinite(float(t.amax())) and math.isfinite(float(t.amin()))
+
+
+def quantize_if_finite(t: torch.Tensor, scaling: TensorScaling, count: bool = False) -> QuantizedTensor | None:
+    """quantize_with(t, scaling, count=count), or None where t holds an inf or NaN, read from the quantizing pass
+    (its block amaxes are NaN where a NaN is; quantize refuses an infinity): a gradient that must be checked before
+    its GEMM is read once instead of twice. Rounding to nearest only: stochastic rounding would have drawn before it
+    could see an infinity (a gradient rounded so is checked first, with all_finite)."""
+    if scaling.rounding != "nearest":
+        raise ValueError(f"quantize_if_finite rounds to nearest; got rounding={scaling.rounding!r} (check first)")
+    try:
+        q = quantize_with(t, scaling, count=count)
+    except ValueError:
+        if all_finite(t):
+            raise  # (a refusal other than an infinity's)
+        return None
+    return q if all_finite(q.amax) else None
 
 
 # ---- delayed scaling's histories in state_dict ---------------------------------------------------------------------

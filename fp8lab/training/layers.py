@@ -43,6 +43,7 @@ from fp8lab.training.armour import (
     fp8_subclass,
     load_histories,
     no_autocast,
+    quantize_if_finite,
     refuse_double_backward,
     save_histories,
 )
@@ -151,9 +152,10 @@ class _FP8LinearFunction(torch.autograd.Function):
 
 
 def _add_bias(out: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """out[M, N] += bias[N], by the kernels' twin where they may read both (the same bits, without waking torch's
-    threads for a few microseconds of work), else torch's add_."""
-    if out.dim() == 2 and out.is_contiguous() and kernels.enabled(out, bias):
+    """out[M, N] += bias[N], by the kernels' twin where torch would split it over its threads and the kernels may read
+    both (the same bits, without waking torch's threads for a few microseconds of work), else torch's add_ (on the
+    calling thread: kernels.torch_runs_alone, where it costs less than a kernel call)."""
+    if out.dim() == 2 and out.is_contiguous() and not kernels.torch_runs_alone(out) and kernels.enabled(out, bias):
         return kernels_gemm.add_row_(out, bias)
     return out.add_(bias)
 
@@ -244,32 +246,42 @@ def _quantize(state: LayerState, t: torch.Tensor, role: str, gemm: str,
     checks) scales with the history as the step found it (fp8lab.training.delayed) and adds a
     training forward's amax to the step's pending max; without a layer's state (layer_gemms) it
     scales as a fresh history does, with the current amax.
-    A gradient (grad_output) with an inf or NaN becomes a NonFiniteGradient (not quantized, not recorded:
-    the backward pass's gradient amaxes are dropped, fp8lab.training.delayed.gradients_overflowed). Where
-    its amax is reduced across ranks that decision is the reduced amax's, so every rank decides alike,
-    and every operand goes through here (and its reduction) as in a finite step: every rank makes the
-    same collective calls.
+    A gradient (grad_output) with an inf or NaN becomes a NonFiniteGradient (not quantized, not recorded: the
+    backward pass's gradient amaxes are dropped, fp8lab.training.delayed.gradients_overflowed), found in its
+    quantizing pass where it rounds to nearest (quantize_if_finite). Where its amax is reduced across ranks that
+    decision is the reduced amax's, so every rank decides alike, and every operand goes through here (and its
+    reduction) as in a finite step: every rank makes the same collective calls.
     """
     t = transformed(t, scaling)  # the operand as its GEMM reads it (a recipe's Hadamard transform on wgrad's)
     current = None  # this tensor's amax (per block), reduced across ranks where they share a scale
     if state.amax_reducer is not None and scale_spans_tokens(role, gemm, scaling.granularity):
         current = state.amax_reducer(block_amax(t, scaling.granularity))
+    monitoring = state.monitor is not None and state.monitor.active()
+    q = None
     if role == "grad_output" and state.passes_nonfinite:
         if current is None and state.recipe.delayed is not None:  # (delayed scaling reads it: one pass for both)
             current = block_amax(t, scaling.granularity)
+        if current is None and scaling.rounding == "nearest" and not _known(state, t):  # (checked in its pass)
+            q = quantize_if_finite(t, scaling, count=monitoring)
+            state.finite_gradient = (t, q is not None)
         if not _finite_gradient(state, t, current):
             return _nonfinite(state, t, role, gemm, scaling, current)
-    monitoring = state.monitor is not None and state.monitor.active()
-    draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
-    past = None if current is not None or state.delayed is None else state.delayed.past_amax(role, t.device)
-    if past is not None:  # delayed scaling from a history: this tensor's amax read in the quantizing pass
-        q = _quantize_delayed(state, t, role, scaling, past, monitoring)
-    else:
-        amax = current if state.recipe.delayed is None else _delayed_amax(state, t, role, scaling, current)
-        q = quantize_with(t, scaling, amax, count=monitoring, generator=draws)  # (count: the Monitor's)
+    if q is None:
+        draws = state.draws.generator(t.device) if scaling.rounding == "stochastic" and state.draws else None
+        past = None if current is not None or state.delayed is None else state.delayed.past_amax(role, t.device)
+        if past is not None:  # delayed scaling from a history: this tensor's amax read in the quantizing pass
+            q = _quantize_delayed(state, t, role, scaling, past, monitoring)
+        else:
+            amax = current if state.recipe.delayed is None else _delayed_amax(state, t, role, scaling, current)
+            q = quantize_with(t, scaling, amax, count=monitoring, generator=draws)  # (count: the Monitor's)
     if monitoring:
         state.monitor.record(state.name, gemm, role, t, q)
     return q
+
+
+def _known(state: LayerState, t: torch.Tensor) -> bool:
+    """Whether gradient t's finiteness is known already (dgrad's read of dy told it, for wgrad's)."""
+    return state.finite_gradient is not None and state.finite_gradient[0] is t
 
 
 def _finite_gradient(state: LayerState, t: torch.Tensor, current: torch.Tensor | None) -> bool:
@@ -278,7 +290,7 @@ def _finite_gradient(state: LayerState, t: torch.Tensor, current: torch.Tensor |
     same dy (state.finite_gradient keeps the answer for the tensor it was about)."""
     if current is not None:
         return all_finite(current)
-    if state.finite_gradient is None or state.finite_gradient[0] is not t:
+    if not _known(state, t):
         state.finite_gradient = (t, all_finite(t))
     return state.finite_gradient[1]
 
@@ -409,15 +421,13 @@ def layer_gemms(x: torch.Tensor, weight: torch.Tensor, grad_output: torch.Tensor
 
     x[..., K], weight[N, K], grad_output[..., N] (batch dims are flattened into M) ->
     {"fprop": (x_q[M, K], w_q[N, K]) or None, "dgrad": (dy_q[M, N], wT_q[K, N]) or None,
-     "wgrad": (dyT_q[N, M], xT_q[K, M]) or None} (None where the recipe keeps that GEMM in high precision):
-     each pair is ready for a @ b.T (so
-    fp8lab.gemm.emulated_mm(*pair) or real_mm(*pair)); None where the recipe runs that GEMM
-    in high precision. Transposed operands are transposed views sharing the codes of a
-    quantization down the columns (or reusing the other GEMM's codes where they are
-    identical: per tensor, square blocks), as in FP8Linear's backward. A delayed recipe
-    scales as a fresh amax history does (the first step calibrates on the current amax). A recipe
-    with a wgrad Hadamard transform gives wgrad's operands transformed along M, zero-padded to a
-    multiple of its size; stochastic rounding draws as a layer named "" does (RoundingDraws(0)).
+     "wgrad": (dyT_q[N, M], xT_q[K, M]) or None}: each pair ready for a @ b.T (fp8lab.gemm.emulated_mm(*pair)
+    or real_mm(*pair)), None where the recipe runs that GEMM in high precision. Transposed operands are transposed
+    views sharing the codes of a quantization down the columns (or reusing the other GEMM's codes where they are
+    identical: per tensor, square blocks), as in FP8Linear's backward. A delayed recipe scales as a fresh amax
+    history does (the first step calibrates on the current amax). A recipe with a wgrad Hadamard transform gives
+    wgrad's operands transformed along M, zero-padded to a multiple of its size; stochastic rounding draws as a
+    layer named "" does (RoundingDraws(0)).
     A grad_output with an inf or NaN is quantized as quantize does (NaN propagates to its block, an inf
     raises ValueError); FP8Linear runs the GEMMs that read such a gradient in high precision instead.
     """

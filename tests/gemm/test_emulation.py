@@ -145,3 +145,35 @@ def test_ieee_fp32_matmul_pins_and_restores_the_precision():
         assert setting.fp32_precision == "bf16"
     finally:
         setting.fp32_precision = before
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "nvfp4"])
+def test_a_one_value_output_scale_is_torchs_multiply_where_torch_runs_it_alone(monkeypatch, recipe):
+    """Per tensor scales (and NVFP4's tensor factor) are one value on each side: the fast twin multiplies the output
+    by torch's mul_ where torch runs it on the calling thread (kernels.torch_runs_alone: fewer elements than its
+    grain, or one thread; a kernel call's checks cost more there) and by the kernels' scale_outer_ where torch would
+    split it over its threads; the same bits as the torch code either way."""
+    from fp8lab.numerics import kernels, kernels_gemm
+
+    if not kernels.engine().kernels:
+        pytest.skip(f"kernels not built here: {kernels.status()[1]}")
+    calls = []
+    scale_outer_ = kernels_gemm.scale_outer_
+    monkeypatch.setattr(kernels_gemm, "scale_outer_",
+                        lambda *args: calls.append(args[0].numel()) or scale_outer_(*args))
+    g = torch.Generator().manual_seed(5)
+    threads = torch.get_num_threads()
+    try:
+        for n_threads, m, split in ((2, 16, False), (2, 256, True), (1, 256, False)):
+            torch.set_num_threads(n_threads)
+            a, b = torch.randn(m, 64, generator=g), torch.randn(64, 256, generator=g)
+            a_q, b_q = quantize_operands(a, b, recipe)
+            calls.clear()
+            got = emulated_mm(a_q, b_q)
+            assert kernels.torch_runs_alone(got) != split, (n_threads, m)
+            assert calls == ([m * 256] if split else []), (n_threads, m)  # (NVFP4: its blocks folded, the factor left)
+            with kernels.disabled():
+                want = emulated_mm(*quantize_operands(a, b, recipe))
+            assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (n_threads, m)
+    finally:
+        torch.set_num_threads(threads)

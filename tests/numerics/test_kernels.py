@@ -477,3 +477,19 @@ def test_the_draws_twin_gives_torch_rands_numbers_and_moves_the_generator_as_tor
             kernels.call("fp8lab_uniform", state.data_ptr(), state.numel(), 4, out.data_ptr())
     with pytest.raises(RuntimeError, match="refused"):  # (a state of another size)
         kernels.call("fp8lab_uniform", state.data_ptr(), state.numel() - 8, 4, out.data_ptr())
+
+
+def test_torch_runs_an_elementwise_op_alone_below_its_grain_or_on_one_thread():
+    """kernels.torch_runs_alone(t): where torch's elementwise ops over t stay on the calling thread (ATen's
+    TensorIterator splits from at::internal::GRAIN_SIZE elements, 32768, over more than one thread)."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert kernels.torch_runs_alone(torch.empty(kernels.TORCH_GRAIN - 1))
+        assert kernels.torch_runs_alone(torch.empty(0))
+        assert not kernels.torch_runs_alone(torch.empty(kernels.TORCH_GRAIN))
+        assert not kernels.torch_runs_alone(torch.empty(256, 512))
+        torch.set_num_threads(1)
+        assert kernels.torch_runs_alone(torch.empty(256, 512))
+    finally:
+        torch.set_num_threads(threads)

@@ -409,6 +409,52 @@ def test_the_plain_pass_is_the_kernel_branchs_pass(settings, monkeypatch):
                     quantize_with(refused, spec)
 
 
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_the_plain_pass_takes_delayed_scalings_one_amax_as_the_kernel_branch_does(fmt, monkeypatch):
+    """Delayed scaling's pass (one amax for the whole tensor, from its history) takes the plain pass: the
+    QuantizedTensor and x's own amax the general kernel branch makes, field for field, for an amax below x's (codes
+    clip), above it, zero and NaN, and for a NaN in x; an amax the branch refuses (negative, infinite), one for a
+    per-block spec and one that is not float32 leave it to the branch, which refuses or converts as before. (With the
+    torch code it stands aside.)"""
+    from fp8lab.numerics import kernels, quantize_fast
+    from fp8lab.numerics.quantize import quantize_definition
+
+    def general_branch(x, spec, amax):
+        with monkeypatch.context() as patch:
+            patch.setattr(quantize_fast, "plain_pass", lambda *args: None)
+            return quantize_observing(x, spec, amax)
+
+    spec = TensorScaling(fmt)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(48, 80, generator=g) * torch.logspace(-4, 2, 80)
+    nan = x.clone()
+    nan[3, 7] = math.nan
+    own = float(x.abs().max())
+    if not kernels.engine().kernels:  # (the torch code: the pass is the kernel's, so it stands aside)
+        assert quantize_fast.plain_pass(x, spec, None, torch.tensor(own)) is None
+        return
+    for xi in (x, nan, x.t()):
+        for value in (own / 8, own * 3, 0.0, math.nan):
+            amax = torch.tensor(value)
+            assert quantize_fast.plain_pass(xi, spec, None, amax) is not None, value
+            got, got_own = quantize_observing(xi, spec, amax)
+            want, want_own = general_branch(xi, spec, amax)
+            assert _bits_equal(got, want) and _same_floats(got_own, want_own), value
+            assert _derived_equal(got, want) and _same_floats(got.amax, want.amax), value
+            assert _bits_equal(got, quantize_definition(xi, spec, amax)), value
+    for refused in (-1.0, math.inf):
+        assert quantize_fast.plain_pass(x, spec, None, torch.tensor(refused)) is None
+        with pytest.raises(ValueError, match="an amax is max"):
+            quantize_with(x, spec, torch.tensor(refused))
+    blocks = TensorScaling(fmt, granularity=PerBlock(1, 32))
+    assert quantize_fast.plain_pass(x, blocks, None, torch.tensor(own)) is None
+    with pytest.raises(ValueError, match="one amax per block"):
+        quantize_with(x, blocks, torch.tensor(own))
+    double = torch.tensor(own / 8, dtype=torch.float64)
+    assert quantize_fast.plain_pass(x, spec, None, double) is None
+    assert _bits_equal(quantize_with(x, spec, double), quantize_with(x, spec, torch.tensor(own / 8)))
+
+
 @pytest.mark.parametrize("granularity", [PerTensor(), PerBlock(1, 32)])
 def test_quantize_observing_is_quantize_with_a_given_amax_and_reads_xs_own_amax(granularity):
     """Delayed scaling's one pass: the codes and scales of quantize_with(x, spec, amax), and x's own amax per

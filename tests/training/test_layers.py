@@ -124,18 +124,22 @@ def test_one_fp16_step_that_overflows_is_skipped_for_every_recipe():
 @pytest.mark.parametrize("recipe", EVERY_RECIPE)
 def test_a_non_finite_gradient_gives_high_precisions_gradients_from_the_same_operands(recipe):
     """What an overflow step computes: dgrad dy @ w and wgrad dy^T @ x in float32 from the layer's own dy,
-    w and x (the bias gradient as always), so inf and NaN land exactly where they land in float32."""
+    w and x (the bias gradient as always), so inf and NaN land exactly where they land in float32: an inf beside
+    a NaN, a NaN alone (found from the quantizing pass's amaxes) and an inf alone (quantize's refusal)."""
     torch.manual_seed(1)
     lin = nn.Linear(64, 32)
     layer = FP8Linear.from_linear(lin, recipe)
-    x = torch.randn(16, 64, requires_grad=True)
-    dy = torch.randn(16, 32)
-    dy[3, 5], dy[7, 0] = math.inf, math.nan
-    layer(x).backward(dy)
     w = lin.weight.detach()
-    torch.testing.assert_close(x.grad, dy @ w, equal_nan=True, rtol=0, atol=0)
-    torch.testing.assert_close(layer.weight.grad, dy.t() @ x.detach(), equal_nan=True, rtol=0, atol=0)
-    assert not bool(torch.isfinite(x.grad[3]).any()) and bool(torch.isfinite(x.grad[4]).all())
+    for specials in ({(3, 5): math.inf, (7, 0): math.nan}, {(3, 0): math.nan}, {(3, 31): -math.inf}):
+        x = torch.randn(16, 64, requires_grad=True)
+        dy = torch.randn(16, 32)
+        for (row, col), value in specials.items():
+            dy[row, col] = value
+        layer.weight.grad = None
+        layer(x).backward(dy)
+        torch.testing.assert_close(x.grad, dy @ w, equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(layer.weight.grad, dy.t() @ x.detach(), equal_nan=True, rtol=0, atol=0)
+        assert not bool(torch.isfinite(x.grad[3]).any()) and bool(torch.isfinite(x.grad[4]).all()), specials
 
 
 def test_an_infinite_input_still_gets_quantizes_error():
@@ -360,3 +364,32 @@ def test_defaults_set_after_conversion_change_no_step(recipe):
         got = steps(dtype, device)
         assert all(a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
                    for a, b in zip(got, want, strict=True)), (dtype, device)
+
+
+def test_the_bias_is_torchs_add_where_torch_runs_it_alone_else_the_kernels(monkeypatch):
+    """An FP8 layer's bias joins its output by torch's add_ where torch runs it on the calling thread
+    (kernels.torch_runs_alone: fewer elements than its grain, or one thread) and by the kernels' add_row_ where
+    torch would split it over its threads (which a passive OpenMP wait makes slow to wake); the same bits as the
+    torch code either way."""
+    from fp8lab.numerics import kernels, kernels_gemm
+
+    if not kernels.engine().kernels:
+        pytest.skip(f"kernels not built here: {kernels.status()[1]}")
+    calls = []
+    add_row_ = kernels_gemm.add_row_
+    monkeypatch.setattr(kernels_gemm, "add_row_", lambda out, row: calls.append(out.numel()) or add_row_(out, row))
+    torch.manual_seed(0)
+    layer = FP8Linear(64, 256, recipe="tensorwise")
+    threads = torch.get_num_threads()
+    try:
+        for n_threads, m, split in ((2, 16, False), (2, 256, True), (1, 256, False)):
+            torch.set_num_threads(n_threads)
+            x = torch.randn(m, 64)
+            calls.clear()
+            got = layer(x)
+            assert calls == ([m * 256] if split else []), (n_threads, m)
+            with kernels.disabled():
+                want = layer(x)
+            assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (n_threads, m)
+    finally:
+        torch.set_num_threads(threads)
