@@ -274,7 +274,7 @@ TORCH_GRAIN = 32768
 
 def torch_runs_alone(t: torch.Tensor) -> bool:
     """Whether torch runs an elementwise op over t on the calling thread: one intra-op thread, or fewer elements
-    than its grain (TORCH_GRAIN). There torch's own op costs a few microseconds where a kernel call costs tens (its
+    than its grain (TORCH_GRAIN). There torch's own op costs a microsecond or two beside a kernel call's 7-20 (its
     checks in Python), so the kernels' twins that exist to keep torch's threads asleep (a GEMM's one-value output
     scale, a bias) leave that work to torch: the same bits."""
     return t.numel() < TORCH_GRAIN or torch.get_num_threads() == 1
