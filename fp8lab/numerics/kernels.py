@@ -6,7 +6,8 @@ parameters(args), amax) (quantize_with's torch code in one call), the twins amax
 (the torch definitions' signatures, by the kernels), hadamard(transform, x) (RandomHadamard.apply's twin),
 uniform_draws(shape, generator) where draws_like_torch() (formats.uniform_draws' twin: torch.rand's numbers),
 opaque_to_compile (how each entry point meets torch.compile); for the GEMM's kernels beside it (kernels_gemm.py):
-call(name, *args), readable, resolved, own_memory, pointer, empty_float32.
+call(name, *args), readable, resolved, own_memory, pointer, empty_float32, and torch_runs_alone(t) (where torch's own
+elementwise op stays on the calling thread: TORCH_GRAIN).
 
 quantize.py and gemm define the numbers in torch; on the CPU they call these kernels, which
 compute the same bits in one pass over memory instead of five passes with a fresh temporary

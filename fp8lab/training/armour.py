@@ -3,7 +3,8 @@
 Public: autocast_operands and no_autocast (torch.autocast), refuse_double_backward and VMAP_REFUSAL
 (torch.func and create_graph=True), apply_positional (an autograd.Function's apply without torch's per-call
 signature binding), at_least_one_row (empty batches), all_finite (a loss scaler's
-overflow, found in one cheap pass), save_histories and load_histories (delayed scaling's state_dict),
+overflow, found in one cheap pass), quantize_if_finite (a gradient quantized where it is finite, found in that
+pass), save_histories and load_histories (delayed scaling's state_dict),
 fp8_subclass (the FP8 class of another linear class). fp8lab.training.layers uses them; none of this
 changes a number FP8Linear computes.
 """
@@ -23,7 +24,7 @@ from fp8lab.numerics.scaling import PerTensor, TensorScaling
 from fp8lab.training.delayed import DelayedState
 
 __all__ = ["VMAP_REFUSAL", "all_finite", "apply_positional", "at_least_one_row", "autocast_operands", "fp8_subclass",
-           "load_histories", "no_autocast", "refuse_double_backward", "save_histories"]
+           "load_histories", "no_autocast", "quantize_if_finite", "refuse_double_backward", "save_histories"]
 
 
 # ---- torch.autocast: the operands cast as nn.Linear's, the GEMMs exact -------------------------------------------
