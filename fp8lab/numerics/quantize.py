@@ -160,8 +160,7 @@ def quantize_observing(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor 
 def _quantize_pass(x: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | float | None, count: bool,
                    values: bool | None, generator: torch.Generator | None) -> tuple[QuantizedTensor, torch.Tensor]:
     """quantize_with's one pass: the QuantizedTensor, and x's own block amaxes (which it reads to check x)."""
-    plain = None if count or not (amax is None or isinstance(amax, torch.Tensor)) else (
-        quantize_fast.plain_pass(x, spec, values, amax))
+    plain = None if count else quantize_fast.plain_pass(x, spec, values, amax)
     if plain is not None:  # (a GEMM operand's pass, most often: one kernel call, nothing else to decide)
         fused, fold = plain
         scaled_from = fused.amax if amax is None else amax.reshape(())  # (given: one amax, per tensor)

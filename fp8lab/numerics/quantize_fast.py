@@ -56,7 +56,7 @@ def kernel_input(x2d: torch.Tensor, spec: TensorScaling, amax: torch.Tensor | No
 
 
 def plain_pass(x: torch.Tensor, spec: TensorScaling, values: bool | None,
-               amax: torch.Tensor | None = None) -> tuple[kernels.Fused, bool] | None:
+               amax: torch.Tensor | float | None = None) -> tuple[kernels.Fused, bool] | None:
     """quantize_with's kernel pass for the tensor it meets most, a GEMM operand: x a plain 2-D float32 CPU tensor,
     nothing counted, rounding to nearest, no amax given or one for the whole tensor (delayed scaling's, per
     tensor: a float32 CPU value, finite and >= 0, or NaN), so nothing to check, widen, draw or restore but what the
@@ -79,7 +79,7 @@ def plain_pass(x: torch.Tensor, spec: TensorScaling, values: bool | None,
     return fused, fold
 
 
-def _one_amax(amax: torch.Tensor, spec: TensorScaling) -> bool:
+def _one_amax(amax: torch.Tensor | float, spec: TensorScaling) -> bool:
     """Whether `amax` is one amax the plain pass takes as it is: per tensor scaling's, a float32 CPU tensor of one
     value, finite and >= 0, or NaN (quantize's general branch refuses the others, with its reasons)."""
     if not (spec.granularity.whole_tensor and isinstance(amax, torch.Tensor) and amax.dtype == torch.float32
