@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                    "kernels run (default: this one), to compare two versions on one machine")
     p.add_argument("--no-drag", action="store_true", help="for 'load': skip the slider drags")
     p.add_argument("--json", default=None, help="for 'load': append every row to this file (JSON lines)")
+    p.add_argument("--parts", action="store_true", help="for 'train': time each step's C passes too (fp8lab's kernels "
+                   "on operands and outputs) and give each recipe's floor, fp32's step plus those passes")
     p.add_argument("--steps", type=positive_int, default=60, help="for 'threads': training steps per run (default 60)")
     p.add_argument("--ignore-memory", action="store_true", help="for 'room': start the kernels even where they "
                    "cannot all fit in the memory available (by default room refuses, saying the arithmetic)")
@@ -93,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.count is not None and args.name != "room":
         p.error("only 'room' takes a count")
+    if args.parts and args.name != "train":
+        p.error("--parts is for 'train' (each step's C passes and each recipe's floor)")
     if args.quota is not None or args.period_ms is not None:
         if args.quota is None:
             p.error("--period-ms goes with --quota")
@@ -120,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             if bench_gpu(**gkw)["failures"]:
                 status = 1
         elif name == "train":
-            bench_train(**kw, models=tuple(args.only) if args.only else None)
+            bench_train(**kw, models=tuple(args.only) if args.only else None, parts=args.parts)
         elif name == "widgets":
             # ipywidgets and the panels are the lab extra's: `bench gpu` on a GPU box runs with torch alone
             from fp8lab.bench.widgets import bench_widgets

@@ -5,9 +5,10 @@ the torch code in this thread), enabled(), accepts(tensor), status() -> (bool, r
 parameters(args), amax) (quantize_with's torch code in one call), the twins amax_per_block, scale_from_amax and cast
 (the torch definitions' signatures, by the kernels), hadamard(transform, x) (RandomHadamard.apply's twin),
 uniform_draws(shape, generator) where draws_like_torch() (formats.uniform_draws' twin: torch.rand's numbers),
-opaque_to_compile (how each entry point meets torch.compile); for the GEMM's kernels beside it (kernels_gemm.py):
-call(name, *args), readable, resolved, own_memory, pointer, empty_float32, and torch_runs_alone(t) (where torch's own
-elementwise op stays on the calling thread: TORCH_GRAIN).
+opaque_to_compile (how each entry point meets torch.compile), kernel_times() (the seconds each C function runs,
+tallied while it is open); for the GEMM's kernels beside it (kernels_gemm.py): call(name, *args), readable, resolved,
+own_memory, pointer, empty_float32, and torch_runs_alone(t) (where torch's own elementwise op stays on the calling
+thread: TORCH_GRAIN).
 
 quantize.py and gemm define the numbers in torch; on the CPU they call these kernels, which
 compute the same bits in one pass over memory instead of five passes with a fresh temporary
@@ -33,7 +34,9 @@ import ctypes
 import functools
 import math
 import threading
-from collections.abc import Callable
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -47,9 +50,9 @@ from fp8lab.numerics.hadamard import RandomHadamard
 from fp8lab.numerics.scaling import SCALE_RULES, Granularity, Scales, TensorScaling, as_2d
 
 __all__ = ["EAGER_VALUES", "TORCH_GRAIN", "Engine", "accepts", "amax_per_block", "call", "cast", "disabled",
-           "draws_like_torch", "empty_float32", "enabled", "engine", "hadamard", "opaque_to_compile", "own_memory",
-           "parameters", "pointer", "quantize", "readable", "resolved", "scale_from_amax", "state_label", "status",
-           "torch_runs_alone", "uniform_draws"]
+           "draws_like_torch", "empty_float32", "enabled", "engine", "hadamard", "kernel_times", "opaque_to_compile",
+           "own_memory", "parameters", "pointer", "quantize", "readable", "resolved", "scale_from_amax", "state_label",
+           "status", "torch_runs_alone", "uniform_draws"]
 
 STORAGE = {torch.float8_e4m3fn: E4M3, torch.float8_e5m2: E5M2}  # the code dtypes, and the formats of their bytes
 # a parameter block's code dtype, by its storage format's mantissa bits (3: E4M3 bytes, 2: E5M2 bytes)
@@ -358,8 +361,32 @@ def call(name: str, *args) -> int | None:
     """The library's function `name` called with args on this thread (given torch's thread count first): its
     answer (None from a function that answers nothing); RuntimeError naming its reason where it refused the call."""
     _torch_threads_here()
-    answer = getattr(_load()[0], name)(*args)
+    function = getattr(_load()[0], name)
+    if _tally is None:
+        answer = function(*args)
+    else:  # (kernel_times is open)
+        start = time.perf_counter()
+        answer = function(*args)
+        _tally[name] += time.perf_counter() - start
     return answer if answer is None else _answered(name, answer)
+
+
+_tally: Counter | None = None  # kernel_times' seconds by function name, while it is open
+
+
+@contextlib.contextmanager
+def kernel_times() -> Iterator[Counter]:
+    """Inside, the seconds each C function runs (every call's wall time, whichever thread makes it) add up in the
+    Counter it yields, under the function's name: how much of a step is the kernels' own work (`bench train
+    --parts`). One at a time: RuntimeError inside another."""
+    global _tally
+    if _tally is not None:
+        raise RuntimeError("kernel_times is already open: one tally at a time")
+    _tally = tally = Counter()
+    try:
+        yield tally
+    finally:
+        _tally = None
 
 
 def _answered(name: str, code: int) -> int:

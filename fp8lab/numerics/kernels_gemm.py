@@ -3,9 +3,10 @@
 Public: widens(data) and widen_codes(data) (formats.widen's twin: FP8 codes' float32 values, by a table), segment_mm(a,
 b, sa, sb, seg) (the definition's whole loop in one call, where every partial sum is exact), scale_outer_(out, a, b,
 part) (both operands' scales, per row or one, applied to a GEMM's output, or to one K segment's partial sums added to
-it), add_row_(out, row) (a bias). Each computes its torch twin's bits (formats.widen, the loop and _scale_outer_ in
-fp8lab.gemm.emulation, torch's add_; tests/numerics/test_kernels_gemm.py compares each pair); what C may read, the
-buffers it writes and the calls themselves are fp8lab.numerics.kernels'.
+it), add_row_(out, row) (a bias); GEMM_KERNELS (the C functions, of all the kernels', that compute a GEMM itself).
+Each computes its torch twin's bits (formats.widen, the loop and _scale_outer_ in fp8lab.gemm.emulation, torch's add_;
+tests/numerics/test_kernels_gemm.py compares each pair); what C may read, the buffers it writes and the calls
+themselves are fp8lab.numerics.kernels'.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ import torch.nn.functional as F
 from fp8lab.numerics import kernels
 from fp8lab.numerics.formats import widen
 
-__all__ = ["add_row_", "scale_outer_", "segment_mm", "widen_codes", "widens"]
+__all__ = ["GEMM_KERNELS", "add_row_", "scale_outer_", "segment_mm", "widen_codes", "widens"]
+
+# the C functions that compute a GEMM itself (work a torch matmul does where they do not run); every other kernel is
+# a pass over an operand or an output (quantize, transform, draws, widen, scales): `bench train --parts` sums those
+GEMM_KERNELS = frozenset({"fp8lab_segment_mm"})
 
 _BYTE_CODES = (torch.float8_e4m3fn, torch.float8_e5m2)
 

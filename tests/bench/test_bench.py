@@ -19,12 +19,20 @@ def test_integer_types_name_what_they_take():
 
 
 @pytest.mark.parametrize("argv", [["quantize", "4"], ["fp6"], ["gemm", "--size", "0"], ["gemm", "--period-ms", "5"],
-                                  ["room"]])
+                                  ["room"], ["gemm", "--parts"]])
 def test_bad_command_lines_are_usage_errors(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         bench.main(argv)
     assert exit_.value.code == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_parts_reaches_bench_train(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "bench_train", lambda **kw: calls.append(kw) or [])
+    assert bench.main(["train", "--parts", "--only", "unseen_mlp", "--rounds", "2"]) == 0
+    assert bench.main(["train"]) == 0
+    assert calls == [{"rounds": 2, "models": ("unseen_mlp",), "parts": True}, {"models": None, "parts": False}]
 
 
 def test_size_and_rounds_reach_the_benchmark(monkeypatch):

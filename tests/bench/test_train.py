@@ -6,13 +6,26 @@ No time is judged: the tests check the models, the candidates and what the table
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
 from torch import nn
 
 from fp8lab.bench import train as train_module
-from fp8lab.bench.train import MODELS, TARGET_RATIO, TIMED_RECIPES, Workload, bench_train, make_workload
+from fp8lab.bench.train import (
+    MODELS,
+    PARTS_NOTE,
+    TARGET_RATIO,
+    TIMED_RECIPES,
+    Workload,
+    bench_train,
+    c_passes,
+    make_workload,
+)
+from fp8lab.gemm import emulated_mm, quantize_operands
+from fp8lab.numerics import kernels
+from fp8lab.numerics.kernels_gemm import GEMM_KERNELS
 from fp8lab.training.capstone import SINK_MAGNITUDE
 from fp8lab.training.models import TinyTransformer, ToyMLP
 from fp8lab.training.train import LESSON
@@ -86,3 +99,43 @@ def test_the_table_covers_the_three_models_in_order(monkeypatch, capsys):
         assert {r["what"] for r in rows if r["model"] == name} >= {"fp32", *TIMED_RECIPES}
     out = capsys.readouterr().out
     assert "unseen_mlp: tiny stand-in for unseen_mlp; lesson_mlp: tiny stand-in for lesson_mlp; llm_like:" in out
+
+
+def test_c_passes_are_the_kernels_time_but_their_gemms():
+    """c_passes(tally): the seconds of a kernel_times tally in passes over operands and outputs; a kernel that
+    computes a GEMM (GEMM_KERNELS: the emulated GEMM's definition in C) does work fp32's matmuls do too."""
+    assert GEMM_KERNELS == {"fp8lab_segment_mm"}
+    assert c_passes(Counter({"fp8lab_quantize": 1.5, "fp8lab_segment_mm": 2.0, "fp8lab_widen": 0.25})) == 1.75
+    assert c_passes(Counter()) == 0
+    if not kernels.status()[0]:
+        return
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(16, 64, generator=g), torch.randn(64, 8, generator=g)  # (a[M, K] @ b[K, N])
+    pair = quantize_operands(a, b, "nvfp4")
+    with kernels.kernel_times() as tally:
+        emulated_mm(*pair, emulation="reference")  # (E2M1 partial sums are exact: the definition's loop in C)
+    assert "fp8lab_segment_mm" in tally
+    assert c_passes(tally) == sum(seconds for name, seconds in tally.items() if name != "fp8lab_segment_mm")
+
+
+def test_parts_time_each_steps_c_passes_and_give_each_recipes_floor(monkeypatch, capsys):
+    """bench_train(parts=True): beside each row its C passes a step (the median over the rounds), and beside each
+    recipe its floor, fp32's ms/step plus those passes over fp32's; nothing of it without `parts`."""
+    def tiny(name: str) -> Workload:
+        return Workload(name, "a tiny MLP", lambda: nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 16)),
+                        torch.randn(8, 32), torch.randn(8, 16), nn.functional.mse_loss)
+
+    monkeypatch.setattr(train_module, "make_workload", tiny)
+    rows = bench_train(rounds=2, consecutive=1, models=("unseen_mlp",), parts=True)
+    fp32 = next(r for r in rows if r["what"] == "fp32")
+    for r in rows:
+        if r["what"] in TIMED_RECIPES:
+            assert r["C passes ms/step"] > 0 or not kernels.status()[0]  # (the recipes' quantize passes, in C)
+            assert r["floor x fp32"] == pytest.approx((fp32["ms/step"] + r["C passes ms/step"]) / fp32["ms/step"])
+            assert r["floor x fp32"] >= 1
+        else:  # (fp32, bf16 and torchao's run none of fp8lab's kernels, and are held to no target)
+            assert r["C passes ms/step"] == 0 and r["floor x fp32"] == "-"
+    assert PARTS_NOTE in capsys.readouterr().out
+    plain = bench_train(rounds=1, consecutive=1, models=("unseen_mlp",))
+    assert not any("C passes ms/step" in r or "floor x fp32" in r for r in plain)
+    assert PARTS_NOTE not in capsys.readouterr().out

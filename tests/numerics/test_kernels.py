@@ -493,3 +493,21 @@ def test_torch_runs_an_elementwise_op_alone_below_its_grain_or_on_one_thread():
         assert kernels.torch_runs_alone(torch.empty(256, 512))
     finally:
         torch.set_num_threads(threads)
+
+
+def test_kernel_times_tallies_each_c_function_by_name_while_open_and_one_at_a_time():
+    """kernels.kernel_times(): the seconds each C function runs add up under its name inside the context (bench
+    train --parts reads them); nothing is tallied outside it, and a second one inside the first is refused."""
+    x = torch.randn(64, 64)
+    with kernels.kernel_times() as tally:
+        quantize(x, "e4m3", PerBlock(1, 32))
+        kernels_gemm.widen_codes(quantize(x, "e4m3").data)
+        assert set(tally) == {"fp8lab_quantize", "fp8lab_widen"} and all(s >= 0 for s in tally.values())
+        with pytest.raises(RuntimeError, match="one tally at a time"), kernels.kernel_times():
+            pass
+        calls = dict(tally)
+    quantize(x, "e4m3", PerBlock(1, 32))
+    assert dict(tally) == calls  # (closed: the call above is not counted)
+    with kernels.kernel_times() as again:  # (closed, a new one opens)
+        quantize(x, "e5m2")
+    assert set(again) == {"fp8lab_quantize"}
