@@ -195,7 +195,6 @@ def bench_train(size: int | None = None, rounds: int | None = None, models: tupl
     return rows
 
 
-
 def _parts(samples: list[float], consecutive: int, fp32_ms: float, held: bool) -> dict:
     """A row's --parts columns: its C passes a step (the median over the rounds) and, for a recipe, its floor."""
 
